@@ -1,0 +1,75 @@
+"""Encoding and decoding of envelopes, orders and API messages (JSON, via msgspec)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, TypeVar
+
+import msgspec
+
+from corral.schemas.events import Envelope, Event, Meta
+
+T = TypeVar("T")
+
+#: Largest message any decoder accepts; larger input is rejected before parsing.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+_encoder = msgspec.json.Encoder()
+_envelope_decoder = msgspec.json.Decoder(Envelope)
+
+
+class DecodeError(ValueError):
+    """A message that is not valid for its schema; ``str()`` names the field at fault."""
+
+
+def encode(obj: Any) -> bytes:
+    """JSON-encode any Struct (envelope, order, API message)."""
+    return _encoder.encode(obj)
+
+
+def decode_envelope(data: bytes) -> Envelope:
+    """Decode one log entry; DecodeError names the bad field."""
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise DecodeError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
+    try:
+        return _envelope_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(str(exc)) from None
+
+
+def decode(data: bytes, cls: type[T]) -> T:
+    """Decode a message of a known type; DecodeError names the bad field."""
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise DecodeError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
+    try:
+        return msgspec.json.decode(data, type=cls)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(str(exc)) from None
+
+
+def new_event_id() -> str:
+    """A fresh unique event id."""
+    return uuid.uuid4().hex
+
+
+def envelope(
+    body: Event,
+    *,
+    actor: str,
+    occurred_at: float | None = None,
+    correlation_id: str | None = None,
+    causation_id: str | None = None,
+    traceparent: str | None = None,
+    event_id: str | None = None,
+) -> Envelope:
+    """Wrap an event; the clock is read here (the shell), never in the core."""
+    meta = Meta(
+        event_id=event_id or new_event_id(),
+        occurred_at=time.time() if occurred_at is None else occurred_at,
+        actor=actor,
+        correlation_id=correlation_id,
+        causation_id=causation_id,
+        traceparent=traceparent,
+    )
+    return Envelope(meta=meta, body=body)

@@ -1,0 +1,228 @@
+"""The v1 events of the log: a tagged union of frozen msgspec Structs inside one ``Envelope``.
+
+Tags are stable forever. Fields are added only at the end, with defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NewType
+
+import msgspec
+
+JobId = NewType("JobId", int)
+NodeName = NewType("NodeName", str)
+
+#: Tags that were once used and must never be used again.
+RETIRED_TAGS: frozenset[str] = frozenset()
+
+OpenMode = Literal["truncate", "append"]
+
+#: Why a job ended other than by completing (Slurm's vocabulary), typed, never free text.
+EndReason = Literal[
+    "NonZeroExitCode",  # the batch script exited non-zero
+    "RaisedSignal",  # the batch script was killed by a signal it did not ask for
+    "LaunchFailed",  # the agent could not start the script (bad workdir, unwritable output ...)
+    "NodeFail",  # a node of the run went down and the job may not be requeued
+    "OutOfMemory",  # the kernel's OOM killer ended the run
+    "TimeLimit",  # the run reached its time limit
+]
+
+#: Why a job was put back in the queue.
+RequeueReason = Literal["NodeFail", "Requested", "Preempted"]
+
+
+class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What a user asked for: everything needed to schedule and launch a batch job.
+
+    The script is copied at submit time; the submitter may delete the file right after.
+    """
+
+    name: str  # job name (-J); defaults to the script's file name, "sbatch" for stdin
+    script: str  # the batch script's full text
+    argv: list[str] = []  # arguments passed to the script
+    workdir: str  # absolute submit directory; the script runs here
+    environment: dict[str, str] = {}  # the submitter's environment to export (--export=ALL)
+    stdout: str | None = None  # -o pattern (%j %x %u %N ...); None = slurm-%j.out in workdir
+    stderr: str | None = None  # -e pattern; None = merged into stdout
+    open_mode: OpenMode = "truncate"  # --open-mode for stdout/stderr
+    partition: str | None = None  # -p; None = the cluster's default partition
+    account: str | None = None  # -A; None = the user's default account
+    nodes: int = 1  # -N: number of nodes
+    ntasks: int = 1  # -n: number of tasks
+    ntasks_per_node: int | None = None  # --ntasks-per-node
+    cpus_per_task: int = 1  # -c
+    mem_per_node_mb: int | None = None  # --mem in MiB; None = the partition default (0 = whole node)
+    gpus_per_node: int = 0  # from --gres=gpu[:type]:N or --gpus-per-node
+    gpu_type: str | None = None  # typed GPU request (gpu:h100:4); None = any type
+    time_limit_s: int | None = None  # -t in seconds; None = the partition's default
+    requeue: bool = True  # --requeue / --no-requeue: may the job be requeued on node failure
+    submit_host: str = ""  # host sbatch ran on (SLURM_SUBMIT_HOST)
+
+
+class JobSubmitted(msgspec.Struct, frozen=True, tag="job_submitted", kw_only=True):
+    """Intent (gateway): a user submitted a job; the job is PENDING from here."""
+
+    job_id: JobId  # monotonic, never reused
+    user: str  # authenticated submitter (taken from the connection, never from the request)
+    spec: JobSpec  # what was asked for
+
+
+class JobCancelRequested(msgspec.Struct, frozen=True, tag="job_cancel_requested", kw_only=True):
+    """Intent (gateway): a user asked to cancel a job (scancel)."""
+
+    job_id: JobId  # the job to cancel
+    user: str  # who asked (authenticated)
+
+
+class NodeAllocation(msgspec.Struct, frozen=True, kw_only=True):
+    """The part of a run on one node."""
+
+    node: NodeName  # node name
+    gpus: list[int] = []  # GPU indices on that node, exclusively this run's
+    cpus: int = 1  # CPUs on that node
+    mem_mb: int = 0  # memory on that node in MiB
+
+
+class JobAllocated(msgspec.Struct, frozen=True, tag="job_allocated", kw_only=True):
+    """Decision (scheduler): a run of the job gets these nodes; the job is RUNNING from here."""
+
+    job_id: JobId  # the job
+    attempt: int  # run number, from 0 (= SLURM_RESTART_COUNT)
+    partition: str  # partition the job runs in
+    allocations: list[NodeAllocation]  # per node, in node order; the first node runs the batch script
+    time_limit_s: int | None  # effective limit of this run (None = unlimited)
+    epoch: int = 0  # leader epoch of the scheduler that decided (fencing)
+
+
+class RunStarted(msgspec.Struct, frozen=True, tag="run_started", kw_only=True):
+    """Fact (agent): the batch script of a run started on this node."""
+
+    job_id: JobId  # the job
+    attempt: int  # the run
+    node: NodeName  # the reporting agent's node
+    pid: int  # process id of the batch shell on that node
+
+
+class RunExited(msgspec.Struct, frozen=True, tag="run_exited", kw_only=True):
+    """Fact (agent): the batch script of a run ended on this node (or could not start)."""
+
+    job_id: JobId  # the job
+    attempt: int  # the run
+    node: NodeName  # the reporting agent's node
+    exit_code: int  # 0-255; 0 when killed by a signal
+    signal: int = 0  # terminating signal number, 0 if none
+    oom: bool = False  # the kernel's OOM killer ended it
+    launch_error: str | None = None  # set when the script could not be started (why, for the user)
+    killed: bool = False  # the agent killed it on an order (cancel, requeue, time limit)
+
+
+class JobCompleted(msgspec.Struct, frozen=True, tag="job_completed", kw_only=True):
+    """Conclusion (scheduler): the run ended with exit code 0; state COMPLETED."""
+
+    job_id: JobId  # the job
+    attempt: int  # the run that completed
+
+
+class JobFailed(msgspec.Struct, frozen=True, tag="job_failed", kw_only=True):
+    """Conclusion (scheduler): the job ended unsuccessfully; state FAILED (or NODE_FAIL/OOM)."""
+
+    job_id: JobId  # the job
+    attempt: int  # the run, -1 if the job never ran
+    reason: EndReason  # why
+    exit_code: int = 0  # exit code of the batch script
+    signal: int = 0  # terminating signal, 0 if none
+    message: str = ""  # human detail (e.g. the launch error), never parsed
+
+
+class JobCancelled(msgspec.Struct, frozen=True, tag="job_cancelled", kw_only=True):
+    """Conclusion (scheduler): the job was cancelled; state CANCELLED."""
+
+    job_id: JobId  # the job
+    attempt: int  # the run that was killed, -1 if the job was pending
+    by: str  # who cancelled it (CANCELLED by <user>)
+    signal: int = 15  # the signal that ended it (ExitCode 0:15)
+
+
+class JobRequeued(msgspec.Struct, frozen=True, tag="job_requeued", kw_only=True):
+    """Decision (scheduler): the run ended and the job goes back to PENDING, restart count + 1."""
+
+    job_id: JobId  # the job
+    attempt: int  # the run that ended
+    reason: RequeueReason  # why
+
+
+class NodeRegistered(msgspec.Struct, frozen=True, tag="node_registered", kw_only=True):
+    """Fact (agent): a node's inventory; the node is UP from here."""
+
+    node: NodeName  # node name (must resolve on the cluster's machines)
+    cpus: int  # CPUs
+    mem_mb: int  # memory in MiB
+    gpus: int = 0  # number of GPUs
+    gpu_type: str | None = None  # GPU model, e.g. "h100"
+    partitions: list[str] = []  # partitions the node belongs to (from the cluster config)
+    features: list[str] = []  # node features for --constraint
+    boot_id: str = ""  # identifies one agent process lifetime
+
+
+class NodeDown(msgspec.Struct, frozen=True, tag="node_down", kw_only=True):
+    """Fact (health): the node stopped responding; its runs are lost."""
+
+    node: NodeName  # the node
+    reason: str  # e.g. "Not responding" (shown by sinfo -R)
+
+
+class NodeUp(msgspec.Struct, frozen=True, tag="node_up", kw_only=True):
+    """Fact (health): a node that was down responds again."""
+
+    node: NodeName  # the node
+
+
+Event = (
+    JobSubmitted
+    | JobCancelRequested
+    | JobAllocated
+    | RunStarted
+    | RunExited
+    | JobCompleted
+    | JobFailed
+    | JobCancelled
+    | JobRequeued
+    | NodeRegistered
+    | NodeDown
+    | NodeUp
+)
+
+#: Every event class of the union, in declaration order.
+EVENT_TYPES: tuple[type[Event], ...] = (
+    JobSubmitted,
+    JobCancelRequested,
+    JobAllocated,
+    RunStarted,
+    RunExited,
+    JobCompleted,
+    JobFailed,
+    JobCancelled,
+    JobRequeued,
+    NodeRegistered,
+    NodeDown,
+    NodeUp,
+)
+
+
+class Meta(msgspec.Struct, frozen=True, kw_only=True):
+    """Envelope metadata, identical for every event type."""
+
+    event_id: str  # unique id (UUID4 hex); also the Nats-Msg-Id unless a submit token is used
+    occurred_at: float  # when it happened: seconds since the Unix epoch, UTC
+    actor: str  # authenticated identity of the writer (service role or user)
+    correlation_id: str | None = None  # the request or job this belongs to
+    causation_id: str | None = None  # the event that caused this one
+    traceparent: str | None = None  # W3C trace context of the job's trace
+    version: int = 1  # envelope version
+
+
+class Envelope(msgspec.Struct, frozen=True):
+    """One entry of the log."""
+
+    meta: Meta  # who, when, why
+    body: Event  # what

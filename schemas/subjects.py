@@ -1,0 +1,97 @@
+"""Subjects and stream names: the one place that spells them.
+
+- ``corral.evt.job.<id>.<tag>``: job intents (gateway) and decisions (scheduler);
+- ``corral.evt.job.<id>.<tag>.<node>``: run facts, named by the reporting node so that NATS
+  permissions can confine an agent to facts about its own node;
+- ``corral.evt.node.<node>.<tag>``: node facts (agent registration, health);
+- ``corral.work.<node>``: per-node orders (launch, kill) in their own stream;
+- ``corral.hb.<node>``: heartbeats (core NATS, not persisted);
+- ``corral.api.v1.<verb>.<user>``: request/reply API; the last token is the caller's user name,
+  which the NATS server's permissions bind to the authenticated connection;
+- ``corral.dlq.<service>``: dead letters (rejected asynchronous input) in their own stream.
+"""
+
+from __future__ import annotations
+
+import re
+
+from corral.schemas import events as ev
+
+EVENTS_STREAM = "CORRAL_EVENTS"
+EVENTS_SUBJECTS = "corral.evt.>"
+WORK_STREAM = "CORRAL_WORK"
+WORK_SUBJECTS = "corral.work.>"
+DLQ_STREAM = "CORRAL_DLQ"
+DLQ_SUBJECTS = "corral.dlq.>"
+IDS_BUCKET = "corral_ids"
+JOB_ID_KEY = "job_id"
+
+API_PREFIX = "corral.api.v1"
+
+#: A subject token: what a node or user name may contain to be used in a subject.
+_TOKEN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]{0,63}$")
+
+
+def valid_token(name: str) -> bool:
+    """True if ``name`` can be one subject token (node and user names must be)."""
+    return bool(_TOKEN.match(name))
+
+
+def job_subject(job_id: int, tag: str, node: str | None = None) -> str:
+    """Subject of a job event; run facts carry the reporting node as a last token."""
+    base = f"corral.evt.job.{job_id}.{tag}"
+    return f"{base}.{node}" if node is not None else base
+
+
+def job_events(job_id: int) -> str:
+    """Wildcard for every event of one job."""
+    return f"corral.evt.job.{job_id}.>"
+
+
+def node_subject(node: str, tag: str) -> str:
+    """Subject of a node event."""
+    return f"corral.evt.node.{node}.{tag}"
+
+
+def event_subject(body: ev.Event) -> str:
+    """The one subject an event belongs on; consumers check messages against it."""
+    tag = type(body).__struct_config__.tag
+    assert isinstance(tag, str)
+    if isinstance(body, ev.RunStarted | ev.RunExited):
+        return job_subject(body.job_id, tag, body.node)
+    if isinstance(body, ev.NodeRegistered | ev.NodeDown | ev.NodeUp):
+        return node_subject(body.node, tag)
+    return job_subject(body.job_id, tag)
+
+
+def work_subject(node: str) -> str:
+    """Per-node order subject."""
+    return f"corral.work.{node}"
+
+
+def heartbeat_subject(node: str) -> str:
+    """Heartbeat subject of one node."""
+    return f"corral.hb.{node}"
+
+
+def api_subject(verb: str, user: str) -> str:
+    """Request subject of an API verb called by ``user``."""
+    return f"{API_PREFIX}.{verb}.{user}"
+
+
+def api_caller(subject: str) -> tuple[str, str]:
+    """(verb, user) of an API request subject; ValueError if it is not one."""
+    parts = subject.split(".")
+    if len(parts) != 5 or ".".join(parts[:3]) != API_PREFIX:
+        raise ValueError(f"not an API subject: {subject!r}")
+    return parts[3], parts[4]
+
+
+def dlq_subject(service: str) -> str:
+    """Dead-letter subject of a service."""
+    return f"corral.dlq.{service}"
+
+
+def inbox_prefix(user: str) -> str:
+    """Per-user reply inbox prefix, so a user can only read replies addressed to them."""
+    return f"_INBOX_{user}"
