@@ -38,8 +38,8 @@ def decode_envelope(data: bytes) -> Envelope:
         raise DecodeError(str(exc)) from None
 
 
-def decode(data: bytes, cls: type[T]) -> T:
-    """Decode a message of a known type; DecodeError names the bad field."""
+def decode(data: bytes, cls: Any) -> Any:
+    """Decode a message of a known type (or a union of tagged types); DecodeError names the bad field."""
     if len(data) > MAX_MESSAGE_BYTES:
         raise DecodeError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
     try:

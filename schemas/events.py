@@ -5,12 +5,14 @@ Tags are stable forever. Fields are added only at the end, with defaults.
 
 from __future__ import annotations
 
-from typing import Literal, NewType
+from typing import Literal, TypeAlias
 
 import msgspec
 
-JobId = NewType("JobId", int)
-NodeName = NewType("NodeName", str)
+#: A job id: positive, monotonic, never reused.
+JobId: TypeAlias = int
+#: A node name: one subject token.
+NodeName: TypeAlias = str
 
 #: Tags that were once used and must never be used again.
 RETIRED_TAGS: frozenset[str] = frozenset()
@@ -113,7 +115,8 @@ class RunExited(msgspec.Struct, frozen=True, tag="run_exited", kw_only=True):
     signal: int = 0  # terminating signal number, 0 if none
     oom: bool = False  # the kernel's OOM killer ended it
     launch_error: str | None = None  # set when the script could not be started (why, for the user)
-    killed: bool = False  # the agent killed it on an order (cancel, requeue, time limit)
+    killed: bool = False  # the agent killed it on an order (cancel, requeue)
+    timed_out: bool = False  # the agent killed it at its time limit
 
 
 class JobCompleted(msgspec.Struct, frozen=True, tag="job_completed", kw_only=True):

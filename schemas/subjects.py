@@ -37,7 +37,7 @@ def valid_token(name: str) -> bool:
     return bool(_TOKEN.match(name))
 
 
-def job_subject(job_id: int, tag: str, node: str | None = None) -> str:
+def job_subject(job_id: int | str, tag: str, node: str | None = None) -> str:
     """Subject of a job event; run facts carry the reporting node as a last token."""
     base = f"corral.evt.job.{job_id}.{tag}"
     return f"{base}.{node}" if node is not None else base

@@ -1,0 +1,86 @@
+"""``corral``: run a local cluster (``up``), a showcase (``demo``), and operator tools."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import signal
+import sys
+import time
+from pathlib import Path
+
+from corral.libs.settings import default_state_dir
+
+
+def _up(args: argparse.Namespace) -> int:
+    from corral.libs.local_cluster import LocalCluster, ensure_resolvable
+
+    cluster = LocalCluster(
+        Path(args.state_dir), getpass.getuser(), nodes=args.nodes, gpus_per_node=args.gpus_per_node
+    )
+    config = cluster.prepare(reconfigure=args.nodes_given)
+    warning = ensure_resolvable([n.name for n in config.nodes])
+    if warning:
+        print(f"corral: warning: {warning}", file=sys.stderr)
+    stopping = False
+
+    def _stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        if stopping:
+            return
+        stopping = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        cluster.start()
+        gpus = sum(n.gpus for n in config.nodes)
+        print(
+            f"corral: local cluster {config.name!r} is up: {len(config.nodes)} nodes, {gpus} GPUs; "
+            f"state in {cluster.state_dir}. Ctrl-C stops it.",
+            flush=True,
+        )
+        while True:
+            time.sleep(1.0)
+            cluster.check_alive()
+    except KeyboardInterrupt:
+        print("corral: stopping", file=sys.stderr, flush=True)
+        return 0
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"corral: error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        cluster.stop()
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from corral.cli.demo import run_demo
+
+    return run_demo(Path(args.state_dir) if args.state_dir else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``corral`` command."""
+    parser = argparse.ArgumentParser(prog="corral", description="Corral: a workload manager for GPU clusters")
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="run a local cluster in the foreground")
+    up.add_argument("--state-dir", default=str(default_state_dir()), help="where the cluster keeps its state")
+    up.add_argument("--nodes", type=int, default=None, help="simulated GPU nodes (default 2)")
+    up.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node (default 4)")
+    demo = sub.add_parser("demo", help="start a local cluster, run a showcase, stop")
+    demo.add_argument("--state-dir", default=None, help="state directory (default: a fresh temporary one)")
+    args = parser.parse_args(argv)
+    if args.command == "up":
+        args.nodes_given = args.nodes is not None or args.gpus_per_node is not None
+        args.nodes = args.nodes or 2
+        args.gpus_per_node = args.gpus_per_node if args.gpus_per_node is not None else 4
+        if args.nodes < 1 or args.nodes > 64 or args.gpus_per_node < 0 or args.gpus_per_node > 16:
+            parser.error("--nodes must be 1-64 and --gpus-per-node 0-16 for a local cluster")
+        return _up(args)
+    return _demo(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

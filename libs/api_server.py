@@ -1,0 +1,75 @@
+"""Serving API verbs over NATS request/reply: decode, authorise by subject, handle, reply.
+
+The caller is the last token of the request subject (``corral.api.v1.<verb>.<user>``); the NATS
+server only lets a user publish on their own token, so that is the authenticated identity. A
+handler returns the reply Struct or raises a CorralError, which becomes an ``ApiError`` reply; a
+malformed request is answered with an error naming the field and never reaches the handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from corral.libs.errors import CorralError, Forbidden, InvalidInput, NotFound, TransientError
+from corral.libs.telemetry import logger
+from corral.schemas import subjects
+from corral.schemas.api import ApiError
+from corral.schemas.codec import DecodeError, decode, encode
+
+Req = TypeVar("Req")
+
+_CODES: list[tuple[type[CorralError], str]] = [
+    (InvalidInput, "invalid"),
+    (Forbidden, "forbidden"),
+    (NotFound, "not_found"),
+    (TransientError, "unavailable"),
+]
+
+
+def error_reply(exc: CorralError) -> ApiError:
+    """The ApiError a CorralError becomes."""
+    code = next((c for cls, c in _CODES if isinstance(exc, cls)), "invalid")
+    return ApiError(error=str(exc), field=getattr(exc, "field", None), code=code, retryable=exc.retryable)
+
+
+async def serve(
+    nc: Client,
+    verb: str,
+    request_type: type[Req],
+    handler: Callable[[str, Req], Awaitable[Any]],
+    *,
+    queue: str,
+) -> Subscription:
+    """Answer ``verb`` requests from any user with ``handler(user, request)``."""
+    log = logger(verb=verb)
+
+    async def on_request(msg: Msg) -> None:
+        if not msg.reply:
+            return
+        try:
+            _, user = subjects.api_caller(msg.subject)
+            request = decode(msg.data, request_type)
+            reply: Any = await handler(user, request)
+        except DecodeError as exc:
+            reply = ApiError(error=f"malformed {verb} request: {exc}", field=_field_of(str(exc)))
+        except CorralError as exc:
+            reply = error_reply(exc)
+        except Exception:
+            log.exception("request failed")
+            reply = ApiError(error=f"internal error handling {verb}; see the service log", code="internal")
+        await msg.respond(encode(reply))
+
+    return await nc.subscribe(subjects.api_subject(verb, "*"), queue=queue, cb=on_request)
+
+
+def _field_of(message: str) -> str | None:
+    """The JSON path msgspec names in a decode error (``... - at `$.spec.nodes```)."""
+    marker = "at `$."
+    if marker in message:
+        return message.split(marker, 1)[1].split("`", 1)[0]
+    return None

@@ -1,0 +1,312 @@
+"""The JetStream bus: streams declared in one place, idempotent appends, ordered replay, consumers.
+
+- ``append`` publishes one envelope with ``Nats-Msg-Id`` (retries are deduplicated by the server)
+  and, when asked, ``Nats-Expected-Last-Subject-Sequence`` over a wildcard subject (optimistic
+  concurrency per job: two writers cannot both win).
+- ``read`` replays the log in order from a sequence, with the decoded envelope or the decode
+  error of each entry (a malformed entry never stops a reader).
+- ``consume`` runs a durable pull consumer: handler success -> ack, ``TransientError`` -> nak
+  with delay, ``InvalidInput``/decode error -> term + a copy on the dead-letter subject.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
+
+from corral.libs.credentials import Credentials
+from corral.libs.errors import AppendConflict, InvalidInput, TransientError
+from corral.schemas import subjects
+from corral.schemas.codec import DecodeError, decode_envelope, encode, envelope
+from corral.schemas.events import Envelope, Event
+
+#: JetStream's error code for a failed expected-last-subject-sequence check.
+_WRONG_LAST_SEQUENCE = 10071
+
+#: How long a retry with the same Nats-Msg-Id is recognised as a duplicate.
+DUPLICATE_WINDOW_S = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Appended:
+    """Result of an append."""
+
+    seq: int  # stream sequence of the entry (the original one for a duplicate)
+    duplicate: bool  # the server had this message id already
+    envelope: Envelope  # what was sent
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One entry of the log as a reader sees it."""
+
+    seq: int  # stream sequence
+    subject: str  # subject it was appended on
+    envelope: Envelope | None  # decoded entry, None if it failed to decode
+    error: str | None = None  # why it failed to decode
+    pending: int = 0  # entries after this one that the reader has not seen yet
+
+
+async def declare(js: JetStreamContext, replicas: int = 1) -> None:
+    """Create or update every stream and bucket Corral uses (idempotent; needs the admin role)."""
+    streams = [
+        api.StreamConfig(
+            name=subjects.EVENTS_STREAM,
+            subjects=[subjects.EVENTS_SUBJECTS],
+            storage=api.StorageType.FILE,
+            retention=api.RetentionPolicy.LIMITS,
+            duplicate_window=DUPLICATE_WINDOW_S,
+            num_replicas=replicas,
+            allow_direct=True,
+            max_msg_size=8 * 1024 * 1024,
+        ),
+        api.StreamConfig(
+            name=subjects.WORK_STREAM,
+            subjects=[subjects.WORK_SUBJECTS],
+            storage=api.StorageType.FILE,
+            retention=api.RetentionPolicy.LIMITS,
+            duplicate_window=DUPLICATE_WINDOW_S,
+            max_age=7 * 24 * 3600.0,
+            num_replicas=replicas,
+        ),
+        api.StreamConfig(
+            name=subjects.DLQ_STREAM,
+            subjects=[subjects.DLQ_SUBJECTS],
+            storage=api.StorageType.FILE,
+            max_age=30 * 24 * 3600.0,
+            num_replicas=replicas,
+        ),
+    ]
+    for config in streams:
+        try:
+            await js.add_stream(config)
+        except APIError:
+            await js.update_stream(config)
+    await js.create_key_value(bucket=subjects.IDS_BUCKET, history=1, replicas=replicas)
+
+
+async def connect(creds: Credentials, name: str, **options: Any) -> Client:
+    """Connect to NATS with a role's credentials; replies go to the role's own inbox prefix."""
+    return await nats.connect(
+        creds.url,
+        user=creds.user,
+        password=creds.password,
+        name=name,
+        inbox_prefix=subjects.inbox_prefix(creds.user),
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        **options,
+    )
+
+
+class Bus:
+    """The log and the work queues, for one authenticated actor."""
+
+    def __init__(self, nc: Client, actor: str) -> None:
+        self.nc = nc
+        self.js = nc.jetstream(timeout=10.0)
+        self.actor = actor
+
+    async def append(
+        self,
+        body: Event,
+        *,
+        msg_id: str | None = None,
+        expect_last_seq: int | None = None,
+        expect_subject: str | None = None,
+        occurred_at: float | None = None,
+        correlation_id: str | None = None,
+        causation_id: str | None = None,
+        traceparent: str | None = None,
+    ) -> Appended:
+        """Append one event; AppendConflict if ``expect_last_seq`` is stale for ``expect_subject``."""
+        env = envelope(
+            body,
+            actor=self.actor,
+            occurred_at=occurred_at,
+            correlation_id=correlation_id,
+            causation_id=causation_id,
+            traceparent=traceparent,
+        )
+        subject = subjects.event_subject(body)
+        headers = {"Nats-Msg-Id": msg_id or env.meta.event_id}
+        if traceparent:
+            headers["traceparent"] = traceparent
+        if expect_last_seq is not None:
+            headers["Nats-Expected-Last-Subject-Sequence"] = str(expect_last_seq)
+            if expect_subject is not None:
+                headers["Nats-Expected-Last-Subject-Sequence-Subject"] = expect_subject
+        try:
+            ack = await self.js.publish(subject, encode(env), headers=headers)
+        except APIError as exc:
+            if exc.err_code == _WRONG_LAST_SEQUENCE:
+                raise AppendConflict(expect_subject or subject, expect_last_seq or 0) from None
+            raise TransientError(f"append to {subject} failed: {exc}") from exc
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+            raise TransientError(f"append to {subject} failed: {exc!r}") from exc
+        return Appended(seq=ack.seq, duplicate=bool(ack.duplicate), envelope=env)
+
+    async def entry(self, seq: int) -> LogEntry:
+        """The log entry at ``seq`` (direct get)."""
+        raw = await self.js.get_msg(subjects.EVENTS_STREAM, seq=seq, direct=True)
+        return _entry(seq, raw.subject or "", raw.data or b"")
+
+    async def last_entry(self, subject: str) -> LogEntry | None:
+        """The last entry on ``subject``, or None if there is none."""
+        try:
+            raw = await self.js.get_last_msg(subjects.EVENTS_STREAM, subject, direct=True)
+        except NotFoundError:
+            return None
+        return _entry(raw.seq or 0, raw.subject or subject, raw.data or b"")
+
+    async def last_seq(self) -> int:
+        """Sequence of the newest entry of the log (0 if empty)."""
+        info = await self.js.stream_info(subjects.EVENTS_STREAM)
+        return int(info.state.last_seq)
+
+    async def read(
+        self, from_seq: int = 1, subject: str = subjects.EVENTS_SUBJECTS, follow: bool = False
+    ) -> AsyncIterator[LogEntry]:
+        """Entries in log order from ``from_seq``; stops when caught up unless ``follow``."""
+        end = await self.last_seq()
+        if not follow and end < from_seq:
+            return
+        sub = await self.js.subscribe(
+            subject,
+            ordered_consumer=True,
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+            config=api.ConsumerConfig(opt_start_seq=from_seq),
+            pending_msgs_limit=1_000_000,
+        )
+        try:
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=1.0 if follow else 5.0)
+                except nats.errors.TimeoutError:
+                    if follow:
+                        continue
+                    if await self.last_seq() <= end:
+                        return
+                    continue
+                meta = msg.metadata
+                yield _entry(meta.sequence.stream, msg.subject, msg.data, meta.num_pending)
+                if not follow and (meta.sequence.stream >= end or meta.num_pending == 0):
+                    return
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def publish_order(self, subject: str, data: bytes, msg_id: str) -> int:
+        """Put an order on a node's work subject; a republished order is deduplicated."""
+        try:
+            ack = await self.js.publish(subject, data, headers={"Nats-Msg-Id": msg_id})
+        except (APIError, nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+            raise TransientError(f"order to {subject} failed: {exc!r}") from exc
+        return int(ack.seq)
+
+    async def dead_letter(self, service: str, msg: Msg, reason: str) -> None:
+        """Keep a rejected asynchronous message with its reason, for an operator to inspect."""
+        headers = {"Corral-Reason": reason[:500], "Corral-Subject": msg.subject}
+        with contextlib.suppress(Exception):
+            await self.js.publish(subjects.dlq_subject(service), msg.data, headers=headers)
+
+    async def next_job_id(self) -> int:
+        """Allocate a job id: compare-and-set on a KV counter, so any gateway replica may do it."""
+        kv = await self.js.key_value(subjects.IDS_BUCKET)
+        for _ in range(100):
+            try:
+                current = await kv.get(subjects.JOB_ID_KEY)
+            except nats.js.errors.KeyNotFoundError:
+                try:
+                    await kv.create(subjects.JOB_ID_KEY, b"1")
+                    return 1
+                except (KeyWrongLastSequenceError, APIError):
+                    continue
+            value = int(current.value or b"0") + 1
+            try:
+                await kv.update(subjects.JOB_ID_KEY, str(value).encode(), last=current.revision)
+                return value
+            except (KeyWrongLastSequenceError, APIError):
+                await asyncio.sleep(0)
+        raise TransientError("could not allocate a job id: too much contention")
+
+    async def consume(
+        self,
+        stream: str,
+        durable: str,
+        subject: str,
+        handler: Callable[[list[Msg]], Awaitable[None]],
+        *,
+        service: str,
+        batch: int = 256,
+        stop: asyncio.Event | None = None,
+    ) -> None:
+        """Run a durable pull consumer until ``stop`` is set.
+
+        ``handler`` gets a batch of messages; it succeeds (all acked), raises TransientError (all
+        nak'ed with a delay) or InvalidInput (the batch is retried one by one so that only the bad
+        message is terminated and dead-lettered).
+        """
+        psub = await self.js.pull_subscribe(
+            subject,
+            durable=durable,
+            stream=stream,
+            config=api.ConsumerConfig(ack_wait=60.0, max_ack_pending=10_000),
+        )
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            try:
+                msgs = await psub.fetch(batch, timeout=1.0)
+            except nats.errors.TimeoutError:
+                continue
+            if msgs:
+                await self._handle(msgs, handler, service)
+
+    async def _handle(
+        self, msgs: list[Msg], handler: Callable[[list[Msg]], Awaitable[None]], service: str
+    ) -> None:
+        try:
+            await handler(msgs)
+        except TransientError:
+            for msg in msgs:
+                await msg.nak(delay=2.0)
+            return
+        except InvalidInput as exc:
+            if len(msgs) == 1:
+                await self.dead_letter(service, msgs[0], str(exc))
+                await msgs[0].term()
+                return
+            for msg in msgs:
+                await self._handle([msg], handler, service)
+            return
+        for msg in msgs:
+            await msg.ack()
+
+
+def entry_of(msg: Msg) -> LogEntry:
+    """The log entry a consumed event message carries."""
+    return _entry(msg.metadata.sequence.stream, msg.subject, msg.data)
+
+
+def _entry(seq: int, subject: str, data: bytes, pending: int = 0) -> LogEntry:
+    try:
+        env = decode_envelope(data)
+    except DecodeError as exc:
+        return LogEntry(seq=seq, subject=subject, envelope=None, error=str(exc), pending=pending)
+    expected = subjects.event_subject(env.body)
+    if subject and subject.startswith("corral.evt.") and expected != subject:
+        # A writer may only publish where its permissions allow: the subject is the authenticated
+        # part, so a body that claims another job or node than its subject is rejected.
+        return LogEntry(
+            seq=seq, subject=subject, envelope=None, error=f"body belongs on {expected}", pending=pending
+        )
+    return LogEntry(seq=seq, subject=subject, envelope=env, pending=pending)

@@ -1,0 +1,244 @@
+"""Cluster configuration from one TOML file: nodes, partitions and service timing.
+
+Example (``docs/configuration.md`` documents every key)::
+
+    [cluster]
+    name = "local"
+    heartbeat_interval = "2"        # seconds (Slurm time formats: M, M:S, H:M:S, D-H ...)
+    node_timeout = "0:10"           # SlurmdTimeout: heartbeats missing this long -> NodeDown
+    kill_wait = "0:05"              # KillWait: SIGTERM -> SIGKILL
+
+    [[nodes]]
+    names = "gpu[01-04]"            # a Slurm hostlist
+    cpus = 32
+    memory = "256G"
+    gpus = 8
+    gpu_type = "h100"
+    features = ["nvlink"]
+
+    [[partitions]]
+    name = "gpu"
+    nodes = "gpu[01-04]"
+    default = true
+    max_time = "1-00:00:00"
+    default_time = "1:00:00"
+
+Errors are ``ConfigError`` naming the key and the fix; nothing is half-loaded.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from corral.libs.slurm import hostlist
+from corral.libs.slurm.errors import FormatError
+from corral.libs.slurm.memory import parse_memory
+from corral.libs.slurm.timefmt import parse_time_limit
+from corral.schemas.subjects import valid_token
+
+
+class ConfigError(ValueError):
+    """The cluster configuration is invalid; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """One node's configured inventory."""
+
+    name: str  # node name (a subject token; must resolve on the cluster's machines)
+    cpus: int  # CPUs
+    mem_mb: int  # memory in MiB
+    gpus: int  # GPUs
+    gpu_type: str | None  # GPU model
+    features: tuple[str, ...]  # features for --constraint
+
+
+@dataclass(frozen=True)
+class PartitionConfig:
+    """One partition."""
+
+    name: str  # name
+    nodes: tuple[str, ...]  # node names
+    default: bool  # the default partition
+    max_time_s: int | None  # MaxTime (None = UNLIMITED)
+    default_time_s: int | None  # DefaultTime (None = MaxTime)
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """The whole cluster configuration."""
+
+    name: str  # cluster name (SLURM_CLUSTER_NAME)
+    nodes: tuple[NodeConfig, ...]  # every node, in config order
+    partitions: tuple[PartitionConfig, ...]  # every partition, in config order
+    heartbeat_interval_s: float = 2.0  # agent heartbeat period
+    node_timeout_s: float = 10.0  # SlurmdTimeout
+    kill_wait_s: float = 5.0  # KillWait
+    source: str = field(default="", compare=False)  # where it was read from
+
+    def node(self, name: str) -> NodeConfig:
+        """The node called ``name``; KeyError if not configured."""
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def partitions_of(self, node: str) -> list[str]:
+        """Names of the partitions a node belongs to."""
+        return [p.name for p in self.partitions if node in p.nodes]
+
+    @property
+    def default_partition(self) -> PartitionConfig:
+        """The default partition (the first one if none is marked default)."""
+        for part in self.partitions:
+            if part.default:
+                return part
+        return self.partitions[0]
+
+    def partition(self, name: str) -> PartitionConfig | None:
+        """The partition called ``name``, or None."""
+        for part in self.partitions:
+            if part.name == name:
+                return part
+        return None
+
+
+def _require(table: dict[str, Any], key: str, where: str, kind: type) -> Any:
+    if key not in table:
+        raise ConfigError(f"{where}: missing key {key!r}")
+    value = table[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise ConfigError(f"{where}.{key}: expected {kind.__name__}, got {value!r}")
+    return value
+
+
+def _seconds(value: Any, where: str) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if value <= 0:
+            raise ConfigError(f"{where}: must be positive, got {value!r}")
+        return float(value)
+    try:
+        parsed = parse_time_limit(str(value), field=where)
+    except FormatError as exc:
+        raise ConfigError(str(exc)) from None
+    if parsed is None or parsed <= 0:
+        raise ConfigError(f"{where}: must be a positive duration, got {value!r}")
+    return float(parsed)
+
+
+def _limit(value: Any, where: str) -> int | None:
+    try:
+        return parse_time_limit(str(value), field=where)
+    except FormatError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _nodes(raw: Any) -> list[NodeConfig]:
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError("nodes: at least one [[nodes]] table is required")
+    out: list[NodeConfig] = []
+    for i, table in enumerate(raw):
+        where = f"nodes[{i}]"
+        names = _require(table, "names", where, str)
+        try:
+            expanded = hostlist.expand(names)
+        except FormatError as exc:
+            raise ConfigError(f"{where}.names: {exc}") from None
+        cpus = _require(table, "cpus", where, int)
+        gpus = table.get("gpus", 0)
+        if not isinstance(gpus, int) or gpus < 0 or cpus < 1:
+            raise ConfigError(f"{where}: cpus must be >= 1 and gpus >= 0")
+        try:
+            mem_mb = parse_memory(str(table.get("memory", "1G")), field=f"{where}.memory")
+        except FormatError as exc:
+            raise ConfigError(str(exc)) from None
+        gpu_type = table.get("gpu_type")
+        features = tuple(str(f) for f in table.get("features", []))
+        for name in expanded:
+            if not valid_token(name):
+                raise ConfigError(f"{where}.names: {name!r} is not a valid node name (letters, digits, - _)")
+            out.append(NodeConfig(name, cpus, mem_mb, gpus, gpu_type, features))
+    seen: set[str] = set()
+    for node in out:
+        if node.name in seen:
+            raise ConfigError(f"nodes: {node.name!r} is configured twice")
+        seen.add(node.name)
+    return out
+
+
+def _partitions(raw: Any, nodes: list[NodeConfig]) -> list[PartitionConfig]:
+    known = {n.name for n in nodes}
+    if raw is None:
+        return [PartitionConfig("batch", tuple(n.name for n in nodes), True, None, None)]
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError("partitions: expected a list of [[partitions]] tables")
+    out: list[PartitionConfig] = []
+    for i, table in enumerate(raw):
+        where = f"partitions[{i}]"
+        name = _require(table, "name", where, str)
+        if not valid_token(name):
+            raise ConfigError(f"{where}.name: {name!r} is not a valid partition name")
+        spec = table.get("nodes", "ALL")
+        try:
+            members = sorted(known) if spec == "ALL" else hostlist.expand(str(spec))
+        except FormatError as exc:
+            raise ConfigError(f"{where}.nodes: {exc}") from None
+        unknown = [m for m in members if m not in known]
+        if unknown:
+            raise ConfigError(f"{where}.nodes: {', '.join(unknown)} not in any [[nodes]] table")
+        max_time = _limit(table.get("max_time", "UNLIMITED"), f"{where}.max_time")
+        default_time = (
+            _limit(table["default_time"], f"{where}.default_time") if "default_time" in table else None
+        )
+        out.append(
+            PartitionConfig(name, tuple(members), bool(table.get("default", False)), max_time, default_time)
+        )
+    if sum(p.default for p in out) > 1:
+        raise ConfigError("partitions: more than one partition has default = true; keep one")
+    return out
+
+
+def parse_config(text: str, source: str = "<string>") -> ClusterConfig:
+    """Parse and validate a cluster configuration."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    cluster = doc.get("cluster", {})
+    name = cluster.get("name", "corral")
+    if not isinstance(name, str) or not valid_token(name):
+        raise ConfigError(f"cluster.name: {name!r} is not a valid name (letters, digits, - _)")
+    nodes = _nodes(doc.get("nodes"))
+    return ClusterConfig(
+        name=name,
+        nodes=tuple(nodes),
+        partitions=tuple(_partitions(doc.get("partitions"), nodes)),
+        heartbeat_interval_s=_seconds(cluster.get("heartbeat_interval", 2), "cluster.heartbeat_interval"),
+        node_timeout_s=_seconds(cluster.get("node_timeout", 10), "cluster.node_timeout"),
+        kill_wait_s=_seconds(cluster.get("kill_wait", 5), "cluster.kill_wait"),
+        source=source,
+    )
+
+
+def load_config(path: Path) -> ClusterConfig:
+    """Read and validate the cluster configuration file."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read cluster config {path}: {exc.strerror}") from None
+    return parse_config(text, source=str(path))
+
+
+def local_config_text(name: str, nodes: list[str], gpus_per_node: int, cpus: int, mem_mb: int) -> str:
+    """The configuration ``corral up`` writes for a local cluster of simulated GPU nodes."""
+    names = hostlist.compress(nodes)
+    return (
+        f'[cluster]\nname = "{name}"\nheartbeat_interval = 1\nnode_timeout = 6\nkill_wait = 3\n\n'
+        f'[[nodes]]\nnames = "{names}"\ncpus = {cpus}\nmemory = "{mem_mb}M"\n'
+        f'gpus = {gpus_per_node}\ngpu_type = "sim"\n\n'
+        f'[[partitions]]\nname = "gpu"\nnodes = "{names}"\ndefault = true\n'
+        f'max_time = "UNLIMITED"\n'
+    )

@@ -1,0 +1,107 @@
+"""Placement: which nodes, CPUs, memory and exact GPU indices a job gets, on a working copy of usage.
+
+Pure and deterministic. ``Usage`` is the free capacity the planner still has in this cycle; a job
+is placed on whole nodes of its partition that are up and have enough free GPUs (of the requested
+type), CPUs and memory, preferring the nodes with the fewest free GPUs that still fit (best fit,
+to keep whole nodes free for large jobs), ties broken by name. GPU indices are the lowest free
+ones, so no index is ever given to two runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.libs.core.state import Job, Node
+from corral.schemas.events import NodeAllocation
+
+
+@dataclass
+class Free:
+    """Free capacity of one node during a planning cycle."""
+
+    name: str  # node name
+    gpus: list[int]  # free GPU indices, ascending
+    cpus: int  # free CPUs
+    mem_mb: int  # free memory MiB
+    total_mem_mb: int  # the node's memory (for --mem=0, "all of it")
+    gpu_type: str | None  # GPU model
+    partitions: tuple[str, ...]  # partitions
+
+
+def free_capacity(nodes: dict[str, Node]) -> dict[str, Free]:
+    """Free capacity of every node that is up."""
+    out: dict[str, Free] = {}
+    for name in sorted(nodes):
+        node = nodes[name]
+        if not node.up:
+            continue
+        used = set(node.used_gpus)
+        out[name] = Free(
+            name=name,
+            gpus=[g for g in range(node.gpus) if g not in used],
+            cpus=node.cpus - node.alloc_cpus,
+            mem_mb=node.mem_mb - node.alloc_mem_mb,
+            total_mem_mb=node.mem_mb,
+            gpu_type=node.gpu_type,
+            partitions=tuple(node.partitions),
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one node of a job needs."""
+
+    nodes: int  # number of nodes
+    gpus: int  # GPUs per node
+    gpu_type: str | None  # required GPU model (None: any)
+    cpus: int  # CPUs per node
+    mem_mb: int | None  # memory per node (None: not reserved, 0: the whole node)
+
+
+def request_of(job: Job) -> Request:
+    """Per-node needs of a job from its spec."""
+    spec = job.spec
+    nodes = max(spec.nodes, 1)
+    tasks_per_node = spec.ntasks_per_node or -(-max(spec.ntasks, 1) // nodes)
+    return Request(
+        nodes=nodes,
+        gpus=spec.gpus_per_node,
+        gpu_type=spec.gpu_type,
+        cpus=tasks_per_node * max(spec.cpus_per_task, 1),
+        mem_mb=spec.mem_per_node_mb,
+    )
+
+
+def _node_fits(free: Free, req: Request) -> bool:
+    if req.gpu_type is not None and req.gpus > 0 and free.gpu_type != req.gpu_type:
+        return False
+    mem = free.total_mem_mb if req.mem_mb == 0 else (req.mem_mb or 0)
+    if req.mem_mb == 0 and free.mem_mb != free.total_mem_mb:
+        return False
+    return len(free.gpus) >= req.gpus and free.cpus >= req.cpus and free.mem_mb >= mem
+
+
+def could_ever_fit(nodes: list[Free], req: Request) -> bool:
+    """Whether the request fits these nodes when they are completely idle."""
+    return sum(1 for n in nodes if _node_fits(n, req)) >= req.nodes
+
+
+def place(free: dict[str, Free], partition: str, req: Request) -> list[NodeAllocation] | None:
+    """Choose nodes for ``req`` in ``partition`` and take their capacity from ``free``.
+
+    Returns the allocation (first node runs the batch script), or None if it does not fit now.
+    """
+    candidates = [f for f in free.values() if partition in f.partitions and _node_fits(f, req)]
+    if len(candidates) < req.nodes:
+        return None
+    candidates.sort(key=lambda f: (len(f.gpus), f.cpus, f.name))
+    chosen = sorted(candidates[: req.nodes], key=lambda f: f.name)
+    out = []
+    for f in chosen:
+        mem = f.total_mem_mb if req.mem_mb == 0 else (req.mem_mb or 0)
+        gpus, f.gpus = f.gpus[: req.gpus], f.gpus[req.gpus :]
+        f.cpus -= req.cpus
+        f.mem_mb -= mem
+        out.append(NodeAllocation(node=f.name, gpus=gpus, cpus=req.cpus, mem_mb=mem))
+    return out

@@ -1,0 +1,194 @@
+"""The scheduling cycle: ``plan(state, now, policy) -> Plan`` and ``orders(state, ...)``.
+
+Pure: the shell publishes the returned decisions and only then considers them applied, when they
+come back through the log and ``state.apply`` folds them. One cycle:
+
+1. conclude runs whose batch script exited (COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, CANCELLED);
+2. conclude runs that lost a node (requeue if the job allows it, NODE_FAIL otherwise);
+3. cancel pending jobs whose cancel was requested;
+4. place pending jobs in FIFO order (submit time, then id) per partition: the first job of a
+   partition that does not fit blocks the ones behind it (reason ``Resources`` for it,
+   ``Priority`` for them), so small jobs cannot starve a large one.
+
+``orders`` derives the per-node work the state still needs (launch the batch script of a new run,
+kill a cancelled run or an orphan); the shell republishes it after a restart with deterministic
+message ids, and agents keep a record so that a repeated order is a no-op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from corral.libs.core.placement import free_capacity, place, request_of
+from corral.libs.core.state import Job, State
+from corral.schemas import api
+from corral.schemas import events as ev
+
+
+@dataclass(frozen=True)
+class PartitionPolicy:
+    """What the planner needs to know of a partition."""
+
+    name: str  # name
+    default: bool  # the default partition
+    max_time_s: int | None  # MaxTime
+    default_time_s: int | None  # DefaultTime (None: MaxTime)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Scheduling policy and cluster facts that are configuration, not log."""
+
+    partitions: tuple[PartitionPolicy, ...]  # in config order
+    cluster: str = "corral"  # cluster name
+
+    @property
+    def default_partition(self) -> str:
+        """Name of the default partition."""
+        for part in self.partitions:
+            if part.default:
+                return part.name
+        return self.partitions[0].name if self.partitions else "batch"
+
+    def partition_of(self, job: Job) -> str:
+        """The partition a job runs in."""
+        return job.spec.partition or self.default_partition
+
+    def time_limit(self, job: Job) -> int | None:
+        """Effective time limit of a job's next run."""
+        if job.spec.time_limit_s is not None:
+            return job.spec.time_limit_s
+        for part in self.partitions:
+            if part.name == self.partition_of(job):
+                return part.default_time_s if part.default_time_s is not None else part.max_time_s
+        return None
+
+
+@dataclass
+class Plan:
+    """A cycle's output: decisions to append, and facts for squeue."""
+
+    decisions: list[ev.Event] = field(default_factory=list)  # in the order to append them
+    reasons: dict[int, str] = field(default_factory=dict)  # pending reason by job id
+
+
+def pending_order(job: Job) -> tuple[float, int]:
+    """FIFO queue order: submit time, then id."""
+    return (job.submit_time, job.job_id)
+
+
+def _conclude_exit(job: Job) -> ev.Event:
+    run = job.run_exit
+    assert run is not None
+    attempt = job.restart_count
+    if job.cancel_by is not None:
+        return ev.JobCancelled(job_id=job.job_id, attempt=attempt, by=job.cancel_by, signal=run.signal or 15)
+    if run.killed:
+        # Killed by its agent without a cancel (the agent restarted and lost it): like a node failure.
+        if job.spec.requeue:
+            return ev.JobRequeued(job_id=job.job_id, attempt=attempt, reason="NodeFail")
+        return ev.JobFailed(job_id=job.job_id, attempt=attempt, reason="NodeFail", signal=run.signal)
+    if run.launch_error is not None:
+        return ev.JobFailed(
+            job_id=job.job_id, attempt=attempt, reason="LaunchFailed", exit_code=1, message=run.launch_error
+        )
+    if run.timed_out:
+        return ev.JobFailed(job_id=job.job_id, attempt=attempt, reason="TimeLimit", signal=run.signal)
+    if run.oom:
+        return ev.JobFailed(job_id=job.job_id, attempt=attempt, reason="OutOfMemory", signal=run.signal)
+    if run.signal:
+        return ev.JobFailed(job_id=job.job_id, attempt=attempt, reason="RaisedSignal", signal=run.signal)
+    if run.exit_code:
+        return ev.JobFailed(
+            job_id=job.job_id, attempt=attempt, reason="NonZeroExitCode", exit_code=run.exit_code
+        )
+    return ev.JobCompleted(job_id=job.job_id, attempt=attempt)
+
+
+def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
+    """Decide what happens next. Deterministic in (state, now, policy, epoch)."""
+    out = Plan()
+    pending: list[Job] = []
+    for job in state.jobs.values():
+        if job.state == "RUNNING":
+            if job.run_exit is not None:
+                out.decisions.append(_conclude_exit(job))
+            elif any(not state.nodes[a.node].up for a in job.allocations if a.node in state.nodes):
+                if job.spec.requeue and job.cancel_by is None:
+                    out.decisions.append(
+                        ev.JobRequeued(job_id=job.job_id, attempt=job.restart_count, reason="NodeFail")
+                    )
+                else:
+                    out.decisions.append(
+                        ev.JobFailed(job_id=job.job_id, attempt=job.restart_count, reason="NodeFail")
+                    )
+        elif job.state == "PENDING":
+            if job.cancel_by is not None:
+                out.decisions.append(
+                    ev.JobCancelled(job_id=job.job_id, attempt=-1, by=job.cancel_by, signal=0)
+                )
+            else:
+                pending.append(job)
+    _place_fifo(state, policy, pending, out, epoch)
+    return out
+
+
+def _place_fifo(state: State, policy: Policy, pending: list[Job], out: Plan, epoch: int) -> None:
+    free = free_capacity(state.nodes)
+    blocked: set[str] = set()
+    for job in sorted(pending, key=pending_order):
+        partition = policy.partition_of(job)
+        if partition in blocked:
+            out.reasons[job.job_id] = "Priority"
+            continue
+        allocation = place(free, partition, request_of(job))
+        if allocation is None:
+            blocked.add(partition)
+            out.reasons[job.job_id] = "Resources"
+            continue
+        out.decisions.append(
+            ev.JobAllocated(
+                job_id=job.job_id,
+                attempt=job.restart_count,
+                partition=partition,
+                allocations=allocation,
+                time_limit_s=policy.time_limit(job),
+                epoch=epoch,
+            )
+        )
+
+
+def orders(state: State, policy: Policy) -> list[api.Order]:
+    """Per-node work the state still needs, in a deterministic order."""
+    out: list[api.Order] = []
+    for job in state.jobs.values():
+        if job.state != "RUNNING" or not job.allocations or job.run_exit is not None:
+            continue
+        batch = job.allocations[0].node
+        if not job.run_started:
+            out.append(launch_order(job, policy))
+        if job.cancel_by is not None:
+            out.append(
+                api.KillOrder(job_id=job.job_id, attempt=job.restart_count, node=batch, reason="cancel")
+            )
+    for orphan in state.orphans:
+        out.append(
+            api.KillOrder(job_id=orphan.job_id, attempt=orphan.attempt, node=orphan.node, reason="requeue")
+        )
+    return out
+
+
+def launch_order(job: Job, policy: Policy) -> api.LaunchOrder:
+    """The order that starts the batch script of a job's current run on its first node."""
+    return api.LaunchOrder(
+        job_id=job.job_id,
+        attempt=job.restart_count,
+        node=job.allocations[0].node,
+        user=job.user,
+        account=job.spec.account or job.user,
+        partition=job.partition,
+        spec=job.spec,
+        allocations=job.allocations,
+        time_limit_s=job.time_limit_s,
+        cluster=policy.cluster,
+    )

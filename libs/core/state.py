@@ -1,0 +1,328 @@
+"""The scheduler's state and the fold of the log into it.
+
+``apply(state, seq, envelope)`` is deterministic: no IO, no clock (times come from the events),
+no randomness, so replaying the log rebuilds exactly the live state (``encode_state`` gives the
+bytes to compare). The fold is also the guard of the invariants: a decision that would give a
+GPU index to two runs, or that names a stale attempt or a stale leader epoch, changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from corral.schemas import events as ev
+
+
+class RunExit(msgspec.Struct, kw_only=True):
+    """How the batch script of the current run ended, as its node reported it."""
+
+    exit_code: int  # exit status
+    signal: int  # terminating signal
+    oom: bool  # OOM-killed
+    timed_out: bool  # killed at the time limit
+    launch_error: str | None  # could not start
+    killed: bool = False  # the agent killed it without being asked to (e.g. it lost track of it)
+
+
+class Job(msgspec.Struct, kw_only=True):
+    """One job as the scheduler knows it."""
+
+    job_id: int  # id
+    user: str  # owner
+    spec: ev.JobSpec  # as submitted
+    submit_time: float  # when it was submitted (from the event)
+    state: str = "PENDING"  # PENDING | RUNNING | a terminal state
+    restart_count: int = 0  # runs before the current one = number of the next/current attempt
+    partition: str = ""  # partition of the current/last run ("" while never run)
+    allocations: list[ev.NodeAllocation] = []  # current run's allocation
+    time_limit_s: int | None = None  # current run's limit
+    start_time: float | None = None  # current run's start
+    end_time: float | None = None  # when the job ended
+    run_started: bool = False  # the batch node reported RunStarted for the current run
+    run_exit: RunExit | None = None  # the batch node reported RunExited for the current run
+    cancel_by: str | None = None  # a cancel was requested by this user
+    exit_code: int = 0  # final batch exit code
+    signal: int = 0  # final terminating signal
+    end_reason: str = ""  # EndReason of a failed job, "" otherwise
+    last_seq: int = 0  # stream sequence of this job's newest event (optimistic concurrency)
+
+
+class Node(msgspec.Struct, kw_only=True):
+    """One node: inventory from registration, availability from health, usage from the runs."""
+
+    name: str  # node name
+    cpus: int  # CPUs
+    mem_mb: int  # memory MiB
+    gpus: int  # GPUs
+    gpu_type: str | None  # GPU model
+    partitions: list[str]  # partitions
+    features: list[str]  # features
+    up: bool = True  # responding
+    reason: str = ""  # why down
+    used_gpus: list[int] = []  # GPU indices held by running jobs, sorted
+    alloc_cpus: int = 0  # CPUs held by running jobs
+    alloc_mem_mb: int = 0  # memory held by running jobs
+    jobs: list[int] = []  # running jobs on the node, in allocation order
+
+
+class Orphan(msgspec.Struct, frozen=True, kw_only=True):
+    """A run the scheduler has concluded while its script may still be running on a node."""
+
+    job_id: int  # job
+    attempt: int  # the old run
+    node: str  # where it may be running
+
+
+class State(msgspec.Struct, kw_only=True):
+    """Everything the scheduler decides from."""
+
+    jobs: dict[int, Job] = {}  # every job ever submitted, by id
+    nodes: dict[str, Node] = {}  # every registered node, by name
+    orphans: list[Orphan] = []  # concluded runs still to be killed
+    epoch: int = 0  # highest leader epoch seen in a decision
+    last_seq: int = 0  # stream sequence of the last applied entry
+    now: float = 0.0  # occurred_at of the last applied entry (the log's clock)
+
+
+_state_encoder = msgspec.json.Encoder(order="deterministic")
+
+
+def encode_state(state: State) -> bytes:
+    """Canonical bytes of a state: equal states encode identically."""
+    return _state_encoder.encode(state)
+
+
+def decode_state(data: bytes) -> State:
+    """Inverse of encode_state (for snapshots)."""
+    return msgspec.json.decode(data, type=State)
+
+
+def fold(entries: list[tuple[int, ev.Envelope]], state: State | None = None) -> State:
+    """Apply entries (sequence, envelope) in order to ``state`` (a new one if None)."""
+    state = state if state is not None else State()
+    for seq, env in entries:
+        apply(state, seq, env)
+    return state
+
+
+def apply(state: State, seq: int, env: ev.Envelope) -> None:
+    """Apply one log entry; entries at or below ``state.last_seq`` were applied already."""
+    if seq <= state.last_seq:
+        return
+    state.last_seq = seq
+    state.now = max(state.now, env.meta.occurred_at)
+    body = env.body
+    handler = _HANDLERS.get(type(body))
+    if handler is not None:
+        handler(state, seq, env.meta.occurred_at, body)
+
+
+def _job_for(state: State, seq: int, job_id: int) -> Job | None:
+    job = state.jobs.get(job_id)
+    if job is not None:
+        job.last_seq = seq
+    return job
+
+
+def _submitted(state: State, seq: int, at: float, body: ev.JobSubmitted) -> None:
+    if body.job_id not in state.jobs:
+        state.jobs[body.job_id] = Job(
+            job_id=body.job_id, user=body.user, spec=body.spec, submit_time=at, last_seq=seq
+        )
+
+
+def _cancel_requested(state: State, seq: int, at: float, body: ev.JobCancelRequested) -> None:
+    job = _job_for(state, seq, body.job_id)
+    if job is not None and job.state in ("PENDING", "RUNNING") and job.cancel_by is None:
+        job.cancel_by = body.user
+
+
+def _fits(node: Node, alloc: ev.NodeAllocation) -> bool:
+    if not node.up or any(g in node.used_gpus or not 0 <= g < node.gpus for g in alloc.gpus):
+        return False
+    return node.alloc_cpus + alloc.cpus <= node.cpus and node.alloc_mem_mb + alloc.mem_mb <= node.mem_mb
+
+
+def _allocated(state: State, seq: int, at: float, body: ev.JobAllocated) -> None:
+    job = _job_for(state, seq, body.job_id)
+    if body.epoch < state.epoch or job is None:
+        return
+    state.epoch = body.epoch
+    if job.state != "PENDING" or body.attempt != job.restart_count or job.cancel_by is not None:
+        return
+    nodes = [state.nodes.get(a.node) for a in body.allocations]
+    if not body.allocations or any(
+        n is None or not _fits(n, a) for n, a in zip(nodes, body.allocations, strict=True)
+    ):
+        return
+    for node, alloc in zip(nodes, body.allocations, strict=True):
+        assert node is not None
+        node.used_gpus = sorted(node.used_gpus + list(alloc.gpus))
+        node.alloc_cpus += alloc.cpus
+        node.alloc_mem_mb += alloc.mem_mb
+        node.jobs.append(job.job_id)
+    job.state = "RUNNING"
+    job.partition = body.partition
+    job.allocations = list(body.allocations)
+    job.time_limit_s = body.time_limit_s
+    job.start_time = at
+    job.end_time = None
+    job.run_started = False
+    job.run_exit = None
+
+
+def _current_run(job: Job | None, attempt: int, node: str) -> bool:
+    return (
+        job is not None
+        and job.state == "RUNNING"
+        and attempt == job.restart_count
+        and bool(job.allocations)
+        and job.allocations[0].node == node
+    )
+
+
+def _run_started(state: State, seq: int, at: float, body: ev.RunStarted) -> None:
+    job = _job_for(state, seq, body.job_id)
+    if _current_run(job, body.attempt, body.node):
+        assert job is not None
+        job.run_started = True
+
+
+def _run_exited(state: State, seq: int, at: float, body: ev.RunExited) -> None:
+    state.orphans = [
+        o for o in state.orphans if (o.job_id, o.attempt, o.node) != (body.job_id, body.attempt, body.node)
+    ]
+    job = _job_for(state, seq, body.job_id)
+    if _current_run(job, body.attempt, body.node) and job is not None and job.run_exit is None:
+        job.run_exit = RunExit(
+            exit_code=body.exit_code,
+            signal=body.signal,
+            oom=body.oom,
+            timed_out=body.timed_out,
+            launch_error=body.launch_error,
+            killed=body.killed,
+        )
+
+
+def _release(state: State, job: Job) -> None:
+    for alloc in job.allocations:
+        node = state.nodes.get(alloc.node)
+        if node is None:
+            continue
+        held = set(alloc.gpus)
+        node.used_gpus = [g for g in node.used_gpus if g not in held]
+        node.alloc_cpus -= alloc.cpus
+        node.alloc_mem_mb -= alloc.mem_mb
+        node.jobs = [j for j in node.jobs if j != job.job_id]
+    # The batch script may still run if nobody saw it exit and its node is alive: it must be killed.
+    if job.allocations and job.run_exit is None:
+        batch = state.nodes.get(job.allocations[0].node)
+        if batch is not None and batch.up:
+            state.orphans.append(Orphan(job_id=job.job_id, attempt=job.restart_count, node=batch.name))
+
+
+def _decision_job(state: State, seq: int, job_id: int, attempt: int) -> Job | None:
+    """The job a conclusion is about, if it still applies to the job's current attempt."""
+    job = _job_for(state, seq, job_id)
+    if job is None or job.state not in ("PENDING", "RUNNING"):
+        return None
+    if job.state == "RUNNING" and attempt != job.restart_count:
+        return None
+    if job.state == "PENDING" and attempt != -1:
+        return None
+    return job
+
+
+def _end(state: State, job: Job, at: float, final: str) -> None:
+    if job.state == "RUNNING":
+        _release(state, job)
+    job.state = final
+    job.end_time = at
+
+
+def _completed(state: State, seq: int, at: float, body: ev.JobCompleted) -> None:
+    job = _decision_job(state, seq, body.job_id, body.attempt)
+    if job is not None:
+        _end(state, job, at, "COMPLETED")
+
+
+_FAILED_STATE = {"NodeFail": "NODE_FAIL", "OutOfMemory": "OUT_OF_MEMORY", "TimeLimit": "TIMEOUT"}
+
+
+def _failed(state: State, seq: int, at: float, body: ev.JobFailed) -> None:
+    job = _decision_job(state, seq, body.job_id, body.attempt)
+    if job is not None:
+        job.exit_code, job.signal, job.end_reason = body.exit_code, body.signal, body.reason
+        _end(state, job, at, _FAILED_STATE.get(body.reason, "FAILED"))
+
+
+def _cancelled(state: State, seq: int, at: float, body: ev.JobCancelled) -> None:
+    job = _decision_job(state, seq, body.job_id, body.attempt)
+    if job is not None:
+        job.cancel_by = body.by
+        job.exit_code, job.signal = 0, body.signal
+        _end(state, job, at, "CANCELLED")
+
+
+def _requeued(state: State, seq: int, at: float, body: ev.JobRequeued) -> None:
+    job = _decision_job(state, seq, body.job_id, body.attempt)
+    if job is None or job.state != "RUNNING":
+        return
+    _release(state, job)
+    job.state = "PENDING"
+    job.restart_count += 1
+    job.allocations = []
+    job.start_time = None
+    job.run_started = False
+    job.run_exit = None
+
+
+def _node_registered(state: State, seq: int, at: float, body: ev.NodeRegistered) -> None:
+    node = state.nodes.get(body.node)
+    if node is None:
+        state.nodes[body.node] = Node(
+            name=body.node,
+            cpus=body.cpus,
+            mem_mb=body.mem_mb,
+            gpus=body.gpus,
+            gpu_type=body.gpu_type,
+            partitions=list(body.partitions),
+            features=list(body.features),
+        )
+        return
+    node.cpus, node.mem_mb, node.gpus, node.gpu_type = body.cpus, body.mem_mb, body.gpus, body.gpu_type
+    node.partitions, node.features = list(body.partitions), list(body.features)
+    node.up, node.reason = True, ""
+
+
+def _node_down(state: State, seq: int, at: float, body: ev.NodeDown) -> None:
+    node = state.nodes.get(body.node)
+    if node is not None:
+        node.up, node.reason = False, body.reason
+        # Its runs are gone with it: nothing on it is left to kill.
+        state.orphans = [o for o in state.orphans if o.node != body.node]
+
+
+def _node_up(state: State, seq: int, at: float, body: ev.NodeUp) -> None:
+    node = state.nodes.get(body.node)
+    if node is not None:
+        node.up, node.reason = True, ""
+
+
+_HANDLERS: dict[type, Callable[[State, int, float, Any], None]] = {
+    ev.JobSubmitted: _submitted,
+    ev.JobCancelRequested: _cancel_requested,
+    ev.JobAllocated: _allocated,
+    ev.RunStarted: _run_started,
+    ev.RunExited: _run_exited,
+    ev.JobCompleted: _completed,
+    ev.JobFailed: _failed,
+    ev.JobCancelled: _cancelled,
+    ev.JobRequeued: _requeued,
+    ev.NodeRegistered: _node_registered,
+    ev.NodeDown: _node_down,
+    ev.NodeUp: _node_up,
+}

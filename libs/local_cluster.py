@@ -1,0 +1,278 @@
+"""A whole local cluster of real processes: NATS, PostgreSQL, every service and N agents.
+
+``corral up`` runs one in the foreground; the end-to-end tests and ``corral demo`` start one too.
+Everything lives in one state directory, so starting again on the same directory keeps every job:
+
+    <state>/cluster.toml           the cluster configuration (written on first start)
+    <state>/credentials/<user>.json  the local user's credentials (0600), found by the commands
+    <state>/credentials/roles/      one credentials file per service role and agent (0600)
+    <state>/nats/  <state>/postgres/  the servers' data
+    <state>/agents/<node>/          each agent's run records and job scripts
+    <state>/logs/<service>.log      each process's JSON log
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from corral.libs import roles
+from corral.libs.bus import connect, declare
+from corral.libs.config import ClusterConfig, load_config, local_config_text
+from corral.libs.credentials import Credentials, new_password, read_credentials, write_credentials
+from corral.libs.infra import NatsServer, NatsUser, PostgresServer
+
+HOSTS_MARK = "# corral local cluster"
+
+
+@dataclass
+class Process:
+    """One service process of the cluster."""
+
+    name: str  # service name (agent-<node> for agents)
+    argv: list[str]  # command line
+    proc: subprocess.Popen[bytes] | None = None  # the running process
+
+
+@dataclass
+class LocalCluster:
+    """A local cluster in ``state_dir``."""
+
+    state_dir: Path  # everything lives here
+    user: str  # the Unix user who may use it
+    nodes: int = 2  # agents (simulated GPU nodes) on first start
+    gpus_per_node: int = 4  # GPUs per node on first start
+    node_prefix: str = "node"  # node names: <prefix>1 .. <prefix>N
+    config: ClusterConfig | None = None  # loaded configuration
+    nats: NatsServer | None = None  # the NATS server
+    postgres: PostgresServer | None = None  # the PostgreSQL server
+    processes: list[Process] = field(default_factory=list)  # services and agents
+
+    @property
+    def config_path(self) -> Path:
+        """The cluster TOML."""
+        return self.state_dir / "cluster.toml"
+
+    @property
+    def user_credentials(self) -> Path:
+        """The local user's credentials file (what the commands look for)."""
+        return self.state_dir / "credentials" / f"{self.user}.json"
+
+    def role_credentials(self, role: str) -> Path:
+        """A role's credentials file."""
+        return self.state_dir / "credentials" / "roles" / f"{role}.json"
+
+    # configuration --------------------------------------------------------------------------------
+    def prepare(self, reconfigure: bool = False) -> ClusterConfig:
+        """Write the configuration on first start (or when asked) and load it."""
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if reconfigure or not self.config_path.exists():
+            names = [f"{self.node_prefix}{i}" for i in range(1, self.nodes + 1)]
+            cpus = max(os.cpu_count() or 2, 2) * 4
+            self.config_path.write_text(
+                local_config_text("local", names, self.gpus_per_node, cpus, 64 * 1024)
+            )
+        self.config = load_config(self.config_path)
+        return self.config
+
+    def _password(self, role: str, path: Path) -> str:
+        if path.exists():
+            return read_credentials(path).password
+        return new_password()
+
+    def _users(self) -> list[NatsUser]:
+        assert self.config is not None
+        users = []
+        for role in roles.SERVICE_ROLES:
+            users.append(roles.service_user(role, self._password(role, self.role_credentials(role))))
+        for node in self.config.nodes:
+            role = roles.agent_role(node.name)
+            users.append(roles.agent_user(node.name, self._password(role, self.role_credentials(role))))
+        users.append(roles.user_user(self.user, self._password(self.user, self.user_credentials)))
+        return users
+
+    def _write_credentials(self, users: list[NatsUser], url: str) -> None:
+        for user in users:
+            path = self.user_credentials if user.user == self.user else self.role_credentials(user.user)
+            write_credentials(path, Credentials(url=url, user=user.user, password=user.password))
+
+    # start / stop --------------------------------------------------------------------------------
+    def start(self, ready_timeout: float = 60.0) -> None:
+        """Start servers, declare streams, start services and agents, wait until nodes registered."""
+        config = self.config or self.prepare()
+        users = self._users()
+        self.nats = NatsServer(self.state_dir / "nats", users)
+        self.nats.start()
+        self._write_credentials(users, self.nats.url)
+        asyncio.run(self._declare())
+        self.postgres = PostgresServer(self.state_dir / "postgres")
+        self.postgres.start()
+        (self.state_dir / "logs").mkdir(exist_ok=True)
+        for name in ("accounting", "scheduler", "gateway", "health"):
+            role = f"corral-{name}"
+            extra = ["--database-url", self.postgres.dsn] if name == "accounting" else []
+            if name == "gateway":
+                extra = ["--admin", roles.ADMIN]
+            self._spawn(name, role, f"corral.services.{name}", extra)
+        for node in config.nodes:
+            role = roles.agent_role(node.name)
+            agent_dir = self.state_dir / "agents" / node.name
+            self._spawn(
+                role, role, "corral.services.agent", ["--node", node.name, "--state-dir", str(agent_dir)]
+            )
+        self.wait_ready(ready_timeout)
+
+    async def _declare(self) -> None:
+        assert self.nats is not None
+        creds = read_credentials(self.role_credentials(roles.ADMIN))
+        nc = await connect(creds, name="corral-up")
+        try:
+            await declare(nc.jetstream())
+        finally:
+            await nc.drain()
+
+    def _spawn(self, name: str, role: str, module: str, extra: list[str]) -> None:
+        argv = [
+            sys.executable,
+            "-m",
+            module,
+            "--credentials",
+            str(self.role_credentials(role)),
+            "--config",
+            str(self.config_path),
+            *extra,
+        ]
+        log = open(self.state_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_NATS_URL"))}
+        env["CORRAL_STATE_DIR"] = str(self.state_dir)
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        log.close()
+        self.processes.append(Process(name, argv, proc))
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait until every configured node is registered and idle or busy in sinfo's view."""
+        from corral.libs.nats_request import NatsRequestError, request
+        from corral.schemas import api, subjects
+        from corral.schemas.codec import decode, encode
+
+        creds = read_credentials(self.user_credentials)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                reply = request(
+                    creds.url,
+                    subjects.api_subject("nodes", creds.user),
+                    encode(api.NodesRequest()),
+                    user=creds.user,
+                    password=creds.password,
+                    inbox_prefix=subjects.inbox_prefix(creds.user),
+                    timeout=2.0,
+                )
+                nodes = decode(reply.data, api.NodesReply | api.ApiError)
+                if isinstance(nodes, api.NodesReply) and all(
+                    n.state not in ("unknown", "down") for n in nodes.nodes
+                ):
+                    return
+            except NatsRequestError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(
+            f"the local cluster did not become ready in {timeout:.0f}s; see {self.state_dir}/logs"
+        )
+
+    def check_alive(self) -> None:
+        """Raise if a service process died."""
+        for p in self.processes:
+            if p.proc is not None and p.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{p.name} exited with status {p.proc.returncode}; see {self.state_dir}/logs/{p.name}.log"
+                )
+
+    def process(self, name: str) -> Process:
+        """The process called ``name``."""
+        return next(p for p in self.processes if p.name == name)
+
+    def restart(self, name: str) -> None:
+        """Kill a service process hard (SIGKILL) and start it again (for failure tests)."""
+        p = self.process(name)
+        assert p.proc is not None
+        p.proc.kill()
+        p.proc.wait()
+        log = open(self.state_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env["CORRAL_STATE_DIR"] = str(self.state_dir)
+        p.proc = subprocess.Popen(
+            p.argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        log.close()
+
+    def stop(self) -> None:
+        """Stop agents first (they kill their jobs), then services, then the servers."""
+        ordered = sorted(self.processes, key=lambda p: 0 if p.name.startswith("agent-") else 1)
+        for group in (
+            [p for p in ordered if p.name.startswith("agent-")],
+            [p for p in ordered if not p.name.startswith("agent-")],
+        ):
+            for p in group:
+                if p.proc is not None and p.proc.poll() is None:
+                    p.proc.send_signal(signal.SIGTERM)
+            for p in group:
+                if p.proc is None:
+                    continue
+                try:
+                    p.proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.proc.kill()
+                    p.proc.wait()
+        self.processes.clear()
+        if self.postgres is not None:
+            self.postgres.stop()
+        if self.nats is not None:
+            self.nats.stop()
+
+
+def ensure_resolvable(names: list[str]) -> str | None:
+    """Make node names resolve to this machine; returns a warning if they cannot be made to.
+
+    Jobs use the first node name as their rendezvous address (MASTER_ADDR), so every simulated
+    node's name must resolve here. When they do not and ``/etc/hosts`` is writable (root), a marked
+    line maps them to 127.0.0.1.
+    """
+    missing = []
+    for name in names:
+        try:
+            socket.gethostbyname(name)
+        except OSError:
+            missing.append(name)
+    if not missing:
+        return None
+    hosts = Path("/etc/hosts")
+    if os.access(hosts, os.W_OK):
+        with contextlib.suppress(OSError), hosts.open("a") as fh:
+            fh.write(f"127.0.0.1 {' '.join(missing)} {HOSTS_MARK}\n")
+            return None
+    return (
+        f"node names {', '.join(missing)} do not resolve on this machine; multi-node jobs that "
+        f"rendezvous on the first node name will fail. Add '127.0.0.1 {' '.join(missing)}' to /etc/hosts."
+    )

@@ -1,0 +1,98 @@
+"""NATS roles: who may publish and subscribe where (DESIGN §8).
+
+- users may only call the API, on their own subject token, and read their own reply inbox;
+- an agent may only publish facts about its own node (its run facts carry the node in the
+  subject), heartbeat as its node and consume its node's work;
+- only the scheduler may publish decisions and orders; only the gateway intents; only health
+  node liveness facts; the admin role may do anything (stream declaration, admin verbs).
+"""
+
+from __future__ import annotations
+
+from corral.libs.infra import NatsUser
+from corral.schemas import subjects
+
+ADMIN = "corral-admin"
+GATEWAY = "corral-gateway"
+SCHEDULER = "corral-scheduler"
+HEALTH = "corral-health"
+ACCOUNTING = "corral-accounting"
+
+#: Every service role (agents are per node: ``agent_role(node)``).
+SERVICE_ROLES = (ADMIN, GATEWAY, SCHEDULER, HEALTH, ACCOUNTING)
+
+_GATEWAY_EVENTS = ("job_submitted", "job_cancel_requested")
+_SCHEDULER_EVENTS = ("job_allocated", "job_completed", "job_failed", "job_cancelled", "job_requeued")
+
+# JetStream API use of a service: stream/consumer info, consumers, direct gets, acks, flow control.
+_JS_CLIENT = [
+    "$JS.API.INFO",
+    "$JS.API.STREAM.INFO.*",
+    "$JS.API.STREAM.MSG.GET.*",
+    "$JS.API.DIRECT.GET.>",
+    "$JS.API.CONSUMER.>",
+    "$JS.ACK.>",
+    "$JS.FC.>",
+]
+
+
+def agent_role(node: str) -> str:
+    """NATS user name of a node's agent."""
+    return f"agent-{node}"
+
+
+def _inbox(user: str) -> str:
+    return f"{subjects.inbox_prefix(user)}.>"
+
+
+def service_user(role: str, password: str) -> NatsUser:
+    """The NATS user of a service role."""
+    if role == ADMIN:
+        return NatsUser(role, password, publish=[">"], subscribe=[">"], allow_responses=True)
+    publish: list[str] = [*_JS_CLIENT, subjects.DLQ_SUBJECTS]
+    subscribe = [_inbox(role)]
+    if role == GATEWAY:
+        publish += [subjects.job_subject("*", tag) for tag in _GATEWAY_EVENTS]
+        publish += [f"$KV.{subjects.IDS_BUCKET}.>", f"$JS.API.STREAM.INFO.KV_{subjects.IDS_BUCKET}"]
+        subscribe += [subjects.api_subject(verb, "*") for verb in ("submit", "cancel")]
+    elif role == SCHEDULER:
+        publish += [subjects.job_subject("*", tag) for tag in _SCHEDULER_EVENTS]
+        publish += [subjects.WORK_SUBJECTS]
+        subscribe += [subjects.api_subject(verb, "*") for verb in ("jobs", "nodes")]
+    elif role == HEALTH:
+        publish += [subjects.node_subject("*", tag) for tag in ("node_down", "node_up")]
+        subscribe += [subjects.heartbeat_subject("*")]
+    elif role == ACCOUNTING:
+        subscribe += [subjects.api_subject("acct", "*")]
+    else:
+        raise ValueError(f"unknown service role {role!r}")
+    return NatsUser(role, password, publish=publish, subscribe=subscribe, allow_responses=True)
+
+
+def agent_user(node: str, password: str) -> NatsUser:
+    """The NATS user of one node's agent: facts about its own node only."""
+    role = agent_role(node)
+    durable = f"{subjects.WORK_STREAM}.{role}"
+    publish = [
+        subjects.node_subject(node, "node_registered"),
+        f"corral.evt.job.*.run_started.{node}",
+        f"corral.evt.job.*.run_exited.{node}",
+        subjects.heartbeat_subject(node),
+        subjects.DLQ_SUBJECTS,
+        "$JS.API.INFO",
+        "$JS.API.STREAM.INFO.*",
+        f"$JS.API.CONSUMER.INFO.{durable}",
+        f"$JS.API.CONSUMER.CREATE.{durable}",
+        f"$JS.API.CONSUMER.CREATE.{durable}.>",
+        f"$JS.API.CONSUMER.DURABLE.CREATE.{durable}",
+        f"$JS.API.CONSUMER.MSG.NEXT.{durable}",
+        f"$JS.ACK.{durable}.>",
+    ]
+    return NatsUser(role, password, publish=publish, subscribe=[_inbox(role)], allow_responses=False)
+
+
+def user_user(name: str, password: str) -> NatsUser:
+    """The NATS user of a person: the API on their own subject token, replies on their own inbox."""
+    if not subjects.valid_token(name):
+        raise ValueError(f"user name {name!r} cannot be a subject token (letters, digits, - _)")
+    return NatsUser(name, password, publish=[subjects.api_subject("*", name)], subscribe=[_inbox(name)])

@@ -1,0 +1,115 @@
+"""Running a service process: flags, settings, logging, signals, clean shutdown.
+
+``run(name, main)`` parses ``--credentials`` and ``--config`` (falling back to the settings from
+the environment), configures telemetry, connects to NATS with the role's credentials and runs
+``main(ctx)`` until SIGINT/SIGTERM sets ``ctx.stop``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client
+
+from corral.libs import bus as busmod
+from corral.libs import settings as settings_mod
+from corral.libs import telemetry
+from corral.libs.config import ClusterConfig, ConfigError, load_config
+from corral.libs.credentials import Credentials, read_credentials
+
+
+@dataclass
+class Context:
+    """What a service's main coroutine gets."""
+
+    name: str  # service name
+    nc: Client  # the NATS connection
+    bus: busmod.Bus  # the log
+    config: ClusterConfig  # the cluster configuration
+    args: argparse.Namespace  # parsed command line (service-specific flags included)
+    settings: settings_mod.Settings  # environment settings
+    stop: asyncio.Event = field(default_factory=asyncio.Event)  # set on SIGINT/SIGTERM
+
+
+def parser(name: str) -> argparse.ArgumentParser:
+    """The common flags of every service."""
+    p = argparse.ArgumentParser(prog=f"corral-{name}", description=f"Corral {name} service")
+    p.add_argument("--credentials", type=Path, help="role credentials file (env CORRAL_CREDENTIALS)")
+    p.add_argument("--config", type=Path, help="cluster TOML (env CORRAL_CLUSTER_CONFIG)")
+    return p
+
+
+def _fail(name: str, message: str) -> int:
+    print(f"corral-{name}: error: {message}", flush=True)
+    return 2
+
+
+def run(
+    name: str,
+    main: Callable[[Context], Coroutine[Any, Any, None]],
+    argv: Sequence[str] | None = None,
+    extra: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> int:
+    """Entry point of a service process; returns the exit status."""
+    p = parser(name)
+    if extra is not None:
+        extra(p)
+    args = p.parse_args(argv)
+    env = settings_mod.from_env()
+    creds_path = args.credentials or env.credentials
+    config_path = args.config or env.cluster_config
+    if creds_path is None or config_path is None:
+        return _fail(
+            name, "--credentials and --config (or CORRAL_CREDENTIALS, CORRAL_CLUSTER_CONFIG) are required"
+        )
+    try:
+        creds = read_credentials(creds_path)
+        config = load_config(config_path)
+    except (ValueError, ConfigError) as exc:
+        return _fail(name, str(exc))
+    if env.nats_url:
+        creds = Credentials(url=env.nats_url, user=creds.user, password=creds.password)
+    telemetry.configure(name, env.otlp_endpoint)
+    return asyncio.run(_serve(name, main, creds, config, args, env))
+
+
+async def _serve(
+    name: str,
+    main: Callable[[Context], Coroutine[Any, Any, None]],
+    creds: Credentials,
+    config: ClusterConfig,
+    args: argparse.Namespace,
+    env: settings_mod.Settings,
+) -> int:
+    log = telemetry.logger()
+    nc = await busmod.connect(creds, name=f"corral-{name}")
+    ctx = Context(name, nc, busmod.Bus(nc, actor=creds.user), config, args, env)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, ctx.stop.set)
+    task = asyncio.create_task(main(ctx))
+    stopper = asyncio.create_task(ctx.stop.wait())
+    log.info("started")
+    done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    status = 0
+    if task in done and task.exception() is not None:
+        log.error("service failed", exc_info=task.exception())
+        status = 1
+    ctx.stop.set()
+    for t in (task, stopper):
+        if not t.done():
+            try:
+                await asyncio.wait_for(t, timeout=10)
+            except (TimeoutError, asyncio.CancelledError):
+                t.cancel()
+    with contextlib.suppress(Exception):
+        await nc.drain()
+    log.info("stopped")
+    return status

@@ -1,0 +1,54 @@
+"""Process settings: the only module that reads the environment.
+
+Every service and command reads its settings once, here, at start; nothing else looks at
+``os.environ``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def default_state_dir() -> Path:
+    """Where the local cluster keeps its state: ``$CORRAL_STATE_DIR`` or ``~/.corral``."""
+    env = os.environ.get("CORRAL_STATE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".corral"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a service process is told by its environment (command-line flags override)."""
+
+    credentials: Path | None  # CORRAL_CREDENTIALS: the role's credentials file
+    cluster_config: Path | None  # CORRAL_CLUSTER_CONFIG: the cluster TOML
+    database_url: str | None  # CORRAL_DATABASE_URL: PostgreSQL DSN (accounting)
+    nats_url: str | None  # CORRAL_NATS_URL: overrides the URL in the credentials file
+    otlp_endpoint: str | None  # OTEL_EXPORTER_OTLP_ENDPOINT: where to export spans
+    state_dir: Path  # CORRAL_STATE_DIR or ~/.corral
+    unix_user: str  # the user this process runs as
+
+
+def from_env() -> Settings:
+    """Read the settings from the environment."""
+
+    def path(name: str) -> Path | None:
+        value = os.environ.get(name)
+        return Path(value).expanduser() if value else None
+
+    return Settings(
+        credentials=path("CORRAL_CREDENTIALS"),
+        cluster_config=path("CORRAL_CLUSTER_CONFIG"),
+        database_url=os.environ.get("CORRAL_DATABASE_URL") or None,
+        nats_url=os.environ.get("CORRAL_NATS_URL") or None,
+        otlp_endpoint=os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
+        state_dir=default_state_dir(),
+        unix_user=getpass.getuser(),
+    )
+
+
+def environment() -> dict[str, str]:
+    """A copy of this process's environment (for jobs and child processes)."""
+    return dict(os.environ)

@@ -1,0 +1,18 @@
+"""``python -m corral.services.agent --node NAME``: run the agent of one node."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from corral.libs.service import run
+from corral.services.agent.app import main
+
+
+def _flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--node", required=True, help="this node's name (as in the cluster config)")
+    p.add_argument("--state-dir", type=Path, help="where the agent keeps its run records")
+
+
+if __name__ == "__main__":
+    raise SystemExit(run("agent", main, extra=_flags))

@@ -1,0 +1,130 @@
+"""The batch job's environment and output paths (pure): what SLURM_CONTRACT.md promises scripts."""
+
+from __future__ import annotations
+
+import os.path
+
+from corral.libs.slurm import hostlist
+from corral.schemas.api import LaunchOrder
+
+#: Slurm's value of %a / SLURM_ARRAY_TASK_ID-less jobs in file patterns (NO_VAL - 1).
+NO_ARRAY_INDEX = "4294967294"
+
+
+def tasks_per_node(ntasks: int, nodes: int, per_node: int | None) -> list[int]:
+    """Tasks on each node: ``per_node`` each, or a block distribution of ``ntasks``."""
+    if per_node is not None:
+        return [per_node] * nodes
+    base, extra = divmod(ntasks, nodes)
+    return [base + (1 if i < extra else 0) for i in range(nodes)]
+
+
+def compress_counts(counts: list[int]) -> str:
+    """Slurm's repeated-count form: ``[2, 2, 2, 1]`` -> ``2(x3),1``."""
+    out: list[str] = []
+    i = 0
+    while i < len(counts):
+        j = i
+        while j < len(counts) and counts[j] == counts[i]:
+            j += 1
+        run = j - i
+        out.append(f"{counts[i]}(x{run})" if run > 1 else str(counts[i]))
+        i = j
+    return ",".join(out)
+
+
+def job_environment(order: LaunchOrder, base: dict[str, str], uid: int) -> dict[str, str]:
+    """The batch shell's environment: the submitter's exported environment plus the job's."""
+    spec = order.spec
+    nodes = [a.node for a in order.allocations]
+    nodelist = hostlist.compress(nodes)
+    ntasks_each = tasks_per_node(spec.ntasks, len(nodes), spec.ntasks_per_node)
+    ntasks = sum(ntasks_each)
+    gpus = ",".join(str(g) for g in order.allocations[0].gpus)
+    env = {k: v for k, v in base.items() if not k.startswith(("SLURM_", "SBATCH_"))}
+    env.update(spec.environment)
+    env.update(
+        {
+            "SLURM_JOB_ID": str(order.job_id),
+            "SLURM_JOBID": str(order.job_id),
+            "SLURM_JOB_NAME": spec.name,
+            "SLURM_JOB_USER": order.user,
+            "SLURM_JOB_UID": str(uid),
+            "SLURM_JOB_NODELIST": nodelist,
+            "SLURM_NODELIST": nodelist,
+            "SLURM_JOB_NUM_NODES": str(len(nodes)),
+            "SLURM_NNODES": str(len(nodes)),
+            "SLURM_NTASKS": str(ntasks),
+            "SLURM_NPROCS": str(ntasks),
+            "SLURM_NTASKS_PER_NODE": str(spec.ntasks_per_node or ntasks_each[0]),
+            "SLURM_TASKS_PER_NODE": compress_counts(ntasks_each),
+            "SLURM_JOB_CPUS_PER_NODE": compress_counts([a.cpus for a in order.allocations]),
+            "SLURM_CPUS_ON_NODE": str(order.allocations[0].cpus),
+            "SLURM_PROCID": "0",
+            "SLURM_LOCALID": "0",
+            "SLURM_NODEID": "0",
+            "SLURMD_NODENAME": order.node,
+            "SLURM_RESTART_COUNT": str(order.attempt),
+            "SLURM_SUBMIT_DIR": spec.workdir,
+            "SLURM_SUBMIT_HOST": spec.submit_host,
+            "SLURM_JOB_PARTITION": order.partition,
+            "SLURM_JOB_ACCOUNT": order.account,
+            "SLURM_JOB_QOS": "normal",
+            "SLURM_CLUSTER_NAME": order.cluster,
+            "SLURM_GPUS_ON_NODE": str(len(order.allocations[0].gpus)),
+            "ENVIRONMENT": "BATCH",
+        }
+    )
+    if spec.cpus_per_task > 1:
+        env["SLURM_CPUS_PER_TASK"] = str(spec.cpus_per_task)
+    if spec.mem_per_node_mb is not None:
+        env["SLURM_MEM_PER_NODE"] = str(order.allocations[0].mem_mb)
+    if gpus:
+        env["SLURM_JOB_GPUS"] = gpus
+        env["CUDA_VISIBLE_DEVICES"] = gpus
+    else:
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
+def expand_pattern(pattern: str, order: LaunchOrder) -> str:
+    """Expand an output file pattern (``%j %J %A %a %x %u %N %n %t %%``) to an absolute path."""
+    values = {
+        "j": str(order.job_id),
+        "J": str(order.job_id),
+        "A": str(order.job_id),
+        "a": NO_ARRAY_INDEX,
+        "x": order.spec.name,
+        "u": order.user,
+        "N": order.node,
+        "n": "0",
+        "t": "0",
+        "s": "batch",
+        "%": "%",
+    }
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "%" and i + 1 < len(pattern):
+            j = i + 1
+            while j < len(pattern) and pattern[j].isdigit():
+                j += 1  # zero-padding width, e.g. %4j
+            key = pattern[j] if j < len(pattern) else ""
+            if key in values:
+                width = int(pattern[i + 1 : j] or 0)
+                value = values[key]
+                out.append(value.zfill(width) if value.isdigit() else value)
+                i = j + 1
+                continue
+        out.append(ch)
+        i += 1
+    path = "".join(out)
+    return path if os.path.isabs(path) else os.path.join(order.spec.workdir, path)
+
+
+def output_paths(order: LaunchOrder) -> tuple[str, str | None]:
+    """(stdout path, stderr path or None when merged into stdout)."""
+    stdout = expand_pattern(order.spec.stdout or "slurm-%j.out", order)
+    stderr = expand_pattern(order.spec.stderr, order) if order.spec.stderr else None
+    return stdout, (None if stderr == stdout else stderr)

@@ -1,0 +1,16 @@
+"""``python -m corral.services.gateway``: run the gateway."""
+
+from __future__ import annotations
+
+import argparse
+
+from corral.libs.service import run
+from corral.services.gateway.app import main
+
+
+def _flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--admin", action="append", help="a user with the admin role (repeatable)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(run("gateway", main, extra=_flags))

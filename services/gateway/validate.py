@@ -1,0 +1,80 @@
+"""Validation of submitted jobs against the cluster (pure): bad input never reaches the log."""
+
+from __future__ import annotations
+
+from corral.libs.config import ClusterConfig
+from corral.libs.core.placement import Free, Request, could_ever_fit
+from corral.libs.errors import InvalidInput
+from corral.schemas.events import JobSpec
+
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024
+MAX_ENV_BYTES = 1024 * 1024
+MAX_NAME = 256
+MAX_ARGS = 1024
+MAX_NODES = 100_000
+
+
+def _positive(value: int, name: str, minimum: int = 1) -> None:
+    if value < minimum:
+        raise InvalidInput(f"{name} must be at least {minimum}, got {value}", field=name)
+
+
+def validate_spec(spec: JobSpec, config: ClusterConfig) -> None:
+    """Raise InvalidInput naming the field if the job can never be accepted on this cluster."""
+    if not spec.script.startswith("#!"):
+        raise InvalidInput("the script must start with #! followed by an interpreter path", field="script")
+    if len(spec.script.encode()) > MAX_SCRIPT_BYTES:
+        raise InvalidInput(f"script larger than {MAX_SCRIPT_BYTES} bytes", field="script")
+    if sum(len(k) + len(v) + 2 for k, v in spec.environment.items()) > MAX_ENV_BYTES:
+        raise InvalidInput(f"environment larger than {MAX_ENV_BYTES} bytes", field="environment")
+    if not spec.name or len(spec.name) > MAX_NAME or "\n" in spec.name:
+        raise InvalidInput(f"job name must be 1-{MAX_NAME} characters on one line", field="name")
+    if len(spec.argv) > MAX_ARGS:
+        raise InvalidInput(f"at most {MAX_ARGS} script arguments", field="argv")
+    if not spec.workdir.startswith("/"):
+        raise InvalidInput(f"workdir must be an absolute path, got {spec.workdir!r}", field="workdir")
+    _positive(spec.nodes, "nodes")
+    _positive(spec.ntasks, "ntasks")
+    _positive(spec.cpus_per_task, "cpus_per_task")
+    _positive(spec.gpus_per_node, "gpus_per_node", 0)
+    if spec.nodes > MAX_NODES:
+        raise InvalidInput(f"nodes must be at most {MAX_NODES}", field="nodes")
+    if spec.ntasks_per_node is not None:
+        _positive(spec.ntasks_per_node, "ntasks_per_node")
+    if spec.mem_per_node_mb is not None:
+        _positive(spec.mem_per_node_mb, "mem_per_node_mb", 0)
+    if spec.time_limit_s is not None:
+        _positive(spec.time_limit_s, "time_limit_s")
+    _validate_partition(spec, config)
+
+
+def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
+    part = config.partition(spec.partition) if spec.partition else config.default_partition
+    if part is None:
+        names = ", ".join(p.name for p in config.partitions)
+        raise InvalidInput(f"invalid partition {spec.partition!r}: choose one of {names}", field="partition")
+    if spec.time_limit_s is not None and part.max_time_s is not None and spec.time_limit_s > part.max_time_s:
+        raise InvalidInput(
+            f"time limit {spec.time_limit_s}s exceeds partition {part.name} MaxTime {part.max_time_s}s",
+            field="time_limit_s",
+        )
+    idle = [
+        Free(n.name, list(range(n.gpus)), n.cpus, n.mem_mb, n.mem_mb, n.gpu_type, (part.name,))
+        for n in (config.node(name) for name in part.nodes)
+    ]
+    tasks_per_node = spec.ntasks_per_node or -(-spec.ntasks // spec.nodes)
+    req = Request(
+        spec.nodes,
+        spec.gpus_per_node,
+        spec.gpu_type,
+        tasks_per_node * spec.cpus_per_task,
+        spec.mem_per_node_mb,
+    )
+    if not could_ever_fit(idle, req):
+        raise InvalidInput(
+            f"job can never run in partition {part.name}: {spec.nodes} node(s) with "
+            f"{spec.gpus_per_node} GPU(s){' of type ' + spec.gpu_type if spec.gpu_type else ''}, "
+            f"{req.cpus} CPU(s) and {spec.mem_per_node_mb or 0}M each requested, the partition has "
+            f"{len(idle)} node(s) (Requested node configuration is not available)",
+            field="nodes",
+        )

@@ -1,0 +1,99 @@
+"""Health (slurmctld's node monitor): heartbeats in, ``NodeDown``/``NodeUp`` facts out.
+
+Cycle:
+1. follow the node events of the log to know which nodes are registered and which are down;
+2. note the time of each node's latest heartbeat (``corral.hb.<node>``);
+3. every half timeout: a node that is up and silent for ``node_timeout`` becomes ``NodeDown``;
+   a down node that heartbeats again becomes ``NodeUp``. Appends are conditional on the node's
+   last event sequence, so several health replicas never report the same change twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from nats.aio.msg import Msg
+
+from corral.libs import telemetry
+from corral.libs.bus import Bus
+from corral.libs.config import ClusterConfig
+from corral.libs.errors import AppendConflict, TransientError
+from corral.libs.service import Context
+from corral.schemas import events as ev
+from corral.schemas import subjects
+
+
+class Health:
+    """Node liveness from heartbeats."""
+
+    def __init__(self, bus: Bus, config: ClusterConfig) -> None:
+        self.bus = bus
+        self.timeout = config.node_timeout_s
+        self.up: dict[str, bool] = {}  # registered nodes: up?
+        self.node_seq: dict[str, int] = {}  # last log sequence of each node's events
+        self.seen: dict[str, float] = {}  # monotonic time of the latest heartbeat
+        self.started = time.monotonic()
+        self.log = telemetry.logger()
+
+    async def follow(self, stop: asyncio.Event) -> None:
+        """Keep ``up`` in step with the log's node events."""
+        async for entry in self.bus.read(1, subject="corral.evt.node.>", follow=True):
+            body = entry.envelope.body if entry.envelope else None
+            if isinstance(body, ev.NodeRegistered | ev.NodeUp):
+                self.up[body.node] = True
+                self.seen.setdefault(body.node, time.monotonic())
+            elif isinstance(body, ev.NodeDown):
+                self.up[body.node] = False
+            if isinstance(body, ev.NodeRegistered | ev.NodeUp | ev.NodeDown):
+                self.node_seq[body.node] = entry.seq
+            if stop.is_set():
+                return
+
+    async def on_heartbeat(self, msg: Msg) -> None:
+        """Note a heartbeat."""
+        node = msg.subject.rsplit(".", 1)[-1]
+        self.seen[node] = time.monotonic()
+
+    async def check(self) -> None:
+        """Report nodes whose liveness changed."""
+        now = time.monotonic()
+        for node, up in list(self.up.items()):
+            silent = now - max(self.seen.get(node, self.started), self.started)
+            if up and silent > self.timeout:
+                await self._report(ev.NodeDown(node=ev.NodeName(node), reason="Not responding"))
+            elif not up and silent < self.timeout:
+                await self._report(ev.NodeUp(node=ev.NodeName(node)))
+
+    async def _report(self, body: ev.NodeDown | ev.NodeUp) -> None:
+        try:
+            await self.bus.append(
+                body,
+                expect_last_seq=self.node_seq.get(body.node, 0),
+                expect_subject=f"corral.evt.node.{body.node}.>",
+            )
+            self.log.info("node state change", node=body.node, event=type(body).__name__)
+        except AppendConflict:
+            pass  # someone else reported it, or the node re-registered: the log will tell us
+        except TransientError as exc:
+            self.log.warning("cannot report node state", node=body.node, error=str(exc))
+
+    async def monitor(self, stop: asyncio.Event) -> None:
+        """Check every half timeout."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(self.timeout / 2, 0.2))
+            await self.check()
+
+
+async def main(ctx: Context) -> None:
+    """Run until stopped."""
+    health = Health(ctx.bus, ctx.config)
+    sub = await ctx.nc.subscribe(subjects.heartbeat_subject("*"), cb=health.on_heartbeat)
+    tasks = [asyncio.create_task(health.follow(ctx.stop)), asyncio.create_task(health.monitor(ctx.stop))]
+    await ctx.stop.wait()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await sub.unsubscribe()

@@ -1,0 +1,166 @@
+"""The scheduler service: a thin shell around the pure fold and plan.
+
+Cycle:
+1. rebuild: fold the whole log into the state (``state.apply``), from sequence 1;
+2. follow: apply every new entry as it arrives, in log order;
+3. decide: when caught up (and every decision it published has come back), ``plan()``;
+4. publish: append each decision with the job's last sequence as the expected subject sequence
+   (a concurrent intent, e.g. a cancel, makes the append fail and the job is decided again), then
+   put the per-node orders the state needs on the work stream (deterministic message ids);
+5. the decisions count only when they come back through the log (step 2).
+
+It also answers ``jobs`` (squeue) and ``nodes`` (sinfo) from its state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from corral.libs import telemetry
+from corral.libs.api_server import serve
+from corral.libs.bus import Bus, LogEntry
+from corral.libs.config import ClusterConfig
+from corral.libs.core import plan as planner
+from corral.libs.core.state import State, apply
+from corral.libs.errors import AppendConflict
+from corral.libs.service import Context
+from corral.schemas import api, subjects
+from corral.schemas import events as ev
+from corral.schemas.codec import encode
+from corral.schemas.events import Event
+from corral.services.scheduler import views
+
+#: Period of the full scheduling pass when nothing happens.
+FULL_PASS_S = 5.0
+
+
+class Scheduler:
+    """One scheduler process (the active one: leadership comes with the HA work)."""
+
+    def __init__(self, bus: Bus, config: ClusterConfig, epoch: int = 0) -> None:
+        self.bus = bus
+        self.config = config
+        self.policy = views.policy_of(config)
+        self.state = State()
+        self.epoch = epoch
+        self.reasons: dict[int, str] = {}
+        self.inflight = 0  # highest sequence of a decision we appended
+        self.sent: set[str] = set()  # message ids of orders put on the work stream by this process
+        self.lock = asyncio.Lock()
+        self.log = telemetry.logger()
+        self.caught_up = asyncio.Event()
+
+    # 1 + 2 -------------------------------------------------------------------------------------
+    def apply(self, entry: LogEntry) -> None:
+        """Fold one entry (entries that failed to decode are skipped, with a log line)."""
+        if entry.envelope is None:
+            self.log.warning(
+                "skipping malformed log entry", seq=entry.seq, subject=entry.subject, error=entry.error
+            )
+            self.state.last_seq = max(self.state.last_seq, entry.seq)
+            return
+        apply(self.state, entry.seq, entry.envelope)
+
+    async def rebuild(self) -> None:
+        """Replay the whole log."""
+        started = time.monotonic()
+        async for entry in self.bus.read(1):
+            self.apply(entry)
+        self.log.info(
+            "state rebuilt",
+            last_seq=self.state.last_seq,
+            jobs=len(self.state.jobs),
+            seconds=round(time.monotonic() - started, 3),
+        )
+
+    async def follow(self, stop: asyncio.Event) -> None:
+        """Apply new entries; decide whenever caught up."""
+        self.caught_up.set()
+        await self.cycle()
+        async for entry in self.bus.read(self.state.last_seq + 1, follow=True):
+            self.apply(entry)
+            if entry.pending == 0:
+                await self.cycle()
+            if stop.is_set():
+                return
+
+    # 3 + 4 -------------------------------------------------------------------------------------
+    async def cycle(self) -> None:
+        """Plan and publish, unless our previous decisions are still on their way back."""
+        if self.lock.locked():
+            return
+        async with self.lock:
+            if self.inflight > self.state.last_seq:
+                return
+            decided = planner.plan(self.state, time.time(), self.policy, self.epoch)
+            self.reasons = decided.reasons
+            for decision in decided.decisions:
+                await self.publish(decision)
+            await self.send_orders()
+
+    async def publish(self, decision: Event) -> None:
+        """Append one decision, conditional on the job not having changed since we saw it."""
+        assert not isinstance(decision, ev.NodeRegistered | ev.NodeDown | ev.NodeUp)
+        job_id = decision.job_id
+        job = self.state.jobs[job_id]
+        tag = type(decision).__struct_config__.tag
+        try:
+            appended = await self.bus.append(
+                decision,
+                msg_id=f"{job_id}:{tag}:{job.last_seq}",
+                expect_last_seq=job.last_seq,
+                expect_subject=subjects.job_events(job_id),
+                correlation_id=str(job_id),
+            )
+        except AppendConflict:
+            self.log.info("decision superseded by a newer event", job_id=job_id, decision=tag)
+            return
+        self.inflight = max(self.inflight, appended.seq)
+
+    async def send_orders(self) -> None:
+        """Put the orders the state needs that this process has not sent yet."""
+        for order in planner.orders(self.state, self.policy):
+            msg_id = api.order_msg_id(order)
+            if msg_id in self.sent:
+                continue
+            await self.bus.publish_order(subjects.work_subject(order.node), encode(order), msg_id)
+            self.sent.add(msg_id)
+
+    async def ticker(self, stop: asyncio.Event) -> None:
+        """A full pass every FULL_PASS_S even when no event arrives."""
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), FULL_PASS_S)
+            except TimeoutError:
+                if self.caught_up.is_set():
+                    await self.cycle()
+
+    # queries -----------------------------------------------------------------------------------
+    async def jobs(self, user: str, req: api.JobsRequest) -> api.JobsReply:
+        """squeue."""
+        return views.jobs_reply(self.state, self.reasons, self.policy, req, time.time())
+
+    async def nodes(self, user: str, req: api.NodesRequest) -> api.NodesReply:
+        """sinfo."""
+        return views.nodes_reply(self.state, self.config, req)
+
+
+async def main(ctx: Context) -> None:
+    """Rebuild, then follow and decide until stopped."""
+    scheduler = Scheduler(ctx.bus, ctx.config)
+    await scheduler.rebuild()
+    subs = [
+        await serve(ctx.nc, "jobs", api.JobsRequest, scheduler.jobs, queue="scheduler"),
+        await serve(ctx.nc, "nodes", api.NodesRequest, scheduler.nodes, queue="scheduler"),
+    ]
+    tasks = [
+        asyncio.create_task(scheduler.follow(ctx.stop)),
+        asyncio.create_task(scheduler.ticker(ctx.stop)),
+    ]
+    await ctx.stop.wait()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for sub in subs:
+        await sub.unsubscribe()

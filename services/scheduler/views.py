@@ -1,0 +1,147 @@
+"""What ``squeue`` and ``sinfo`` see: API views built from the scheduler's state (pure)."""
+
+from __future__ import annotations
+
+from corral.libs.config import ClusterConfig
+from corral.libs.core.plan import Policy
+from corral.libs.core.state import Job, Node, State
+from corral.libs.slurm import hostlist
+from corral.schemas import api
+
+#: How long an ended job stays visible to squeue (Slurm's MinJobAge).
+MIN_JOB_AGE_S = 300.0
+
+
+def job_info(job: Job, reason: str, policy: Policy) -> api.JobInfo:
+    """One job for squeue."""
+    spec = job.spec
+    running = bool(job.allocations) and job.state == "RUNNING"
+    nodes = [a.node for a in job.allocations]
+    return api.JobInfo(
+        job_id=job.job_id,
+        name=spec.name,
+        user=job.user,
+        account=spec.account or job.user,
+        partition=job.partition or policy.partition_of(job),
+        state=job.state,
+        reason=reason if job.state == "PENDING" else "None",
+        submit_time=job.submit_time,
+        start_time=job.start_time,
+        end_time=job.end_time,
+        time_limit_s=job.time_limit_s if running else policy.time_limit(job),
+        num_nodes=len(nodes) if nodes else spec.nodes,
+        num_cpus=sum(a.cpus for a in job.allocations) if nodes else spec.ntasks * spec.cpus_per_task,
+        num_tasks=spec.ntasks,
+        gpus_per_node=spec.gpus_per_node,
+        gpu_type=spec.gpu_type,
+        min_memory_mb=spec.mem_per_node_mb,
+        node_list=hostlist.compress(nodes) if nodes else "",
+        restart_count=job.restart_count,
+        priority=1,
+        workdir=spec.workdir,
+        exit_code=job.exit_code,
+        signal=job.signal,
+    )
+
+
+def jobs_reply(
+    state: State, reasons: dict[int, str], policy: Policy, req: api.JobsRequest, now: float
+) -> api.JobsReply:
+    """The jobs matching a squeue request: live ones, and recently ended ones when asked by id."""
+    wanted = set(req.job_ids)
+    out = []
+    for job in state.jobs.values():
+        if wanted and job.job_id not in wanted:
+            continue
+        live = job.state in ("PENDING", "RUNNING")
+        recent = job.end_time is not None and now - job.end_time <= MIN_JOB_AGE_S
+        if not live and not ((wanted or req.include_finished) and recent):
+            continue
+        if req.users and job.user not in req.users:
+            continue
+        info = job_info(job, reasons.get(job.job_id, "Priority"), policy)
+        if req.partitions and info.partition not in req.partitions:
+            continue
+        if req.states and info.state not in req.states:
+            continue
+        out.append(info)
+    return api.JobsReply(jobs=out)
+
+
+def node_state(node: Node) -> str:
+    """Slurm's node state name derived from usage and availability."""
+    if not node.up:
+        return "down"
+    if not node.jobs:
+        return "idle"
+    full = node.alloc_cpus >= node.cpus or (node.gpus > 0 and len(node.used_gpus) >= node.gpus)
+    return "allocated" if full else "mixed"
+
+
+def nodes_reply(state: State, config: ClusterConfig, req: api.NodesRequest) -> api.NodesReply:
+    """Every configured node (registered or not) and every partition."""
+    nodes = []
+    for conf in config.nodes:
+        parts = config.partitions_of(conf.name)
+        if req.partitions and not set(parts) & set(req.partitions):
+            continue
+        node = state.nodes.get(conf.name)
+        if node is None:
+            nodes.append(
+                api.NodeInfo(
+                    name=conf.name,
+                    state="unknown",
+                    reason="Not registered",
+                    cpus=conf.cpus,
+                    alloc_cpus=0,
+                    mem_mb=conf.mem_mb,
+                    alloc_mem_mb=0,
+                    gpus=conf.gpus,
+                    alloc_gpus=0,
+                    gpu_type=conf.gpu_type,
+                    partitions=parts,
+                    features=list(conf.features),
+                )
+            )
+            continue
+        nodes.append(
+            api.NodeInfo(
+                name=node.name,
+                state=node_state(node),
+                reason=node.reason,
+                cpus=node.cpus,
+                alloc_cpus=node.alloc_cpus,
+                mem_mb=node.mem_mb,
+                alloc_mem_mb=node.alloc_mem_mb,
+                gpus=node.gpus,
+                alloc_gpus=len(node.used_gpus),
+                gpu_type=node.gpu_type,
+                partitions=parts,
+                features=list(node.features),
+            )
+        )
+    partitions = [
+        api.PartitionInfo(
+            name=p.name,
+            default=p is config.default_partition,
+            max_time_s=p.max_time_s,
+            default_time_s=p.default_time_s,
+            nodes=list(p.nodes),
+        )
+        for p in config.partitions
+        if not req.partitions or p.name in req.partitions
+    ]
+    return api.NodesReply(nodes=sorted(nodes, key=lambda n: n.name), partitions=partitions)
+
+
+def policy_of(config: ClusterConfig) -> Policy:
+    """The planner's policy from the cluster configuration."""
+    from corral.libs.core.plan import PartitionPolicy
+
+    return Policy(
+        partitions=tuple(
+            PartitionPolicy(p.name, p is config.default_partition, p.max_time_s, p.default_time_s)
+            for p in config.partitions
+        ),
+        cluster=config.name,
+    )
