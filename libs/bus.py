@@ -182,6 +182,7 @@ class Bus:
             return
         sub = await self.js.subscribe(
             subject,
+            stream=subjects.EVENTS_STREAM,
             ordered_consumer=True,
             deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
             config=api.ConsumerConfig(opt_start_seq=from_seq),

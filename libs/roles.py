@@ -27,6 +27,7 @@ _SCHEDULER_EVENTS = ("job_allocated", "job_completed", "job_failed", "job_cancel
 # JetStream API use of a service: stream/consumer info, consumers, direct gets, acks, flow control.
 _JS_CLIENT = [
     "$JS.API.INFO",
+    "$JS.API.STREAM.NAMES",
     "$JS.API.STREAM.INFO.*",
     "$JS.API.STREAM.MSG.GET.*",
     "$JS.API.DIRECT.GET.>",
