@@ -52,8 +52,15 @@ def _command(name: str) -> str:
 
 def _run(argv: list[str], env: dict[str, str], cwd: Path, stdin: str | None = None) -> str:
     print(f"$ {' '.join(argv)}", flush=True)
-    out = subprocess.run([_command(argv[0]), *argv[1:]], env=env, cwd=cwd, input=stdin, text=True,
-                         capture_output=True, check=False)
+    out = subprocess.run(
+        [_command(argv[0]), *argv[1:]],
+        env=env,
+        cwd=cwd,
+        input=stdin,
+        text=True,
+        capture_output=True,
+        check=False,
+    )
     text = out.stdout + out.stderr
     print(textwrap.indent(text.rstrip("\n"), "  ") if text.strip() else "", flush=True)
     return out.stdout
@@ -70,7 +77,9 @@ def run_demo(state_dir: Path | None) -> int:
     warning = ensure_resolvable([n.name for n in config.nodes])
     if warning:
         print(f"corral: warning: {warning}", file=sys.stderr)
-    print(f"Starting a local cluster (2 nodes x 4 GPUs, NATS JetStream + PostgreSQL) in {state} ...", flush=True)
+    print(
+        f"Starting a local cluster (2 nodes x 4 GPUs, NATS JetStream + PostgreSQL) in {state} ...", flush=True
+    )
     try:
         cluster.start()
         work = state / "demo-jobs"

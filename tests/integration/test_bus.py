@@ -8,8 +8,8 @@ import pytest
 
 from corral.libs.bus import Bus
 from corral.libs.errors import AppendConflict
-from corral.schemas import subjects
 from corral.schemas import events as ev
+from corral.schemas import subjects
 
 pytestmark = pytest.mark.integration
 
