@@ -1,0 +1,125 @@
+"""Find the cluster and call its API: the only module of the commands that does network IO.
+
+Where the cluster is:
+
+1. ``CORRAL_NATS_URL`` set: a remote cluster; user and password come from the credentials file named by
+   ``CORRAL_CREDENTIALS`` (its URL is ignored: the variable wins).
+2. otherwise the local cluster of ``corral up``: the state directory is ``CORRAL_STATE_DIR`` or
+   ``~/.corral`` and the credentials file is ``<state>/credentials/<unix user>.json``.
+
+Calls use the small synchronous NATS client rather than nats-py and asyncio: these commands are started
+by the thousand by submitit and dask, so their start-up time is what users feel.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar, Union
+
+import msgspec
+
+from corral.cli.errors import CliError
+from corral.libs import nats_request
+from corral.libs.credentials import Credentials, read_credentials
+from corral.schemas.api import ApiError
+from corral.schemas.subjects import api_subject, inbox_prefix, valid_token
+
+R = TypeVar("R")
+
+#: Seconds one API call may take before it fails (the cluster answers in milliseconds when healthy).
+DEFAULT_TIMEOUT = 15.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A cluster to call, and who we are on it."""
+
+    url: str  # nats://host:port
+    credentials: Credentials  # user and password (the URL in the file may differ from ``url``)
+    timeout: float = DEFAULT_TIMEOUT  # seconds per call
+
+    @property
+    def user(self) -> str:
+        """The user the cluster knows us as (``--me``, the default ``sacct`` filter)."""
+        return self.credentials.user
+
+    def call(self, verb: str, request: msgspec.Struct, reply_type: type[R]) -> R:
+        """Send ``request`` to the API verb and return its reply.
+
+        Raises CliError with the cluster's message for an ``ApiError`` reply, and with the transport's
+        message when the cluster cannot be reached or does not answer in time.
+        """
+        user = self.credentials.user
+        try:
+            reply = nats_request.request(
+                self.url,
+                api_subject(verb, user),
+                msgspec.json.encode(request),
+                user=user,
+                password=self.credentials.password,
+                inbox_prefix=inbox_prefix(user),
+                timeout=self.timeout,
+            )
+        except nats_request.RequestTimeout as exc:
+            raise CallTimeout(str(exc)) from None
+        except nats_request.NatsRequestError as exc:
+            raise CliError(str(exc)) from None
+        return decode_reply(reply.data, reply_type)
+
+
+class CallTimeout(CliError):
+    """No reply in time: the request may or may not have been carried out."""
+
+
+def decode_reply(data: bytes, reply_type: type[R]) -> R:
+    """Decode ``reply_type | ApiError``; CliError for an ApiError or a reply of another shape."""
+    union: Any = Union[reply_type, ApiError]  # noqa: UP007 (a runtime union of a type variable)
+    try:
+        decoded: object = msgspec.json.decode(data, type=union)
+    except msgspec.DecodeError as exc:
+        raise CliError(f"unexpected reply from the cluster: {exc}") from None
+    if isinstance(decoded, ApiError):
+        raise CliError(decoded.error)
+    if not isinstance(decoded, reply_type):
+        raise CliError(f"unexpected reply from the cluster: {type(decoded).__name__}")
+    return decoded
+
+
+def find_cluster(environ: Mapping[str, str] | None = None) -> Cluster:
+    """Locate the cluster and its credentials from the environment (see the module docstring).
+
+    Raises CliError naming the file that is missing or unreadable and how to fix it.
+    """
+    env = os.environ if environ is None else environ
+    remote_url = env.get("CORRAL_NATS_URL", "").strip()
+    if remote_url:
+        path_text = env.get("CORRAL_CREDENTIALS", "").strip()
+        if not path_text:
+            raise CliError(
+                "CORRAL_NATS_URL is set but CORRAL_CREDENTIALS is not: "
+                "set it to the credentials file of your user on that cluster"
+            )
+        path = Path(path_text).expanduser()
+    else:
+        state = Path(env.get("CORRAL_STATE_DIR") or "~/.corral").expanduser()
+        try:
+            unix_user = getpass.getuser()
+        except (KeyError, OSError):
+            raise CliError("cannot tell who you are: set USER or LOGNAME") from None
+        path = state / "credentials" / f"{unix_user}.json"
+    if not path.is_file():
+        raise CliError(
+            f"no Corral cluster found (no {path}): start one with 'corral up', "
+            "or set CORRAL_NATS_URL and CORRAL_CREDENTIALS"
+        )
+    try:
+        credentials = read_credentials(path)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if not valid_token(credentials.user):
+        raise CliError(f"the user name {credentials.user!r} in {path} cannot be used on the cluster")
+    return Cluster(url=remote_url or credentials.url, credentials=credentials)

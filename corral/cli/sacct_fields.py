@@ -1,0 +1,187 @@
+"""sacct's fields: what each column prints for a job row and for a step row, and ``-S``/``-E`` times."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from typing import TYPE_CHECKING
+
+from corral.cli.errors import CliError
+from corral.libs.slurm import hostlist
+from corral.libs.slurm.timefmt import format_elapsed_sacct, format_timestamp
+
+if TYPE_CHECKING:
+    from corral.schemas.api import AcctJob, AcctStep
+
+
+@dataclass(frozen=True)
+class RowContext:
+    """What rows depend on besides the record: the clock, the time zone, and uid lookup."""
+
+    now: float  # Unix time, for the elapsed time of running jobs
+    tz: tzinfo | None  # time zone of timestamps; None = local
+    uid_of: Callable[[str], str]  # user name -> what "CANCELLED by" shows
+
+
+_JobGetter = Callable[["AcctJob", RowContext], str]
+_StepGetter = Callable[["AcctJob", "AcctStep", RowContext], str]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One sacct field."""
+
+    title: str  # Slurm's spelling, printed in the header
+    width: int  # fixed-width column size
+    right: bool  # right-justified (all but the job ids)
+    job: _JobGetter  # value on a job row
+    step: _StepGetter  # value on a step row
+
+    def resized(self, width: int) -> Column:
+        """The same field with another width (``JobName%30``)."""
+        return dataclasses.replace(self, width=width)
+
+
+def _elapsed(start: float | None, end: float | None, now: float) -> int:
+    if start is None:
+        return 0
+    return max(0, int((end if end is not None else now) - start))
+
+
+def _job_state(job: AcctJob, ctx: RowContext) -> str:
+    if job.state == "CANCELLED" and job.cancelled_by:
+        return f"CANCELLED by {ctx.uid_of(job.cancelled_by)}"
+    return job.state
+
+
+def _step_nodes(step: AcctStep) -> str:
+    return str(len(hostlist.expand(step.node_list))) if step.node_list else "0"
+
+
+def _started(job: AcctJob) -> bool:
+    return job.start_time is not None
+
+
+def _column(title: str, width: int, job: _JobGetter, step: _StepGetter, right: bool = True) -> Column:
+    return Column(title, width, right, job, step)
+
+
+_ALL = [
+    _column("JobID", 12, lambda j, c: str(j.job_id), lambda j, s, c: f"{j.job_id}.{s.step}", right=False),
+    _column("JobIDRaw", 12, lambda j, c: str(j.job_id), lambda j, s, c: f"{j.job_id}.{s.step}", right=False),
+    _column("JobName", 10, lambda j, c: j.name, lambda j, s, c: s.name),
+    _column("Partition", 10, lambda j, c: j.partition, lambda j, s, c: ""),
+    _column("Account", 10, lambda j, c: j.account, lambda j, s, c: j.account),
+    _column(
+        "AllocCPUS", 10, lambda j, c: str(j.num_cpus if _started(j) else 0), lambda j, s, c: str(s.num_cpus)
+    ),
+    _column("State", 10, _job_state, lambda j, s, c: s.state),
+    _column(
+        "ExitCode", 8, lambda j, c: f"{j.exit_code}:{j.signal}", lambda j, s, c: f"{s.exit_code}:{s.signal}"
+    ),
+    _column("NodeList", 15, lambda j, c: j.node_list or "None assigned", lambda j, s, c: s.node_list),
+    _column(
+        "Elapsed",
+        10,
+        lambda j, c: format_elapsed_sacct(_elapsed(j.start_time, j.end_time, c.now)),
+        lambda j, s, c: format_elapsed_sacct(_elapsed(s.start_time, s.end_time, c.now)),
+    ),
+    _column(
+        "ElapsedRaw",
+        10,
+        lambda j, c: str(_elapsed(j.start_time, j.end_time, c.now)),
+        lambda j, s, c: str(_elapsed(s.start_time, s.end_time, c.now)),
+    ),
+    _column(
+        "Start",
+        19,
+        lambda j, c: format_timestamp(j.start_time, c.tz),
+        lambda j, s, c: format_timestamp(s.start_time, c.tz),
+    ),
+    _column(
+        "End",
+        19,
+        lambda j, c: format_timestamp(j.end_time, c.tz),
+        lambda j, s, c: format_timestamp(s.end_time, c.tz),
+    ),
+    _column(
+        "Submit",
+        19,
+        lambda j, c: format_timestamp(j.submit_time, c.tz),
+        lambda j, s, c: format_timestamp(s.start_time, c.tz),
+    ),
+    _column("User", 9, lambda j, c: j.user, lambda j, s, c: ""),
+    _column("NNodes", 8, lambda j, c: str(j.num_nodes), lambda j, s, c: _step_nodes(s)),
+    _column(
+        "AllocNodes", 10, lambda j, c: str(j.num_nodes if _started(j) else 0), lambda j, s, c: _step_nodes(s)
+    ),
+    _column("NCPUS", 10, lambda j, c: str(j.num_cpus), lambda j, s, c: str(s.num_cpus)),
+    _column("NTasks", 8, lambda j, c: "", lambda j, s, c: str(s.num_tasks)),
+    _column(
+        "Timelimit",
+        10,
+        lambda j, c: "UNLIMITED" if j.time_limit_s is None else format_elapsed_sacct(j.time_limit_s),
+        lambda j, s, c: "",
+    ),
+    _column("WorkDir", 20, lambda j, c: j.workdir, lambda j, s, c: ""),
+    _column("Reason", 20, lambda j, c: j.reason or "None", lambda j, s, c: ""),
+]
+
+#: Fields by lower-case name.
+COLUMNS: dict[str, Column] = {column.title.lower(): column for column in _ALL}
+
+#: Slurm fields Corral does not print yet (lower case).
+_LATER = (
+    "AllocTRES ReqTRES ReqMem ReqCPUS ReqNodes MaxRSS AveRSS MaxVMSize AveVMSize CPUTime CPUTimeRAW "
+    "TotalCPU UserCPU SystemCPU Group GID UID QOS QOSRAW Priority Cluster DerivedExitCode Comment "
+    "Constraints Eligible Flags Layout Reservation ReservationId Suspended WCKey WCKeyID AssocID "
+    "AdminComment ArrayJobID ArrayTaskID BlockID Container ConsumedEnergy ConsumedEnergyRaw "
+    "Extra FailedNode MaxDiskRead MaxDiskWrite MaxPages McsLabel Planned PlannedCPU PlannedCPURAW "
+    "StdErr StdIn StdOut SubmitLine TimelimitRaw TRESUsageInAve TRESUsageInMax TRESUsageInTot "
+    "TRESUsageOutAve TRESUsageOutMax TRESUsageOutTot AveCPU MinCPU AveCPUFreq AveDiskRead "
+    "AveDiskWrite AvePages HetJobID HetJobOffset"
+)
+LATER_COLUMNS = frozenset(name.lower() for name in _LATER.split()) - COLUMNS.keys()
+
+
+def job_rows(job: AcctJob, columns: Sequence[Column], ctx: RowContext, steps: bool) -> list[list[str]]:
+    """The job's row, then (unless ``steps`` is False) one row per step."""
+    rows = [[column.job(job, ctx) for column in columns]]
+    if steps:
+        rows += [[column.step(job, step, ctx) for column in columns] for step in job.steps]
+    return rows
+
+
+_RELATIVE = re.compile(r"now\s*([+-])\s*([0-9]{1,9})\s*([a-z]*)")
+_UNITS = {"": 1, "s": 1, "sec": 1, "second": 1, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
+_UNITS |= {"d": 86400, "day": 86400, "w": 604800, "week": 604800}
+_ABSOLUTE = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S")
+_TIME_FIX = "use YYYY-MM-DD[THH:MM[:SS]], now, now-1hours, now-2days or today"
+
+
+def parse_time_point(text: str, option: str, now: float, tz: tzinfo | None = None) -> float:
+    """A ``-S``/``-E`` time as Unix seconds: ``YYYY-MM-DD[THH:MM[:SS]]``, ``now[+-]N<unit>``, ``today``."""
+    value = text.strip().lower()
+    if value == "now":
+        return now
+    if value in ("today", "midnight"):
+        today = datetime.fromtimestamp(now, tz).replace(hour=0, minute=0, second=0, microsecond=0)
+        return today.timestamp()
+    relative = _RELATIVE.fullmatch(value)
+    if relative:
+        sign, amount, unit = relative.groups()
+        seconds = _UNITS.get(unit.removesuffix("s") if len(unit) > 1 else unit)
+        if seconds is None:
+            raise CliError(f'invalid {option} "{text}": {_TIME_FIX}')
+        delta = int(amount) * seconds
+        return now + delta if sign == "+" else now - delta
+    for pattern in _ABSOLUTE:
+        try:
+            moment = datetime.strptime(text.strip(), pattern)
+        except ValueError:
+            continue
+        return (moment.replace(tzinfo=tz) if tz is not None else moment).timestamp()
+    raise CliError(f'invalid {option} "{text}": {_TIME_FIX}')

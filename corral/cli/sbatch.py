@@ -1,0 +1,107 @@
+"""``sbatch``: submit a batch script; prints exactly ``Submitted batch job N`` (or ``N`` with ``--parsable``).
+
+The script is read and copied here, at submit time, so the caller may delete it as soon as sbatch
+returns. A submission carries a random token; the one retry after a timeout reuses it, so the gateway
+can tell a retry from a new job and a slow cluster never gets the job twice.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from typing import TYPE_CHECKING
+
+from corral.cli.errors import CliError, run_command, warn
+from corral.cli.options import version_text
+from corral.cli.sbatch_args import MAX_SCRIPT_BYTES, build_submission, parse_command_line
+from corral.schemas.events import JobSpec
+
+if TYPE_CHECKING:
+    from corral.cli.client import Cluster
+
+COMMAND = "sbatch"
+
+USAGE = """\
+Usage: sbatch [OPTIONS...] [SCRIPT [ARGS...]]   (the script is read from stdin when not given)
+
+  -J, --job-name=NAME         name of the job (default: the script's file name)
+  -o, --output=PATTERN        stdout file (%j job id, %x name, %u user, %N node; default slurm-%j.out)
+  -e, --error=PATTERN         stderr file (default: with stdout)
+      --open-mode=MODE        append or truncate the output files
+  -p, --partition=NAME        partition          -A, --account=NAME     account
+  -N, --nodes=N               number of nodes    -n, --ntasks=N         number of tasks
+  -c, --cpus-per-task=N       CPUs per task          --ntasks-per-node=N tasks per node
+  -t, --time=TIME             time limit (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)
+      --mem=SIZE              memory per node (500M, 8G)
+      --gres=gpu[:TYPE][:N]   GPUs per node          --gpus-per-node=[TYPE:]N
+      --requeue, --no-requeue allow or forbid requeueing after a node failure
+  -D, --chdir=DIR             working directory of the job (default: the current directory)
+      --export=ALL|NONE|[ALL,]VAR[=VALUE],...   environment to export (default ALL)
+      --wrap=COMMAND          run COMMAND in a /bin/sh script instead of a script file
+      --parsable              print only the job id
+  -h, --help                  this help          -V, --version          version
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``sbatch``."""
+    return run_command(COMMAND, _sbatch, argv)
+
+
+def _sbatch(argv: list[str]) -> int:
+    invocation = parse_command_line(argv)
+    if invocation.args.given("help") or invocation.args.given("usage"):
+        sys.stdout.write(USAGE)
+        return 0
+    if invocation.args.given("version"):
+        print(version_text())
+        return 0
+    data = None if invocation.wrap is not None else read_script(invocation.script_path)
+    try:
+        cwd = os.getcwd()
+    except OSError as exc:
+        raise CliError(f"cannot tell the current directory: {exc.strerror}") from None
+    submission = build_submission(
+        invocation, data, environ=os.environ, cwd=cwd, hostname=socket.gethostname()
+    )
+    for message in submission.warnings:
+        warn(COMMAND, message)
+    from corral.cli.client import find_cluster
+
+    job_id = submit(find_cluster(), submission.spec)
+    print(job_id if submission.parsable else f"Submitted batch job {job_id}")
+    return 0
+
+
+def read_script(path: str | None) -> bytes:
+    """The script's bytes from ``path`` or stdin, at most one byte over the limit (so it can be refused)."""
+    if path is None:
+        return sys.stdin.buffer.read(MAX_SCRIPT_BYTES + 1)
+    try:
+        with open(path, "rb") as script:
+            return script.read(MAX_SCRIPT_BYTES + 1)
+    except OSError:
+        raise CliError(f"Unable to open file {path}") from None
+
+
+def submit(cluster: Cluster, spec: JobSpec, token: str | None = None) -> int:
+    """Submit ``spec`` and return its job id; one retry after a timeout, with the same token."""
+    import uuid
+
+    from corral.cli.client import CallTimeout
+    from corral.schemas.api import SubmitReply, SubmitRequest
+
+    request = SubmitRequest(token=token or uuid.uuid4().hex, spec=spec)
+    try:
+        try:
+            reply = cluster.call("submit", request, SubmitReply)
+        except CallTimeout:
+            reply = cluster.call("submit", request, SubmitReply)
+    except CliError as exc:
+        raise CliError(f"Batch job submission failed: {exc.message}") from None
+    return reply.job_id
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""``scancel``: cancel jobs by id, or the jobs matching filters (``--me -u -n -t -p -A``).
+
+Filters resolve to job ids through the ``jobs`` verb first, then one ``cancel`` request carries the ids.
+Ids and filters together cancel the given jobs that match. Each job that could not be cancelled gets its
+own ``Kill job error`` line and the exit status is then 1. Without ids and without ``-u``/``--me``,
+filters apply to the caller's own jobs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from corral.cli.errors import EXIT_FAILURE, CliError, error_line, run_command
+from corral.cli.fields import parse_states
+from corral.cli.options import Option as Opt
+from corral.cli.options import OptionTable, flag, parse_job_ids, unsupported, version_text
+from corral.libs.slurm.signals import parse_signal_name
+
+if TYPE_CHECKING:
+    from corral.schemas.api import CancelReply, JobInfo, JobsRequest
+
+COMMAND = "scancel"
+#: Signals scancel accepts for now: each of them cancels the job (SIGTERM, SIGKILL after KillWait).
+CANCEL_SIGNALS = {"SIGTERM": 15, "SIGKILL": 9, "SIGINT": 2}
+
+OPTIONS = OptionTable(
+    [
+        flag("me"),
+        Opt("user", "u"),
+        Opt("name", "n", aliases=("jobname",)),
+        Opt("state", "t"),
+        Opt("partition", "p"),
+        Opt("account", "A"),
+        Opt("signal", "s"),
+        flag("quiet", "Q"),
+        flag("help"),
+        flag("usage"),
+        flag("version", "V"),
+        *unsupported(
+            "batch/b full/f interactive/i verbose/v nodelist/w reservation/R qos/q hurry/H clusters/M "
+            "wckey sibling cron/c ctld"
+        ),
+    ]
+)
+
+USAGE = """\
+Usage: scancel [OPTIONS...] [JOB_ID...]
+      --me               my jobs                  -u, --user=USER       this user's jobs
+  -n, --name=NAME        jobs with this name      -t, --state=STATES    PENDING,RUNNING (or PD,R)
+  -p, --partition=NAMES  jobs in these partitions -A, --account=NAMES
+  -s, --signal=SIG       TERM, KILL or INT (all cancel the job)
+"""
+
+
+@dataclass
+class ScancelArgs:
+    """What an scancel command line asks for."""
+
+    job_ids: list[int] = field(default_factory=list)  # positional ids
+    users: list[str] = field(default_factory=list)  # -u
+    me: bool = False  # --me
+    names: list[str] = field(default_factory=list)  # -n
+    states: list[str] = field(default_factory=list)  # -t (long names)
+    partitions: list[str] = field(default_factory=list)  # -p
+    accounts: list[str] = field(default_factory=list)  # -A
+    signal: int = 15  # -s
+    help: str | None = None  # text to print instead (--help, --version)
+
+    @property
+    def filtered(self) -> bool:
+        """True if any filter was given, so ids come from the ``jobs`` verb."""
+        return bool(self.users or self.me or self.names or self.states or self.partitions or self.accounts)
+
+
+def parse_args(argv: Sequence[str]) -> ScancelArgs:
+    """Parse scancel's command line (ids and options in any order; no IO)."""
+    args = OPTIONS.parse(argv)
+    help_text = None
+    if args.given("help") or args.given("usage"):
+        help_text = USAGE
+    elif args.given("version"):
+        help_text = version_text() + "\n"
+    parsed = ScancelArgs(
+        job_ids=parse_job_ids(args.positionals, "job id"),
+        users=args.items("user"),
+        me=args.given("me"),
+        names=args.items("name"),
+        states=parse_states(args.items("state"), "--state"),
+        partitions=args.items("partition"),
+        accounts=args.items("account"),
+        signal=_signal(args.last("signal")),
+        help=help_text,
+    )
+    if help_text is None and not parsed.job_ids and not parsed.filtered:
+        raise CliError("No job identification provided")
+    return parsed
+
+
+def _signal(text: str | None) -> int:
+    if text is None:
+        return CANCEL_SIGNALS["SIGTERM"]
+    signum = parse_signal_name(text, "--signal")
+    if signum not in CANCEL_SIGNALS.values():
+        raise CliError(f"option --signal={text} is not supported by Corral yet: use TERM, KILL or INT")
+    return signum
+
+
+def jobs_request(args: ScancelArgs, me: str) -> JobsRequest:
+    """The ``jobs`` request that resolves the filters; without ids or users, the caller's jobs."""
+    from corral.schemas.api import JobsRequest
+
+    users = [*args.users, me] if args.me else list(args.users)
+    if not users and not args.job_ids:
+        users = [me]
+    return JobsRequest(job_ids=args.job_ids, users=users, partitions=args.partitions, states=args.states)
+
+
+def select_ids(jobs: Sequence[JobInfo], args: ScancelArgs) -> list[int]:
+    """Ids of the jobs that also pass the filters the ``jobs`` verb does not apply (names, accounts)."""
+    return [
+        job.job_id
+        for job in jobs
+        if (not args.names or job.name in args.names) and (not args.accounts or job.account in args.accounts)
+    ]
+
+
+def failure_lines(reply: CancelReply) -> list[str]:
+    """One ``Kill job error`` line per job that could not be cancelled."""
+    return [
+        error_line(COMMAND, f"Kill job error on job id {outcome.job_id}: {outcome.error}")
+        for outcome in reply.outcomes
+        if outcome.error is not None
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``scancel``."""
+    return run_command(COMMAND, _scancel, argv)
+
+
+def _scancel(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.help is not None:
+        sys.stdout.write(args.help)
+        return 0
+    from corral.cli.client import find_cluster
+    from corral.schemas.api import CancelReply, CancelRequest, JobsReply
+
+    cluster = find_cluster()
+    ids = args.job_ids
+    if args.filtered:
+        jobs = cluster.call("jobs", jobs_request(args, cluster.user), JobsReply).jobs
+        ids = select_ids(jobs, args)
+    if not ids:
+        return 0
+    reply = cluster.call("cancel", CancelRequest(job_ids=ids), CancelReply)
+    failures = failure_lines(reply)
+    for line in failures:
+        print(line, file=sys.stderr)
+    return EXIT_FAILURE if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""``sinfo``: partitions and nodes, grouped as Slurm groups them.
+
+Partition-oriented (default): per partition, nodes that print the same for every per-node field of the
+format (state, CPUs, GRES ...) share one line, whose ``%D``, ``%N`` and ``%C`` sum them up. ``-N``: one line
+per node and partition. Rendering is a pure function of the ``nodes`` reply: ``render_sinfo``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from corral.cli.errors import CliError, run_command
+from corral.cli.fields import Layout, parse_layout, render_layout
+from corral.cli.options import Option as Opt
+from corral.cli.options import OptionTable, flag, unsupported, version_text
+from corral.libs.slurm import hostlist
+from corral.libs.slurm.gres import format_node_gres
+from corral.libs.slurm.timefmt import format_elapsed
+
+if TYPE_CHECKING:
+    from corral.schemas.api import NodeInfo, NodesReply, PartitionInfo
+
+COMMAND = "sinfo"
+DEFAULT_FORMAT = "%9P %.5a %.10l %.6D %.6t %N"
+NODE_FORMAT = "%#N %.6D %#P %6t"
+
+OPTIONS = OptionTable(
+    [
+        flag("Node", "N"),
+        Opt("partition", "p"),
+        flag("noheader", "h"),
+        Opt("format", "o"),
+        flag("all", "a"),
+        flag("help"),
+        flag("usage"),
+        flag("version", "V"),
+        *unsupported(
+            "Format/O list-reasons/R summarize/s states/t nodes/n exact/e responding/r dead/d iterate/i "
+            "clusters/M sort/S reservation/T verbose/v long/l json yaml federation local noconvert hide "
+            "future/F"
+        ),
+    ]
+)
+
+USAGE = """\
+Usage: sinfo [OPTIONS...]
+  -N, --Node             one line per node and partition
+  -p, --partition=NAMES  only these partitions
+  -h, --noheader         no header line
+  -o, --format=FORMAT    %-fields: %P %a %l %D %t %T %N %C %G %c %m, widths like %.6D, %9P, %#N
+"""
+
+#: (State, compact state) of a node, by the state the scheduler reports.
+NODE_STATES: dict[str, tuple[str, str]] = {
+    "idle": ("IDLE", "idle"),
+    "mixed": ("MIXED", "mix"),
+    "allocated": ("ALLOCATED", "alloc"),
+    "down": ("DOWN*", "down*"),
+    "drained": ("DRAINED", "drain"),
+    "draining": ("DRAINING", "drng"),
+    "unknown": ("UNKNOWN*", "unk*"),
+}
+
+#: Fields of the partition: header and value.
+PARTITION_FIELDS: dict[str, tuple[str, Callable[[PartitionInfo], str]]] = {
+    "P": ("PARTITION", lambda p: p.name + ("*" if p.default else "")),
+    "a": ("AVAIL", lambda p: "up"),
+    "l": ("TIMELIMIT", lambda p: "infinite" if p.max_time_s is None else format_elapsed(p.max_time_s)),
+}
+#: Per-node fields: header and value; nodes of one line agree on all of them.
+NODE_FIELDS: dict[str, tuple[str, Callable[[NodeInfo], str]]] = {
+    "t": ("STATE", lambda n: node_state(n)[1]),
+    "T": ("STATE", lambda n: node_state(n)[0]),
+    "G": ("GRES", lambda n: format_node_gres(n.gpu_type, n.gpus)),
+    "c": ("CPUS", lambda n: str(n.cpus)),
+    "m": ("MEMORY", lambda n: str(n.mem_mb)),
+}
+#: Fields that sum up the nodes of a line.
+GROUP_FIELDS: dict[str, tuple[str, Callable[[Sequence[NodeInfo]], str]]] = {
+    "D": ("NODES", lambda nodes: str(len(nodes))),
+    "N": ("NODELIST", lambda nodes: hostlist.compress(n.name for n in nodes)),
+    "C": ("CPUS(A/I/O/T)", lambda nodes: cpu_summary(nodes)),
+}
+_TITLES = {
+    key: title for table in (PARTITION_FIELDS, NODE_FIELDS, GROUP_FIELDS) for key, (title, _) in table.items()
+}
+#: Letters Slurm has that Corral does not print yet.
+LATER_FIELDS = "AbBdeEfFgHhIkLMnOoRsSuUVwXYzZ"
+
+
+def node_state(node: NodeInfo) -> tuple[str, str]:
+    """(long, compact) state of a node; a drained node still running jobs is draining."""
+    state = "draining" if node.state == "drained" and node.alloc_cpus > 0 else node.state
+    return NODE_STATES.get(state, (state.upper(), state))
+
+
+def cpu_summary(nodes: Sequence[NodeInfo]) -> str:
+    """``%C``: allocated/idle/other/total CPUs; a down or drained node's CPUs count as other."""
+    allocated = idle = other = total = 0
+    for node in nodes:
+        total += node.cpus
+        if node.state in ("down", "drained", "unknown"):
+            other += node.cpus
+        else:
+            allocated += node.alloc_cpus
+            idle += node.cpus - node.alloc_cpus
+    return f"{allocated}/{idle}/{other}/{total}"
+
+
+def parse_format(text: str | None, node_oriented: bool) -> Layout:
+    """The layout of ``-o`` (or the default one)."""
+    default = NODE_FORMAT if node_oriented else DEFAULT_FORMAT
+    letters = [*PARTITION_FIELDS, *NODE_FIELDS, *GROUP_FIELDS]
+    return parse_layout(text or default, "--format", letters, LATER_FIELDS)
+
+
+def render_sinfo(
+    reply: NodesReply,
+    layout: Layout,
+    *,
+    header: bool = True,
+    node_oriented: bool = False,
+    partitions: Sequence[str] = (),
+) -> list[str]:
+    """The output lines for a ``nodes`` reply; ``partitions`` limits the partitions shown."""
+    by_name = {node.name: node for node in reply.nodes}
+    keys = [spec.key for spec in layout.fields]
+    rows: list[list[str]] = []
+    for partition in reply.partitions:
+        if partitions and partition.name not in partitions:
+            continue
+        members = [by_name[name] for name in partition.nodes if name in by_name]
+        groups = [[node] for node in members] if node_oriented else _group(members, keys)
+        if not groups and not node_oriented:
+            rows.append([_empty_value(key, partition) for key in keys])
+        for group in groups:
+            rows.append([_value(key, group, partition) for key in keys])
+    return render_layout(layout, [_TITLES[key] for key in keys], rows, header=header)
+
+
+def _group(nodes: Sequence[NodeInfo], keys: Sequence[str]) -> list[list[NodeInfo]]:
+    """Nodes that agree on every per-node field, in the order their first node comes."""
+    groups: dict[tuple[str, ...], list[NodeInfo]] = {}
+    for node in nodes:
+        signature = tuple(NODE_FIELDS[key][1](node) for key in keys if key in NODE_FIELDS)
+        groups.setdefault(signature, []).append(node)
+    return list(groups.values())
+
+
+def _value(key: str, nodes: Sequence[NodeInfo], partition: PartitionInfo) -> str:
+    if key in PARTITION_FIELDS:
+        return PARTITION_FIELDS[key][1](partition)
+    if key in GROUP_FIELDS:
+        return GROUP_FIELDS[key][1](nodes)
+    return NODE_FIELDS[key][1](nodes[0])
+
+
+def _empty_value(key: str, partition: PartitionInfo) -> str:
+    """A field of a partition without nodes: what Slurm prints for it."""
+    if key in PARTITION_FIELDS:
+        return PARTITION_FIELDS[key][1](partition)
+    return {"D": "0", "N": "", "C": "0/0/0/0"}.get(key, "n/a")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``sinfo``."""
+    return run_command(COMMAND, _sinfo, argv)
+
+
+def _sinfo(argv: list[str]) -> int:
+    args = OPTIONS.parse(argv)
+    if args.positionals:
+        raise CliError(f"unrecognized argument '{args.positionals[0]}'")
+    if args.given("help") or args.given("usage") or args.given("version"):
+        sys.stdout.write(USAGE if not args.given("version") else version_text() + "\n")
+        return 0
+    node_oriented = args.given("Node")
+    layout = parse_format(args.last("format"), node_oriented)
+    partitions = args.items("partition")
+    from corral.cli.client import find_cluster
+    from corral.schemas.api import NodesReply, NodesRequest
+
+    reply = find_cluster().call("nodes", NodesRequest(partitions=partitions), NodesReply)
+    lines = render_sinfo(
+        reply, layout, header=not args.given("noheader"), node_oriented=node_oriented, partitions=partitions
+    )
+    if lines:
+        sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
