@@ -26,6 +26,7 @@ class Free:
     total_mem_mb: int  # the node's memory (for --mem=0, "all of it")
     gpu_type: str | None  # GPU model
     partitions: tuple[str, ...]  # partitions
+    idle: bool = True  # nothing runs on it (for --mem=0, which takes a whole node's memory)
 
 
 def free_capacity(nodes: dict[str, Node]) -> dict[str, Free]:
@@ -44,6 +45,7 @@ def free_capacity(nodes: dict[str, Node]) -> dict[str, Free]:
             total_mem_mb=node.mem_mb,
             gpu_type=node.gpu_type,
             partitions=tuple(node.partitions),
+            idle=not node.jobs and not node.used_gpus and node.alloc_cpus == 0 and node.alloc_mem_mb == 0,
         )
     return out
 
@@ -77,7 +79,7 @@ def _node_fits(free: Free, req: Request) -> bool:
     if req.gpu_type is not None and req.gpus > 0 and free.gpu_type != req.gpu_type:
         return False
     mem = free.total_mem_mb if req.mem_mb == 0 else (req.mem_mb or 0)
-    if req.mem_mb == 0 and free.mem_mb != free.total_mem_mb:
+    if req.mem_mb == 0 and not free.idle:
         return False
     return len(free.gpus) >= req.gpus and free.cpus >= req.cpus and free.mem_mb >= mem
 
@@ -103,5 +105,6 @@ def place(free: dict[str, Free], partition: str, req: Request) -> list[NodeAlloc
         gpus, f.gpus = f.gpus[: req.gpus], f.gpus[req.gpus :]
         f.cpus -= req.cpus
         f.mem_mb -= mem
+        f.idle = False
         out.append(NodeAllocation(node=f.name, gpus=gpus, cpus=req.cpus, mem_mb=mem))
     return out

@@ -74,6 +74,9 @@ class Orphan(msgspec.Struct, frozen=True, kw_only=True):
     job_id: int  # job
     attempt: int  # the old run
     node: str  # where it may be running
+    gpus: list[int] = []  # GPU indices it still holds there until it is seen to exit
+    cpus: int = 0  # CPUs it still holds
+    mem_mb: int = 0  # memory it still holds
 
 
 class State(msgspec.Struct, kw_only=True):
@@ -155,6 +158,9 @@ def _allocated(state: State, seq: int, at: float, body: ev.JobAllocated) -> None
     if job.state != "PENDING" or body.attempt != job.restart_count or job.cancel_by is not None:
         return
     nodes = [state.nodes.get(a.node) for a in body.allocations]
+    distinct_nodes = len({a.node for a in body.allocations}) == len(body.allocations)
+    if not distinct_nodes or any(len(set(a.gpus)) != len(a.gpus) for a in body.allocations):
+        return
     if not body.allocations or any(
         n is None or not _fits(n, a) for n, a in zip(nodes, body.allocations, strict=True)
     ):
@@ -192,10 +198,24 @@ def _run_started(state: State, seq: int, at: float, body: ev.RunStarted) -> None
         job.run_started = True
 
 
+def _drop_orphans(state: State, gone: Callable[[Orphan], bool]) -> None:
+    """Forget orphans that ended, giving their resources back to their node."""
+    keep = []
+    for orphan in state.orphans:
+        if not gone(orphan):
+            keep.append(orphan)
+            continue
+        node = state.nodes.get(orphan.node)
+        if node is not None:
+            held = set(orphan.gpus)
+            node.used_gpus = [g for g in node.used_gpus if g not in held]
+            node.alloc_cpus -= orphan.cpus
+            node.alloc_mem_mb -= orphan.mem_mb
+    state.orphans = keep
+
+
 def _run_exited(state: State, seq: int, at: float, body: ev.RunExited) -> None:
-    state.orphans = [
-        o for o in state.orphans if (o.job_id, o.attempt, o.node) != (body.job_id, body.attempt, body.node)
-    ]
+    _drop_orphans(state, lambda o: (o.job_id, o.attempt, o.node) == (body.job_id, body.attempt, body.node))
     job = _job_for(state, seq, body.job_id)
     if _current_run(job, body.attempt, body.node) and job is not None and job.run_exit is None:
         job.run_exit = RunExit(
@@ -209,20 +229,35 @@ def _run_exited(state: State, seq: int, at: float, body: ev.RunExited) -> None:
 
 
 def _release(state: State, job: Job) -> None:
+    # The batch script may still run if nobody saw it exit and its node is alive: it must be killed,
+    # and until it is seen to exit, its resources on that node stay taken (Slurm's COMPLETING).
+    orphaned = None
+    if job.allocations and job.run_exit is None:
+        batch = state.nodes.get(job.allocations[0].node)
+        if batch is not None and batch.up:
+            alloc = job.allocations[0]
+            orphaned = batch.name
+            state.orphans.append(
+                Orphan(
+                    job_id=job.job_id,
+                    attempt=job.restart_count,
+                    node=batch.name,
+                    gpus=list(alloc.gpus),
+                    cpus=alloc.cpus,
+                    mem_mb=alloc.mem_mb,
+                )
+            )
     for alloc in job.allocations:
         node = state.nodes.get(alloc.node)
         if node is None:
+            continue
+        node.jobs = [j for j in node.jobs if j != job.job_id]
+        if node.name == orphaned:
             continue
         held = set(alloc.gpus)
         node.used_gpus = [g for g in node.used_gpus if g not in held]
         node.alloc_cpus -= alloc.cpus
         node.alloc_mem_mb -= alloc.mem_mb
-        node.jobs = [j for j in node.jobs if j != job.job_id]
-    # The batch script may still run if nobody saw it exit and its node is alive: it must be killed.
-    if job.allocations and job.run_exit is None:
-        batch = state.nodes.get(job.allocations[0].node)
-        if batch is not None and batch.up:
-            state.orphans.append(Orphan(job_id=job.job_id, attempt=job.restart_count, node=batch.name))
 
 
 def _decision_job(state: State, seq: int, job_id: int, attempt: int) -> Job | None:
@@ -304,7 +339,7 @@ def _node_down(state: State, seq: int, at: float, body: ev.NodeDown) -> None:
     if node is not None:
         node.up, node.reason = False, body.reason
         # Its runs are gone with it: nothing on it is left to kill.
-        state.orphans = [o for o in state.orphans if o.node != body.node]
+        _drop_orphans(state, lambda o: o.node == body.node)
 
 
 def _node_up(state: State, seq: int, at: float, body: ev.NodeUp) -> None:

@@ -58,23 +58,48 @@ def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
             f"time limit {spec.time_limit_s}s exceeds partition {part.name} MaxTime {part.max_time_s}s",
             field="time_limit_s",
         )
+    members = [config.node(name) for name in part.nodes]
+    tasks_per_node = spec.ntasks_per_node or -(-spec.ntasks // spec.nodes)
+    cpus = tasks_per_node * spec.cpus_per_task
     idle = [
         Free(n.name, list(range(n.gpus)), n.cpus, n.mem_mb, n.mem_mb, n.gpu_type, (part.name,))
-        for n in (config.node(name) for name in part.nodes)
+        for n in members
     ]
-    tasks_per_node = spec.ntasks_per_node or -(-spec.ntasks // spec.nodes)
-    req = Request(
-        spec.nodes,
-        spec.gpus_per_node,
-        spec.gpu_type,
-        tasks_per_node * spec.cpus_per_task,
-        spec.mem_per_node_mb,
+    req = Request(spec.nodes, spec.gpus_per_node, spec.gpu_type, cpus, spec.mem_per_node_mb)
+    if could_ever_fit(idle, req):
+        return
+    # Name the first dimension no node of the partition can satisfy, so the user knows what to change.
+    typed = [
+        n for n in members if spec.gpu_type is None or spec.gpus_per_node == 0 or n.gpu_type == spec.gpu_type
+    ]
+    checks = [
+        (not typed, "gpu_type", f"no node in partition {part.name} has GPUs of type {spec.gpu_type!r}"),
+        (
+            max((n.gpus for n in typed), default=0) < spec.gpus_per_node,
+            "gpus_per_node",
+            f"{spec.gpus_per_node} GPUs per node requested, the largest node in partition {part.name} has "
+            f"{max((n.gpus for n in typed), default=0)}",
+        ),
+        (
+            max(n.cpus for n in members) < cpus,
+            "cpus_per_task",
+            f"{cpus} CPUs per node requested, the largest node in partition {part.name} has "
+            f"{max(n.cpus for n in members)}",
+        ),
+        (
+            max(n.mem_mb for n in members) < (spec.mem_per_node_mb or 0),
+            "mem_per_node_mb",
+            f"{spec.mem_per_node_mb}M per node requested, the largest node in partition {part.name} has "
+            f"{max(n.mem_mb for n in members)}M",
+        ),
+    ]
+    for failed, field, why in checks:
+        if failed:
+            raise InvalidInput(
+                f"job can never run: {why} (Requested node configuration is not available)", field=field
+            )
+    raise InvalidInput(
+        f"job can never run: {spec.nodes} nodes requested, partition {part.name} has {len(members)} that fit "
+        "(Requested node configuration is not available)",
+        field="nodes",
     )
-    if not could_ever_fit(idle, req):
-        raise InvalidInput(
-            f"job can never run in partition {part.name}: {spec.nodes} node(s) with "
-            f"{spec.gpus_per_node} GPU(s){' of type ' + spec.gpu_type if spec.gpu_type else ''}, "
-            f"{req.cpus} CPU(s) and {spec.mem_per_node_mb or 0}M each requested, the partition has "
-            f"{len(idle)} node(s) (Requested node configuration is not available)",
-            field="nodes",
-        )

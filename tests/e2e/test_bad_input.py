@@ -7,13 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from e2e_cli import Cli
 
 from corral.libs import roles
 from corral.libs.credentials import read_credentials
 from corral.libs.local_cluster import LocalCluster
 from corral.libs.nats_request import request
 from corral.schemas import subjects
-from tests.e2e.conftest import Cli
 
 pytestmark = pytest.mark.e2e
 

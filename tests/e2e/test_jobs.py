@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+from e2e_cli import Cli
 
 from corral.libs.local_cluster import LocalCluster
-from tests.e2e.conftest import Cli
 
 pytestmark = pytest.mark.e2e
 
@@ -55,9 +55,10 @@ def test_scancel_on_a_running_job_ends_cancelled(cli: Cli) -> None:
 def test_twelve_one_gpu_jobs_never_run_more_than_eight_at_once(cli: Cli, tmp_path: Path) -> None:
     script = (
         "#!/bin/bash\n#SBATCH --gres=gpu:1\n"
-        f'echo "$(date +%s.%N) start $CUDA_VISIBLE_DEVICES $SLURMD_NODENAME" >> {tmp_path}/spans.$SLURM_JOB_ID\n'
+        f"out={tmp_path}/spans.$SLURM_JOB_ID\n"
+        'echo "$(date +%s.%N) start $CUDA_VISIBLE_DEVICES $SLURMD_NODENAME" >> $out\n'
         "sleep 3\n"
-        f'echo "$(date +%s.%N) end" >> {tmp_path}/spans.$SLURM_JOB_ID\n'
+        'echo "$(date +%s.%N) end" >> $out\n'
     )
     jobs = [cli.sbatch(script) for _ in range(12)]
     for job in jobs:

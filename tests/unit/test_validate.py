@@ -1,0 +1,94 @@
+"""Submit validation: a job that can never be accepted is refused with the field at fault."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from builders import cluster_config, job
+
+from corral.libs.errors import InvalidInput
+from corral.schemas.events import JobSpec
+from corral.services.gateway.validate import MAX_SCRIPT_BYTES, validate_spec
+
+pytestmark = pytest.mark.unit
+
+#: 16 nodes gpu01-16 (64 CPUs, 500G, 8 h100) in "gpu" (default, MaxTime 1 day); cpu01-02 in "cpu".
+CONFIG = cluster_config(nodes=16, gpus=8)
+
+
+GOOD = [
+    (job(gpus=8, nodes=4), "whole GPU nodes"),
+    (job(gpus=8, nodes=16, time_s=86_400), "the whole partition for MaxTime"),
+    (job(gpus=1, nodes=1, gpu_type="h100", mem_mb=0), "typed, whole memory"),
+    (job(gpus=0, nodes=2, partition="cpu", ntasks=32), "CPU partition, all CPUs"),
+    (job(gpus=0, nodes=1, ntasks=8, cpus_per_task=8, mem_mb=500 * 1024), "all CPUs and memory of a node"),
+]
+
+
+@pytest.mark.parametrize("spec", [c[0] for c in GOOD], ids=[c[1] for c in GOOD])
+def test_a_good_spec_passes(spec: JobSpec) -> None:
+    validate_spec(spec, CONFIG)
+
+
+def bad(**fields: object) -> JobSpec:
+    """The default job with some fields replaced."""
+    return msgspec.structs.replace(job(), **fields)
+
+
+BAD = [
+    (bad(script="echo hi\n"), "script", "no shebang"),
+    (bad(script="#!/bin/sh\n" + "x" * MAX_SCRIPT_BYTES), "script", "huge script"),
+    (bad(name=""), "name", "empty name"),
+    (bad(name="a\nb"), "name", "name on two lines"),
+    (bad(environment={"X": "y" * (1024 * 1024)}), "environment", "huge environment"),
+    (bad(argv=["a"] * 1025), "argv", "too many arguments"),
+    (bad(workdir="run/here"), "workdir", "relative workdir"),
+    (bad(nodes=0), "nodes", "nodes 0"),
+    (bad(ntasks=0), "ntasks", "ntasks 0"),
+    (bad(cpus_per_task=0), "cpus_per_task", "cpus per task 0"),
+    (bad(gpus_per_node=-1), "gpus_per_node", "negative GPUs"),
+    (bad(ntasks_per_node=0), "ntasks_per_node", "ntasks per node 0"),
+    (bad(mem_per_node_mb=-1), "mem_per_node_mb", "negative memory"),
+    (bad(time_limit_s=0), "time_limit_s", "time 0"),
+    (bad(partition="nope"), "partition", "unknown partition"),
+    (bad(time_limit_s=86_401), "time_limit_s", "time over MaxTime"),
+    (bad(nodes=17, ntasks=17), "nodes", "more nodes than the partition"),
+]
+
+
+@pytest.mark.parametrize(("spec", "field"), [c[:2] for c in BAD], ids=[c[2] for c in BAD])
+def test_a_bad_field_is_named(spec: JobSpec, field: str) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        validate_spec(spec, CONFIG)
+    assert raised.value.field == field
+
+
+UNSATISFIABLE = [
+    (bad(gpus_per_node=9), "gpus_per_node", "more GPUs than any node has"),
+    (bad(gpu_type="a100"), "gpu_type", "GPU type no node has"),
+    (bad(cpus_per_task=65), "cpus_per_task", "more CPUs than any node has"),
+    (bad(mem_per_node_mb=600 * 1024), "mem_per_node_mb", "more memory than any node has"),
+]
+
+
+@pytest.mark.parametrize("spec", [c[0] for c in UNSATISFIABLE], ids=[c[2] for c in UNSATISFIABLE])
+def test_a_job_that_can_never_run_is_refused(spec: JobSpec) -> None:
+    with pytest.raises(InvalidInput, match=r"can never run: .* partition gpu"):
+        validate_spec(spec, CONFIG)
+
+
+@pytest.mark.parametrize(("spec", "field"), [c[:2] for c in UNSATISFIABLE], ids=[c[2] for c in UNSATISFIABLE])
+def test_a_job_that_can_never_run_names_the_field_at_fault(spec: JobSpec, field: str) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        validate_spec(spec, CONFIG)
+    assert raised.value.field == field
+
+
+def test_the_default_partition_is_used_without_one() -> None:
+    # Without -p the job goes to "gpu"; the same CPU job fits "cpu" only when asked for.
+    cpu_job = job(gpus=0, nodes=2, partition="cpu")
+    validate_spec(cpu_job, CONFIG)
+    with pytest.raises(InvalidInput) as raised:
+        validate_spec(msgspec.structs.replace(cpu_job, partition=None, time_limit_s=86_401), CONFIG)
+    assert raised.value.field == "time_limit_s"
+    validate_spec(msgspec.structs.replace(cpu_job, time_limit_s=10 * 86_400), CONFIG)  # cpu: UNLIMITED

@@ -1,0 +1,184 @@
+"""What squeue and sinfo see: job and node views built from the scheduler's state."""
+
+from __future__ import annotations
+
+import pytest
+from builders import T0, Log, allocated, cluster, cluster_config, exited, job, partition, policy, submitted
+
+from corral.libs.core.state import Node
+from corral.schemas import api
+from corral.schemas import events as ev
+from corral.services.scheduler.views import (
+    MIN_JOB_AGE_S,
+    job_info,
+    jobs_reply,
+    node_state,
+    nodes_reply,
+    policy_of,
+)
+
+pytestmark = pytest.mark.unit
+
+POLICY = policy(partition("gpu", max_s=86_400, default_s=3600))
+
+
+def queue() -> Log:
+    """Job 1 (alice, 2 nodes) runs on gpu01-02 since T0+4; job 2 (bob, submitted T0+3) is pending."""
+    log = Log(*cluster(nodes=2))
+    log.add(submitted(1, job(gpus=8, nodes=2, name="big")))
+    log.add(submitted(2, job(gpus=2, nodes=1, ntasks=2, cpus_per_task=4, account="ml"), user="bob"))
+    log.add(allocated(1, {"gpu01": list(range(8)), "gpu02": list(range(8))}, cpus=3, time_s=7200))
+    return log
+
+
+def test_a_pending_job() -> None:
+    log = queue()
+    info = job_info(log.state.jobs[2], "Resources", POLICY)
+    assert info == api.JobInfo(
+        job_id=2,
+        name="train",
+        user="bob",
+        account="ml",
+        partition="gpu",
+        state="PENDING",
+        reason="Resources",
+        submit_time=T0 + 3,
+        start_time=None,
+        end_time=None,
+        time_limit_s=3600,
+        num_nodes=1,
+        num_cpus=8,
+        num_tasks=2,
+        gpus_per_node=2,
+        gpu_type=None,
+        min_memory_mb=None,
+        node_list="",
+        restart_count=0,
+        priority=1,
+        workdir="/home/alice/run",
+    )
+
+
+def test_a_running_job() -> None:
+    log = queue()
+    info = job_info(log.state.jobs[1], "Priority", POLICY)
+    assert (info.state, info.reason, info.user, info.account, info.name) == (
+        "RUNNING",
+        "None",
+        "alice",
+        "alice",
+        "big",
+    )
+    assert (info.node_list, info.num_nodes, info.num_cpus, info.gpus_per_node) == ("gpu[01-02]", 2, 6, 8)
+    assert (info.start_time, info.time_limit_s, info.partition) == (T0 + 4, 7200, "gpu")
+
+
+def test_a_requeued_job_shows_its_restart_count_and_no_nodes() -> None:
+    log = queue()
+    log.add(exited(1, "gpu01", killed=True), ev.JobRequeued(job_id=1, attempt=0, reason="NodeFail"))
+    info = job_info(log.state.jobs[1], "Priority", POLICY)
+    assert (info.state, info.restart_count, info.node_list, info.num_nodes, info.start_time) == (
+        "PENDING",
+        1,
+        "",
+        2,
+        None,
+    )
+
+
+def reply(log: Log, now: float = T0 + 100, **request: object) -> list[tuple[int, str, str]]:
+    """(job id, state, reason) of a squeue reply."""
+    req = api.JobsRequest(**request)  # type: ignore[arg-type]
+    out = jobs_reply(log.state, {2: "Resources"}, POLICY, req, now)
+    return [(j.job_id, j.state, j.reason) for j in out.jobs]
+
+
+def test_squeue_shows_live_jobs_with_their_reasons() -> None:
+    log = queue()
+    log.add(submitted(3, job(nodes=1)))
+    assert reply(log) == [(1, "RUNNING", "None"), (2, "PENDING", "Resources"), (3, "PENDING", "Priority")]
+    assert reply(log, users=["bob"]) == [(2, "PENDING", "Resources")]
+    assert reply(log, states=["RUNNING"]) == [(1, "RUNNING", "None")]
+    assert reply(log, partitions=["cpu"]) == []
+
+
+def test_an_ended_job_is_shown_only_when_asked_for_and_recent() -> None:
+    log = queue()
+    log.add(exited(1, "gpu01"), ev.JobCompleted(job_id=1, attempt=0))
+    ended = log.at
+    assert [j for j, *_ in reply(log, now=ended)] == [2]
+    assert reply(log, now=ended, job_ids=[1]) == [(1, "COMPLETED", "None")]
+    assert [j for j, *_ in reply(log, now=ended, include_finished=True)] == [1, 2]
+    assert reply(log, now=ended + MIN_JOB_AGE_S + 1, job_ids=[1]) == []
+
+
+def node(gpus: int = 8, cpus: int = 64, used_gpus: int = 0, alloc_cpus: int = 0, up: bool = True) -> Node:
+    """A node with some usage (one running job when anything is used)."""
+    busy = used_gpus or alloc_cpus
+    return Node(
+        name="n1",
+        cpus=cpus,
+        mem_mb=1000,
+        gpus=gpus,
+        gpu_type=None,
+        partitions=["gpu"],
+        features=[],
+        up=up,
+        used_gpus=list(range(used_gpus)),
+        alloc_cpus=alloc_cpus,
+        jobs=[1] if busy else [],
+    )
+
+
+NODE_STATES = [
+    (node(), "idle", "idle"),
+    (node(used_gpus=4, alloc_cpus=4), "mixed", "some GPUs"),
+    (node(used_gpus=8, alloc_cpus=8), "allocated", "all GPUs"),
+    (node(gpus=0, cpus=16, alloc_cpus=8), "mixed", "CPU node, some CPUs"),
+    (node(gpus=0, cpus=16, alloc_cpus=16), "allocated", "CPU node, all CPUs"),
+    (node(gpus=4, cpus=16, used_gpus=1, alloc_cpus=16), "allocated", "all CPUs, GPUs left"),
+    (node(up=False), "down", "down"),
+    (node(used_gpus=8, alloc_cpus=8, up=False), "down", "down while allocated"),
+]
+
+
+@pytest.mark.parametrize(("n", "state"), [c[:2] for c in NODE_STATES], ids=[c[2] for c in NODE_STATES])
+def test_node_state(n: Node, state: str) -> None:
+    assert node_state(n) == state
+
+
+def test_sinfo_shows_every_configured_node() -> None:
+    config = cluster_config(nodes=3)
+    log = queue()  # gpu01 and gpu02 registered and allocated; gpu03 and the CPU nodes never registered
+    log.add(ev.NodeDown(node="gpu02", reason="Not responding"))
+    out = nodes_reply(log.state, config, api.NodesRequest())
+    rows = [(n.name, n.state, n.reason, n.alloc_gpus, n.alloc_cpus, n.partitions) for n in out.nodes]
+    assert rows == [
+        ("cpu01", "unknown", "Not registered", 0, 0, ["cpu"]),
+        ("cpu02", "unknown", "Not registered", 0, 0, ["cpu"]),
+        ("gpu01", "allocated", "", 8, 3, ["gpu"]),
+        ("gpu02", "down", "Not responding", 8, 3, ["gpu"]),
+        ("gpu03", "unknown", "Not registered", 0, 0, ["gpu"]),
+    ]
+    unknown = out.nodes[4]
+    assert (unknown.cpus, unknown.gpus, unknown.gpu_type, unknown.mem_mb) == (64, 8, "h100", 500 * 1024)
+    assert [(p.name, p.default, p.max_time_s, p.default_time_s) for p in out.partitions] == [
+        ("gpu", True, 86_400, 3600),
+        ("cpu", False, None, None),
+    ]
+
+
+def test_sinfo_of_one_partition() -> None:
+    out = nodes_reply(Log().state, cluster_config(nodes=2), api.NodesRequest(partitions=["cpu"]))
+    assert [n.name for n in out.nodes] == ["cpu01", "cpu02"]
+    assert [p.name for p in out.partitions] == ["cpu"]
+
+
+def test_policy_of_a_config() -> None:
+    pol = policy_of(cluster_config())
+    assert pol.cluster == "test"
+    assert pol.partitions == (
+        partition("gpu", default=True, max_s=86_400, default_s=3600),
+        partition("cpu", default=False),
+    )
+    assert pol.default_partition == "gpu"
