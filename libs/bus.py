@@ -151,7 +151,7 @@ class Bus:
             if exc.err_code == _WRONG_LAST_SEQUENCE:
                 raise AppendConflict(expect_subject or subject, expect_last_seq or 0) from None
             raise TransientError(f"append to {subject} failed: {exc}") from exc
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+        except (TimeoutError, nats.errors.NoRespondersError) as exc:
             raise TransientError(f"append to {subject} failed: {exc!r}") from exc
         return Appended(seq=ack.seq, duplicate=bool(ack.duplicate), envelope=env)
 
@@ -192,7 +192,7 @@ class Bus:
             while True:
                 try:
                     msg = await sub.next_msg(timeout=1.0 if follow else 5.0)
-                except nats.errors.TimeoutError:
+                except TimeoutError:  # nats.errors.TimeoutError is one too
                     if follow:
                         continue
                     if await self.last_seq() <= end:
@@ -210,7 +210,7 @@ class Bus:
         """Put an order on a node's work subject; a republished order is deduplicated."""
         try:
             ack = await self.js.publish(subject, data, headers={"Nats-Msg-Id": msg_id})
-        except (APIError, nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+        except (APIError, TimeoutError, nats.errors.NoRespondersError) as exc:
             raise TransientError(f"order to {subject} failed: {exc!r}") from exc
         return int(ack.seq)
 
@@ -264,13 +264,17 @@ class Bus:
             config=api.ConsumerConfig(ack_wait=60.0, max_ack_pending=10_000),
         )
         stop = stop or asyncio.Event()
-        while not stop.is_set():
-            try:
-                msgs = await psub.fetch(batch, timeout=1.0)
-            except nats.errors.TimeoutError:
-                continue
-            if msgs:
-                await self._handle(msgs, handler, service)
+        try:
+            while not stop.is_set():
+                try:
+                    msgs = await psub.fetch(batch, timeout=1.0)
+                except TimeoutError:  # nats.errors.TimeoutError is one too
+                    continue
+                if msgs:
+                    await self._handle(msgs, handler, service)
+        finally:
+            with contextlib.suppress(Exception):
+                await psub.unsubscribe()
 
     async def _handle(
         self, msgs: list[Msg], handler: Callable[[list[Msg]], Awaitable[None]], service: str

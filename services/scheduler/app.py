@@ -23,7 +23,7 @@ from corral.libs.bus import Bus, LogEntry
 from corral.libs.config import ClusterConfig
 from corral.libs.core import plan as planner
 from corral.libs.core.state import State, apply
-from corral.libs.errors import AppendConflict
+from corral.libs.errors import AppendConflict, TransientError
 from corral.libs.service import Context
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
@@ -87,7 +87,15 @@ class Scheduler:
 
     # 3 + 4 -------------------------------------------------------------------------------------
     async def cycle(self) -> None:
-        """Plan and publish, unless our previous decisions are still on their way back."""
+        """Plan and publish; a failure is logged and the next cycle tries again."""
+        try:
+            await self._cycle()
+        except TransientError as exc:
+            self.log.warning("cycle interrupted, will retry", error=str(exc))
+        except Exception:
+            self.log.exception("cycle failed")
+
+    async def _cycle(self) -> None:
         if self.lock.locked():
             return
         async with self.lock:

@@ -1,0 +1,131 @@
+"""Benchmark: submit-to-start latency on an idle local cluster, and command wall time.
+
+Usage: ``python bench/latency.py [--jobs 200] [--runs 30]``. Starts its own local cluster (2 nodes x 4 GPUs)
+in a temporary state directory, then:
+
+1. submits ``--jobs`` one-GPU jobs one at a time, each only after the previous one ended (so the cluster
+   is idle), and measures submit -> start as ``RunStarted.occurred_at - JobSubmitted.occurred_at`` read from
+   the log (both clocks are this machine's);
+2. times ``sbatch``, ``squeue`` and ``sacct -j`` as a user runs them (fresh process each time).
+
+Prints a Markdown table; results are recorded in ``bench/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from corral.libs import roles
+from corral.libs.bus import Bus, connect
+from corral.libs.credentials import read_credentials
+from corral.libs.local_cluster import LocalCluster, ensure_resolvable
+from corral.schemas import events as ev
+
+BIN = Path(sys.executable).parent
+SCRIPT = "#!/bin/sh\n#SBATCH --gres=gpu:1\ntrue\n"
+
+
+def pct(values: list[float], p: float) -> float:
+    """The p-th percentile (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
+
+
+def run(argv: list[str], env: dict[str, str], cwd: Path, stdin: str | None = None) -> tuple[float, str]:
+    """Run a command; (wall seconds, stdout)."""
+    started = time.perf_counter()
+    out = subprocess.run(
+        [str(BIN / argv[0]), *argv[1:]],
+        env=env,
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return time.perf_counter() - started, out.stdout
+
+
+async def latencies(cluster: LocalCluster, job_ids: list[int]) -> list[float]:
+    """Submit -> RunStarted for each job, from the log."""
+    creds = read_credentials(cluster.role_credentials(roles.ADMIN))
+    nc = await connect(creds, name="bench")
+    bus = Bus(nc, actor="bench")
+    submitted: dict[int, float] = {}
+    started: dict[int, float] = {}
+    async for entry in bus.read(1):
+        if entry.envelope is None:
+            continue
+        body = entry.envelope.body
+        if isinstance(body, ev.JobSubmitted):
+            submitted[body.job_id] = entry.envelope.meta.occurred_at
+        elif isinstance(body, ev.RunStarted):
+            started.setdefault(body.job_id, entry.envelope.meta.occurred_at)
+    await nc.drain()
+    return [started[j] - submitted[j] for j in job_ids if j in started]
+
+
+def main() -> int:
+    """Run the benchmark and print the results."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=30)
+    args = parser.parse_args()
+    state = Path(tempfile.mkdtemp(prefix="corral-bench-"))
+    cluster = LocalCluster(state, getpass.getuser(), nodes=2, gpus_per_node=4)
+    config = cluster.prepare()
+    ensure_resolvable([n.name for n in config.nodes])
+    work = state / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env["CORRAL_STATE_DIR"] = str(state)
+    try:
+        cluster.start()
+        ids = []
+        for _ in range(args.jobs):
+            _, out = run(["sbatch", "--parsable"], env, work, stdin=SCRIPT)
+            job = out.strip()
+            ids.append(int(job))
+            while True:
+                _, row = run(["sacct", "-j", job, "-X", "-n", "-P", "-o", "State"], env, work)
+                if row.strip() in ("COMPLETED", "FAILED"):
+                    break
+                time.sleep(0.02)
+        lat = asyncio.run(latencies(cluster, ids))
+        timings: dict[str, list[float]] = {"sbatch": [], "squeue": [], "sacct -j": []}
+        for _ in range(args.runs):
+            timings["sbatch"].append(
+                run(["sbatch", "--parsable", "--gres=gpu:1"], env, work, stdin=SCRIPT)[0]
+            )
+            timings["squeue"].append(run(["squeue"], env, work)[0])
+            timings["sacct -j"].append(run(["sacct", "-j", str(ids[-1])], env, work)[0])
+        print("| metric | n | p50 | p95 | p99 |\n|---|---|---|---|---|")
+        ms = [x * 1000 for x in lat]
+        print(
+            f"| submit -> start (ms) | {len(ms)} | {statistics.median(ms):.1f} | {pct(ms, 95):.1f} | "
+            f"{pct(ms, 99):.1f} |"
+        )
+        for name, values in timings.items():
+            vs = [x * 1000 for x in values]
+            print(
+                f"| `{name}` wall (ms) | {len(vs)} | {statistics.median(vs):.1f} | {pct(vs, 95):.1f} | "
+                f"{pct(vs, 99):.1f} |"
+            )
+        return 0
+    finally:
+        cluster.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

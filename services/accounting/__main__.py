@@ -1,0 +1,16 @@
+"""``python -m corral.services.accounting``: run the accounting service (slurmdbd)."""
+
+from __future__ import annotations
+
+import argparse
+
+from corral.libs.service import run
+from corral.services.accounting.app import main
+
+
+def _flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--database-url", help="PostgreSQL DSN, postgresql://... (env CORRAL_DATABASE_URL)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(run("accounting", main, extra=_flags))

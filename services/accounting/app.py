@@ -1,0 +1,188 @@
+"""The accounting service (slurmdbd): the log projected into PostgreSQL, and the sacct API."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from nats.aio.msg import Msg
+from nats.js.errors import NotFoundError
+
+from corral.libs import store
+from corral.libs.api_server import serve
+from corral.libs.bus import Bus, LogEntry, entry_of
+from corral.libs.errors import CorralError, InvalidInput, TransientError
+from corral.libs.service import Context
+from corral.libs.telemetry import logger
+from corral.schemas import subjects
+from corral.schemas.api import AcctReply, AcctRequest
+from corral.services.accounting import query, sql
+from corral.services.accounting.projection import Batch, convert, plan_batch
+
+#: Name of the durable JetStream consumer, of the position row and of the dead-letter subject.
+CONSUMER = "accounting"
+#: Seconds between attempts to reach the database at start.
+RETRY_S = 2.0
+
+
+class AccountingService:
+    """Projects the log into the ``jobs``/``steps`` tables and answers sacct requests.
+
+    The projection cycle, once per delivered batch of log entries:
+
+    1. fetch: ``Bus.consume`` hands over a batch from the durable consumer ``accounting``;
+    2. plan: decode the entries and, against the stored position, keep those next in log order
+       (``plan_batch``: redelivered entries are skipped, entries after a missing one wait);
+    3. convert: turn them into row operations (``projection.convert``, pure);
+    4. commit: one transaction applies the operations and moves the stored position;
+    5. ack: the bus acks the batch, naks it on ``TransientError`` (database down, an earlier
+       entry still missing) or dead-letters an entry on ``InvalidInput`` (undecodable, or a
+       value the database refuses).
+
+    Beside the cycle it answers ``corral.api.v1.acct.<user>`` in the queue group ``accounting``.
+    """
+
+    def __init__(self, bus: Bus, pool: store.Pool, *, default_partition: str = "", consumer: str = CONSUMER):
+        self.bus = bus
+        self.pool = pool
+        self.default_partition = default_partition
+        self.consumer = consumer
+        self.log = logger(consumer=consumer)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve the API and project the log until ``stop`` is set."""
+        await self.rewind_if_behind()
+        sub = await serve(self.bus.nc, "acct", AcctRequest, self.acct, queue=CONSUMER)
+        try:
+            while not stop.is_set():
+                try:
+                    await self.bus.consume(
+                        subjects.EVENTS_STREAM,
+                        self.consumer,
+                        subjects.EVENTS_SUBJECTS,
+                        self.handle,
+                        service=CONSUMER,
+                        stop=stop,
+                    )
+                except TimeoutError:
+                    # nats-py's fetch can raise the builtin TimeoutError, which Bus.consume does not
+                    # treat as "no messages yet"; consuming again resumes from the durable consumer.
+                    self.log.warning("fetch timed out; consuming again")
+        finally:
+            await sub.unsubscribe()
+
+    async def rewind_if_behind(self) -> None:
+        """Restart the JetStream consumer from the beginning if the database is behind its acks.
+
+        That happens when the database was dropped or restored from a backup: the log is then
+        replayed, and the entries the database already has are skipped by their position.
+        """
+        async with self.pool.acquire() as conn:
+            position = await sql.read_position(conn, self.consumer)
+        try:
+            info = await self.bus.js.consumer_info(subjects.EVENTS_STREAM, self.consumer)
+        except NotFoundError:
+            return
+        acked = int(info.ack_floor.stream_seq or 0) if info.ack_floor else 0
+        if acked > position:
+            self.log.warning("database behind the log consumer: replaying", position=position, acked=acked)
+            await self.bus.js.delete_consumer(subjects.EVENTS_STREAM, self.consumer)
+
+    async def handle(self, msgs: list[Msg]) -> None:
+        """Steps 2-4 for one batch; the bus does step 5 from the outcome."""
+        delivered = [entry_of(msg) for msg in msgs]
+        try:
+            batch = await self.commit(delivered)
+        except Exception as exc:
+            raise await self._failure(exc, delivered) from exc
+        if batch.rejected:
+            bad = next(entry for entry in delivered if entry.seq == batch.rejected[0])
+            raise InvalidInput(f"log entry {bad.seq} on {bad.subject} is not a valid event: {bad.error}")
+        if batch.waiting_for is not None:
+            raise TransientError(f"log entry {batch.waiting_for} must be applied first")
+
+    async def commit(self, delivered: list[LogEntry]) -> Batch:
+        """Plan, convert and apply one delivery in one transaction with the position."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            position = await sql.lock_position(conn, self.consumer)
+            batch = plan_batch([(entry.seq, entry.envelope) for entry in delivered], position)
+            await sql.apply_ops(conn, convert(batch.entries, self.default_partition))
+            await sql.save_position(conn, self.consumer, batch.position)
+        return batch
+
+    async def acct(self, user: str, req: AcctRequest) -> AcctReply:
+        """sacct for ``user`` (any user may read every job's record, as in Slurm's default)."""
+        query.validate(req)
+        try:
+            async with self.pool.acquire() as conn:
+                return await query.acct(conn, req)
+        except Exception as exc:
+            if store.is_transient(exc):
+                raise TransientError("the accounting database is unavailable; try again") from exc
+            raise
+
+    async def _failure(self, exc: Exception, delivered: list[LogEntry]) -> CorralError:
+        """The error that tells the bus what to do after a failed commit."""
+        if store.is_bad_data(exc):
+            if len(delivered) > 1:
+                # The bus retries the batch one entry at a time, so only the culprit is rejected.
+                return InvalidInput(f"a value of this batch cannot be stored: {exc}")
+            seq = delivered[0].seq
+            try:
+                skipped = await self._skip(seq)
+            except Exception as skip_exc:
+                return TransientError(f"cannot skip log entry {seq}: {skip_exc!r}")
+            if not skipped:
+                return TransientError(f"log entry {seq} is not the next one; retrying")
+            self.log.warning("log entry cannot be stored", seq=seq, error=str(exc))
+            return InvalidInput(f"log entry {seq} cannot be stored: {exc}")
+        if not store.is_transient(exc):
+            # Most likely a bug here: retry (and stall visibly) rather than dead-letter the whole log.
+            self.log.error("projection failed", exc_info=exc)
+        return TransientError(f"projection failed: {exc!r}")
+
+    async def _skip(self, seq: int) -> bool:
+        """Move the position past entry ``seq`` without applying it, if it is the next one."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            if await sql.lock_position(conn, self.consumer) != seq - 1:
+                return False
+            await sql.save_position(conn, self.consumer, seq)
+            return True
+
+
+async def open_store(dsn: str, stop: asyncio.Event) -> store.Pool | None:
+    """A pool on a migrated database, retrying while it is unreachable; None if stopped first."""
+    log = logger()
+    while not stop.is_set():
+        pool = None
+        try:
+            pool = await store.create_pool(dsn)
+            await store.migrate(pool)
+            return pool
+        except Exception as exc:
+            if pool is not None:
+                await pool.close()
+            if not store.is_transient(exc):
+                raise
+            log.warning("database unreachable; retrying", error=repr(exc))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=RETRY_S)
+    return None
+
+
+async def main(ctx: Context) -> None:
+    """The composition root: database from ``--database-url``/CORRAL_DATABASE_URL, then run."""
+    dsn = ctx.args.database_url or ctx.settings.database_url
+    if not dsn:
+        raise InvalidInput("--database-url (or CORRAL_DATABASE_URL) is required", field="database_url")
+    pool = await open_store(dsn, ctx.stop)
+    if pool is None:
+        return
+    partitions = ctx.config.partitions
+    try:
+        service = AccountingService(
+            ctx.bus, pool, default_partition=ctx.config.default_partition.name if partitions else ""
+        )
+        await service.run(ctx.stop)
+    finally:
+        await pool.close()

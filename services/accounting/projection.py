@@ -1,0 +1,270 @@
+"""The accounting projection, pure: log entries in, row operations out (no IO, no clock).
+
+``convert(entries, default_partition)`` turns each event into the operations that bring the
+``jobs`` and ``steps`` tables up to date; ``corral.services.accounting.sql`` executes them.
+
+Every operation carries the stream sequence of its event and is applied only to rows whose
+``last_seq`` is older, and only from the state the scheduler's fold (``corral.libs.core.state``)
+would accept it in (e.g. an allocation only for a PENDING job whose restart count is the
+attempt). A row therefore changes at most once per event and an entry that was refused once is
+refused again, so applying the same entries twice — redelivery, a reset position, a replay onto
+existing tables — changes nothing.
+
+Requeue semantics (Slurm-like, one row per job): a requeued job goes back to PENDING with its
+restart count + 1, its start time and node list cleared and the requeue reason as its reason;
+the batch step of the ended attempt stays, state REQUEUED, until the next allocation replaces it
+with the new attempt's batch step. Only the latest attempt's batch step is kept.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from corral.libs.slurm import hostlist
+from corral.libs.slurm.errors import FormatError
+from corral.schemas import events as ev
+
+
+class InsertJob(msgspec.Struct, frozen=True, kw_only=True):
+    """A submitted job: a new PENDING row (an existing row is left alone)."""
+
+    seq: int  # stream sequence of the event
+    job_id: int  # id
+    name: str  # job name
+    user: str  # owner
+    account: str  # requested account ("" = the user's default)
+    partition: str  # requested partition, or the cluster's default
+    submit_time: float  # Unix time of the submission
+    time_limit_s: int | None  # requested limit (None = the partition's default)
+    num_nodes: int  # nodes requested
+    num_cpus: int  # CPUs requested (ntasks * cpus_per_task)
+    num_gpus: int  # GPUs requested (nodes * gpus_per_node)
+    workdir: str  # submit directory
+
+
+class RequestCancel(msgspec.Struct, frozen=True, kw_only=True):
+    """A cancel was requested for a live job: a later allocation of it is void (as in the fold)."""
+
+    seq: int  # stream sequence of the event
+    job_id: int  # the job
+    user: str  # who asked
+
+
+class StartRun(msgspec.Struct, frozen=True, kw_only=True):
+    """A run was allocated: the job turns RUNNING and its batch step row is (re)written."""
+
+    seq: int  # stream sequence of the event
+    job_id: int  # the job
+    attempt: int  # run number (= restart count)
+    epoch: int  # leader epoch of the deciding scheduler (a stale epoch changes nothing)
+    partition: str  # partition of the run
+    start_time: float  # Unix time of the allocation
+    time_limit_s: int | None  # the run's limit
+    node_list: str  # compressed hostlist of the run's nodes
+    num_nodes: int  # nodes allocated
+    num_cpus: int  # CPUs allocated over all nodes
+    num_gpus: int  # GPUs allocated over all nodes
+    batch_node: str  # the node that runs the batch script
+    batch_cpus: int  # CPUs of the batch step (those of the first node)
+    batch_gpus: int  # GPUs of the batch step (those of the first node)
+
+
+class ExitBatch(msgspec.Struct, frozen=True, kw_only=True):
+    """The batch script of an attempt exited: its step ends, if it is that attempt's and running."""
+
+    seq: int  # stream sequence of the event
+    job_id: int  # the job
+    attempt: int  # the run
+    node: str  # the reporting node (must be the batch node)
+    end_time: float  # Unix time of the exit
+    state: str  # the step's final state
+    exit_code: int  # exit code
+    signal: int  # terminating signal, 0 if none
+
+
+class EndJob(msgspec.Struct, frozen=True, kw_only=True):
+    """The scheduler concluded the job: terminal state; a still-running batch step ends with it."""
+
+    seq: int  # stream sequence of the event
+    job_id: int  # the job
+    attempt: int  # the concluded run, -1 if the job never ran
+    state: str  # terminal JobState
+    end_time: float  # Unix time of the conclusion
+    exit_code: int  # batch exit code
+    signal: int  # terminating signal
+    reason: str  # EndReason of a failure, "None" otherwise
+    cancelled_by: str | None  # who cancelled it (CANCELLED only)
+
+
+class RequeueJob(msgspec.Struct, frozen=True, kw_only=True):
+    """The run ended and the job is PENDING again, restart count + 1; its batch step ends REQUEUED."""
+
+    seq: int  # stream sequence of the event
+    job_id: int  # the job
+    attempt: int  # the run that ended
+    end_time: float  # Unix time of the requeue
+    reason: str  # RequeueReason
+
+
+Op = InsertJob | RequestCancel | StartRun | ExitBatch | EndJob | RequeueJob
+
+#: The job state a JobFailed reason leads to (as in the scheduler's fold); FAILED otherwise.
+FAILED_STATE: dict[str, str] = {
+    "NodeFail": "NODE_FAIL",
+    "OutOfMemory": "OUT_OF_MEMORY",
+    "TimeLimit": "TIMEOUT",
+}
+
+
+def convert(entries: list[tuple[int, ev.Envelope]], default_partition: str = "") -> list[Op]:
+    """The operations that project ``entries`` (stream sequence, envelope), in log order."""
+    ops: list[Op] = []
+    for seq, env in entries:
+        op = _op(seq, env.meta.occurred_at, env.body, default_partition)
+        if op is not None:
+            ops.append(op)
+    return ops
+
+
+class Batch(msgspec.Struct, frozen=True, kw_only=True):
+    """What to do with one delivered batch, given the consumer's stored position."""
+
+    entries: list[tuple[int, ev.Envelope]]  # entries to project now, in log order
+    position: int  # the position once they are applied (past undecodable entries too)
+    rejected: list[int]  # sequences of undecodable entries: dead-letter them
+    waiting_for: int | None = None  # an earlier entry is missing (delivered elsewhere, or later)
+
+
+def plan_batch(delivered: list[tuple[int, ev.Envelope | None]], position: int) -> Batch:
+    """Split a delivery into entries already applied, entries to apply, and what cannot apply yet.
+
+    Entries apply strictly in log order: the position only moves to the next sequence. Entries
+    at or below the position were applied before (a redelivery) and are skipped; an entry after a
+    missing one waits, because the missing one (held by another consumer, or redelivered later)
+    must be applied first. An undecodable entry is never applied; the position moves past it.
+    """
+    apply: list[tuple[int, ev.Envelope]] = []
+    rejected: list[int] = []
+    waiting_for: int | None = None
+    for seq, env in sorted(delivered, key=lambda item: item[0]):
+        if seq > position + 1:
+            waiting_for = position + 1
+            break
+        if env is None:
+            rejected.append(seq)
+        elif seq == position + 1:
+            apply.append((seq, env))
+        position = max(position, seq)
+    return Batch(entries=apply, position=position, rejected=rejected, waiting_for=waiting_for)
+
+
+def batch_state(exit: ev.RunExited) -> str:
+    """The state of a batch step that ended as ``exit`` reports."""
+    if exit.oom:
+        return "OUT_OF_MEMORY"
+    if exit.timed_out:
+        return "TIMEOUT"
+    if exit.killed:
+        return "CANCELLED"
+    if exit.launch_error is not None or exit.exit_code != 0 or exit.signal != 0:
+        return "FAILED"
+    return "COMPLETED"
+
+
+def node_list(nodes: list[str]) -> str:
+    """The compressed hostlist of ``nodes`` (plain comma-joined if a name is not a valid host)."""
+    try:
+        return hostlist.compress(nodes)
+    except FormatError:
+        # The scheduler names the nodes; a name hostlist rejects must still be recorded, not lost.
+        return ",".join(nodes)
+
+
+def _op(seq: int, at: float, body: ev.Event, default_partition: str) -> Op | None:
+    match body:
+        case ev.JobSubmitted(job_id=job_id, user=user, spec=spec):
+            return InsertJob(
+                seq=seq,
+                job_id=job_id,
+                name=spec.name,
+                user=user,
+                account=spec.account or "",
+                partition=spec.partition or default_partition,
+                submit_time=at,
+                time_limit_s=spec.time_limit_s,
+                num_nodes=spec.nodes,
+                num_cpus=spec.ntasks * spec.cpus_per_task,
+                num_gpus=spec.nodes * spec.gpus_per_node,
+                workdir=spec.workdir,
+            )
+        case ev.JobCancelRequested(job_id=job_id, user=user):
+            return RequestCancel(seq=seq, job_id=job_id, user=user)
+        case ev.JobAllocated():
+            return _start_run(seq, at, body)
+        case ev.RunExited():
+            return ExitBatch(
+                seq=seq,
+                job_id=body.job_id,
+                attempt=body.attempt,
+                node=body.node,
+                end_time=at,
+                state=batch_state(body),
+                exit_code=body.exit_code,
+                signal=body.signal,
+            )
+        case ev.JobCompleted(job_id=job_id, attempt=attempt):
+            return _end(seq, job_id, attempt, at, "COMPLETED")
+        case ev.JobFailed(job_id=job_id, attempt=attempt, reason=reason):
+            state = FAILED_STATE.get(reason, "FAILED")
+            return _end(seq, job_id, attempt, at, state, body.exit_code, body.signal, reason)
+        case ev.JobCancelled(job_id=job_id, attempt=attempt, by=by, signal=signal):
+            return _end(seq, job_id, attempt, at, "CANCELLED", 0, signal, cancelled_by=by)
+        case ev.JobRequeued(job_id=job_id, attempt=attempt, reason=reason):
+            return RequeueJob(seq=seq, job_id=job_id, attempt=attempt, end_time=at, reason=reason)
+    # Run starts and node events change no accounting row.
+    return None
+
+
+def _start_run(seq: int, at: float, body: ev.JobAllocated) -> StartRun:
+    # An empty allocation still raises the fencing epoch, as in the fold; the SQL refuses the rest.
+    first = body.allocations[0] if body.allocations else ev.NodeAllocation(node=ev.NodeName(""), cpus=0)
+    return StartRun(
+        seq=seq,
+        job_id=body.job_id,
+        attempt=body.attempt,
+        epoch=body.epoch,
+        partition=body.partition,
+        start_time=at,
+        time_limit_s=body.time_limit_s,
+        node_list=node_list([a.node for a in body.allocations]),
+        num_nodes=len(body.allocations),
+        num_cpus=sum(a.cpus for a in body.allocations),
+        num_gpus=sum(len(a.gpus) for a in body.allocations),
+        batch_node=first.node,
+        batch_cpus=first.cpus,
+        batch_gpus=len(first.gpus),
+    )
+
+
+def _end(
+    seq: int,
+    job_id: int,
+    attempt: int,
+    at: float,
+    state: str,
+    exit_code: int = 0,
+    signal: int = 0,
+    reason: str = "None",
+    cancelled_by: str | None = None,
+) -> EndJob:
+    return EndJob(
+        seq=seq,
+        job_id=job_id,
+        attempt=attempt,
+        state=state,
+        end_time=at,
+        exit_code=exit_code,
+        signal=signal,
+        reason=reason,
+        cancelled_by=cancelled_by,
+    )

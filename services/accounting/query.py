@@ -1,0 +1,146 @@
+"""sacct: an ``AcctRequest`` becomes one parameterised query over ``jobs`` and one over ``steps``.
+
+Filters follow sacct: ``start_after`` (-S) keeps jobs that had not ended by then, ``end_before``
+(-E) keeps jobs submitted (eligible) by then, so together they select the jobs that were pending
+or running at some moment of the window. The SQL text is made only of fixed fragments; every
+value the caller sent is a bind parameter.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, get_args
+
+from corral.libs.errors import InvalidInput
+from corral.libs.store import Connection
+from corral.schemas.api import AcctJob, AcctReply, AcctRequest, AcctStep, JobState
+
+#: Most jobs one reply may hold, and most values one filter list may hold.
+MAX_LIMIT = 100_000
+MAX_FILTER_VALUES = 10_000
+MAX_NAME = 256
+_JOB_STATES: frozenset[str] = frozenset(get_args(JobState))
+_BIGINT_MAX = 2**63 - 1
+
+_JOB_COLUMNS = (
+    "job_id, name, user_name, account, partition, state, cancelled_by, exit_code, signal, submit_time,"
+    " start_time, end_time, time_limit_s, num_nodes, num_cpus, num_gpus, node_list, restart_count,"
+    " workdir, reason"
+)
+_STEP_COLUMNS = (
+    "job_id, step, name, state, exit_code, signal, start_time, end_time, node_list, num_cpus, num_tasks,"
+    " num_gpus"
+)
+# The batch step first, then numbered steps in numeric order (shorter digit strings are smaller).
+_STEPS = (
+    f"SELECT {_STEP_COLUMNS} FROM steps WHERE job_id = ANY($1::bigint[])"
+    " ORDER BY job_id, step <> 'batch', length(step), step"
+)
+
+
+def validate(req: AcctRequest) -> None:
+    """InvalidInput naming the field if the request is out of bounds."""
+    if not 1 <= req.limit <= MAX_LIMIT:
+        raise InvalidInput(f"limit must be between 1 and {MAX_LIMIT}", field="limit")
+    lists: list[tuple[str, list[Any]]] = [
+        ("job_ids", req.job_ids),
+        ("users", req.users),
+        ("accounts", req.accounts),
+        ("states", req.states),
+    ]
+    for field, values in lists:
+        if len(values) > MAX_FILTER_VALUES:
+            raise InvalidInput(f"{field}: at most {MAX_FILTER_VALUES} values", field=field)
+    if any(not 1 <= job_id <= _BIGINT_MAX for job_id in req.job_ids):
+        raise InvalidInput("job ids are positive integers", field="job_ids")
+    for field, names in (("users", req.users), ("accounts", req.accounts)):
+        if any(not 0 < len(name) <= MAX_NAME or "\x00" in name for name in names):
+            raise InvalidInput(f"{field}: names are 1-{MAX_NAME} characters", field=field)
+    unknown = sorted(set(req.states) - _JOB_STATES)
+    if unknown:
+        raise InvalidInput(
+            f"unknown state {unknown[0]!r}; valid states: {', '.join(sorted(_JOB_STATES))}", field="states"
+        )
+    for field, value in (("start_after", req.start_after), ("end_before", req.end_before)):
+        if value is not None and not math.isfinite(value):
+            raise InvalidInput(f"{field} must be a finite Unix time", field=field)
+
+
+def jobs_query(req: AcctRequest) -> tuple[str, list[Any]]:
+    """The jobs query of a (validated) request and its parameters, in job id order."""
+    where: list[str] = []
+    params: list[Any] = []
+
+    def bind(value: Any) -> str:
+        params.append(value)
+        return f"${len(params)}"
+
+    if req.job_ids:
+        where.append(f"job_id = ANY({bind(req.job_ids)}::bigint[])")
+    if req.users:
+        where.append(f"user_name = ANY({bind(req.users)}::text[])")
+    if req.accounts:
+        where.append(f"account = ANY({bind(req.accounts)}::text[])")
+    if req.states:
+        where.append(f"state = ANY({bind(req.states)}::text[])")
+    if req.start_after is not None:
+        where.append(f"(end_time IS NULL OR end_time >= {bind(req.start_after)}::float8)")
+    if req.end_before is not None:
+        where.append(f"submit_time <= {bind(req.end_before)}::float8")
+    condition = " AND ".join(where) or "true"
+    sql = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {condition} ORDER BY job_id LIMIT {bind(req.limit)}"
+    return sql, params
+
+
+async def acct(conn: Connection, req: AcctRequest) -> AcctReply:
+    """Answer a sacct request from the read model (validates it first)."""
+    validate(req)
+    sql, params = jobs_query(req)
+    rows = await conn.fetch(sql, *params)
+    steps: dict[int, list[AcctStep]] = {}
+    if rows:
+        for row in await conn.fetch(_STEPS, [row["job_id"] for row in rows]):
+            steps.setdefault(int(row["job_id"]), []).append(_step(row))
+    return AcctReply(jobs=[_job(row, steps.get(int(row["job_id"]), [])) for row in rows])
+
+
+def _job(row: Any, steps: list[AcctStep]) -> AcctJob:
+    return AcctJob(
+        job_id=row["job_id"],
+        name=row["name"],
+        user=row["user_name"],
+        account=row["account"],
+        partition=row["partition"],
+        state=row["state"],
+        cancelled_by=row["cancelled_by"],
+        exit_code=row["exit_code"],
+        signal=row["signal"],
+        submit_time=row["submit_time"],
+        start_time=row["start_time"],
+        end_time=row["end_time"],
+        time_limit_s=row["time_limit_s"],
+        num_nodes=row["num_nodes"],
+        num_cpus=row["num_cpus"],
+        num_gpus=row["num_gpus"],
+        node_list=row["node_list"],
+        restart_count=row["restart_count"],
+        workdir=row["workdir"],
+        reason=row["reason"],
+        steps=steps,
+    )
+
+
+def _step(row: Any) -> AcctStep:
+    return AcctStep(
+        step=row["step"],
+        name=row["name"],
+        state=row["state"],
+        exit_code=row["exit_code"],
+        signal=row["signal"],
+        start_time=row["start_time"],
+        end_time=row["end_time"],
+        node_list=row["node_list"],
+        num_cpus=row["num_cpus"],
+        num_tasks=row["num_tasks"],
+        num_gpus=row["num_gpus"],
+    )
