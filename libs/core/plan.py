@@ -191,4 +191,5 @@ def launch_order(job: Job, policy: Policy) -> api.LaunchOrder:
         allocations=job.allocations,
         time_limit_s=job.time_limit_s,
         cluster=policy.cluster,
+        traceparent=job.traceparent,
     )

@@ -48,6 +48,7 @@ class Job(msgspec.Struct, kw_only=True):
     signal: int = 0  # final terminating signal
     end_reason: str = ""  # EndReason of a failed job, "" otherwise
     last_seq: int = 0  # stream sequence of this job's newest event (optimistic concurrency)
+    traceparent: str | None = None  # W3C trace context of the job's trace (from its submission)
 
 
 class Node(msgspec.Struct, kw_only=True):
@@ -119,6 +120,9 @@ def apply(state: State, seq: int, env: ev.Envelope) -> None:
     state.last_seq = seq
     state.now = max(state.now, env.meta.occurred_at)
     body = env.body
+    if isinstance(body, ev.JobSubmitted):
+        _submitted(state, seq, env.meta.occurred_at, body, env.meta.traceparent)
+        return
     handler = _HANDLERS.get(type(body))
     if handler is not None:
         handler(state, seq, env.meta.occurred_at, body)
@@ -131,10 +135,15 @@ def _job_for(state: State, seq: int, job_id: int) -> Job | None:
     return job
 
 
-def _submitted(state: State, seq: int, at: float, body: ev.JobSubmitted) -> None:
+def _submitted(state: State, seq: int, at: float, body: ev.JobSubmitted, traceparent: str | None) -> None:
     if body.job_id not in state.jobs:
         state.jobs[body.job_id] = Job(
-            job_id=body.job_id, user=body.user, spec=body.spec, submit_time=at, last_seq=seq
+            job_id=body.job_id,
+            user=body.user,
+            spec=body.spec,
+            submit_time=at,
+            last_seq=seq,
+            traceparent=traceparent,
         )
 
 
@@ -349,7 +358,6 @@ def _node_up(state: State, seq: int, at: float, body: ev.NodeUp) -> None:
 
 
 _HANDLERS: dict[type, Callable[[State, int, float, Any], None]] = {
-    ev.JobSubmitted: _submitted,
     ev.JobCancelRequested: _cancel_requested,
     ev.JobAllocated: _allocated,
     ev.RunStarted: _run_started,

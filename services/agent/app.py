@@ -35,6 +35,9 @@ from corral.services.agent import runner
 from corral.services.agent.records import Record, Records
 
 
+_tracer = telemetry.tracer(__name__)
+
+
 class Agent:
     """The agent of one node."""
 
@@ -110,6 +113,21 @@ class Agent:
             self.log.warning("refusing launch of a stale attempt", job_id=order.job_id, attempt=order.attempt)
             return
         self.records.put(Record(job_id=order.job_id, attempt=order.attempt))
+        with _tracer.start_as_current_span(
+            "launch",
+            context=telemetry.extract(order.traceparent),
+            attributes={
+                "corral.job_id": order.job_id,
+                "corral.attempt": order.attempt,
+                "corral.user": order.user,
+                "corral.partition": order.partition,
+                "corral.nodes": ",".join(a.node for a in order.allocations),
+                "corral.gpus": ",".join(str(g) for g in order.allocations[0].gpus),
+            },
+        ):
+            await self._launch(order, key)
+
+    async def _launch(self, order: api.LaunchOrder, key: tuple[int, int]) -> None:
         run_dir = self.dir / "jobs" / f"{order.job_id}.{order.attempt}"
         try:
             run = await runner.start(order, run_dir, self.base_env, self.config.kill_wait_s)
