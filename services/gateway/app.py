@@ -9,6 +9,8 @@ Cycle of one request:
 
 from __future__ import annotations
 
+import msgspec
+
 from corral.libs import telemetry
 from corral.libs.api_server import serve
 from corral.libs.bus import Bus
@@ -37,11 +39,17 @@ class Gateway:
         if not req.token or len(req.token) > MAX_TOKEN:
             raise InvalidInput(f"token must be 1-{MAX_TOKEN} characters", field="token")
         validate_spec(req.spec, self.config)
+        # The log records what the job really gets: the default partition and account are resolved here.
+        spec = msgspec.structs.replace(
+            req.spec,
+            partition=req.spec.partition or self.config.default_partition.name,
+            account=req.spec.account or user,
+        )
         with _tracer.start_as_current_span("submit", attributes={"corral.user": user}) as span:
             job_id = await self.bus.next_job_id()
             span.set_attribute("corral.job_id", job_id)
             appended = await self.bus.append(
-                ev.JobSubmitted(job_id=ev.JobId(job_id), user=user, spec=req.spec),
+                ev.JobSubmitted(job_id=ev.JobId(job_id), user=user, spec=spec),
                 msg_id=f"submit:{user}:{req.token}",
                 correlation_id=str(job_id),
                 traceparent=telemetry.inject(),
