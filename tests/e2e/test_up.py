@@ -1,0 +1,101 @@
+"""``corral up`` in the foreground: SIGTERM stops everything cleanly; starting again keeps every job."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from e2e_cli import Cli
+
+pytestmark = pytest.mark.e2e
+
+BIN = Path(sys.executable).parent
+
+
+def start_up(state: Path, env: dict[str, str], *flags: str) -> subprocess.Popen[str]:
+    """Start ``corral up`` and wait for its ready line."""
+    proc = subprocess.Popen(
+        [str(BIN / "corral"), "up", "--state-dir", str(state), *flags],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 90
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if "is up" in line:
+            return proc
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError(f"corral up did not start: {''.join(lines)}")
+
+
+def stop_up(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM, then it must exit 0 by itself."""
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
+def processes_using(state: Path) -> list[str]:
+    """Command lines of live processes that mention the state directory or run inside it."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if str(state) in cmd or cwd.startswith(str(state)):
+            found.append(cmd)
+    return found
+
+
+def test_up_stops_cleanly_and_keeps_every_job(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
+    env["CORRAL_STATE_DIR"] = str(state)
+    cli = Cli(env=env, workdir=tmp_path)
+    proc = start_up(state, env, "--nodes", "1", "--gpus-per-node", "2")
+    try:
+        done = cli.sbatch("#!/bin/sh\necho done\n")
+        cli.wait_state(done, ("COMPLETED",))
+        # A job that cannot run yet (it needs both GPUs while another holds one) stays queued across the restart.
+        holder = cli.sbatch("#!/bin/sh\n#SBATCH --gres=gpu:1\nsleep 600\n")
+        cli.wait_state(holder, ("RUNNING",))
+        queued = cli.sbatch("#!/bin/sh\n#SBATCH --gres=gpu:2\necho queued ran\n")
+    finally:
+        stop_up(proc)
+    assert processes_using(state) == [], "processes left running after corral up stopped"
+    creds = state / "credentials"
+    for path in creds.rglob("*.json"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+    proc = start_up(state, env)
+    try:
+        assert cli.sacct(done) == "COMPLETED|0:0"
+        # The run killed by the shutdown is requeued, like a node failure; cancel it so the queued job runs.
+        assert cli("scancel", str(holder)).returncode == 0
+        assert cli.wait_state(holder, ("CANCELLED",)).startswith("CANCELLED")
+        assert cli.wait_state(queued, ("COMPLETED",)) == "COMPLETED|0:0"
+        assert (tmp_path / f"slurm-{queued}.out").read_text() == "queued ran\n"
+        jobs = cli("squeue", "-h").stdout
+        assert jobs == ""
+        new = cli.sbatch("#!/bin/sh\ntrue\n")
+        assert new > queued  # ids keep growing across restarts
+    finally:
+        stop_up(proc)
