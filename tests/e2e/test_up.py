@@ -74,7 +74,7 @@ def test_up_stops_cleanly_and_keeps_every_job(tmp_path: Path) -> None:
     try:
         done = cli.sbatch("#!/bin/sh\necho done\n")
         cli.wait_state(done, ("COMPLETED",))
-        # A job that cannot run yet (it needs both GPUs while another holds one) stays queued across the restart.
+        # A job that cannot run yet (it needs both GPUs, another holds one) stays queued across the restart.
         holder = cli.sbatch("#!/bin/sh\n#SBATCH --gres=gpu:1\nsleep 600\n")
         cli.wait_state(holder, ("RUNNING",))
         queued = cli.sbatch("#!/bin/sh\n#SBATCH --gres=gpu:2\necho queued ran\n")
