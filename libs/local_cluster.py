@@ -150,19 +150,21 @@ class LocalCluster:
             str(self.config_path),
             *extra,
         ]
-        log = open(self.state_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_NATS_URL"))}
+        self.processes.append(Process(name, argv, self._popen(name, argv)))
+
+    def _popen(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        # Services log JSON lines to their own file; they never inherit a job's identity or a remote URL.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
         env["CORRAL_STATE_DIR"] = str(self.state_dir)
-        proc = subprocess.Popen(
-            argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-        log.close()
-        self.processes.append(Process(name, argv, proc))
+        with open(self.state_dir / "logs" / f"{name}.log", "ab") as log:
+            return subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
 
     def wait_ready(self, timeout: float) -> None:
         """Wait until every configured node is registered and idle or busy in sinfo's view."""
@@ -208,24 +210,22 @@ class LocalCluster:
         """The process called ``name``."""
         return next(p for p in self.processes if p.name == name)
 
-    def restart(self, name: str) -> None:
-        """Kill a service process hard (SIGKILL) and start it again (for failure tests)."""
+    def kill(self, name: str) -> None:
+        """Kill a service process hard (SIGKILL), as a crash would (for failure tests)."""
         p = self.process(name)
         assert p.proc is not None
         p.proc.kill()
         p.proc.wait()
-        log = open(self.state_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-        env["CORRAL_STATE_DIR"] = str(self.state_dir)
-        p.proc = subprocess.Popen(
-            p.argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-        log.close()
+
+    def revive(self, name: str) -> None:
+        """Start a killed service process again with the same command line."""
+        p = self.process(name)
+        p.proc = self._popen(name, p.argv)
+
+    def restart(self, name: str) -> None:
+        """Kill a service process hard and start it again."""
+        self.kill(name)
+        self.revive(name)
 
     def stop(self) -> None:
         """Stop agents first (they kill their jobs), then services, then the servers."""
