@@ -26,7 +26,7 @@ def _tool(name: str) -> str:
 
 
 def test_ruff() -> None:
-    out = _run(_tool("ruff"), "check", "schemas", "libs", "services", "corral", "tests")
+    out = _run(_tool("ruff"), "check", "schemas", "libs", "services", "corral", "tests", "bench")
     assert out.returncode == 0, out.stdout + out.stderr
 
 
