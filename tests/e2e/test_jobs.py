@@ -112,3 +112,22 @@ def test_squeue_shows_pending_reasons(cli: Cli) -> None:
     assert re.search(rf"^{blocker} R node\[1-2\]$", text, re.M), text
     for job in (blocker, first, second):
         cli.wait_state(job, ("COMPLETED",), timeout=60)
+
+
+def test_commands_find_a_remote_cluster_through_the_environment(
+    cli: Cli, local_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    from corral.libs.credentials import read_credentials
+
+    creds = read_credentials(local_cluster.user_credentials)
+    env = {k: v for k, v in cli.env.items() if k != "CORRAL_STATE_DIR"}
+    env["CORRAL_STATE_DIR"] = str(tmp_path / "nothing-here")  # no local cluster to find
+    env["CORRAL_NATS_URL"] = creds.url
+    env["CORRAL_CREDENTIALS"] = str(local_cluster.user_credentials)
+    remote = Cli(env=env, workdir=cli.workdir)
+    job = remote.sbatch("#!/bin/sh\necho remote\n")
+    assert remote.wait_state(job, ("COMPLETED",)) == "COMPLETED|0:0"
+    # Without either, the command says how to find a cluster.
+    lost = Cli(env={k: v for k, v in env.items() if not k.startswith("CORRAL_NATS")}, workdir=cli.workdir)
+    out = lost("squeue")
+    assert out.returncode == 1 and "corral up" in out.stderr and out.stderr.count("\n") == 1

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from corral.libs.core.plan import Plan, Policy, orders, plan
 from corral.libs.core.state import State, encode_state, fold
-from corral.schemas import api
+from corral.schemas import api, codec
 from corral.schemas import events as ev
 from corral.schemas.events import NodeAllocation
 
@@ -516,3 +516,16 @@ def test_fold_of_a_recorded_log_is_deterministic(history: History, cut: int) -> 
     chunked = fold(log.entries[:cut])
     fold(log.entries[cut:], chunked)
     assert encode_state(chunked) == live
+
+
+def test_a_launch_order_carries_the_trace_of_the_submission() -> None:
+    """One trace per job: the agent's launch span continues the trace the gateway started at submit."""
+    traceparent = "00-0af7651916cd43dd8448eb211dea8f6f-b7ad6b7169203331-01"
+    log = Log(*cluster(nodes=1, gpus=8))
+    log.append(
+        codec.envelope(submitted(1, job(gpus=1)), actor="gw", occurred_at=log.at + 1, traceparent=traceparent)
+    )
+    for decision in cycle(log).decisions:
+        log.add(decision)
+    (launch,) = [o for o in orders(log.state, POLICY) if isinstance(o, api.LaunchOrder)]
+    assert launch.traceparent == traceparent
