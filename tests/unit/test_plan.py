@@ -522,10 +522,8 @@ def test_a_launch_order_carries_the_trace_of_the_submission() -> None:
     """One trace per job: the agent's launch span continues the trace the gateway started at submit."""
     traceparent = "00-0af7651916cd43dd8448eb211dea8f6f-b7ad6b7169203331-01"
     log = Log(*cluster(nodes=1, gpus=8))
-    log.append(
-        codec.envelope(submitted(1, job(gpus=1)), actor="gw", occurred_at=log.at + 1, traceparent=traceparent)
-    )
-    for decision in cycle(log).decisions:
-        log.add(decision)
+    body = submitted(1, job(gpus=1, nodes=1))
+    log.append(codec.envelope(body, actor="gw", occurred_at=log.at + 1, traceparent=traceparent))
+    cycle(log)
     (launch,) = [o for o in orders(log.state, POLICY) if isinstance(o, api.LaunchOrder)]
     assert launch.traceparent == traceparent
