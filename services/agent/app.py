@@ -34,7 +34,6 @@ from corral.schemas.codec import DecodeError, decode
 from corral.services.agent import runner
 from corral.services.agent.records import Record, Records
 
-
 _tracer = telemetry.tracer(__name__)
 
 
