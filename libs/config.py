@@ -4,7 +4,7 @@ Example (``docs/configuration.md`` documents every key)::
 
     [cluster]
     name = "local"
-    heartbeat_interval = "2"        # seconds (Slurm time formats: M, M:S, H:M:S, D-H ...)
+    heartbeat_interval = 2          # seconds (or a Slurm time string: "0:02" = 2 s; "2" = 2 minutes)
     node_timeout = "0:10"           # SlurmdTimeout: heartbeats missing this long -> NodeDown
     kill_wait = "0:05"              # KillWait: SIGTERM -> SIGKILL
 
@@ -28,6 +28,7 @@ Errors are ``ConfigError`` naming the key and the fix; nothing is half-loaded.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +107,38 @@ class ClusterConfig:
         return None
 
 
+_KEYS = {
+    "": {"cluster", "nodes", "partitions"},
+    "cluster": {"name", "heartbeat_interval", "node_timeout", "kill_wait"},
+    "nodes": {"names", "cpus", "memory", "gpus", "gpu_type", "features"},
+    "partitions": {"name", "nodes", "default", "max_time", "default_time"},
+}
+
+
+def _table(value: Any, where: str) -> dict[str, Any]:
+    """A TOML table, with no key the configuration does not know (a typo must not pass silently)."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a table, got {value!r}")
+    known = _KEYS[where.split("[", 1)[0]]
+    for key in value:
+        if key not in known:
+            raise ConfigError(f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(known))}")
+    return value
+
+
+def _optional(table: dict[str, Any], key: str, where: str, kind: type, default: Any) -> Any:
+    if key not in table:
+        return default
+    return _require(table, key, where, kind)
+
+
+def _string_list(table: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}.{key}: expected a list of strings, got {value!r}")
+    return tuple(value)
+
+
 def _require(table: dict[str, Any], key: str, where: str, kind: type) -> Any:
     if key not in table:
         raise ConfigError(f"{where}: missing key {key!r}")
@@ -117,7 +150,7 @@ def _require(table: dict[str, Any], key: str, where: str, kind: type) -> Any:
 
 def _seconds(value: Any, where: str) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
-        if value <= 0:
+        if not math.isfinite(value) or value <= 0:
             raise ConfigError(f"{where}: must be positive, got {value!r}")
         return float(value)
     try:
@@ -140,23 +173,26 @@ def _nodes(raw: Any) -> list[NodeConfig]:
     if not isinstance(raw, list) or not raw:
         raise ConfigError("nodes: at least one [[nodes]] table is required")
     out: list[NodeConfig] = []
-    for i, table in enumerate(raw):
+    for i, entry in enumerate(raw):
         where = f"nodes[{i}]"
+        table = _table(entry, where)
         names = _require(table, "names", where, str)
         try:
             expanded = hostlist.expand(names)
         except FormatError as exc:
             raise ConfigError(f"{where}.names: {exc}") from None
+        if not expanded:
+            raise ConfigError(f'{where}.names: names no node; give a hostlist such as "gpu[01-04]"')
         cpus = _require(table, "cpus", where, int)
-        gpus = table.get("gpus", 0)
-        if not isinstance(gpus, int) or gpus < 0 or cpus < 1:
+        gpus = _optional(table, "gpus", where, int, 0)
+        if gpus < 0 or cpus < 1:
             raise ConfigError(f"{where}: cpus must be >= 1 and gpus >= 0")
         try:
             mem_mb = parse_memory(str(table.get("memory", "1G")), field=f"{where}.memory")
         except FormatError as exc:
             raise ConfigError(str(exc)) from None
-        gpu_type = table.get("gpu_type")
-        features = tuple(str(f) for f in table.get("features", []))
+        gpu_type = _optional(table, "gpu_type", where, str, None)
+        features = _string_list(table, "features", where)
         for name in expanded:
             if not valid_token(name):
                 raise ConfigError(f"{where}.names: {name!r} is not a valid node name (letters, digits, - _)")
@@ -176,9 +212,12 @@ def _partitions(raw: Any, nodes: list[NodeConfig]) -> list[PartitionConfig]:
     if not isinstance(raw, list) or not raw:
         raise ConfigError("partitions: expected a list of [[partitions]] tables")
     out: list[PartitionConfig] = []
-    for i, table in enumerate(raw):
+    for i, entry in enumerate(raw):
         where = f"partitions[{i}]"
+        table = _table(entry, where)
         name = _require(table, "name", where, str)
+        if any(p.name == name for p in out):
+            raise ConfigError(f"{where}.name: partition {name!r} is defined twice")
         if not valid_token(name):
             raise ConfigError(f"{where}.name: {name!r} is not a valid partition name")
         spec = table.get("nodes", "ALL")
@@ -194,7 +233,9 @@ def _partitions(raw: Any, nodes: list[NodeConfig]) -> list[PartitionConfig]:
             _limit(table["default_time"], f"{where}.default_time") if "default_time" in table else None
         )
         out.append(
-            PartitionConfig(name, tuple(members), bool(table.get("default", False)), max_time, default_time)
+            PartitionConfig(
+                name, tuple(members), _optional(table, "default", where, bool, False), max_time, default_time
+            )
         )
     if sum(p.default for p in out) > 1:
         raise ConfigError("partitions: more than one partition has default = true; keep one")
@@ -207,12 +248,13 @@ def parse_config(text: str, source: str = "<string>") -> ClusterConfig:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
-    cluster = doc.get("cluster", {})
+    _table(doc, "")
+    cluster = _table(doc.get("cluster", {}), "cluster")
     name = cluster.get("name", "corral")
     if not isinstance(name, str) or not valid_token(name):
         raise ConfigError(f"cluster.name: {name!r} is not a valid name (letters, digits, - _)")
     nodes = _nodes(doc.get("nodes"))
-    return ClusterConfig(
+    config = ClusterConfig(
         name=name,
         nodes=tuple(nodes),
         partitions=tuple(_partitions(doc.get("partitions"), nodes)),
@@ -221,6 +263,12 @@ def parse_config(text: str, source: str = "<string>") -> ClusterConfig:
         kill_wait_s=_seconds(cluster.get("kill_wait", 5), "cluster.kill_wait"),
         source=source,
     )
+    if config.heartbeat_interval_s >= config.node_timeout_s:
+        raise ConfigError(
+            f"cluster.heartbeat_interval ({config.heartbeat_interval_s:g}s) must be shorter than "
+            f"cluster.node_timeout ({config.node_timeout_s:g}s), or every node would be marked down"
+        )
+    return config
 
 
 def load_config(path: Path) -> ClusterConfig:

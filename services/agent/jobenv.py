@@ -112,7 +112,7 @@ def expand_pattern(pattern: str, order: LaunchOrder) -> str:
                 j += 1  # zero-padding width, e.g. %4j
             key = pattern[j] if j < len(pattern) else ""
             if key in values:
-                width = int(pattern[i + 1 : j] or 0)
+                width = min(int(pattern[i + 1 : j] or 0), 10)  # Slurm caps the padding at 10
                 value = values[key]
                 out.append(value.zfill(width) if value.isdigit() else value)
                 i = j + 1

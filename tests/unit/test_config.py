@@ -1,0 +1,334 @@
+"""Cluster configuration: parsing a TOML file into nodes, partitions and timing, and refusing bad input."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from corral.libs.config import (
+    ConfigError,
+    NodeConfig,
+    PartitionConfig,
+    load_config,
+    local_config_text,
+    parse_config,
+)
+
+pytestmark = pytest.mark.unit
+
+GB = 1024
+
+FULL = """
+[cluster]
+name = "prod-1"
+heartbeat_interval = 3
+node_timeout = "0:30"
+kill_wait = "1:00:00"
+
+[[nodes]]
+names = "gpu[01-04]"
+cpus = 32
+memory = "256G"
+gpus = 8
+gpu_type = "h100"
+features = ["nvlink", "ib"]
+
+[[nodes]]
+names = "cpu[8-10],login"
+cpus = 16
+memory = "3584MB"
+
+[[partitions]]
+name = "gpu"
+nodes = "gpu[01-04]"
+default = true
+max_time = "1-00:00:00"
+default_time = "1:00:00"
+
+[[partitions]]
+name = "cpu"
+nodes = "cpu[8-10]"
+max_time = "30"
+
+[[partitions]]
+name = "all"
+"""
+
+GPU_NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
+CPU_NODES = ("cpu8", "cpu9", "cpu10", "login")
+NODE = '[[nodes]]\nnames = "gpu[01-02]"\ncpus = 8\n'
+
+
+def config_text(cluster: str = "", nodes: str | None = None, partitions: str = "") -> str:
+    """A configuration of sections; nodes default to one valid table of gpu[01-02]."""
+    if nodes is None:
+        nodes = NODE
+    return f"{cluster}\n{nodes}\n{partitions}\n"
+
+
+def partition(name: str = "gpu", **keys: str) -> str:
+    """One [[partitions]] table; values in ``keys`` are TOML literals."""
+    lines = [f'name = "{name}"'] + [f"{k} = {v}" for k, v in keys.items()]
+    return "[[partitions]]\n" + "\n".join(lines) + "\n"
+
+
+def cluster(**keys: str) -> str:
+    """The [cluster] table; values in ``keys`` are TOML literals."""
+    return "[cluster]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items())
+
+
+# --- a full valid configuration ---------------------------------------------------------------
+
+
+def test_full_config_expands_every_node_in_config_order() -> None:
+    config = parse_config(FULL)
+    assert [n.name for n in config.nodes] == [*GPU_NODES, *CPU_NODES]
+
+
+@pytest.mark.parametrize(
+    ("node", "expected"),
+    [
+        ("gpu01", NodeConfig("gpu01", 32, 256 * GB, 8, "h100", ("nvlink", "ib"))),
+        ("gpu04", NodeConfig("gpu04", 32, 256 * GB, 8, "h100", ("nvlink", "ib"))),
+        ("cpu10", NodeConfig("cpu10", 16, 3584, 0, None, ())),
+        ("login", NodeConfig("login", 16, 3584, 0, None, ())),
+    ],
+    ids=["first-gpu-node", "last-gpu-node", "cpu-node-unpadded-range", "node-without-range"],
+)
+def test_full_config_node_inventory(node: str, expected: NodeConfig) -> None:
+    assert parse_config(FULL).node(node) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "nodes", "default", "max_time_s", "default_time_s"),
+    [
+        ("gpu", set(GPU_NODES), True, 86400, 3600),
+        ("cpu", {"cpu8", "cpu9", "cpu10"}, False, 1800, None),
+        ("all", {*GPU_NODES, *CPU_NODES}, False, None, None),
+    ],
+    ids=["gpu-default-with-times", "cpu-lone-number-is-minutes", "all-nodes-unlimited"],
+)
+def test_full_config_partitions(
+    name: str, nodes: set[str], default: bool, max_time_s: int | None, default_time_s: int | None
+) -> None:
+    part = parse_config(FULL).partition(name)
+    assert part is not None
+    assert (set(part.nodes), part.default, part.max_time_s, part.default_time_s) == (
+        nodes,
+        default,
+        max_time_s,
+        default_time_s,
+    )
+
+
+def test_full_config_cluster_keys() -> None:
+    config = parse_config(FULL, source="/etc/corral/cluster.toml")
+    assert (config.name, config.heartbeat_interval_s, config.node_timeout_s, config.kill_wait_s) == (
+        "prod-1",
+        3.0,
+        30.0,
+        3600.0,
+    )
+    assert config.source == "/etc/corral/cluster.toml"
+
+
+def test_full_config_partition_order_and_lookups() -> None:
+    config = parse_config(FULL)
+    assert [p.name for p in config.partitions] == ["gpu", "cpu", "all"]
+    assert config.default_partition.name == "gpu"
+    assert config.partitions_of("cpu9") == ["cpu", "all"]
+    assert config.partition("nope") is None
+
+
+def test_first_partition_is_the_default_when_none_is_marked() -> None:
+    config = parse_config(config_text(partitions=partition("a") + partition("b")))
+    assert config.default_partition.name == "a"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "seconds"),
+    [
+        ("heartbeat_interval", "3", 3.0),
+        ("heartbeat_interval", "0.5", 0.5),
+        ("node_timeout", '"0:45"', 45.0),
+        ("node_timeout", '"2"', 120.0),
+        ("kill_wait", '"1:02:03"', 3723.0),
+        ("kill_wait", '"1-0"', 86400.0),
+    ],
+    ids=[
+        "int-seconds",
+        "float-seconds",
+        "string-M:S",
+        "string-lone-number-is-minutes",
+        "string-H:M:S",
+        "string-D-H",
+    ],
+)
+def test_cluster_timing_as_numbers_and_slurm_time_strings(key: str, value: str, seconds: float) -> None:
+    config = parse_config(config_text(cluster=cluster(**{key: value})))
+    assert getattr(config, f"{key}_s") == seconds
+
+
+def test_cluster_defaults_without_cluster_table() -> None:
+    config = parse_config(NODE)
+    assert (config.name, config.heartbeat_interval_s, config.node_timeout_s, config.kill_wait_s) == (
+        "corral",
+        2.0,
+        10.0,
+        5.0,
+    )
+
+
+def test_node_defaults() -> None:
+    assert parse_config('[[nodes]]\nnames = "n1"\ncpus = 2\n').node("n1") == NodeConfig(
+        "n1", 2, 1 * GB, 0, None, ()
+    )
+
+
+def test_without_partitions_one_default_batch_partition_holds_every_node() -> None:
+    config = parse_config(config_text(nodes=NODE + '[[nodes]]\nnames = "cpu1"\ncpus = 4\n'))
+    assert config.partitions == (PartitionConfig("batch", ("gpu01", "gpu02", "cpu1"), True, None, None),)
+
+
+# --- invalid input: ConfigError naming the key -------------------------------------------------
+
+INVALID = [
+    ("[[nodes]\nnames = 'x'\n", "cluster.toml", "invalid-toml-names-source"),
+    (cluster(name='"c"'), "nodes", "no-nodes"),
+    ("nodes = []\n", "nodes", "empty-nodes-list"),
+    ('nodes = "gpu01"\n', "nodes", "nodes-not-a-list"),
+    ("[[nodes]]\ncpus = 8\n", "nodes[0]: missing key 'names'", "missing-names"),
+    ('[[nodes]]\nnames = "gpu01"\n', "nodes[0]: missing key 'cpus'", "missing-cpus"),
+    (NODE + '[[nodes]]\nnames = "cpu1"\n', "nodes[1]: missing key 'cpus'", "missing-cpus-second-table"),
+    ("[[nodes]]\nnames = 5\ncpus = 8\n", "nodes[0].names", "names-not-a-string"),
+    ('[[nodes]]\nnames = "gpu01"\ncpus = "8"\n', "nodes[0].cpus", "cpus-a-string"),
+    ('[[nodes]]\nnames = "gpu01"\ncpus = true\n', "nodes[0].cpus", "cpus-a-bool"),
+    ('[[nodes]]\nnames = "gpu01"\ncpus = 0\n', "cpus", "zero-cpus"),
+    ('[[nodes]]\nnames = "gpu01"\ncpus = 8\ngpus = -1\n', "gpus", "negative-gpus"),
+    ('[[nodes]]\nnames = "gpu[01-"\ncpus = 8\n', "nodes[0].names", "bad-hostlist-unclosed"),
+    ('[[nodes]]\nnames = "gpu[05-01]"\ncpus = 8\n', "nodes[0].names", "bad-hostlist-reversed-range"),
+    ('[[nodes]]\nnames = "gpu.01"\ncpus = 8\n', "nodes[0].names", "node-name-not-a-token"),
+    (NODE + 'memory = "lots"\n', "nodes[0].memory", "bad-memory"),
+    (NODE + 'memory = "1.5G"\n', "nodes[0].memory", "fractional-memory"),
+    (NODE + '[[nodes]]\nnames = "gpu02"\ncpus = 8\n', "'gpu02' is configured twice", "node-in-two-tables"),
+    ('[[nodes]]\nnames = "gpu[01-02],gpu01"\ncpus = 8\n', "'gpu01' is configured twice", "node-twice-in-one"),
+    (NODE + partition(nodes='"gpu[01-03]"'), "partitions[0].nodes", "partition-unknown-node"),
+    (NODE + partition(nodes='"gpu[01"'), "partitions[0].nodes", "partition-bad-hostlist"),
+    (NODE + "[[partitions]]\nnodes = 'ALL'\n", "partitions[0]: missing key 'name'", "partition-no-name"),
+    (NODE + partition("gpu part"), "partitions[0].name", "partition-name-not-a-token"),
+    ("partitions = []\n" + NODE, "partitions", "empty-partitions-list"),
+    (NODE + partition("a", default="true") + partition("b", default="true"), "default", "two-defaults"),
+    (NODE + partition(max_time='"forever"'), "partitions[0].max_time", "bad-max-time"),
+    (NODE + partition(max_time='"1:2:3:4"'), "partitions[0].max_time", "max-time-four-fields"),
+    (NODE + partition(default_time='"soon"'), "partitions[0].default_time", "bad-default-time"),
+    (cluster(node_timeout="0") + NODE, "cluster.node_timeout", "zero-node-timeout"),
+    (cluster(node_timeout="-5") + NODE, "cluster.node_timeout", "negative-node-timeout"),
+    (cluster(node_timeout='"0"') + NODE, "cluster.node_timeout", "zero-node-timeout-string"),
+    (cluster(node_timeout='"UNLIMITED"') + NODE, "cluster.node_timeout", "unlimited-node-timeout"),
+    (cluster(node_timeout='"soon"') + NODE, "cluster.node_timeout", "unparsable-node-timeout"),
+    (cluster(heartbeat_interval="0.0") + NODE, "cluster.heartbeat_interval", "zero-heartbeat"),
+    (cluster(kill_wait="-1") + NODE, "cluster.kill_wait", "negative-kill-wait"),
+    (cluster(name='"my cluster"') + NODE, "cluster.name", "cluster-name-with-space"),
+    (cluster(name='""') + NODE, "cluster.name", "empty-cluster-name"),
+    (cluster(name="7") + NODE, "cluster.name", "cluster-name-not-a-string"),
+]
+
+
+@pytest.mark.parametrize(("text", "key"), [c[:2] for c in INVALID], ids=[c[2] for c in INVALID])
+def test_invalid_config_raises_config_error_naming_the_key(text: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        parse_config(text, source="cluster.toml")
+
+
+# Invalid input that once loaded silently or crashed with something other than ConfigError.
+ACCEPTED_OR_CRASHING = [
+    pytest.param(
+        '[[nodes]]\nnames = ""\ncpus = 8\n',
+        "nodes[0].names",
+        id="empty-names-gives-a-cluster-without-nodes",
+    ),
+    pytest.param(
+        NODE + partition("gpu") + partition("gpu"),
+        "partitions[1].name",
+        id="partition-name-twice",
+    ),
+    pytest.param(
+        NODE + partition(default='"false"'),
+        "partitions[0].default",
+        id="default-a-string",
+    ),
+    pytest.param(
+        NODE + "gpus = true\n",
+        "nodes[0].gpus",
+        id="gpus-a-bool",
+    ),
+    pytest.param(
+        NODE + 'features = "nvlink"\n',
+        "nodes[0].features",
+        id="features-a-string",
+    ),
+    pytest.param(
+        cluster(node_timeout="nan") + NODE,
+        "cluster.node_timeout",
+        id="node-timeout-nan",
+    ),
+    pytest.param(
+        "nodes = [1]\n",
+        "nodes[0]",
+        id="node-entry-not-a-table",
+    ),
+    pytest.param(
+        "partitions = [1]\n" + NODE,
+        "partitions[0]",
+        id="partition-entry-not-a-table",
+    ),
+    pytest.param(
+        "cluster = 1\n" + NODE,
+        "cluster",
+        id="cluster-not-a-table",
+    ),
+]
+
+
+def test_an_unknown_key_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"nodes\[0\]: unknown key 'gpu'"):
+        parse_config(NODE + "gpu = 8\n")
+
+
+@pytest.mark.parametrize(("text", "key"), ACCEPTED_OR_CRASHING)
+def test_invalid_config_the_parser_lets_through(text: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        parse_config(text)
+
+
+# --- load_config ------------------------------------------------------------------------------
+
+
+def test_load_config_missing_file_names_the_path() -> None:
+    path = Path("/nonexistent-corral-test-dir/cluster.toml")
+    with pytest.raises(ConfigError, match=re.escape(str(path))):
+        load_config(path)
+
+
+# --- local_config_text ------------------------------------------------------------------------
+
+LOCAL = [
+    ("local", ["node1", "node2", "node3"], 4, 8, 16000),
+    ("dev", ["sim01", "sim03", "sim10"], 8, 64, 512 * GB),
+    ("cpu-only", ["box"], 0, 2, 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "nodes", "gpus", "cpus", "mem_mb"), LOCAL, ids=["contiguous", "gaps-padded", "one-node-no-gpus"]
+)
+def test_local_config_text_round_trips(
+    name: str, nodes: list[str], gpus: int, cpus: int, mem_mb: int
+) -> None:
+    config = parse_config(local_config_text(name, nodes, gpus, cpus, mem_mb))
+    assert config.name == name
+    assert config.nodes == tuple(NodeConfig(n, cpus, mem_mb, gpus, "sim", ()) for n in nodes)
+    assert config.partitions == (PartitionConfig("gpu", tuple(nodes), True, None, None),)
+    assert (config.heartbeat_interval_s, config.node_timeout_s, config.kill_wait_s) == (1.0, 6.0, 3.0)
