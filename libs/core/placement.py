@@ -75,18 +75,36 @@ def request_of(job: Job) -> Request:
     )
 
 
-def _node_fits(free: Free, req: Request) -> bool:
-    if req.gpu_type is not None and req.gpus > 0 and free.gpu_type != req.gpu_type:
+def eligible(free: Free, req: Request) -> bool:
+    """Whether the node is of the kind the request can use at all (GPU type)."""
+    return req.gpu_type is None or req.gpus == 0 or free.gpu_type == req.gpu_type
+
+
+def mem_need(free: Free, req: Request) -> int:
+    """Memory the request takes on this node (``--mem=0`` takes all of it)."""
+    return free.total_mem_mb if req.mem_mb == 0 else (req.mem_mb or 0)
+
+
+def node_fits(free: Free, req: Request) -> bool:
+    """Whether one node of the request fits the node's free capacity now."""
+    if not eligible(free, req) or (req.mem_mb == 0 and not free.idle):
         return False
-    mem = free.total_mem_mb if req.mem_mb == 0 else (req.mem_mb or 0)
-    if req.mem_mb == 0 and not free.idle:
-        return False
-    return len(free.gpus) >= req.gpus and free.cpus >= req.cpus and free.mem_mb >= mem
+    return len(free.gpus) >= req.gpus and free.cpus >= req.cpus and free.mem_mb >= mem_need(free, req)
+
+
+def take(free: Free, req: Request) -> NodeAllocation:
+    """Take one node's part of the request from its free capacity: the lowest free GPU indices."""
+    mem = mem_need(free, req)
+    gpus, free.gpus = free.gpus[: req.gpus], free.gpus[req.gpus :]
+    free.cpus -= req.cpus
+    free.mem_mb -= mem
+    free.idle = False
+    return NodeAllocation(node=free.name, gpus=gpus, cpus=req.cpus, mem_mb=mem)
 
 
 def could_ever_fit(nodes: list[Free], req: Request) -> bool:
     """Whether the request fits these nodes when they are completely idle."""
-    return sum(1 for n in nodes if _node_fits(n, req)) >= req.nodes
+    return sum(1 for n in nodes if node_fits(n, req)) >= req.nodes
 
 
 def place(free: dict[str, Free], partition: str, req: Request) -> list[NodeAllocation] | None:
@@ -94,17 +112,8 @@ def place(free: dict[str, Free], partition: str, req: Request) -> list[NodeAlloc
 
     Returns the allocation (first node runs the batch script), or None if it does not fit now.
     """
-    candidates = [f for f in free.values() if partition in f.partitions and _node_fits(f, req)]
+    candidates = [f for f in free.values() if partition in f.partitions and node_fits(f, req)]
     if len(candidates) < req.nodes:
         return None
     candidates.sort(key=lambda f: (len(f.gpus), f.cpus, f.name))
-    chosen = sorted(candidates[: req.nodes], key=lambda f: f.name)
-    out = []
-    for f in chosen:
-        mem = f.total_mem_mb if req.mem_mb == 0 else (req.mem_mb or 0)
-        gpus, f.gpus = f.gpus[: req.gpus], f.gpus[req.gpus :]
-        f.cpus -= req.cpus
-        f.mem_mb -= mem
-        f.idle = False
-        out.append(NodeAllocation(node=f.name, gpus=gpus, cpus=req.cpus, mem_mb=mem))
-    return out
+    return [take(f, req) for f in sorted(candidates[: req.nodes], key=lambda f: f.name)]

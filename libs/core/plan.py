@@ -18,11 +18,16 @@ message ids, and agents keep a record so that a repeated order is a no-op.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
-from corral.libs.core.placement import free_capacity, place, request_of
+from corral.libs.core.backfill import INF, Planner
+from corral.libs.core.placement import free_capacity, request_of
+from corral.libs.core.priority import ClusterSize, PriorityWeights, priority
 from corral.libs.core.state import Job, State
 from corral.schemas import api
 from corral.schemas import events as ev
+
+Backfill = Literal["fifo", "easy", "conservative"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,7 @@ class PartitionPolicy:
     default: bool  # the default partition
     max_time_s: int | None  # MaxTime
     default_time_s: int | None  # DefaultTime (None: MaxTime)
+    tier: int = 1  # PriorityTier: jobs of higher tiers are considered first
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,11 @@ class Policy:
 
     partitions: tuple[PartitionPolicy, ...]  # in config order
     cluster: str = "corral"  # cluster name
+    backfill: Backfill = "easy"  # fifo | easy | conservative
+    backfill_window_s: int | None = 86400  # how far ahead reservations are planned (Slurm bf_window)
+    weights: PriorityWeights = field(
+        default_factory=PriorityWeights
+    )  # multifactor priority weights (all 0: FIFO)
 
     @property
     def default_partition(self) -> str:
@@ -70,6 +81,8 @@ class Plan:
 
     decisions: list[ev.Event] = field(default_factory=list)  # in the order to append them
     reasons: dict[int, str] = field(default_factory=dict)  # pending reason by job id
+    priorities: dict[int, int] = field(default_factory=dict)  # priority of each pending job
+    starts: dict[int, float] = field(default_factory=dict)  # planned start of jobs with a reservation
 
 
 def pending_order(job: Job) -> tuple[float, int]:
@@ -109,59 +122,100 @@ def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
     """Decide what happens next. Deterministic in (state, now, policy, epoch)."""
     out = Plan()
     pending: list[Job] = []
-    for job in state.jobs.values():
+    for job_id in state.active:
+        job = state.jobs[job_id]
         if job.state == "RUNNING":
-            if job.run_exit is not None:
-                out.decisions.append(_conclude_exit(job))
-            elif any(not state.nodes[a.node].up for a in job.allocations if a.node in state.nodes):
-                if job.spec.requeue and job.cancel_by is None:
-                    out.decisions.append(
-                        ev.JobRequeued(job_id=job.job_id, attempt=job.restart_count, reason="NodeFail")
-                    )
-                else:
-                    out.decisions.append(
-                        ev.JobFailed(job_id=job.job_id, attempt=job.restart_count, reason="NodeFail")
-                    )
-        elif job.state == "PENDING":
-            if job.cancel_by is not None:
-                out.decisions.append(
-                    ev.JobCancelled(job_id=job.job_id, attempt=-1, by=job.cancel_by, signal=0)
-                )
-            else:
-                pending.append(job)
-    _place_fifo(state, policy, pending, out, epoch)
+            conclusion = _conclude(state, job)
+            if conclusion is not None:
+                out.decisions.append(conclusion)
+        elif job.cancel_by is not None:
+            out.decisions.append(ev.JobCancelled(job_id=job.job_id, attempt=-1, by=job.cancel_by, signal=0))
+        else:
+            pending.append(job)
+    _schedule(state, now, policy, pending, out, epoch)
     return out
 
 
-def _place_fifo(state: State, policy: Policy, pending: list[Job], out: Plan, epoch: int) -> None:
-    free = free_capacity(state.nodes)
-    blocked: set[str] = set()
-    for job in sorted(pending, key=pending_order):
+def _conclude(state: State, job: Job) -> ev.Event | None:
+    """The conclusion a running job's facts call for, if any."""
+    if job.run_exit is not None:
+        return _conclude_exit(job)
+    if any(not state.nodes[a.node].up for a in job.allocations if a.node in state.nodes):
+        if job.spec.requeue and job.cancel_by is None:
+            return ev.JobRequeued(job_id=job.job_id, attempt=job.restart_count, reason="NodeFail")
+        return ev.JobFailed(job_id=job.job_id, attempt=job.restart_count, reason="NodeFail")
+    return None
+
+
+def queue_order(state: State, now: float, policy: Policy, pending: list[Job]) -> list[tuple[Job, int]]:
+    """Pending jobs with their priority, in the order they are considered."""
+    size = ClusterSize(
+        gpus=sum(n.gpus for n in state.nodes.values()), cpus=sum(n.cpus for n in state.nodes.values())
+    )
+    top_tier = max((p.tier for p in policy.partitions), default=1) or 1
+    tiers = {p.name: p.tier for p in policy.partitions}
+    ranked = []
+    for job in pending:
+        tier = tiers.get(policy.partition_of(job), 1)
+        value = priority(job, now, policy.weights, size, tier / top_tier)
+        ranked.append(((-tier, -value, job.submit_time, job.job_id), job, value))
+    ranked.sort(key=lambda r: r[0])
+    return [(job, value) for _, job, value in ranked]
+
+
+def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out: Plan, epoch: int) -> None:
+    planner = Planner(free_capacity(state.nodes), now)
+    for job_id in state.active:
+        job = state.jobs[job_id]
+        if job.state == "RUNNING" and job.start_time is not None:
+            run_limit = job.time_limit_s
+            planner.running(job.allocations, INF if run_limit is None else job.start_time + run_limit)
+    for orphan in state.orphans:
+        planner.running(
+            [ev.NodeAllocation(node=orphan.node, gpus=orphan.gpus, cpus=orphan.cpus, mem_mb=orphan.mem_mb)],
+            now,
+        )
+    window = INF if policy.backfill_window_s is None else float(policy.backfill_window_s)
+    depth = {"fifo": 0, "easy": 1, "conservative": None}[policy.backfill]
+    blocked: set[str] = set()  # partitions with a job that could not start (FIFO stops there)
+    reserved: dict[str, int] = {}
+    for job, value in queue_order(state, now, policy, pending):
+        out.priorities[job.job_id] = value
         partition = policy.partition_of(job)
-        if partition in blocked:
+        if depth == 0 and partition in blocked:
             out.reasons[job.job_id] = "Priority"
             continue
-        allocation = place(free, partition, request_of(job))
-        if allocation is None:
-            blocked.add(partition)
-            out.reasons[job.job_id] = "Resources"
-            continue
-        out.decisions.append(
-            ev.JobAllocated(
-                job_id=job.job_id,
-                attempt=job.restart_count,
-                partition=partition,
-                allocations=allocation,
-                time_limit_s=policy.time_limit(job),
-                epoch=epoch,
+        req = request_of(job)
+        limit_s = policy.time_limit(job)
+        limit = INF if limit_s is None else float(limit_s)
+        allocation = planner.start_now(partition, req, limit)
+        if allocation is not None:
+            out.decisions.append(
+                ev.JobAllocated(
+                    job_id=job.job_id,
+                    attempt=job.restart_count,
+                    partition=partition,
+                    allocations=allocation,
+                    time_limit_s=limit_s,
+                    epoch=epoch,
+                )
             )
-        )
+            continue
+        out.reasons[job.job_id] = "Priority" if partition in blocked else "Resources"
+        blocked.add(partition)
+        if depth is not None and reserved.get(partition, 0) >= depth:
+            continue
+        reserved[partition] = reserved.get(partition, 0) + 1
+        start = planner.reserve(partition, req, limit, window)
+        if start is not None:
+            out.starts[job.job_id] = start
 
 
 def orders(state: State, policy: Policy) -> list[api.Order]:
     """Per-node work the state still needs, in a deterministic order."""
     out: list[api.Order] = []
-    for job in state.jobs.values():
+    for job_id in state.active:
+        job = state.jobs[job_id]
         if job.state != "RUNNING" or not job.allocations or job.run_exit is not None:
             continue
         batch = job.allocations[0].node

@@ -84,6 +84,7 @@ class State(msgspec.Struct, kw_only=True):
     """Everything the scheduler decides from."""
 
     jobs: dict[int, Job] = {}  # every job ever submitted, by id
+    active: dict[int, bool] = {}  # ids of the jobs that are PENDING or RUNNING, in submit order
     nodes: dict[str, Node] = {}  # every registered node, by name
     orphans: list[Orphan] = []  # concluded runs still to be killed
     epoch: int = 0  # highest leader epoch seen in a decision
@@ -137,6 +138,7 @@ def _job_for(state: State, seq: int, job_id: int) -> Job | None:
 
 def _submitted(state: State, seq: int, at: float, body: ev.JobSubmitted, traceparent: str | None) -> None:
     if body.job_id not in state.jobs:
+        state.active[body.job_id] = True
         state.jobs[body.job_id] = Job(
             job_id=body.job_id,
             user=body.user,
@@ -284,6 +286,7 @@ def _decision_job(state: State, seq: int, job_id: int, attempt: int) -> Job | No
 def _end(state: State, job: Job, at: float, final: str) -> None:
     if job.state == "RUNNING":
         _release(state, job)
+    state.active.pop(job.job_id, None)
     job.state = final
     job.end_time = at
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.unit
 
 T = TypeVar("T")
 POLICY = policy()
+FIFO = dataclasses.replace(POLICY, backfill="fifo")
 EIGHT = list(range(8))
 
 
@@ -68,10 +70,24 @@ def test_the_first_job_that_does_not_fit_blocks_its_partition_only() -> None:
         submitted(3, job(gpus=0, nodes=1, partition="cpu")),  # another partition
         submitted(4, job(gpus=1, nodes=1)),
     )
-    out = cycle(log)
+    out = cycle(log, FIFO)
     assert list(allocations(out)) == [3]
     assert out.reasons == {1: "Resources", 2: "Priority", 4: "Priority"}
     assert log.state.jobs[3].state == "RUNNING"
+
+
+def test_easy_backfills_around_a_job_that_can_never_be_planned() -> None:
+    """With EASY, a blocked job with no possible reservation does not hold up jobs that fit now."""
+    log = Log(*cluster(nodes=2))
+    log.add(
+        submitted(1, job(gpus=8, nodes=3)),  # needs 3 nodes of 2: no reservation possible
+        submitted(2, job(gpus=1, nodes=1)),
+        submitted(4, job(gpus=1, nodes=1)),
+    )
+    out = cycle(log)
+    assert list(allocations(out)) == [2, 4]
+    assert out.reasons == {1: "Resources"}
+    assert out.starts == {}
 
 
 def test_a_multi_node_job_gets_distinct_whole_nodes() -> None:

@@ -1,0 +1,147 @@
+"""Backfill planning: start jobs now without delaying the jobs that hold reservations.
+
+One loop serves FIFO, EASY and conservative backfill; only the reservation depth differs
+(flux-sched's queue policies do the same):
+
+- ``fifo``: the first job of a partition that cannot start blocks every job behind it;
+- ``easy``: the first blocked job of each partition gets a reservation (the earliest time enough
+  nodes are free, from the time limits of what runs), later jobs start now only if they do not
+  delay it (Mu'alem & Feitelson's EASY);
+- ``conservative``: every blocked job gets a reservation, in queue order.
+
+The plan works per node on counts (CPUs, GPUs, memory): a running job or a job started in this
+cycle gives its resources back at ``start + time limit`` (never, if unlimited); a reservation holds
+resources over ``[start, start + limit)``. Exact GPU indices are chosen only when a job starts now.
+
+Which nodes: a reservation prefers nodes that are busy now, leaving what is free now to backfill;
+a job started now prefers nodes whose free capacity is reserved later, after it ends (it fills a
+hole), over capacity nobody reserved (which a longer job could use). With one-unit nodes this is
+exactly EASY's "shadow time and extra processors" rule.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+
+from corral.libs.core.placement import Free, Request, eligible, mem_need, node_fits, take
+from corral.schemas.events import NodeAllocation
+
+INF = math.inf
+
+
+@dataclass
+class NodePlan:
+    """One node's capacity over time during a planning cycle."""
+
+    free: Free  # capacity free now (GPU indices included)
+    releases: list[tuple[float, int, int, int]] = field(
+        default_factory=list
+    )  # (when, cpus, gpus, mem), sorted
+    holds: list[tuple[float, float, int, int, int]] = field(
+        default_factory=list
+    )  # (start, end, cpus, gpus, mem)
+
+    def free_at(self, t: float) -> tuple[int, int, int]:
+        """(CPUs, GPUs, memory) free at time ``t`` after releases and holds."""
+        cpus, gpus, mem = self.free.cpus, len(self.free.gpus), self.free.mem_mb
+        for when, c, g, m in self.releases:
+            if when > t:
+                break
+            cpus, gpus, mem = cpus + c, gpus + g, mem + m
+        for start, end, c, g, m in self.holds:
+            if start <= t < end:
+                cpus, gpus, mem = cpus - c, gpus - g, mem - m
+        return cpus, gpus, mem
+
+    def fits_during(self, req: Request, a: float, b: float) -> bool:
+        """Whether one node of ``req`` fits over ``[a, b)``: free capacity only drops where a hold starts."""
+        need = (req.cpus, req.gpus, mem_need(self.free, req))
+        points = [a, *(s for s, _, _, _, _ in self.holds if a < s < b)]
+        for p in points:
+            have = self.free_at(p)
+            if have[0] < need[0] or have[1] < need[1] or have[2] < need[2]:
+                return False
+        return True
+
+    def earliest(self, req: Request, now: float, limit: float) -> float:
+        """The earliest time from ``now`` this node can host one node of ``req`` for ``limit`` seconds."""
+        candidates = sorted(
+            {
+                now,
+                *(w for w, _, _, _ in self.releases if w > now),
+                *(e for _, e, _, _, _ in self.holds if now < e < INF),
+            }
+        )
+        for t in candidates:
+            if self.fits_during(req, t, t + limit):
+                return t
+        return INF
+
+    def fills_hole(self, end: float) -> bool:
+        """A job ending at ``end`` uses capacity reserved after it (rather than unreserved capacity)."""
+        return any(start >= end for start, _, _, _, _ in self.holds)
+
+    def release(self, when: float, alloc: NodeAllocation) -> None:
+        """Record that ``alloc`` gives its resources back at ``when``."""
+        if when < INF:
+            bisect.insort(self.releases, (when, alloc.cpus, len(alloc.gpus), alloc.mem_mb))
+
+
+class Planner:
+    """Capacity of every node over time, for one cycle."""
+
+    def __init__(self, free: dict[str, Free], now: float) -> None:
+        self.now = now
+        self.nodes = {name: NodePlan(f) for name, f in free.items()}
+        self._members: dict[str, list[NodePlan]] = {}
+
+    def running(self, allocation: list[NodeAllocation], end: float) -> None:
+        """A run that holds ``allocation`` until ``end`` (INF if unlimited)."""
+        for alloc in allocation:
+            node = self.nodes.get(alloc.node)
+            if node is not None:
+                node.release(max(end, self.now), alloc)
+
+    def members(self, partition: str) -> list[NodePlan]:
+        """Nodes of a partition that are up, by name."""
+        if partition not in self._members:
+            self._members[partition] = [n for n in self.nodes.values() if partition in n.free.partitions]
+        return self._members[partition]
+
+    def start_now(self, partition: str, req: Request, limit: float) -> list[NodeAllocation] | None:
+        """Allocate ``req`` now if it fits without breaking a reservation; None otherwise."""
+        end = self.now + limit
+        fit = [n for n in self.members(partition) if node_fits(n.free, req)]
+        if len(fit) < req.nodes:
+            return None
+        fit = [n for n in fit if n.fits_during(req, self.now, end)]
+        if len(fit) < req.nodes:
+            return None
+        fit.sort(key=lambda n: (not n.fills_hole(end), len(n.free.gpus), n.free.cpus, n.free.name))
+        chosen = sorted(fit[: req.nodes], key=lambda n: n.free.name)
+        out = []
+        for node in chosen:
+            alloc = take(node.free, req)
+            node.release(end, alloc)
+            out.append(alloc)
+        return out
+
+    def reserve(self, partition: str, req: Request, limit: float, window: float) -> float | None:
+        """Reserve the earliest start of ``req`` within ``window``; its time, or None if none is found."""
+        nodes = [n for n in self.members(partition) if eligible(n.free, req)]
+        starts = sorted(
+            (t, n.free.name, n) for n in nodes if (t := n.earliest(req, self.now, limit)) <= self.now + window
+        )
+        if len(starts) < req.nodes:
+            return None
+        for t in sorted({t for t, _, _ in starts[req.nodes - 1 :]}):
+            able = [n for s, _, n in starts if s <= t and n.fits_during(req, t, t + limit)]
+            if len(able) >= req.nodes:
+                # Busy-now nodes first: what is free now stays for backfill.
+                able.sort(key=lambda n: (node_fits(n.free, req), n.free.name))
+                for node in able[: req.nodes]:
+                    node.holds.append((t, t + limit, req.cpus, req.gpus, mem_need(node.free, req)))
+                return t
+        return None

@@ -1,0 +1,50 @@
+"""Multifactor job priority (Slurm's priority/multifactor), pure.
+
+    priority = w_age * age + w_size * size + w_partition * tier + ... - nice
+
+each factor in [0, 1]: ``age`` grows linearly to 1 at ``max_age``; ``size`` is the job's share of
+the cluster's GPUs (or CPUs for CPU jobs), inverted when ``favor_small``; ``tier`` is the
+partition's PriorityJobFactor relative to the highest. With every weight 0 (the default, like
+Slurm's priority/basic) all jobs have priority 1 and the queue is FIFO.
+
+Queue order is a comparator chain ending in a deterministic tie-break: partition PriorityTier
+(higher first), priority (higher first), submit time, job id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.libs.core.state import Job
+
+
+@dataclass(frozen=True)
+class PriorityWeights:
+    """Weights of the priority factors (Slurm's PriorityWeight*)."""
+
+    age: int = 0  # PriorityWeightAge
+    job_size: int = 0  # PriorityWeightJobSize
+    partition: int = 0  # PriorityWeightPartition
+    max_age_s: float = 7 * 86400.0  # PriorityMaxAge
+    favor_small: bool = False  # PriorityFavorSmall
+
+
+@dataclass(frozen=True)
+class ClusterSize:
+    """Totals the size factor is relative to."""
+
+    gpus: int  # GPUs in the cluster
+    cpus: int  # CPUs in the cluster
+
+
+def priority(job: Job, now: float, weights: PriorityWeights, size: ClusterSize, tier_factor: float) -> int:
+    """The job's priority value at ``now`` (higher runs first)."""
+    spec = job.spec
+    age = min(max(now - job.submit_time, 0.0) / weights.max_age_s, 1.0) if weights.max_age_s > 0 else 1.0
+    if spec.gpus_per_node > 0 and size.gpus > 0:
+        share = min(spec.gpus_per_node * spec.nodes / size.gpus, 1.0)
+    else:
+        share = min(spec.ntasks * spec.cpus_per_task / max(size.cpus, 1), 1.0)
+    size_factor = 1.0 - share if weights.favor_small else share
+    value = weights.age * age + weights.job_size * size_factor + weights.partition * tier_factor
+    return max(int(value), 1)

@@ -1,0 +1,133 @@
+"""Backfill: EASY never delays the reserved job, conservative no reserved job, FIFO never backfills."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from builders import Log, allocated, cluster, exited, job, policy, submitted
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corral.libs.core.plan import Plan, Policy, plan
+from corral.schemas import events as ev
+
+pytestmark = pytest.mark.unit
+
+EASY = policy()
+CONSERVATIVE = dataclasses.replace(EASY, backfill="conservative")
+FIFO = dataclasses.replace(EASY, backfill="fifo")
+
+
+def busy_cluster() -> tuple[Log, float]:
+    """Two 8-GPU nodes; job 1 holds all of gpu01 until t0 + 100 (its time limit)."""
+    log = Log(*cluster(nodes=2, gpus=8))
+    log.add(submitted(1, job(gpus=8, nodes=1, time_s=100)))
+    log.add(allocated(1, {"gpu01": list(range(8))}, time_s=100))
+    return log, log.state.jobs[1].start_time or 0.0
+
+
+def run(log: Log, pol: Policy) -> Plan:
+    out = plan(log.state, log.state.now, pol)
+    log.add(*out.decisions, step=0.0)
+    return out
+
+
+def started(out: Plan) -> list[int]:
+    return [d.job_id for d in out.decisions if isinstance(d, ev.JobAllocated)]
+
+
+@pytest.mark.parametrize(
+    ("pol", "expected_started"),
+    [(EASY, [3]), (CONSERVATIVE, [3]), (FIFO, [])],
+    ids=["easy", "conservative", "fifo"],
+)
+def test_a_short_job_slips_into_idle_gpus_while_the_big_job_waits(
+    pol: Policy, expected_started: list[int]
+) -> None:
+    log, t1 = busy_cluster()
+    log.add(
+        submitted(2, job(gpus=8, nodes=2, time_s=1000)),  # the big training run: needs both nodes
+        submitted(3, job(gpus=4, nodes=1, time_s=50)),  # a short eval: ends before gpu01 frees up
+        submitted(4, job(gpus=4, nodes=1, time_s=5000)),  # a long job: would delay the big run
+    )
+    out = run(log, pol)
+    assert started(out) == expected_started
+    assert out.reasons[2] == "Resources" and out.reasons[4] == "Priority"
+    if pol.backfill != "fifo":
+        assert out.starts[2] == t1 + 100  # the big run's reservation: when job 1's limit ends
+
+
+def test_easy_lets_a_job_delay_the_second_blocked_job_but_conservative_does_not() -> None:
+    for pol, expected in ((EASY, [4]), (CONSERVATIVE, [])):
+        log = Log(*cluster(nodes=2, gpus=8))
+        log.add(
+            submitted(1, job(gpus=8, nodes=1, time_s=100)), submitted(9, job(gpus=4, nodes=1, time_s=300))
+        )
+        log.add(
+            allocated(1, {"gpu01": list(range(8))}, time_s=100),
+            allocated(9, {"gpu02": [0, 1, 2, 3]}, time_s=300),
+        )
+        log.add(
+            submitted(2, job(gpus=8, nodes=1, time_s=1000)),  # blocked: reserved on gpu01 when job 1 ends
+            submitted(3, job(gpus=8, nodes=2, time_s=10)),  # second blocked: both nodes once job 2 ends
+            submitted(4, job(gpus=4, nodes=1, time_s=2000)),  # fits gpu02 now; delays job 3, not job 2
+        )
+        out = run(log, pol)
+        assert started(out) == expected, pol.backfill
+        assert (3 in out.starts) == (pol.backfill == "conservative")
+
+
+def test_a_finished_job_frees_its_reservation_holder_to_start() -> None:
+    log, _ = busy_cluster()
+    log.add(submitted(2, job(gpus=8, nodes=2, time_s=1000)))
+    run(log, EASY)
+    log.add(exited(1, "gpu01"))
+    run(log, EASY)  # concludes job 1
+    assert started(run(log, EASY)) == [2]
+
+
+# --- property: EASY never delays the reserved job; conservative never delays any reserved job -----------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 2), st.sampled_from([1, 2, 4, 8]), st.integers(5, 400)),
+        min_size=2,
+        max_size=10,
+    ),
+    st.sampled_from(["easy", "conservative"]),
+)
+def test_reservations_are_never_delayed(jobs: list[tuple[int, int, int]], mode: str) -> None:
+    """Plan, then let every run last exactly its limit: a reserved job starts no later than planned."""
+    pol = dataclasses.replace(EASY, backfill=mode)  # type: ignore[arg-type]
+    log = Log(*cluster(nodes=2, gpus=8))
+    for i, (nodes, gpus, limit) in enumerate(jobs, start=1):
+        log.add(submitted(i, job(gpus=gpus, nodes=nodes, time_s=limit)), step=0.0)
+    promised: dict[int, float] = {}
+    for _ in range(200):
+        out = run(log, pol)
+        for job_id, start in out.starts.items():
+            promised.setdefault(job_id, start)
+        for job_id in started(out):
+            if job_id in promised:
+                assert log.state.now <= promised[job_id] + 1e-9, (job_id, promised[job_id], log.state.now)
+        running = [j for j in log.state.jobs.values() if j.state == "RUNNING"]
+        if not running and all(j.state != "PENDING" for j in log.state.jobs.values()):
+            break
+        if out.decisions:
+            continue
+        # Nothing to decide now: advance to the next end of a run (runs last their whole limit).
+        soonest = min(running, key=lambda j: ((j.start_time or 0) + (j.time_limit_s or 0), j.job_id))
+        end = (soonest.start_time or 0) + (soonest.time_limit_s or 0)
+        log.append(
+            _at(exited(soonest.job_id, soonest.allocations[0].node, attempt=soonest.restart_count), end)
+        )
+    assert all(j.state == "COMPLETED" for j in log.state.jobs.values())
+
+
+def _at(body: ev.Event, when: float) -> ev.Envelope:
+    from builders import env
+
+    return env(body, at=when)
