@@ -66,6 +66,20 @@ class PartitionConfig:
     default: bool  # the default partition
     max_time_s: int | None  # MaxTime (None = UNLIMITED)
     default_time_s: int | None  # DefaultTime (None = MaxTime)
+    priority_tier: int = 1  # PriorityTier: higher tiers are scheduled first
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Scheduling policy (Slurm's defaults where Slurm has one)."""
+
+    backfill: str = "easy"  # fifo | easy | conservative
+    backfill_window_s: int | None = 86400  # bf_window: how far ahead reservations are planned
+    weight_age: int = 0  # PriorityWeightAge
+    weight_job_size: int = 0  # PriorityWeightJobSize
+    weight_partition: int = 0  # PriorityWeightPartition
+    max_age_s: int = 7 * 86400  # PriorityMaxAge
+    favor_small: bool = False  # PriorityFavorSmall
 
 
 @dataclass(frozen=True)
@@ -75,6 +89,7 @@ class ClusterConfig:
     name: str  # cluster name (SLURM_CLUSTER_NAME)
     nodes: tuple[NodeConfig, ...]  # every node, in config order
     partitions: tuple[PartitionConfig, ...]  # every partition, in config order
+    scheduler: SchedulerConfig = SchedulerConfig()  # scheduling policy
     heartbeat_interval_s: float = 2.0  # agent heartbeat period
     node_timeout_s: float = 10.0  # SlurmdTimeout
     kill_wait_s: float = 5.0  # KillWait
@@ -108,10 +123,19 @@ class ClusterConfig:
 
 
 _KEYS = {
-    "": {"cluster", "nodes", "partitions"},
+    "": {"cluster", "scheduler", "nodes", "partitions"},
+    "scheduler": {
+        "backfill",
+        "backfill_window",
+        "priority_weight_age",
+        "priority_weight_job_size",
+        "priority_weight_partition",
+        "priority_max_age",
+        "priority_favor_small",
+    },
     "cluster": {"name", "heartbeat_interval", "node_timeout", "kill_wait"},
     "nodes": {"names", "cpus", "memory", "gpus", "gpu_type", "features"},
-    "partitions": {"name", "nodes", "default", "max_time", "default_time"},
+    "partitions": {"name", "nodes", "default", "max_time", "default_time", "priority_tier"},
 }
 
 
@@ -232,14 +256,38 @@ def _partitions(raw: Any, nodes: list[NodeConfig]) -> list[PartitionConfig]:
         default_time = (
             _limit(table["default_time"], f"{where}.default_time") if "default_time" in table else None
         )
-        out.append(
-            PartitionConfig(
-                name, tuple(members), _optional(table, "default", where, bool, False), max_time, default_time
-            )
-        )
+        default = _optional(table, "default", where, bool, False)
+        tier = _optional(table, "priority_tier", where, int, 1)
+        out.append(PartitionConfig(name, tuple(members), default, max_time, default_time, tier))
     if sum(p.default for p in out) > 1:
         raise ConfigError("partitions: more than one partition has default = true; keep one")
     return out
+
+
+def _scheduler(raw: Any) -> SchedulerConfig:
+    table = _table(raw, "scheduler")
+    where = "scheduler"
+    backfill = _optional(table, "backfill", where, str, "easy")
+    if backfill not in ("fifo", "easy", "conservative"):
+        raise ConfigError(f"scheduler.backfill: {backfill!r} is not one of fifo, easy, conservative")
+    window = _limit(table.get("backfill_window", "1-00:00:00"), "scheduler.backfill_window")
+    weights = {
+        key: _optional(table, key, where, int, 0)
+        for key in ("priority_weight_age", "priority_weight_job_size", "priority_weight_partition")
+    }
+    for key, value in weights.items():
+        if value < 0:
+            raise ConfigError(f"scheduler.{key}: must be >= 0, got {value}")
+    max_age = _limit(table.get("priority_max_age", "7-00:00:00"), "scheduler.priority_max_age")
+    return SchedulerConfig(
+        backfill=backfill,
+        backfill_window_s=window,
+        weight_age=weights["priority_weight_age"],
+        weight_job_size=weights["priority_weight_job_size"],
+        weight_partition=weights["priority_weight_partition"],
+        max_age_s=max_age if max_age is not None else 7 * 86400,
+        favor_small=_optional(table, "priority_favor_small", where, bool, False),
+    )
 
 
 def parse_config(text: str, source: str = "<string>") -> ClusterConfig:
@@ -258,6 +306,7 @@ def parse_config(text: str, source: str = "<string>") -> ClusterConfig:
         name=name,
         nodes=tuple(nodes),
         partitions=tuple(_partitions(doc.get("partitions"), nodes)),
+        scheduler=_scheduler(doc.get("scheduler", {})),
         heartbeat_interval_s=_seconds(cluster.get("heartbeat_interval", 2), "cluster.heartbeat_interval"),
         node_timeout_s=_seconds(cluster.get("node_timeout", 10), "cluster.node_timeout"),
         kill_wait_s=_seconds(cluster.get("kill_wait", 5), "cluster.kill_wait"),

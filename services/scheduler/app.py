@@ -44,7 +44,7 @@ class Scheduler:
         self.policy = views.policy_of(config)
         self.state = State()
         self.epoch = epoch
-        self.reasons: dict[int, str] = {}
+        self.outlook = planner.Plan()  # the latest cycle's reasons, priorities and planned starts
         self.inflight = 0  # highest sequence of a decision we appended
         self.sent: set[str] = set()  # message ids of orders put on the work stream by this process
         self.lock = asyncio.Lock()
@@ -102,7 +102,7 @@ class Scheduler:
             if self.inflight > self.state.last_seq:
                 return
             decided = planner.plan(self.state, time.time(), self.policy, self.epoch)
-            self.reasons = decided.reasons
+            self.outlook = decided
             for decision in decided.decisions:
                 await self.publish(decision)
             await self.send_orders()
@@ -147,7 +147,7 @@ class Scheduler:
     # queries -----------------------------------------------------------------------------------
     async def jobs(self, user: str, req: api.JobsRequest) -> api.JobsReply:
         """squeue."""
-        return views.jobs_reply(self.state, self.reasons, self.policy, req, time.time())
+        return views.jobs_reply(self.state, self.outlook, self.policy, req, time.time())
 
     async def nodes(self, user: str, req: api.NodesRequest) -> api.NodesReply:
         """sinfo."""

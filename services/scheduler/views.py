@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from corral.libs.config import ClusterConfig
-from corral.libs.core.plan import Policy
+from corral.libs.core.plan import Backfill, PartitionPolicy, Plan, Policy
+from corral.libs.core.priority import PriorityWeights
 from corral.libs.core.state import Job, Node, State
 from corral.libs.slurm import hostlist
 from corral.schemas import api
@@ -12,8 +15,9 @@ from corral.schemas import api
 MIN_JOB_AGE_S = 300.0
 
 
-def job_info(job: Job, reason: str, policy: Policy) -> api.JobInfo:
-    """One job for squeue."""
+def job_info(job: Job, outlook: Plan, policy: Policy) -> api.JobInfo:
+    """One job for squeue; a pending job's reason, priority and planned start come from the last plan."""
+    reason = outlook.reasons.get(job.job_id, "Priority")
     spec = job.spec
     running = bool(job.allocations) and job.state == "RUNNING"
     nodes = [a.node for a in job.allocations]
@@ -26,7 +30,7 @@ def job_info(job: Job, reason: str, policy: Policy) -> api.JobInfo:
         state=job.state,
         reason=reason if job.state == "PENDING" else "None",
         submit_time=job.submit_time,
-        start_time=job.start_time,
+        start_time=job.start_time if job.state != "PENDING" else outlook.starts.get(job.job_id),
         end_time=job.end_time,
         time_limit_s=job.time_limit_s if running else policy.time_limit(job),
         num_nodes=len(nodes) if nodes else spec.nodes,
@@ -37,7 +41,7 @@ def job_info(job: Job, reason: str, policy: Policy) -> api.JobInfo:
         min_memory_mb=spec.mem_per_node_mb,
         node_list=hostlist.compress(nodes) if nodes else "",
         restart_count=job.restart_count,
-        priority=1,
+        priority=outlook.priorities.get(job.job_id, 1) if job.state == "PENDING" else 0,
         workdir=spec.workdir,
         exit_code=job.exit_code,
         signal=job.signal,
@@ -45,7 +49,7 @@ def job_info(job: Job, reason: str, policy: Policy) -> api.JobInfo:
 
 
 def jobs_reply(
-    state: State, reasons: dict[int, str], policy: Policy, req: api.JobsRequest, now: float
+    state: State, outlook: Plan, policy: Policy, req: api.JobsRequest, now: float
 ) -> api.JobsReply:
     """The jobs matching a squeue request: live ones, and recently ended ones when asked by id."""
     wanted = set(req.job_ids)
@@ -59,7 +63,7 @@ def jobs_reply(
             continue
         if req.users and job.user not in req.users:
             continue
-        info = job_info(job, reasons.get(job.job_id, "Priority"), policy)
+        info = job_info(job, outlook, policy)
         if req.partitions and info.partition not in req.partitions:
             continue
         if req.states and info.state not in req.states:
@@ -136,12 +140,22 @@ def nodes_reply(state: State, config: ClusterConfig, req: api.NodesRequest) -> a
 
 def policy_of(config: ClusterConfig) -> Policy:
     """The planner's policy from the cluster configuration."""
-    from corral.libs.core.plan import PartitionPolicy
-
+    sched = config.scheduler
     return Policy(
         partitions=tuple(
-            PartitionPolicy(p.name, p is config.default_partition, p.max_time_s, p.default_time_s)
+            PartitionPolicy(
+                p.name, p is config.default_partition, p.max_time_s, p.default_time_s, p.priority_tier
+            )
             for p in config.partitions
         ),
         cluster=config.name,
+        backfill=cast(Backfill, sched.backfill),
+        backfill_window_s=sched.backfill_window_s,
+        weights=PriorityWeights(
+            age=sched.weight_age,
+            job_size=sched.weight_job_size,
+            partition=sched.weight_partition,
+            max_age_s=float(sched.max_age_s),
+            favor_small=sched.favor_small,
+        ),
     )

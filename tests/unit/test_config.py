@@ -332,3 +332,34 @@ def test_local_config_text_round_trips(
     assert config.nodes == tuple(NodeConfig(n, cpus, mem_mb, gpus, "sim", ()) for n in nodes)
     assert config.partitions == (PartitionConfig("gpu", tuple(nodes), True, None, None),)
     assert (config.heartbeat_interval_s, config.node_timeout_s, config.kill_wait_s) == (1.0, 6.0, 3.0)
+
+
+def test_scheduler_policy_keys() -> None:
+    text = (
+        '[scheduler]\nbackfill = "conservative"\nbackfill_window = "2:00:00"\npriority_weight_age = 1000\n'
+        'priority_max_age = "1-00:00:00"\npriority_favor_small = true\n'
+        + NODE
+        + '\n[[partitions]]\nname = "gpu"\npriority_tier = 5\n'
+    )
+    config = parse_config(text)
+    assert config.scheduler.backfill == "conservative"
+    assert config.scheduler.backfill_window_s == 7200
+    assert config.scheduler.weight_age == 1000 and config.scheduler.max_age_s == 86400
+    assert config.scheduler.favor_small is True
+    assert config.partitions[0].priority_tier == 5
+    assert parse_config(NODE).scheduler.backfill == "easy"  # Slurm's default is backfill, EASY-style
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('[scheduler]\nbackfill = "greedy"\n', "scheduler.backfill"),
+        ("[scheduler]\npriority_weight_age = -1\n", "scheduler.priority_weight_age"),
+        ('[scheduler]\nbackfill_window = "soon"\n', "scheduler.backfill_window"),
+        ("[scheduler]\nbogus = 1\n", "scheduler: unknown key 'bogus'"),
+    ],
+    ids=["unknown-mode", "negative-weight", "bad-window", "unknown-key"],
+)
+def test_bad_scheduler_policy_is_named(text: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        parse_config(text + NODE)

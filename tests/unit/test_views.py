@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from builders import T0, Log, allocated, cluster, cluster_config, exited, job, partition, policy, submitted
 
+from corral.libs.core.plan import Plan
 from corral.libs.core.state import Node
 from corral.schemas import api
 from corral.schemas import events as ev
@@ -33,7 +34,7 @@ def queue() -> Log:
 
 def test_a_pending_job() -> None:
     log = queue()
-    info = job_info(log.state.jobs[2], "Resources", POLICY)
+    info = job_info(log.state.jobs[2], Plan(reasons={2: "Resources"}), POLICY)
     assert info == api.JobInfo(
         job_id=2,
         name="train",
@@ -61,7 +62,7 @@ def test_a_pending_job() -> None:
 
 def test_a_running_job() -> None:
     log = queue()
-    info = job_info(log.state.jobs[1], "Priority", POLICY)
+    info = job_info(log.state.jobs[1], Plan(reasons={1: "Priority"}), POLICY)
     assert (info.state, info.reason, info.user, info.account, info.name) == (
         "RUNNING",
         "None",
@@ -76,7 +77,7 @@ def test_a_running_job() -> None:
 def test_a_requeued_job_shows_its_restart_count_and_no_nodes() -> None:
     log = queue()
     log.add(exited(1, "gpu01", killed=True), ev.JobRequeued(job_id=1, attempt=0, reason="NodeFail"))
-    info = job_info(log.state.jobs[1], "Priority", POLICY)
+    info = job_info(log.state.jobs[1], Plan(reasons={1: "Priority"}), POLICY)
     assert (info.state, info.restart_count, info.node_list, info.num_nodes, info.start_time) == (
         "PENDING",
         1,
@@ -89,7 +90,7 @@ def test_a_requeued_job_shows_its_restart_count_and_no_nodes() -> None:
 def reply(log: Log, now: float = T0 + 100, **request: object) -> list[tuple[int, str, str]]:
     """(job id, state, reason) of a squeue reply."""
     req = api.JobsRequest(**request)  # type: ignore[arg-type]
-    out = jobs_reply(log.state, {2: "Resources"}, POLICY, req, now)
+    out = jobs_reply(log.state, Plan(reasons={2: "Resources"}), POLICY, req, now)
     return [(j.job_id, j.state, j.reason) for j in out.jobs]
 
 
