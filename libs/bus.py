@@ -92,6 +92,7 @@ async def declare(js: JetStreamContext, replicas: int = 1) -> None:
         except APIError:
             await js.update_stream(config)
     await js.create_key_value(bucket=subjects.IDS_BUCKET, history=1, replicas=replicas)
+    await js.create_object_store(bucket=subjects.SNAPSHOT_BUCKET, replicas=replicas)
 
 
 async def connect(creds: Credentials, name: str, **options: Any) -> Client:

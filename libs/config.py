@@ -80,6 +80,7 @@ class SchedulerConfig:
     weight_partition: int = 0  # PriorityWeightPartition
     max_age_s: int = 7 * 86400  # PriorityMaxAge
     favor_small: bool = False  # PriorityFavorSmall
+    snapshot_every: int = 10_000  # snapshot the scheduler's state every N log entries (0: never)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ _KEYS = {
         "priority_weight_partition",
         "priority_max_age",
         "priority_favor_small",
+        "snapshot_every",
     },
     "cluster": {"name", "heartbeat_interval", "node_timeout", "kill_wait"},
     "nodes": {"names", "cpus", "memory", "gpus", "gpu_type", "features"},
@@ -287,6 +289,7 @@ def _scheduler(raw: Any) -> SchedulerConfig:
         weight_partition=weights["priority_weight_partition"],
         max_age_s=max_age if max_age is not None else 7 * 86400,
         favor_small=_optional(table, "priority_favor_small", where, bool, False),
+        snapshot_every=_optional(table, "snapshot_every", where, int, 10_000),
     )
 
 

@@ -58,7 +58,8 @@ def service_user(role: str, password: str) -> NatsUser:
         subscribe += [subjects.api_subject(verb, "*") for verb in ("submit", "cancel")]
     elif role == SCHEDULER:
         publish += [subjects.job_subject("*", tag) for tag in _SCHEDULER_EVENTS]
-        publish += [subjects.WORK_SUBJECTS]
+        publish += [subjects.WORK_SUBJECTS, f"$O.{subjects.SNAPSHOT_BUCKET}.>"]
+        publish += [f"$JS.API.STREAM.PURGE.OBJ_{subjects.SNAPSHOT_BUCKET}"]
         subscribe += [subjects.api_subject(verb, "*") for verb in ("jobs", "nodes")]
     elif role == HEALTH:
         publish += [subjects.node_subject("*", tag) for tag in ("node_down", "node_up")]

@@ -24,6 +24,7 @@ WORK_SUBJECTS = "corral.work.>"
 DLQ_STREAM = "CORRAL_DLQ"
 DLQ_SUBJECTS = "corral.dlq.>"
 IDS_BUCKET = "corral_ids"
+SNAPSHOT_BUCKET = "corral_snapshots"
 JOB_ID_KEY = "job_id"
 
 API_PREFIX = "corral.api.v1"

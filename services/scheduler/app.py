@@ -29,7 +29,7 @@ from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.schemas.codec import encode
 from corral.schemas.events import Event
-from corral.services.scheduler import views
+from corral.services.scheduler import snapshot, views
 
 #: Period of the full scheduling pass when nothing happens.
 FULL_PASS_S = 5.0
@@ -39,6 +39,8 @@ class Scheduler:
     """One scheduler process (the active one: leadership comes with the HA work)."""
 
     def __init__(self, bus: Bus, config: ClusterConfig, epoch: int = 0) -> None:
+        self.snapshot_every = config.scheduler.snapshot_every
+        self.snapshot_seq = 0  # last_seq of the newest snapshot this process knows of
         self.bus = bus
         self.config = config
         self.policy = views.policy_of(config)
@@ -62,17 +64,36 @@ class Scheduler:
             return
         apply(self.state, entry.seq, entry.envelope)
 
-    async def rebuild(self) -> None:
-        """Replay the whole log."""
+    async def rebuild(self, use_snapshot: bool = True) -> None:
+        """Load the latest usable snapshot (if any), then replay the log after it."""
         started = time.monotonic()
-        async for entry in self.bus.read(1):
+        source = "full replay"
+        if use_snapshot:
+            loaded, source = await snapshot.load(self.bus)
+            if loaded is not None:
+                self.state = loaded
+                self.snapshot_seq = loaded.last_seq
+        async for entry in self.bus.read(self.state.last_seq + 1):
             self.apply(entry)
         self.log.info(
             "state rebuilt",
+            source=source,
             last_seq=self.state.last_seq,
             jobs=len(self.state.jobs),
             seconds=round(time.monotonic() - started, 3),
         )
+
+    async def maybe_snapshot(self) -> None:
+        """Snapshot every ``snapshot_every`` entries (a failed snapshot only costs a longer restart)."""
+        if self.snapshot_every <= 0 or self.state.last_seq - self.snapshot_seq < self.snapshot_every:
+            return
+        try:
+            size = await snapshot.save(self.bus, self.state)
+        except Exception as exc:
+            self.log.warning("snapshot failed", error=repr(exc))
+            return
+        self.snapshot_seq = self.state.last_seq
+        self.log.info("snapshot saved", last_seq=self.state.last_seq, bytes=size)
 
     async def follow(self, stop: asyncio.Event) -> None:
         """Apply new entries; decide whenever caught up."""
@@ -82,6 +103,7 @@ class Scheduler:
             self.apply(entry)
             if entry.pending == 0:
                 await self.cycle()
+                await self.maybe_snapshot()
             if stop.is_set():
                 return
 

@@ -1,0 +1,70 @@
+"""Snapshots of the scheduler's state, so a restart replays only the tail of the log.
+
+A snapshot is the state (which carries the sequence of the last entry it applied) plus the event id
+of that entry, in the JetStream object store ``corral_snapshots`` under a versioned name. On start,
+a snapshot is used only if it decodes and the log still holds an entry with that sequence and event
+id (the log was not reset or replaced); otherwise the whole log is replayed. A snapshot can only
+ever make a start faster, never different: replaying the tail from it gives the state the full
+replay gives (tests check both).
+"""
+
+from __future__ import annotations
+
+import msgspec
+from nats.js.errors import NotFoundError, ObjectNotFoundError
+
+from corral.libs.bus import Bus
+from corral.libs.core.state import State
+from corral.libs.errors import TransientError
+from corral.schemas import subjects
+
+#: Bump when the State's shape changes incompatibly: old snapshots are then ignored.
+FORMAT = 1
+NAME = f"scheduler-state-v{FORMAT}"
+
+
+class Snapshot(msgspec.Struct, kw_only=True):
+    """What is stored."""
+
+    format: int  # FORMAT at the time of writing
+    event_id: str  # event id of the entry at state.last_seq
+    state: State  # the state after applying that entry
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(Snapshot)
+
+
+async def save(bus: Bus, state: State) -> int:
+    """Write a snapshot of ``state``; returns its size in bytes."""
+    entry = await bus.entry(state.last_seq)
+    if entry.envelope is None:
+        raise TransientError(f"no decodable entry at {state.last_seq} to anchor a snapshot")
+    data = _encoder.encode(Snapshot(format=FORMAT, event_id=entry.envelope.meta.event_id, state=state))
+    store = await bus.js.object_store(subjects.SNAPSHOT_BUCKET)
+    await store.put(NAME, data)
+    return len(data)
+
+
+async def load(bus: Bus) -> tuple[State | None, str]:
+    """The latest usable snapshot's state, or None, and why (for the log)."""
+    try:
+        store = await bus.js.object_store(subjects.SNAPSHOT_BUCKET)
+        result = await store.get(NAME)
+    except (ObjectNotFoundError, NotFoundError):
+        return None, "no snapshot"
+    try:
+        snap = _decoder.decode(result.data or b"")
+    except msgspec.DecodeError as exc:
+        return None, f"snapshot does not decode ({exc}): full replay"
+    if snap.format != FORMAT:
+        return None, f"snapshot format {snap.format} is not {FORMAT}: full replay"
+    if snap.state.last_seq == 0:
+        return None, "empty snapshot"
+    try:
+        entry = await bus.entry(snap.state.last_seq)
+    except NotFoundError:
+        return None, f"the log has no entry {snap.state.last_seq} any more: full replay"
+    if entry.envelope is None or entry.envelope.meta.event_id != snap.event_id:
+        return None, "the snapshot belongs to another log: full replay"
+    return snap.state, f"snapshot at {snap.state.last_seq}"
