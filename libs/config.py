@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from corral.libs.core.fair_share import Account, TreeError, UserAssoc, build_tree
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.errors import FormatError
 from corral.libs.slurm.memory import parse_memory
@@ -81,6 +82,22 @@ class SchedulerConfig:
     max_age_s: int = 7 * 86400  # PriorityMaxAge
     favor_small: bool = False  # PriorityFavorSmall
     snapshot_every: int = 10_000  # snapshot the scheduler's state every N log entries (0: never)
+    weight_fairshare: int = 0  # PriorityWeightFairshare
+    fairshare: str = "fair_tree"  # fair_tree | classic
+    half_life_s: int = 7 * 86400  # PriorityDecayHalfLife
+    billing_cpu: float = 0.0  # TRESBillingWeights CPU (usage is GPU-seconds by default)
+    billing_gpu: float = 1.0  # TRESBillingWeights GRES/gpu
+    billing_mem_gb: float = 0.0  # TRESBillingWeights Mem per GiB
+
+
+@dataclass(frozen=True)
+class AccountConfig:
+    """A fair-share account and its users."""
+
+    name: str  # account name
+    parent: str  # parent account ("root" for top level)
+    shares: int  # raw shares among its siblings
+    users: tuple[str, ...]  # users associated with it (each with 1 share)
 
 
 @dataclass(frozen=True)
@@ -91,6 +108,21 @@ class ClusterConfig:
     nodes: tuple[NodeConfig, ...]  # every node, in config order
     partitions: tuple[PartitionConfig, ...]  # every partition, in config order
     scheduler: SchedulerConfig = SchedulerConfig()  # scheduling policy
+    accounts: tuple[AccountConfig, ...] = ()  # fair-share accounts (empty: every user is their own)
+
+    def default_account(self, user: str) -> str:
+        """The account a job is charged to without -A: the first account listing the user, else the user."""
+        for account in self.accounts:
+            if user in account.users:
+                return account.name
+        return user
+
+    def may_use(self, user: str, account: str) -> bool:
+        """Whether ``user`` may charge ``account`` (anyone may use any account when none is configured)."""
+        if not self.accounts or account == self.default_account(user):
+            return True
+        return any(a.name == account and user in a.users for a in self.accounts)
+
     heartbeat_interval_s: float = 2.0  # agent heartbeat period
     node_timeout_s: float = 10.0  # SlurmdTimeout
     kill_wait_s: float = 5.0  # KillWait
@@ -124,7 +156,8 @@ class ClusterConfig:
 
 
 _KEYS = {
-    "": {"cluster", "scheduler", "nodes", "partitions"},
+    "": {"cluster", "scheduler", "nodes", "partitions", "accounts"},
+    "accounts": {"name", "parent", "shares", "users"},
     "scheduler": {
         "backfill",
         "backfill_window",
@@ -134,6 +167,12 @@ _KEYS = {
         "priority_max_age",
         "priority_favor_small",
         "snapshot_every",
+        "priority_weight_fairshare",
+        "fairshare",
+        "fairshare_half_life",
+        "billing_weight_cpu",
+        "billing_weight_gpu",
+        "billing_weight_mem_gb",
     },
     "cluster": {"name", "heartbeat_interval", "node_timeout", "kill_wait"},
     "nodes": {"names", "cpus", "memory", "gpus", "gpu_type", "features"},
@@ -290,7 +329,64 @@ def _scheduler(raw: Any) -> SchedulerConfig:
         max_age_s=max_age if max_age is not None else 7 * 86400,
         favor_small=_optional(table, "priority_favor_small", where, bool, False),
         snapshot_every=_optional(table, "snapshot_every", where, int, 10_000),
+        weight_fairshare=_nonnegative(table, "priority_weight_fairshare"),
+        fairshare=_choice(table, "fairshare", ("fair_tree", "classic")),
+        half_life_s=_limit(table.get("fairshare_half_life", "7-00:00:00"), "scheduler.fairshare_half_life")
+        or 0,
+        billing_cpu=_weight(table, "billing_weight_cpu", 0.0),
+        billing_gpu=_weight(table, "billing_weight_gpu", 1.0),
+        billing_mem_gb=_weight(table, "billing_weight_mem_gb", 0.0),
     )
+
+
+def _nonnegative(table: dict[str, Any], key: str) -> int:
+    value: int = _optional(table, key, "scheduler", int, 0)
+    if value < 0:
+        raise ConfigError(f"scheduler.{key}: must be >= 0, got {value}")
+    return value
+
+
+def _choice(table: dict[str, Any], key: str, choices: tuple[str, ...]) -> str:
+    value: str = _optional(table, key, "scheduler", str, choices[0])
+    if value not in choices:
+        raise ConfigError(f"scheduler.{key}: {value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def _weight(table: dict[str, Any], key: str, default: float) -> float:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ConfigError(f"scheduler.{key}: expected a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _accounts(raw: Any) -> tuple[AccountConfig, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError("accounts: expected a list of [[accounts]] tables")
+    out = []
+    for i, entry in enumerate(raw):
+        where = f"accounts[{i}]"
+        table = _table(entry, where)
+        name = _require(table, "name", where, str)
+        shares = _optional(table, "shares", where, int, 1)
+        out.append(
+            AccountConfig(
+                name,
+                _optional(table, "parent", where, str, "root"),
+                shares,
+                _string_list(table, "users", where),
+            )
+        )
+    try:
+        build_tree(
+            [Account(a.name, a.parent, a.shares) for a in out],
+            [UserAssoc(u, a.name) for a in out for u in a.users],
+        )
+    except TreeError as exc:
+        raise ConfigError(f"accounts: {exc}") from None
+    return tuple(out)
 
 
 def parse_config(text: str, source: str = "<string>") -> ClusterConfig:
@@ -310,6 +406,7 @@ def parse_config(text: str, source: str = "<string>") -> ClusterConfig:
         nodes=tuple(nodes),
         partitions=tuple(_partitions(doc.get("partitions"), nodes)),
         scheduler=_scheduler(doc.get("scheduler", {})),
+        accounts=_accounts(doc.get("accounts")),
         heartbeat_interval_s=_seconds(cluster.get("heartbeat_interval", 2), "cluster.heartbeat_interval"),
         node_timeout_s=_seconds(cluster.get("node_timeout", 10), "cluster.node_timeout"),
         kill_wait_s=_seconds(cluster.get("kill_wait", 5), "cluster.kill_wait"),

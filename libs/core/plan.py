@@ -21,6 +21,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from corral.libs.core.backfill import INF, Planner
+from corral.libs.core.fair_share import (
+    Account,
+    UserAssoc,
+    build_tree,
+    classic_factors,
+    fair_tree_factors,
+    user_key,
+)
 from corral.libs.core.placement import free_capacity, request_of
 from corral.libs.core.priority import ClusterSize, PriorityWeights, priority
 from corral.libs.core.state import Job, State
@@ -28,6 +36,7 @@ from corral.schemas import api
 from corral.schemas import events as ev
 
 Backfill = Literal["fifo", "easy", "conservative"]
+FairShareAlgorithm = Literal["fair_tree", "classic"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,9 @@ class Policy:
     cluster: str = "corral"  # cluster name
     backfill: Backfill = "easy"  # fifo | easy | conservative
     backfill_window_s: int | None = 86400  # how far ahead reservations are planned (Slurm bf_window)
+    accounts: tuple[Account, ...] = ()  # the fair-share account tree (empty: every user its own account)
+    associations: tuple[UserAssoc, ...] = ()  # users' associations with accounts
+    fairshare: FairShareAlgorithm = "fair_tree"  # fair_tree | classic
     weights: PriorityWeights = field(
         default_factory=PriorityWeights
     )  # multifactor priority weights (all 0: FIFO)
@@ -154,13 +166,24 @@ def queue_order(state: State, now: float, policy: Policy, pending: list[Job]) ->
     )
     top_tier = max((p.tier for p in policy.partitions), default=1) or 1
     tiers = {p.name: p.tier for p in policy.partitions}
+    shares = fairshare_factors(state, now, policy, {job.user for job in pending})
     ranked = []
     for job in pending:
         tier = tiers.get(policy.partition_of(job), 1)
-        value = priority(job, now, policy.weights, size, tier / top_tier)
+        fs = shares.get(user_key(job.user, job.spec.account or job.user), 0.0)
+        value = priority(job, now, policy.weights, size, tier / top_tier, fs)
         ranked.append(((-tier, -value, job.submit_time, job.job_id), job, value))
     ranked.sort(key=lambda r: r[0])
     return [(job, value) for _, job, value in ranked]
+
+
+def fairshare_factors(state: State, now: float, policy: Policy, users: set[str]) -> dict[str, float]:
+    """Fair-share factor of every user association (only computed when its weight counts)."""
+    if policy.weights.fairshare <= 0:
+        return {}
+    tree = build_tree(policy.accounts, policy.associations, sorted(users))
+    factors = fair_tree_factors if policy.fairshare == "fair_tree" else classic_factors
+    return factors(tree, state.usage, now, state.usage_policy.half_life_s)
 
 
 def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out: Plan, epoch: int) -> None:

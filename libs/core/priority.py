@@ -1,10 +1,11 @@
 """Multifactor job priority (Slurm's priority/multifactor), pure.
 
-    priority = w_age * age + w_size * size + w_partition * tier + ... - nice
+    priority = w_age * age + w_fairshare * fairshare + w_size * size + w_partition * tier
 
 each factor in [0, 1]: ``age`` grows linearly to 1 at ``max_age``; ``size`` is the job's share of
 the cluster's GPUs (or CPUs for CPU jobs), inverted when ``favor_small``; ``tier`` is the
-partition's PriorityJobFactor relative to the highest. With every weight 0 (the default, like
+partition's PriorityJobFactor relative to the highest; ``fairshare`` is the user association's
+fair-share factor (``fair_share.py``: Fair Tree or classic). With every weight 0 (the default, like
 Slurm's priority/basic) all jobs have priority 1 and the queue is FIFO.
 
 Queue order is a comparator chain ending in a deterministic tie-break: partition PriorityTier
@@ -23,6 +24,7 @@ class PriorityWeights:
     """Weights of the priority factors (Slurm's PriorityWeight*)."""
 
     age: int = 0  # PriorityWeightAge
+    fairshare: int = 0  # PriorityWeightFairshare
     job_size: int = 0  # PriorityWeightJobSize
     partition: int = 0  # PriorityWeightPartition
     max_age_s: float = 7 * 86400.0  # PriorityMaxAge
@@ -37,7 +39,14 @@ class ClusterSize:
     cpus: int  # CPUs in the cluster
 
 
-def priority(job: Job, now: float, weights: PriorityWeights, size: ClusterSize, tier_factor: float) -> int:
+def priority(
+    job: Job,
+    now: float,
+    weights: PriorityWeights,
+    size: ClusterSize,
+    tier_factor: float,
+    fairshare: float = 0.0,
+) -> int:
     """The job's priority value at ``now`` (higher runs first)."""
     spec = job.spec
     age = min(max(now - job.submit_time, 0.0) / weights.max_age_s, 1.0) if weights.max_age_s > 0 else 1.0
@@ -46,5 +55,10 @@ def priority(job: Job, now: float, weights: PriorityWeights, size: ClusterSize, 
     else:
         share = min(spec.ntasks * spec.cpus_per_task / max(size.cpus, 1), 1.0)
     size_factor = 1.0 - share if weights.favor_small else share
-    value = weights.age * age + weights.job_size * size_factor + weights.partition * tier_factor
+    value = (
+        weights.age * age
+        + weights.fairshare * fairshare
+        + weights.job_size * size_factor
+        + weights.partition * tier_factor
+    )
     return max(int(value), 1)

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from corral.libs.core.fair_share import TresWeights, Usage, billing, charge, user_key
 from corral.schemas import events as ev
 
 
@@ -80,6 +81,14 @@ class Orphan(msgspec.Struct, frozen=True, kw_only=True):
     mem_mb: int = 0  # memory it still holds
 
 
+class UsagePolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """How the fold bills finished runs for fair share (a parameter of the fold, kept in the state so
+    that a snapshot taken under another policy is recognised and replaced by a full replay)."""
+
+    half_life_s: float = 7 * 86400.0  # PriorityDecayHalfLife
+    weights: TresWeights = TresWeights(cpu=0.0, gpu=1.0)  # usage in GPU-seconds by default
+
+
 class State(msgspec.Struct, kw_only=True):
     """Everything the scheduler decides from."""
 
@@ -90,6 +99,8 @@ class State(msgspec.Struct, kw_only=True):
     epoch: int = 0  # highest leader epoch seen in a decision
     last_seq: int = 0  # stream sequence of the last applied entry
     now: float = 0.0  # occurred_at of the last applied entry (the log's clock)
+    usage: Usage = msgspec.field(default_factory=Usage)  # fair-share usage by association, decayed
+    usage_policy: UsagePolicy = UsagePolicy()  # how runs are billed (a parameter of the fold)
 
 
 # Insertion order is the log order, so equal folds give equal bytes without sorting.
@@ -283,8 +294,24 @@ def _decision_job(state: State, seq: int, job_id: int, attempt: int) -> Job | No
     return job
 
 
+def _bill(state: State, job: Job, at: float) -> None:
+    """Charge a run that ends now to its user's association."""
+    if job.start_time is None or not job.allocations:
+        return
+    policy = state.usage_policy
+    amount = billing(
+        sum(len(a.gpus) for a in job.allocations),
+        sum(a.cpus for a in job.allocations),
+        sum(a.mem_mb for a in job.allocations),
+        at - job.start_time,
+        policy.weights,
+    )
+    charge(state.usage, user_key(job.user, job.spec.account or job.user), amount, at, policy.half_life_s)
+
+
 def _end(state: State, job: Job, at: float, final: str) -> None:
     if job.state == "RUNNING":
+        _bill(state, job, at)
         _release(state, job)
     state.active.pop(job.job_id, None)
     job.state = final
@@ -319,6 +346,7 @@ def _requeued(state: State, seq: int, at: float, body: ev.JobRequeued) -> None:
     job = _decision_job(state, seq, body.job_id, body.attempt)
     if job is None or job.state != "RUNNING":
         return
+    _bill(state, job, at)
     _release(state, job)
     job.state = "PENDING"
     job.restart_count += 1

@@ -39,11 +39,17 @@ class Gateway:
         if not req.token or len(req.token) > MAX_TOKEN:
             raise InvalidInput(f"token must be 1-{MAX_TOKEN} characters", field="token")
         validate_spec(req.spec, self.config)
+        if req.spec.account is not None and not self.config.may_use(user, req.spec.account):
+            raise InvalidInput(
+                f"Invalid account or account/partition combination specified: {user} may not use "
+                f"account {req.spec.account!r}",
+                field="account",
+            )
         # The log records what the job really gets: the default partition and account are resolved here.
         spec = msgspec.structs.replace(
             req.spec,
             partition=req.spec.partition or self.config.default_partition.name,
-            account=req.spec.account or user,
+            account=req.spec.account or self.config.default_account(user),
         )
         with _tracer.start_as_current_span("submit", attributes={"corral.user": user}) as span:
             job_id = await self.bus.next_job_id()

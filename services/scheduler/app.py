@@ -44,7 +44,7 @@ class Scheduler:
         self.bus = bus
         self.config = config
         self.policy = views.policy_of(config)
-        self.state = State()
+        self.state = State(usage_policy=views.usage_policy_of(config))
         self.epoch = epoch
         self.outlook = planner.Plan()  # the latest cycle's reasons, priorities and planned starts
         self.inflight = 0  # highest sequence of a decision we appended
@@ -70,6 +70,8 @@ class Scheduler:
         source = "full replay"
         if use_snapshot:
             loaded, source = await snapshot.load(self.bus)
+            if loaded is not None and loaded.usage_policy != self.state.usage_policy:
+                loaded, source = None, "the snapshot bills usage differently: full replay"
             if loaded is not None:
                 self.state = loaded
                 self.snapshot_seq = loaded.last_seq

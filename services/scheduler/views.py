@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import cast
 
 from corral.libs.config import ClusterConfig
-from corral.libs.core.plan import Backfill, PartitionPolicy, Plan, Policy
+from corral.libs.core.fair_share import Account, TresWeights, UserAssoc
+from corral.libs.core.plan import Backfill, FairShareAlgorithm, PartitionPolicy, Plan, Policy
 from corral.libs.core.priority import PriorityWeights
-from corral.libs.core.state import Job, Node, State
+from corral.libs.core.state import Job, Node, State, UsagePolicy
 from corral.libs.slurm import hostlist
 from corral.schemas import api
 
@@ -138,6 +139,15 @@ def nodes_reply(state: State, config: ClusterConfig, req: api.NodesRequest) -> a
     return api.NodesReply(nodes=sorted(nodes, key=lambda n: n.name), partitions=partitions)
 
 
+def usage_policy_of(config: ClusterConfig) -> UsagePolicy:
+    """How the fold bills runs, from the configuration."""
+    sched = config.scheduler
+    return UsagePolicy(
+        half_life_s=float(sched.half_life_s),
+        weights=TresWeights(cpu=sched.billing_cpu, gpu=sched.billing_gpu, mem_per_gb=sched.billing_mem_gb),
+    )
+
+
 def policy_of(config: ClusterConfig) -> Policy:
     """The planner's policy from the cluster configuration."""
     sched = config.scheduler
@@ -151,8 +161,12 @@ def policy_of(config: ClusterConfig) -> Policy:
         cluster=config.name,
         backfill=cast(Backfill, sched.backfill),
         backfill_window_s=sched.backfill_window_s,
+        accounts=tuple(Account(a.name, a.parent, a.shares) for a in config.accounts),
+        associations=tuple(UserAssoc(u, a.name) for a in config.accounts for u in a.users),
+        fairshare=cast(FairShareAlgorithm, sched.fairshare),
         weights=PriorityWeights(
             age=sched.weight_age,
+            fairshare=sched.weight_fairshare,
             job_size=sched.weight_job_size,
             partition=sched.weight_partition,
             max_age_s=float(sched.max_age_s),
