@@ -63,6 +63,12 @@ def _demo(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``corral`` command."""
+    words = sys.argv[1:] if argv is None else argv
+    if words[:1] == ["sim"]:
+        # sim has its own parser (and its own --help); imported only when used.
+        from corral.cli.sim import main as sim_main
+
+        return sim_main(words[1:])
     parser = argparse.ArgumentParser(prog="corral", description="Corral: a workload manager for GPU clusters")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="run a local cluster in the foreground")
@@ -71,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node (default 4)")
     demo = sub.add_parser("demo", help="start a local cluster, run a showcase, stop")
     demo.add_argument("--state-dir", default=None, help="state directory (default: a fresh temporary one)")
+    sub.add_parser("sim", help="replay a workload trace in virtual time (corral sim -h)")
     args = parser.parse_args(argv)
     if args.command == "up":
         args.nodes_given = args.nodes is not None or args.gpus_per_node is not None

@@ -1,0 +1,252 @@
+"""The simulator: replays a workload through the scheduler's pure core in virtual time.
+
+It drives ``state.apply`` and ``plan.plan`` exactly as the scheduler service does, with a virtual
+clock instead of NATS:
+
+1. build the cluster: one ``NodeRegistered`` per node, at the first submit time;
+2. take the next distinct event time ``now`` (the earliest run end or submit still to come);
+3. apply the facts due then: ``RunExited(exit_code=0)`` from the batch node of each run ending now
+   (by job id), then ``JobSubmitted`` for each job submitted now (by submit order, then id);
+4. cycle: ``plan(state, now, policy)``, apply its decisions as envelopes stamped ``now``, and again
+   until a cycle decides nothing; each ``JobAllocated`` schedules its run's end at
+   ``now + min(run time, time limit)`` (a run cut by its limit exits as timed out);
+5. repeat from 2 until nothing is left to happen.
+
+Why runs end through the log: the core concludes a run (``JobCompleted``) only after its node
+reports the exit, as in production, so the simulated schedule is the one the service would make.
+
+A job that can never fit its partition (even on an idle cluster) is a ``SimError`` before the run
+starts; so is a schedule that stops with jobs still pending.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from corral.libs.config import ClusterConfig
+from corral.libs.core.placement import Request, could_ever_fit, free_capacity, request_of
+from corral.libs.core.plan import Backfill, PartitionPolicy, Policy, plan
+from corral.libs.core.state import Job, State, apply
+from corral.libs.sim.workload import SimJob
+from corral.schemas import events as ev
+from corral.schemas.codec import envelope
+
+#: Partition of a cluster of identical units (``--units N``).
+UNIT_PARTITION = "sim"
+#: Writer of every simulated event.
+ACTOR = "sim"
+
+
+class SimError(RuntimeError):
+    """The workload cannot be simulated on this cluster (the message names the job)."""
+
+
+@dataclass(frozen=True)
+class SimCluster:
+    """A cluster to simulate: node inventory, partitions and the capacity utilisation is measured in."""
+
+    nodes: tuple[ev.NodeRegistered, ...]  # registrations, in order
+    partitions: tuple[PartitionPolicy, ...]  # the planner's partitions
+    capacity: int  # total schedulable units (GPUs, or nodes for a GPU-less cluster)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """What happened to one job."""
+
+    id: int  # job id
+    submit: int  # submit time
+    start: float  # start of its (last) run
+    end: float  # end of its run
+    units: int  # units it held
+    nodes: tuple[str, ...]  # nodes of its run, batch node first
+    state: str  # final state (COMPLETED, TIMEOUT, ...)
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """The outcome of one simulation."""
+
+    records: tuple[JobRecord, ...]  # every job, by (submit, id)
+    capacity: int  # units of the cluster
+    cycles: int  # plan() calls made
+
+
+def unit_cluster(units: int) -> SimCluster:
+    """``units`` nodes ``u0001..`` with 1 CPU and no GPU each, one partition (SWF processors)."""
+    if units < 1:
+        raise SimError(f"--units must be at least 1, not {units}")
+    width = max(4, len(str(units)))
+    nodes = tuple(
+        ev.NodeRegistered(node=f"u{i:0{width}d}", cpus=1, mem_mb=1, partitions=[UNIT_PARTITION])
+        for i in range(1, units + 1)
+    )
+    return SimCluster(nodes, (PartitionPolicy(UNIT_PARTITION, True, None, None),), units)
+
+
+def config_cluster(config: ClusterConfig) -> SimCluster:
+    """The nodes and partitions of a cluster configuration; capacity in GPUs (nodes if none)."""
+    nodes = tuple(
+        ev.NodeRegistered(
+            node=n.name,
+            cpus=n.cpus,
+            mem_mb=n.mem_mb,
+            gpus=n.gpus,
+            gpu_type=n.gpu_type,
+            partitions=config.partitions_of(n.name),
+            features=list(n.features),
+        )
+        for n in config.nodes
+    )
+    default = config.default_partition
+    parts = tuple(
+        PartitionPolicy(p.name, p is default, p.max_time_s, p.default_time_s) for p in config.partitions
+    )
+    gpus = sum(n.gpus for n in config.nodes)
+    return SimCluster(nodes, parts, gpus or len(nodes))
+
+
+def job_spec(job: SimJob) -> ev.JobSpec:
+    """The submission of a simulated job: one task with 1 CPU on each node."""
+    nodes = job.node_count
+    return ev.JobSpec(
+        name=f"sim-{job.id}",
+        script="",
+        workdir="/",
+        partition=job.partition,
+        nodes=nodes,
+        ntasks=nodes,
+        gpus_per_node=job.gpus_per_node,
+        gpu_type=job.gpu_type,
+        time_limit_s=job.req_time,
+    )
+
+
+class _Run:
+    """One simulation in progress (the mutable part of ``simulate``)."""
+
+    def __init__(self, jobs: Sequence[SimJob], cluster: SimCluster, policy: Policy) -> None:
+        self.jobs = sorted(jobs, key=lambda j: (j.submit, j.id))
+        self.policy = policy
+        self.state = State()
+        self.seq = 0
+        self.cycles = 0
+        self.ends: list[tuple[float, int]] = []  # heap of (run end, job id)
+        self.by_id = {j.id: j for j in self.jobs}
+        self.starts: dict[int, tuple[float, tuple[str, ...]]] = {}  # job id -> (start, nodes)
+        self.records: dict[int, JobRecord] = {}
+        at = float(self.jobs[0].submit) if self.jobs else 0.0
+        for node in cluster.nodes:
+            self.put(node, at)
+
+    def put(self, body: ev.Event, at: float) -> None:
+        """Append one event to the (virtual) log and fold it."""
+        self.seq += 1
+        apply(self.state, self.seq, envelope(body, actor=ACTOR, occurred_at=at, event_id=str(self.seq)))
+
+    def check_fits(self) -> None:
+        """Refuse a job that could not run even on the idle cluster (it would block its queue forever)."""
+        free = free_capacity(self.state.nodes)
+        known: dict[tuple[str, Request], bool] = {}
+        for sim_job in self.jobs:
+            spec = job_spec(sim_job)
+            job = Job(job_id=sim_job.id, user=sim_job.user, spec=spec, submit_time=sim_job.submit)
+            key = (self.policy.partition_of(job), request_of(job))
+            if key not in known:
+                known[key] = could_ever_fit([f for f in free.values() if key[0] in f.partitions], key[1])
+            if not known[key]:
+                raise SimError(
+                    f"job {sim_job.id} ({spec.nodes} nodes, {spec.gpus_per_node} GPUs each) "
+                    f"can never run in partition {key[0]!r} of this cluster"
+                )
+
+    def run(self) -> None:
+        """Steps 2-5 of the module docstring."""
+        arrivals, i, n = self.jobs, 0, len(self.jobs)
+        ends = self.ends
+        while i < n or ends:
+            now = float(arrivals[i].submit) if i < n else ends[0][0]
+            if ends and ends[0][0] < now:
+                now = ends[0][0]
+            while ends and ends[0][0] == now:
+                _, job_id = heapq.heappop(ends)
+                self.exit(job_id, now)
+            while i < n and arrivals[i].submit == now:
+                job = arrivals[i]
+                self.put(ev.JobSubmitted(job_id=job.id, user=job.user, spec=job_spec(job)), now)
+                i += 1
+            self.cycle(now)
+        if self.state.active:
+            stuck = list(self.state.active)[:5]
+            raise SimError(f"the schedule stopped with {len(self.state.active)} jobs pending, e.g. {stuck}")
+
+    def exit(self, job_id: int, now: float) -> None:
+        """The batch node reports the end of a run."""
+        job = self.state.jobs[job_id]
+        timed_out = self.by_id[job_id].run_time > now - (job.start_time or 0.0)
+        node = job.allocations[0].node
+        body = ev.RunExited(
+            job_id=job_id, attempt=job.restart_count, node=node, exit_code=0, timed_out=timed_out
+        )
+        self.put(body, now)
+
+    def cycle(self, now: float) -> None:
+        """Plan and apply until a cycle decides nothing."""
+        state, policy = self.state, self.policy
+        while True:
+            self.cycles += 1
+            decisions = plan(state, now, policy).decisions
+            if not decisions:
+                return
+            progressed = False
+            for decision in decisions:
+                assert not isinstance(decision, ev.NodeRegistered | ev.NodeDown | ev.NodeUp)
+                job = state.jobs[decision.job_id]
+                before = job.state
+                self.put(decision, now)
+                progressed = progressed or job.state != before
+                if isinstance(decision, ev.JobAllocated):
+                    self.started(job, now)
+                elif job.state not in ("PENDING", "RUNNING"):
+                    self.ended(job, now)
+            if not progressed:
+                # The fold refused every decision: planning again would decide the same forever.
+                raise SimError(f"at t={now:g} the core's decisions were all refused: {decisions[:3]}")
+
+    def started(self, job: Job, now: float) -> None:
+        """A run began: schedule its end (its run time, cut at its time limit)."""
+        if job.state != "RUNNING" or job.start_time != now:
+            return
+        run = self.by_id[job.job_id].run_time
+        if job.time_limit_s is not None:
+            run = min(run, job.time_limit_s)
+        self.starts[job.job_id] = (now, tuple(a.node for a in job.allocations))
+        heapq.heappush(self.ends, (now + run, job.job_id))
+
+    def ended(self, job: Job, now: float) -> None:
+        """A job reached a terminal state: record it."""
+        sim_job = self.by_id[job.job_id]
+        start, nodes = self.starts.get(job.job_id, (now, ()))
+        self.records[job.job_id] = JobRecord(
+            sim_job.id, sim_job.submit, start, now, sim_job.units, nodes, job.state
+        )
+
+
+def simulate(
+    jobs: Sequence[SimJob], cluster: SimCluster, backfill: Backfill = "easy", window_s: int | None = None
+) -> SimResult:
+    """Replay ``jobs`` on ``cluster`` with the core's planner; SimError if it cannot be done.
+
+    ``window_s`` bounds how far ahead reservations are planned (Slurm's bf_window); None, the
+    default, plans without bound, as the textbook EASY and conservative algorithms do.
+    """
+    policy = Policy(
+        partitions=cluster.partitions, cluster="sim", backfill=backfill, backfill_window_s=window_s
+    )
+    run = _Run(jobs, cluster, policy)
+    run.check_fits()
+    run.run()
+    records = tuple(run.records[j.id] for j in run.jobs)
+    return SimResult(records, cluster.capacity, run.cycles)
