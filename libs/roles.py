@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from corral.libs.infra import NatsUser
-from corral.schemas import subjects
+from corral.schemas import api, subjects
 
 ADMIN = "corral-admin"
 GATEWAY = "corral-gateway"
@@ -21,8 +21,23 @@ ACCOUNTING = "corral-accounting"
 #: Every service role (agents are per node: ``agent_role(node)``).
 SERVICE_ROLES = (ADMIN, GATEWAY, SCHEDULER, HEALTH, ACCOUNTING)
 
-_GATEWAY_EVENTS = ("job_submitted", "job_cancel_requested")
-_SCHEDULER_EVENTS = ("job_allocated", "job_completed", "job_failed", "job_cancelled", "job_requeued")
+_GATEWAY_EVENTS = (
+    "job_submitted",
+    "job_cancel_requested",
+    "job_hold_requested",
+    "job_release_requested",
+    "job_update_requested",
+)
+_SCHEDULER_EVENTS = (
+    "job_allocated",
+    "job_completed",
+    "job_failed",
+    "job_cancelled",
+    "job_requeued",
+    "job_held",
+    "job_released",
+    "job_updated",
+)
 
 # JetStream API use of a service: stream/consumer info, consumers, direct gets, acks, flow control.
 _JS_CLIENT = [
@@ -35,6 +50,11 @@ _JS_CLIENT = [
     "$JS.ACK.>",
     "$JS.FC.>",
 ]
+
+
+def _verbs(service: str) -> list[str]:
+    """Request subjects of the API verbs ``service`` answers (``api.VERBS``), from any user."""
+    return [subjects.api_subject(verb, "*") for verb, answerer in api.VERBS.items() if answerer == service]
 
 
 def agent_role(node: str) -> str:
@@ -55,17 +75,17 @@ def service_user(role: str, password: str) -> NatsUser:
     if role == GATEWAY:
         publish += [subjects.job_subject("*", tag) for tag in _GATEWAY_EVENTS]
         publish += [f"$KV.{subjects.IDS_BUCKET}.>", f"$JS.API.STREAM.INFO.KV_{subjects.IDS_BUCKET}"]
-        subscribe += [subjects.api_subject(verb, "*") for verb in ("submit", "cancel")]
+        subscribe += _verbs("gateway")
     elif role == SCHEDULER:
         publish += [subjects.job_subject("*", tag) for tag in _SCHEDULER_EVENTS]
         publish += [subjects.WORK_SUBJECTS, f"$O.{subjects.SNAPSHOT_BUCKET}.>"]
         publish += [f"$JS.API.STREAM.PURGE.OBJ_{subjects.SNAPSHOT_BUCKET}"]
-        subscribe += [subjects.api_subject(verb, "*") for verb in ("jobs", "nodes")]
+        subscribe += _verbs("scheduler")
     elif role == HEALTH:
         publish += [subjects.node_subject("*", tag) for tag in ("node_down", "node_up")]
         subscribe += [subjects.heartbeat_subject("*")]
     elif role == ACCOUNTING:
-        subscribe += [subjects.api_subject("acct", "*")]
+        subscribe += _verbs("accounting")
     else:
         raise ValueError(f"unknown service role {role!r}")
     return NatsUser(role, password, publish=publish, subscribe=subscribe, allow_responses=True)

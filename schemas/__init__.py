@@ -9,7 +9,9 @@ Job lifecycle (``squeue``/``sacct`` states)::
                           |
                           v
        +------------- PENDING <--------------------------------+
-       | cancel    (reason: Priority, Resources, ...)          | JobRequeued (restart + 1):
+       | cancel    (reason: Priority, Resources, Dependency,   | JobRequeued (restart + 1):
+       |            DependencyNeverSatisfied, JobHeldUser,     |
+       |            JobHeldAdmin, BeginTime, ...)              |
        |                  | JobAllocated(attempt n)            |  node failure, scontrol requeue
        |                  v                                    |
        |              RUNNING ---------------------------------+
@@ -19,15 +21,24 @@ Job lifecycle (``squeue``/``sacct`` states)::
 
 Who writes what (one writer per kind of event keeps replay deterministic):
 
-- the gateway appends intents: ``JobSubmitted``, ``JobCancelRequested``;
+- the gateway appends intents: ``JobSubmitted``, ``JobCancelRequested``, ``JobHoldRequested``,
+  ``JobReleaseRequested``, ``JobUpdateRequested``;
 - the scheduler appends decisions and conclusions: ``JobAllocated``, ``JobRequeued``,
-  ``JobCompleted``, ``JobFailed``, ``JobCancelled``, ``JobNodeFailed``;
+  ``JobCompleted``, ``JobFailed``, ``JobCancelled``, ``JobNodeFailed``, ``JobHeld``, ``JobReleased``,
+  ``JobUpdated``;
 - an agent appends facts about runs on its own node: ``NodeRegistered``, ``RunStarted``,
   ``RunExited``;
 - health appends node facts: ``NodeDown``, ``NodeUp``.
 
 A *run* (attempt) is one allocation of a job, numbered from 0 (= ``SLURM_RESTART_COUNT``); every
 run fact carries (job id, attempt) and a fact for an older attempt changes nothing.
+
+A pending job is only placed when it is *eligible*: not held (``JobSpec.held`` at submit, or
+``JobHeld`` until ``JobReleased``), its ``JobSpec.dependencies`` met (after, afterok, afternotok,
+afterany, singleton; all of them, or any one), and its ``JobSpec.begin_time`` come. Otherwise its
+reason says which, in that order; a dependency that can never be met leaves the job pending with
+``DependencyNeverSatisfied``. A hold, release or update request (intent) of a job that is no longer
+pending changes nothing; the scheduler's ``JobHeld``/``JobReleased``/``JobUpdated`` decide.
 
 Node lifecycle::
 

@@ -34,6 +34,9 @@ TERMINAL_STATES: frozenset[str] = frozenset(
 VERBS: dict[str, str] = {
     "submit": "gateway",
     "cancel": "gateway",
+    "hold": "gateway",
+    "release": "gateway",
+    "update": "gateway",
     "jobs": "scheduler",
     "nodes": "scheduler",
     "acct": "accounting",
@@ -87,6 +90,45 @@ class CancelReply(msgspec.Struct, frozen=True, tag="cancel_reply", kw_only=True)
     outcomes: list[CancelOutcome]  # one per requested job
 
 
+# --- hold / release / update (scontrol hold, release, update JobId=) --------------------------------
+
+
+class HoldRequest(msgspec.Struct, frozen=True, tag="hold", kw_only=True):
+    """scontrol hold: keep pending jobs from starting (JobHeldUser; JobHeldAdmin when an admin asks)."""
+
+    job_ids: list[int]  # jobs to hold
+
+
+class ReleaseRequest(msgspec.Struct, frozen=True, tag="release", kw_only=True):
+    """scontrol release: let held jobs be scheduled again."""
+
+    job_ids: list[int]  # jobs to release
+
+
+class UpdateRequest(msgspec.Struct, frozen=True, tag="update", kw_only=True):
+    """scontrol update JobId=...: change a pending job (TimeLimit, Partition); None leaves a field as is.
+
+    A user may only lower a time limit; an admin may also raise it (as in Slurm).
+    """
+
+    job_id: int  # the job
+    time_limit_s: int | None = None  # new TimeLimit in seconds
+    partition: str | None = None  # new Partition
+
+
+class JobOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What happened to one job of a hold, release or update request."""
+
+    job_id: int  # the job
+    error: str | None = None  # None if the request was recorded; Slurm's wording otherwise
+
+
+class ControlReply(msgspec.Struct, frozen=True, tag="control_reply", kw_only=True):
+    """Outcome per job of a hold, release or update request."""
+
+    outcomes: list[JobOutcome]  # one per requested job
+
+
 # --- jobs (squeue) ----------------------------------------------------------------------------------
 
 
@@ -126,6 +168,11 @@ class JobInfo(msgspec.Struct, frozen=True, kw_only=True):
     workdir: str  # submit directory
     exit_code: int = 0  # batch exit code (if ended)
     signal: int = 0  # terminating signal (if ended)
+    dependency: str = ""  # Slurm's Dependency= text of the conditions not yet met, "" if none
+    begin_time: float | None = None  # -b: Unix time before which the job may not start
+    stdout: str | None = None  # -o pattern as submitted (None: slurm-%j.out)
+    stderr: str | None = None  # -e pattern as submitted (None: with stdout)
+    requeue: bool = True  # may be requeued
 
 
 class JobsReply(msgspec.Struct, frozen=True, tag="jobs_reply", kw_only=True):
@@ -240,7 +287,16 @@ class AcctReply(msgspec.Struct, frozen=True, tag="acct_reply", kw_only=True):
     jobs: list[AcctJob]  # matches
 
 
-Request = SubmitRequest | CancelRequest | JobsRequest | NodesRequest | AcctRequest
+Request = (
+    SubmitRequest
+    | CancelRequest
+    | JobsRequest
+    | NodesRequest
+    | AcctRequest
+    | HoldRequest
+    | ReleaseRequest
+    | UpdateRequest
+)
 
 
 # --- orders (corral.work.<node>) ---------------------------------------------------------------------

@@ -32,6 +32,26 @@ EndReason = Literal[
 #: Why a job was put back in the queue.
 RequeueReason = Literal["NodeFail", "Requested", "Preempted"]
 
+#: Kinds of job dependency (sbatch -d), with Slurm's meaning:
+#: after = the dependee started (or ended without starting), afterok = it COMPLETED,
+#: afternotok = it ended in any other terminal state, afterany = it ended,
+#: singleton = no earlier job of the same name and user is pending or running.
+DependencyType = Literal["after", "afterok", "afternotok", "afterany", "singleton"]
+
+
+class Dependency(msgspec.Struct, frozen=True, kw_only=True):
+    """One condition of a job's dependency list (``afterok:5:6`` is two of them)."""
+
+    type: DependencyType  # the kind of condition
+    job_id: JobId = 0  # the job it is about; 0 for singleton
+
+
+class Dependencies(msgspec.Struct, frozen=True, kw_only=True):
+    """A job's dependency list: all of it must hold (``,``) or any one item (``?``)."""
+
+    items: list[Dependency]  # the conditions, in the order given
+    any_of: bool = False  # True: one satisfied item is enough (``?``); False: all must be (``,``)
+
 
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     """What a user asked for: everything needed to schedule and launch a batch job.
@@ -59,6 +79,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     time_limit_s: int | None = None  # -t in seconds; None = the partition's default
     requeue: bool = True  # --requeue / --no-requeue: may the job be requeued on node failure
     submit_host: str = ""  # host sbatch ran on (SLURM_SUBMIT_HOST)
+    dependencies: Dependencies | None = None  # -d: start only once these hold; None = no dependency
+    held: bool = False  # -H: submitted held (JobHeldUser) until released
+    begin_time: float | None = None  # -b: not eligible before this Unix time; None = at once
 
 
 class JobSubmitted(msgspec.Struct, frozen=True, tag="job_submitted", kw_only=True):
@@ -180,6 +203,56 @@ class NodeUp(msgspec.Struct, frozen=True, tag="node_up", kw_only=True):
     node: NodeName  # the node
 
 
+class JobHoldRequested(msgspec.Struct, frozen=True, tag="job_hold_requested", kw_only=True):
+    """Intent (gateway): the owner or an admin asked to hold a pending job (scontrol hold)."""
+
+    job_id: JobId  # the job to hold
+    user: str  # who asked (authenticated)
+    admin: bool = False  # asked with admin rights: an admin hold (JobHeldAdmin) only an admin releases
+
+
+class JobReleaseRequested(msgspec.Struct, frozen=True, tag="job_release_requested", kw_only=True):
+    """Intent (gateway): the owner or an admin asked to release a held job (scontrol release)."""
+
+    job_id: JobId  # the job to release
+    user: str  # who asked (authenticated)
+    admin: bool = False  # asked with admin rights (may release an admin hold)
+
+
+class JobHeld(msgspec.Struct, frozen=True, tag="job_held", kw_only=True):
+    """Decision (scheduler): a pending job is held; it is never started until released."""
+
+    job_id: JobId  # the job
+    by: str  # who asked for the hold
+    admin: bool = False  # JobHeldAdmin (an admin hold) rather than JobHeldUser
+
+
+class JobReleased(msgspec.Struct, frozen=True, tag="job_released", kw_only=True):
+    """Decision (scheduler): a held job is released and may be scheduled again."""
+
+    job_id: JobId  # the job
+    by: str  # who released it
+
+
+class JobUpdateRequested(msgspec.Struct, frozen=True, tag="job_update_requested", kw_only=True):
+    """Intent (gateway): the owner or an admin asked to change a pending job (scontrol update)."""
+
+    job_id: JobId  # the job to change
+    user: str  # who asked (authenticated)
+    admin: bool = False  # asked with admin rights
+    time_limit_s: int | None = None  # new TimeLimit in seconds; None = unchanged
+    partition: str | None = None  # new Partition; None = unchanged
+
+
+class JobUpdated(msgspec.Struct, frozen=True, tag="job_updated", kw_only=True):
+    """Decision (scheduler): a pending job's spec changed; both fields are the values from here on."""
+
+    job_id: JobId  # the job
+    by: str  # who asked for the change
+    time_limit_s: int | None  # the job's requested TimeLimit now (None = the partition's default)
+    partition: str | None  # the job's partition now
+
+
 Event = (
     JobSubmitted
     | JobCancelRequested
@@ -193,6 +266,12 @@ Event = (
     | NodeRegistered
     | NodeDown
     | NodeUp
+    | JobHoldRequested
+    | JobReleaseRequested
+    | JobHeld
+    | JobReleased
+    | JobUpdateRequested
+    | JobUpdated
 )
 
 #: Every event class of the union, in declaration order.
@@ -209,6 +288,12 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     NodeRegistered,
     NodeDown,
     NodeUp,
+    JobHoldRequested,
+    JobReleaseRequested,
+    JobHeld,
+    JobReleased,
+    JobUpdateRequested,
+    JobUpdated,
 )
 
 

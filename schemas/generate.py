@@ -26,6 +26,7 @@ DOCUMENTS: dict[str, Any] = {
     | api.JobsReply
     | api.NodesReply
     | api.AcctReply
+    | api.ControlReply
     | api.ApiError,
     "order.json": api.Order,
 }

@@ -36,6 +36,10 @@ Usage: sbatch [OPTIONS...] [SCRIPT [ARGS...]]   (the script is read from stdin w
       --mem=SIZE              memory per node (500M, 8G)
       --gres=gpu[:TYPE][:N]   GPUs per node          --gpus-per-node=[TYPE:]N
       --requeue, --no-requeue allow or forbid requeueing after a node failure
+  -d, --dependency=LIST       start after other jobs: after|afterok|afternotok|afterany:ID[:ID...],
+                              joined by , (all of) or ? (any of); or singleton
+  -H, --hold                  submit held (JobHeldUser) until 'scontrol release'
+  -b, --begin=TIME            not before TIME: now+60, now+1hour, HH:MM[:SS], YYYY-MM-DD[THH:MM[:SS]]
   -D, --chdir=DIR             working directory of the job (default: the current directory)
       --export=ALL|NONE|[ALL,]VAR[=VALUE],...   environment to export (default ALL)
       --wrap=COMMAND          run COMMAND in a /bin/sh script instead of a script file

@@ -16,16 +16,18 @@ import os
 import posixpath
 import re
 import shlex
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from corral.cli.errors import CliError
 from corral.cli.options import Option as Opt
 from corral.cli.options import OptionTable, ParsedArgs, flag, parse_count, unsupported
+from corral.libs.slurm.dependency import parse_dependency
 from corral.libs.slurm.gres import parse_gpus_spec, parse_gres
 from corral.libs.slurm.memory import parse_memory
-from corral.libs.slurm.timefmt import parse_time_limit
-from corral.schemas.events import JobSpec, OpenMode
+from corral.libs.slurm.timefmt import parse_begin_time, parse_time_limit
+from corral.schemas.events import Dependencies, JobSpec, OpenMode
 
 #: Largest batch script accepted, in bytes (Slurm's default max_script_size).
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
@@ -61,11 +63,14 @@ OPTIONS = OptionTable(
         Opt("chdir", "D"),
         Opt("wrap"),
         Opt("export"),
+        Opt("dependency", "d"),
+        flag("hold", "H"),
+        Opt("begin", "b"),
         flag("help", "h"),
         flag("usage"),
         flag("version", "V"),
         *unsupported(
-            "array/a begin/b dependency/d nodelist/w exclude/x gpus/G constraint/C qos/q hold/H "
+            "array/a nodelist/w exclude/x gpus/G constraint/C qos/q "
             "oversubscribe/s licenses/L clusters/M wait/W distribution/m input/i verbose/v quiet/Q "
             "no-kill/k overcommit/O core-spec/S immediate/I extra-node-info/B nodefile/F gpus-per-task "
             "gpus-per-socket cpus-per-gpu mem-per-cpu mem-per-gpu signal deadline exclusive mail-type "
@@ -194,8 +199,12 @@ def build_submission(
     environ: Mapping[str, str],
     cwd: str,
     hostname: str,
+    now: float | None = None,
 ) -> Submission:
-    """The job of one sbatch call; ``script_data`` is the file or stdin (None with ``--wrap``)."""
+    """The job of one sbatch call; ``script_data`` is the file or stdin (None with ``--wrap``).
+
+    ``now`` is the time ``--begin`` is relative to (``now+60``, ``16:00``); the clock if None.
+    """
     wrap = invocation.wrap
     if wrap is not None:
         script, default_name = wrap_script(wrap), "wrap"
@@ -230,6 +239,9 @@ def build_submission(
         time_limit_s=_time_limit(options.last("time")),
         requeue=_requeue(options),
         submit_host=hostname,
+        dependencies=_dependencies(options.last("dependency")),
+        held=options.given("hold"),
+        begin_time=_begin(options.last("begin"), now),
     )
     return Submission(spec=spec, parsable=options.given("parsable"), warnings=tuple(warnings))
 
@@ -310,6 +322,16 @@ def _partition(value: str | None) -> str | None:
 
 def _time_limit(value: str | None) -> int | None:
     return None if value is None else parse_time_limit(value, "--time")
+
+
+def _dependencies(value: str | None) -> Dependencies | None:
+    return None if value is None else parse_dependency(value, "--dependency")
+
+
+def _begin(value: str | None, now: float | None) -> float | None:
+    if value is None:
+        return None
+    return parse_begin_time(value, time.time() if now is None else now, "--begin")
 
 
 def _requeue(options: ParsedArgs) -> bool:

@@ -59,7 +59,7 @@ OPTIONS = OptionTable(
 
 USAGE = """\
 Usage: squeue [OPTIONS...]
-  -o, --format=FORMAT    %-fields: %i %j %t %T %M %L %D %C %m %b %R %u %P %Q %S %V %r %a %l %N %Z,
+  -o, --format=FORMAT    %-fields: %i %j %t %T %M %L %D %C %m %b %R %u %P %Q %S %V %r %a %l %N %Z %E,
                          with widths like %.18i (right) or %-10j (left)
   -O, --Format=FIELDS    JobID,Name,State,...[:[.]WIDTH]
   -h, --noheader         no header line         -l, --long     long format
@@ -95,9 +95,10 @@ FIELDS: dict[str, tuple[str, _Getter]] = {
     "N": ("NODELIST", lambda j, now, tz: j.node_list),
     "Z": ("WORK_DIR", lambda j, now, tz: j.workdir),
     "Y": ("SCHEDNODES", lambda j, now, tz: "(null)"),
+    "E": ("DEPENDENCY", lambda j, now, tz: j.dependency or "(null)"),
 }
 #: Letters Slurm has that Corral does not print yet.
-LATER_FIELDS = "ABcdeEfFgGhHIkKnoOpqsUvwWxXyz"
+LATER_FIELDS = "ABcdefFgGhHIkKnoOpqsUvwWxXyz"
 
 #: ``-O`` names (lower case) and the letter they print.
 LONG_NAMES: dict[str, str] = {
@@ -105,7 +106,7 @@ LONG_NAMES: dict[str, str] = {
     "timelimit": "l", "numnodes": "D", "numcpus": "C", "minmemory": "m", "tres-per-node": "b",
     "reasonlist": "R", "reason": "r", "username": "u", "account": "a", "partition": "P",
     "priority": "Q", "starttime": "S", "submittime": "V", "nodelist": "N", "workdir": "Z",
-    "schednodes": "Y",
+    "schednodes": "Y", "dependency": "E",
 }  # fmt: skip
 
 

@@ -5,8 +5,13 @@ come back through the log and ``state.apply`` folds them. One cycle:
 
 1. conclude runs whose batch script exited (COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, CANCELLED);
 2. conclude runs that lost a node (requeue if the job allows it, NODE_FAIL otherwise);
-3. cancel pending jobs whose cancel was requested;
-4. place pending jobs in FIFO order (submit time, then id) per partition: the first job of a
+3. cancel pending jobs whose cancel was requested; answer hold, release and update requests
+   (``JobHeld``, ``JobReleased``, ``JobUpdated``; one decision per job and cycle, and such a job is
+   not placed in the same cycle);
+4. set aside pending jobs that are not eligible (``eligibility.py``: held, dependency not met,
+   begin time not come): they show their reason, are never placed, block nothing and get no
+   reservation; ``Plan.wake_at`` is the next begin time, for the shell to plan again then;
+5. place the eligible jobs in queue order through the backfill planner: the first job of a
    partition that does not fit blocks the ones behind it (reason ``Resources`` for it,
    ``Priority`` for them), so small jobs cannot starve a large one.
 
@@ -21,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from corral.libs.core.backfill import INF, Planner
+from corral.libs.core.eligibility import Singletons, needs_check, pending_reason
 from corral.libs.core.fair_share import (
     Account,
     UserAssoc,
@@ -95,6 +101,7 @@ class Plan:
     reasons: dict[int, str] = field(default_factory=dict)  # pending reason by job id
     priorities: dict[int, int] = field(default_factory=dict)  # priority of each pending job
     starts: dict[int, float] = field(default_factory=dict)  # planned start of jobs with a reservation
+    wake_at: float | None = None  # the earliest future begin time of a pending job (plan again then)
 
 
 def pending_order(job: Job) -> tuple[float, int]:
@@ -142,10 +149,43 @@ def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
                 out.decisions.append(conclusion)
         elif job.cancel_by is not None:
             out.decisions.append(ev.JobCancelled(job_id=job.job_id, attempt=-1, by=job.cancel_by, signal=0))
+        elif (answer := _answer_control(job) or _answer_change(job)) is not None:
+            out.decisions.append(answer)
         else:
             pending.append(job)
     _schedule(state, now, policy, pending, out, epoch)
     return out
+
+
+def _answer_control(job: Job) -> ev.Event | None:
+    """The decision a pending job's hold or release request calls for; None if it changes nothing.
+
+    A user's hold is JobHeldUser, an admin's JobHeldAdmin; a user may release only a user hold.
+    """
+    control = job.control
+    if control is None:
+        return None
+    if control.release:
+        if job.held == "user" or (job.held and control.admin):
+            return ev.JobReleased(job_id=job.job_id, by=control.user)
+        return None
+    if not job.held or (control.admin and job.held == "user"):
+        return ev.JobHeld(job_id=job.job_id, by=control.user, admin=control.admin)
+    return None
+
+
+def _answer_change(job: Job) -> ev.Event | None:
+    """The JobUpdated a pending job's update requests call for (the gateway validated them)."""
+    change = job.change
+    if change is None:
+        return None
+    spec = job.spec
+    return ev.JobUpdated(
+        job_id=job.job_id,
+        by=change.user,
+        time_limit_s=change.time_limit_s if change.time_limit_s is not None else spec.time_limit_s,
+        partition=change.partition if change.partition is not None else spec.partition,
+    )
 
 
 def _conclude(state: State, job: Job) -> ev.Event | None:
@@ -202,8 +242,11 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
     depth = {"fifo": 0, "easy": 1, "conservative": None}[policy.backfill]
     blocked: set[str] = set()  # partitions with a job that could not start (FIFO stops there)
     reserved: dict[str, int] = {}
+    waiting = _ineligible(state, now, pending, out)
     for job, value in queue_order(state, now, policy, pending):
-        out.priorities[job.job_id] = value
+        out.priorities[job.job_id] = 0 if job.held else value
+        if job.job_id in waiting:
+            continue
         partition = policy.partition_of(job)
         if depth == 0 and partition in blocked:
             out.reasons[job.job_id] = "Priority"
@@ -232,6 +275,23 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
         start = planner.reserve(partition, req, limit, window)
         if start is not None:
             out.starts[job.job_id] = start
+
+
+def _ineligible(state: State, now: float, pending: list[Job], out: Plan) -> set[int]:
+    """Ids of the pending jobs that may not start now; records their reasons and the next begin time."""
+    singletons = Singletons(state)
+    waiting: set[int] = set()
+    for job in pending:
+        if not needs_check(job):
+            continue
+        begin = job.spec.begin_time
+        if begin is not None and begin > now and (out.wake_at is None or begin < out.wake_at):
+            out.wake_at = begin
+        reason = pending_reason(state, job, now, singletons)
+        if reason is not None:
+            out.reasons[job.job_id] = reason
+            waiting.add(job.job_id)
+    return waiting
 
 
 def orders(state: State, policy: Policy) -> list[api.Order]:

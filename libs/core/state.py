@@ -3,7 +3,8 @@
 ``apply(state, seq, envelope)`` is deterministic: no IO, no clock (times come from the events),
 no randomness, so replaying the log rebuilds exactly the live state (``encode_state`` gives the
 bytes to compare). The fold is also the guard of the invariants: a decision that would give a
-GPU index to two runs, or that names a stale attempt or a stale leader epoch, changes nothing.
+GPU index to two runs, start a held job, or that names a stale attempt or a stale leader epoch,
+changes nothing. Hold, release and update requests (intents) only count for a pending job.
 """
 
 from __future__ import annotations
@@ -28,6 +29,22 @@ class RunExit(msgspec.Struct, kw_only=True):
     killed: bool = False  # the agent killed it without being asked to (e.g. it lost track of it)
 
 
+class HoldControl(msgspec.Struct, frozen=True, kw_only=True):
+    """A hold or release request the scheduler has not answered yet (the newest one wins)."""
+
+    release: bool  # True: release; False: hold
+    user: str  # who asked
+    admin: bool = False  # asked with admin rights
+
+
+class SpecChange(msgspec.Struct, frozen=True, kw_only=True):
+    """Changes to a pending job's spec the scheduler has not answered yet (requests merged, newest wins)."""
+
+    user: str  # who asked last
+    time_limit_s: int | None = None  # new TimeLimit; None = unchanged
+    partition: str | None = None  # new partition; None = unchanged
+
+
 class Job(msgspec.Struct, kw_only=True):
     """One job as the scheduler knows it."""
 
@@ -50,6 +67,9 @@ class Job(msgspec.Struct, kw_only=True):
     end_reason: str = ""  # EndReason of a failed job, "" otherwise
     last_seq: int = 0  # stream sequence of this job's newest event (optimistic concurrency)
     traceparent: str | None = None  # W3C trace context of the job's trace (from its submission)
+    held: str = ""  # "user" (JobHeldUser) or "admin" (JobHeldAdmin) while held; "" otherwise
+    control: HoldControl | None = None  # an unanswered hold/release request of this pending job
+    change: SpecChange | None = None  # unanswered update requests of this pending job
 
 
 class Node(msgspec.Struct, kw_only=True):
@@ -157,6 +177,7 @@ def _submitted(state: State, seq: int, at: float, body: ev.JobSubmitted, tracepa
             submit_time=at,
             last_seq=seq,
             traceparent=traceparent,
+            held="user" if body.spec.held else "",
         )
 
 
@@ -164,6 +185,49 @@ def _cancel_requested(state: State, seq: int, at: float, body: ev.JobCancelReque
     job = _job_for(state, seq, body.job_id)
     if job is not None and job.state in ("PENDING", "RUNNING") and job.cancel_by is None:
         job.cancel_by = body.user
+
+
+def _control_requested(
+    state: State, seq: int, at: float, body: ev.JobHoldRequested | ev.JobReleaseRequested
+) -> None:
+    job = _job_for(state, seq, body.job_id)
+    # Only a pending job can be held or released; a request that finds the job started is moot.
+    if job is not None and job.state == "PENDING":
+        release = isinstance(body, ev.JobReleaseRequested)
+        job.control = HoldControl(release=release, user=body.user, admin=body.admin)
+
+
+def _held(state: State, seq: int, at: float, body: ev.JobHeld) -> None:
+    job = _job_for(state, seq, body.job_id)
+    if job is not None and job.state == "PENDING":
+        job.held = "admin" if body.admin else "user"
+        job.control = None
+
+
+def _released(state: State, seq: int, at: float, body: ev.JobReleased) -> None:
+    job = _job_for(state, seq, body.job_id)
+    if job is not None and job.state == "PENDING" and job.held:
+        job.held = ""
+        job.control = None
+
+
+def _update_requested(state: State, seq: int, at: float, body: ev.JobUpdateRequested) -> None:
+    job = _job_for(state, seq, body.job_id)
+    if job is None or job.state != "PENDING":
+        return
+    before = job.change or SpecChange(user=body.user)
+    job.change = SpecChange(
+        user=body.user,
+        time_limit_s=body.time_limit_s if body.time_limit_s is not None else before.time_limit_s,
+        partition=body.partition if body.partition is not None else before.partition,
+    )
+
+
+def _updated(state: State, seq: int, at: float, body: ev.JobUpdated) -> None:
+    job = _job_for(state, seq, body.job_id)
+    if job is not None and job.state == "PENDING":
+        job.spec = msgspec.structs.replace(job.spec, time_limit_s=body.time_limit_s, partition=body.partition)
+        job.change = None
 
 
 def _fits(node: Node, alloc: ev.NodeAllocation) -> bool:
@@ -178,6 +242,8 @@ def _allocated(state: State, seq: int, at: float, body: ev.JobAllocated) -> None
         return
     state.epoch = body.epoch
     if job.state != "PENDING" or body.attempt != job.restart_count or job.cancel_by is not None:
+        return
+    if job.held:
         return
     nodes = [state.nodes.get(a.node) for a in body.allocations]
     distinct_nodes = len({a.node for a in body.allocations}) == len(body.allocations)
@@ -194,6 +260,7 @@ def _allocated(state: State, seq: int, at: float, body: ev.JobAllocated) -> None
         node.alloc_mem_mb += alloc.mem_mb
         node.jobs.append(job.job_id)
     job.state = "RUNNING"
+    job.control = job.change = None
     job.partition = body.partition
     job.allocations = list(body.allocations)
     job.time_limit_s = body.time_limit_s
@@ -400,4 +467,10 @@ _HANDLERS: dict[type, Callable[[State, int, float, Any], None]] = {
     ev.NodeRegistered: _node_registered,
     ev.NodeDown: _node_down,
     ev.NodeUp: _node_up,
+    ev.JobHoldRequested: _control_requested,
+    ev.JobReleaseRequested: _control_requested,
+    ev.JobHeld: _held,
+    ev.JobReleased: _released,
+    ev.JobUpdateRequested: _update_requested,
+    ev.JobUpdated: _updated,
 }

@@ -11,7 +11,7 @@ Printing follows Slurm's two styles: squeue's short one (``0:03``, ``30:00``, ``
 from __future__ import annotations
 
 import re
-from datetime import datetime, tzinfo
+from datetime import datetime, timedelta, tzinfo
 
 from corral.libs.slurm.errors import FormatError
 
@@ -93,6 +93,69 @@ def format_timestamp(unix_seconds: float | None, tz: tzinfo | None = None) -> st
         return "Unknown"
     moment = datetime.fromtimestamp(int(unix_seconds), tz)
     return moment.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+_BEGIN_FIX = (
+    "use now[+COUNT[seconds|minutes|hours|days|weeks]], HH:MM[:SS], YYYY-MM-DD[THH:MM[:SS]], "
+    "today, tomorrow, midnight, noon, elevenses, fika or teatime"
+)
+_OFFSET = re.compile(r"now(?:([+-])([0-9]{1,9})([a-z]*))?")
+_OFFSET_UNITS = {
+    **dict.fromkeys(("", "s", "sec", "secs", "second", "seconds"), 1),
+    **dict.fromkeys(("min", "mins", "minute", "minutes"), 60),
+    **dict.fromkeys(("h", "hour", "hours"), 3600),
+    **dict.fromkeys(("d", "day", "days"), 86400),
+    **dict.fromkeys(("w", "week", "weeks"), 604800),
+}
+_CLOCK = re.compile(r"([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?\s*(am|pm)?")
+#: Slurm's named times of day (hour), each the next such moment.
+_NAMED_HOURS = {"midnight": 0, "elevenses": 11, "noon": 12, "fika": 15, "teatime": 16}
+_DATES = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S")
+
+
+def parse_begin_time(text: str, now: float, field: str = "--begin", tz: tzinfo | None = None) -> float:
+    """A ``--begin`` time as Unix seconds, the way Slurm's ``parse_time`` reads it.
+
+    ``now+60`` (seconds), ``now+1hour``; ``HH:MM[:SS]`` (optionally ``AM``/``PM``), ``midnight``, ``noon``,
+    ``elevenses``, ``fika`` and ``teatime`` are the next such moment (tomorrow if it has passed today);
+    ``today`` and ``tomorrow`` are their midnights; ``YYYY-MM-DD[THH:MM[:SS]]`` is that moment, in local
+    time unless ``tz`` is given. Raises FormatError for anything else.
+    """
+    value = text.strip().lower()
+    offset = _OFFSET.fullmatch(value)
+    if offset:
+        sign, amount, unit = offset.groups()
+        if sign is None:
+            return now
+        seconds = _OFFSET_UNITS.get(unit)
+        if seconds is None:
+            raise FormatError(field, text, _BEGIN_FIX)
+        return now + int(amount) * seconds * (1 if sign == "+" else -1)
+    midnight = datetime.fromtimestamp(now, tz).replace(hour=0, minute=0, second=0, microsecond=0)
+    if value in ("today", "tomorrow"):
+        return (midnight + timedelta(days=1 if value == "tomorrow" else 0)).timestamp()
+    clock = _CLOCK.fullmatch(value)
+    if clock or value in _NAMED_HOURS:
+        hour, minute, second = _NAMED_HOURS.get(value, 0), 0, 0
+        if clock:
+            hour, minute, second = int(clock[1]), int(clock[2]), int(clock[3] or 0)
+            if clock[4] and not 1 <= hour <= 12:
+                raise FormatError(field, text, _BEGIN_FIX)
+            if clock[4]:
+                hour = hour % 12 + (12 if clock[4] == "pm" else 0)
+        if hour > 23 or minute > 59 or second > 59:
+            raise FormatError(field, text, _BEGIN_FIX)
+        moment = midnight.replace(hour=hour, minute=minute, second=second)
+        if moment.timestamp() <= now:
+            moment += timedelta(days=1)
+        return moment.timestamp()
+    for pattern in _DATES:
+        try:
+            parsed = datetime.strptime(text.strip(), pattern)
+        except ValueError:
+            continue
+        return (parsed.replace(tzinfo=tz) if tz is not None else parsed).timestamp()
+    raise FormatError(field, text, _BEGIN_FIX)
 
 
 def _split(seconds: int) -> tuple[int, int, int, int]:

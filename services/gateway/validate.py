@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 from corral.libs.config import ClusterConfig
 from corral.libs.core.placement import Free, Request, could_ever_fit
 from corral.libs.errors import InvalidInput
+from corral.libs.slurm.dependency import MAX_ITEMS
 from corral.schemas.events import JobSpec
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
@@ -46,6 +49,25 @@ def validate_spec(spec: JobSpec, config: ClusterConfig) -> None:
     if spec.time_limit_s is not None:
         _positive(spec.time_limit_s, "time_limit_s")
     _validate_partition(spec, config)
+    _validate_dependencies(spec)
+    if spec.begin_time is not None and not (math.isfinite(spec.begin_time) and spec.begin_time >= 0):
+        raise InvalidInput(f"begin_time must be a Unix time, got {spec.begin_time}", field="begin_time")
+
+
+def _validate_dependencies(spec: JobSpec) -> None:
+    """Each item names a job (singleton: none); whether those jobs exist is the gateway's check."""
+    if spec.dependencies is None:
+        return
+    items = spec.dependencies.items
+    if not items or len(items) > MAX_ITEMS:
+        raise InvalidInput(f"dependencies must hold 1-{MAX_ITEMS} items", field="dependencies")
+    for item in items:
+        if (item.type == "singleton") != (item.job_id == 0) or item.job_id < 0:
+            raise InvalidInput(
+                f"dependency {item.type} with job id {item.job_id}: singleton takes no job id, "
+                "the others a positive one",
+                field="dependencies",
+            )
 
 
 def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:

@@ -9,6 +9,9 @@ Cycle:
    put the per-node orders the state needs on the work stream (deterministic message ids);
 5. the decisions count only when they come back through the log (step 2).
 
+Besides, a full pass runs every ``FULL_PASS_S`` and at the next begin time of a pending job
+(``Plan.wake_at``), so ``--begin`` jobs start on time without waiting for an event.
+
 It also answers ``jobs`` (squeue) and ``nodes`` (sinfo) from its state.
 """
 
@@ -52,6 +55,7 @@ class Scheduler:
         self.lock = asyncio.Lock()
         self.log = telemetry.logger()
         self.caught_up = asyncio.Event()
+        self.rearm = asyncio.Event()  # set when a cycle moved the next begin time: the ticker re-times
 
     # 1 + 2 -------------------------------------------------------------------------------------
     def apply(self, entry: LogEntry) -> None:
@@ -126,6 +130,8 @@ class Scheduler:
             if self.inflight > self.state.last_seq:
                 return
             decided = planner.plan(self.state, time.time(), self.policy, self.epoch)
+            if decided.wake_at != self.outlook.wake_at:
+                self.rearm.set()
             self.outlook = decided
             for decision in decided.decisions:
                 await self.publish(decision)
@@ -160,13 +166,22 @@ class Scheduler:
             self.sent.add(msg_id)
 
     async def ticker(self, stop: asyncio.Event) -> None:
-        """A full pass every FULL_PASS_S even when no event arrives."""
+        """A full pass every FULL_PASS_S even when no event arrives, and at the next begin time."""
         while not stop.is_set():
+            self.rearm.clear()
             try:
-                await asyncio.wait_for(stop.wait(), FULL_PASS_S)
+                await asyncio.wait_for(_either(stop, self.rearm), self.next_pass_in())
             except TimeoutError:
                 if self.caught_up.is_set():
                     await self.cycle()
+
+    def next_pass_in(self) -> float:
+        """Seconds until the next full pass: FULL_PASS_S, or sooner when a begin time comes first."""
+        wake = self.outlook.wake_at
+        if wake is None:
+            return FULL_PASS_S
+        # A hair after the begin time, so that the pass sees it as come.
+        return min(FULL_PASS_S, max(wake - time.time(), 0.0) + 0.01)
 
     # queries -----------------------------------------------------------------------------------
     async def jobs(self, user: str, req: api.JobsRequest) -> api.JobsReply:
@@ -176,6 +191,16 @@ class Scheduler:
     async def nodes(self, user: str, req: api.NodesRequest) -> api.NodesReply:
         """sinfo."""
         return views.nodes_reply(self.state, self.config, req)
+
+
+async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
+    """Return when either event is set."""
+    waiters = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 async def main(ctx: Context) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import cast
 
 from corral.libs.config import ClusterConfig
+from corral.libs.core.eligibility import dependency_text
 from corral.libs.core.fair_share import Account, TresWeights, UserAssoc
 from corral.libs.core.plan import Backfill, FairShareAlgorithm, PartitionPolicy, Plan, Policy
 from corral.libs.core.priority import PriorityWeights
@@ -16,9 +17,15 @@ from corral.schemas import api
 MIN_JOB_AGE_S = 300.0
 
 
-def job_info(job: Job, outlook: Plan, policy: Policy) -> api.JobInfo:
-    """One job for squeue; a pending job's reason, priority and planned start come from the last plan."""
+def job_info(job: Job, outlook: Plan, policy: Policy, dependency: str = "") -> api.JobInfo:
+    """One job for squeue; a pending job's reason, priority and planned start come from the last plan.
+
+    ``dependency`` is the Slurm text of its unmet dependencies (``eligibility.dependency_text``).
+    """
     reason = outlook.reasons.get(job.job_id, "Priority")
+    if job.held:
+        # The hold is state: shown at once, even before the next plan.
+        reason = "JobHeldAdmin" if job.held == "admin" else "JobHeldUser"
     spec = job.spec
     running = bool(job.allocations) and job.state == "RUNNING"
     nodes = [a.node for a in job.allocations]
@@ -42,10 +49,15 @@ def job_info(job: Job, outlook: Plan, policy: Policy) -> api.JobInfo:
         min_memory_mb=spec.mem_per_node_mb,
         node_list=hostlist.compress(nodes) if nodes else "",
         restart_count=job.restart_count,
-        priority=outlook.priorities.get(job.job_id, 1) if job.state == "PENDING" else 0,
+        priority=(0 if job.held else outlook.priorities.get(job.job_id, 1)) if job.state == "PENDING" else 0,
         workdir=spec.workdir,
         exit_code=job.exit_code,
         signal=job.signal,
+        dependency=dependency,
+        begin_time=spec.begin_time,
+        stdout=spec.stdout,
+        stderr=spec.stderr,
+        requeue=spec.requeue,
     )
 
 
@@ -64,7 +76,7 @@ def jobs_reply(
             continue
         if req.users and job.user not in req.users:
             continue
-        info = job_info(job, outlook, policy)
+        info = job_info(job, outlook, policy, dependency_text(state, job))
         if req.partitions and info.partition not in req.partitions:
             continue
         if req.states and info.state not in req.states:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import msgspec
@@ -25,7 +26,9 @@ from corral.cli.sbatch_args import (
 )
 from corral.libs.credentials import Credentials
 from corral.libs.slurm.errors import FormatError
+from corral.libs.slurm.timefmt import parse_begin_time
 from corral.schemas.api import SubmitRequest
+from corral.schemas.events import Dependencies, Dependency
 
 pytestmark = pytest.mark.unit
 
@@ -155,6 +158,53 @@ OPTION_CASES: list[tuple[list[str], bytes, str, Any]] = [
         "cli",
     ),
     (["s.sh"], with_directives("#SBATCH --partition=a", "#SBATCH --partition=b"), "partition", "b"),
+    # Dependencies, hold and begin time.
+    (["s.sh"], SCRIPT, "dependencies", None),
+    (
+        ["-d", "afterok:5", "s.sh"],
+        SCRIPT,
+        "dependencies",
+        Dependencies(items=[Dependency(type="afterok", job_id=5)]),
+    ),
+    (
+        ["--dependency=afterok:5:6,afternotok:7", "s.sh"],
+        SCRIPT,
+        "dependencies",
+        Dependencies(
+            items=[
+                Dependency(type="afterok", job_id=5),
+                Dependency(type="afterok", job_id=6),
+                Dependency(type="afternotok", job_id=7),
+            ]
+        ),
+    ),
+    (
+        ["--dependency", "after:5?afterany:6", "s.sh"],
+        SCRIPT,
+        "dependencies",
+        Dependencies(
+            items=[Dependency(type="after", job_id=5), Dependency(type="afterany", job_id=6)], any_of=True
+        ),
+    ),
+    (
+        ["s.sh"],
+        with_directives("#SBATCH -d singleton"),
+        "dependencies",
+        Dependencies(items=[Dependency(type="singleton")]),
+    ),
+    (["--dependency=", "s.sh"], with_directives("#SBATCH -d singleton"), "dependencies", None),
+    (["s.sh"], SCRIPT, "held", False),
+    (["-H", "s.sh"], SCRIPT, "held", True),
+    (["--hold", "s.sh"], SCRIPT, "held", True),
+    (["s.sh"], with_directives("#SBATCH --hold"), "held", True),
+    (["s.sh"], SCRIPT, "begin_time", None),
+    (
+        ["--begin=2030-01-02T03:04:05", "s.sh"],
+        SCRIPT,
+        "begin_time",
+        datetime(2030, 1, 2, 3, 4, 5).timestamp(),
+    ),
+    (["-b", "2030-01-02", "s.sh"], SCRIPT, "begin_time", datetime(2030, 1, 2).timestamp()),
 ]
 
 
@@ -165,6 +215,42 @@ OPTION_CASES: list[tuple[list[str], bytes, str, Any]] = [
 )
 def test_option_sets_spec_field(argv: list[str], script: bytes, attribute: str, expected: Any) -> None:
     assert getattr(submit(argv, script).spec, attribute) == expected
+
+
+#: 2023-11-14 22:13:20 UTC, a Tuesday: the ``now`` of the begin-time cases.
+NOW = 1_700_000_000.0
+BEGIN_CASES = [
+    ("now", NOW),
+    ("now+60", NOW + 60),
+    ("now+90s", NOW + 90),
+    ("now+1hour", NOW + 3600),
+    ("NOW+2hours", NOW + 7200),
+    ("now+30minutes", NOW + 1800),
+    ("now+1day", NOW + 86400),
+    ("now+2weeks", NOW + 14 * 86400),
+    ("23:00", NOW + 2800),  # later today
+    ("22:00", NOW + 86400 - 800),  # passed today: tomorrow
+    ("23:00:30", NOW + 2830),
+    ("11:00pm", NOW + 2800),
+    ("midnight", NOW + 6400),
+    ("noon", NOW + 6400 + 12 * 3600),
+    ("teatime", NOW + 6400 + 16 * 3600),
+    ("today", NOW - 80000),
+    ("tomorrow", NOW + 6400),
+    ("2023-11-20", NOW + 6400 + 5 * 86400),
+    ("2023-11-20T10:30", NOW + 6400 + 5 * 86400 + 37800),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), BEGIN_CASES, ids=[c[0] for c in BEGIN_CASES])
+def test_begin_time_forms(text: str, expected: float) -> None:
+    assert parse_begin_time(text, NOW, tz=UTC) == expected
+
+
+def test_begin_is_relative_to_the_submission_time() -> None:
+    invocation = parse_command_line(["--begin=now+3", "s.sh"])
+    submission = build_submission(invocation, SCRIPT, environ={}, cwd="/", hostname="h", now=NOW)
+    assert submission.spec.begin_time == NOW + 3
 
 
 def test_script_is_copied_verbatim() -> None:
@@ -203,6 +289,59 @@ ERROR_CASES: list[tuple[list[str], bytes, str]] = [
     (["-q", "high", "s.sh"], SCRIPT, "sbatch: error: option --qos is not supported by Corral yet"),
     (["--signal=USR1@90", "s.sh"], SCRIPT, "sbatch: error: option --signal is not supported by Corral yet"),
     (["--array=0-3", "s.sh"], SCRIPT, "sbatch: error: option --array is not supported by Corral yet"),
+    (
+        ["--kill-on-invalid-dep=yes", "s.sh"],
+        SCRIPT,
+        "sbatch: error: option --kill-on-invalid-dep is not supported by Corral yet",
+    ),
+    (
+        ["-d", "afterok:5,afterany:6?afterok:7", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --dependency "afterok:5,afterany:6?afterok:7": '
+        "use either , (all of) or ? (any of) between items, not both",
+    ),
+    (
+        ["-d", "after:5+10", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --dependency "after:5+10": '
+        "a +TIME delay after a dependency is not supported by Corral yet",
+    ),
+    (
+        ["-d", "aftercorr:5", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --dependency "aftercorr:5": '
+        "aftercorr dependencies are not supported by Corral yet",
+    ),
+    (
+        ["-d", "afterok:5_2", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --dependency "afterok:5_2": '
+        "dependencies on job arrays are not supported by Corral yet",
+    ),
+    (
+        ["-d", "afterok", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --dependency "afterok": use TYPE:JOBID[:JOBID...] items joined by , '
+        "(all of) or ? (any of), TYPE one of after, afterok, afternotok, afterany; or singleton",
+    ),
+    (
+        ["-d", "afterok:0", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --dependency "afterok:0": use TYPE:JOBID[:JOBID...] items joined by , '
+        "(all of) or ? (any of), TYPE one of after, afterok, afternotok, afterany; or singleton",
+    ),
+    (
+        ["-d", "singleton:5", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --dependency "singleton:5": singleton takes no job id',
+    ),
+    (
+        ["--begin=soon", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --begin "soon": use now[+COUNT[seconds|minutes|hours|days|weeks]], '
+        "HH:MM[:SS], YYYY-MM-DD[THH:MM[:SS]], today, tomorrow, midnight, noon, elevenses, fika or teatime",
+    ),
+    (["--hold=yes", "s.sh"], SCRIPT, "sbatch: error: option '--hold' doesn't allow an argument"),
     (["-J"], SCRIPT, "sbatch: error: option requires an argument -- 'J'"),
     (["--job-name"], SCRIPT, "sbatch: error: option '--job-name' requires an argument"),
     (["--parsable=yes", "s.sh"], SCRIPT, "sbatch: error: option '--parsable' doesn't allow an argument"),

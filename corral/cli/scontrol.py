@@ -1,0 +1,348 @@
+"""``scontrol``: ``hold``, ``release``, ``update JobId=``, ``show job`` and ``show hostnames``/``hostlist``.
+
+- ``scontrol hold ID[,ID...] [ID...]`` and ``scontrol release ...`` go to the gateway (verbs ``hold`` and
+  ``release``); each job that could not be held or released gets its own
+  ``scontrol: error: <why> for job <id>`` line and the exit status is then 1;
+- ``scontrol update JobId=ID [TimeLimit=TIME] [Partition=NAME]`` changes a pending job (verb ``update``;
+  a user may only lower a time limit, as in Slurm);
+- ``scontrol show job [ID]`` prints Slurm's multi-line ``Key=Value`` record of each job (``-o``: one line
+  each) from the scheduler's ``jobs`` verb; ``show hostnames [LIST]`` and ``show hostlist LIST`` expand and
+  compress host lists locally (``LIST`` defaults to ``SLURM_JOB_NODELIST``);
+- the other commands of Slurm's scontrol are refused by name as not supported by Corral yet.
+
+Commands and ``show`` entities are case-insensitive, as in Slurm. Rendering is pure: ``show_job``.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import tzinfo
+from typing import TYPE_CHECKING
+
+from corral.cli.errors import EXIT_FAILURE, CliError, error_line, run_command
+from corral.cli.options import OptionTable, flag, parse_job_ids, unsupported, version_text
+from corral.libs.slurm import hostlist
+from corral.libs.slurm.memory import format_memory
+from corral.libs.slurm.timefmt import format_elapsed_sacct, format_timestamp, parse_time_limit
+
+if TYPE_CHECKING:
+    from corral.schemas.api import ControlReply, JobInfo, UpdateRequest
+
+COMMAND = "scontrol"
+
+OPTIONS = OptionTable(
+    [
+        flag("oneliner", "o"),
+        flag("quiet", "Q"),
+        flag("details", "d"),
+        flag("all", "a"),
+        flag("help", "h"),
+        flag("usage"),
+        flag("version", "V"),
+        *unsupported("clusters/M federation local sibling json yaml verbose/v hide"),
+    ]
+)
+
+USAGE = """\
+Usage: scontrol [OPTIONS...] COMMAND [ARGS...]
+  hold JOBID[,JOBID...]       keep pending jobs from starting (JobHeldUser)
+  release JOBID[,JOBID...]    let held jobs start again
+  update JobId=ID [TimeLimit=TIME] [Partition=NAME]   change a pending job
+  show job [JOBID]            every field of a job (all live jobs without JOBID)
+  show hostnames [LIST]       one host per line (LIST defaults to SLURM_JOB_NODELIST)
+  show hostlist HOSTS         the compressed host list of comma-separated HOSTS
+  -o, --oneliner              one line per record
+"""
+
+#: Slurm's scontrol commands that Corral does not implement yet.
+LATER_COMMANDS = frozenset(
+    {
+        "requeue", "requeuehold", "uhold", "suspend", "resume", "top", "notify", "reboot",
+        "reconfigure", "create", "delete", "listpids", "ping", "shutdown", "takeover", "token", "wait_job",
+        "write", "setdebug", "setdebugflags", "fsdampeningfactor", "cancel_reboot", "errnumstr",
+        "getaddrs", "pidinfo", "power", "schedloglevel", "version",
+    }
+)  # fmt: skip
+#: Slurm's ``show`` entities that Corral does not implement yet.
+LATER_ENTITIES = frozenset(
+    {
+        "node", "nodes", "partition", "partitions", "reservation", "reservations", "config", "step",
+        "steps", "assoc_mgr", "burstbuffer", "daemons", "federation", "frontend", "licenses", "topology",
+        "aliases", "dwstat", "bbstat", "hostlistsorted",
+    }
+)  # fmt: skip
+#: Reasons of a pending job that is not eligible yet (its EligibleTime is not known).
+_INELIGIBLE = frozenset(
+    {"Dependency", "DependencyNeverSatisfied", "JobHeldUser", "JobHeldAdmin", "BeginTime"}
+)
+
+#: Resolves a user name to ``(uid, group name, gid)``; None if the machine does not know it.
+UserLookup = Callable[[str], "tuple[int, str, int] | None"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``scontrol``."""
+    return run_command(COMMAND, _scontrol, argv)
+
+
+def _scontrol(argv: list[str]) -> int:
+    args = OPTIONS.parse(argv, stop_at_positional=True)
+    if args.given("help") or args.given("usage"):
+        sys.stdout.write(USAGE)
+        return 0
+    if args.given("version"):
+        print(version_text())
+        return 0
+    words = args.positionals + args.rest
+    if not words:
+        raise CliError("no command given: use hold, release or show (scontrol --help)")
+    command, rest = words[0].lower(), words[1:]
+    if command in ("hold", "release"):
+        return _control(command, rest)
+    if command == "show":
+        return _show(rest, oneliner=args.given("oneliner"))
+    if command == "update":
+        return _update(rest)
+    if command in LATER_COMMANDS:
+        raise CliError(f"scontrol {command} is not supported by Corral yet")
+    raise CliError(f"invalid keyword: {words[0]}")
+
+
+def control_ids(words: Sequence[str], command: str) -> list[int]:
+    """The job ids of ``hold``/``release`` (space- or comma-separated; ``JobId=`` accepted)."""
+    items: list[str] = []
+    for word in words:
+        key, eq, value = word.partition("=")
+        if eq and key.lower() in ("jobid", "job"):
+            word = value
+        elif eq:
+            raise CliError(f"scontrol {command} {word}: only job ids are supported by Corral yet")
+        items.extend(part for part in word.split(",") if part.strip())
+    if not items:
+        raise CliError(f"scontrol {command} needs a job id")
+    return parse_job_ids(items, "job id")
+
+
+def failure_lines(reply: ControlReply) -> list[str]:
+    """One ``scontrol: error: <why> for job <id>`` line per job that was refused."""
+    return [
+        error_line(COMMAND, f"{outcome.error} for job {outcome.job_id}")
+        for outcome in reply.outcomes
+        if outcome.error is not None
+    ]
+
+
+def _control(command: str, words: Sequence[str]) -> int:
+    from corral.cli.client import find_cluster
+    from corral.schemas.api import ControlReply, HoldRequest, ReleaseRequest
+
+    ids = control_ids(words, command)
+    request = HoldRequest(job_ids=ids) if command == "hold" else ReleaseRequest(job_ids=ids)
+    return _report(find_cluster().call(command, request, ControlReply))
+
+
+def _report(reply: ControlReply) -> int:
+    """Print the refusals of a hold, release or update reply; the exit status."""
+    failures = failure_lines(reply)
+    for line in failures:
+        print(line, file=sys.stderr)
+    return EXIT_FAILURE if failures else 0
+
+
+def update_request(words: Sequence[str]) -> UpdateRequest:
+    """The request of ``scontrol update JobId=ID TimeLimit=... Partition=...`` (keys in any case)."""
+    from corral.schemas.api import UpdateRequest
+
+    values: dict[str, str] = {}
+    for word in words:
+        key, eq, value = word.partition("=")
+        if not eq:
+            raise CliError(f"scontrol update {word}: use KEY=VALUE (JobId=, TimeLimit=, Partition=)")
+        name = key.lower()
+        if name in ("nodename", "partitionname", "reservationname", "frontendname", "stepid"):
+            raise CliError(f"scontrol update {key}= is not supported by Corral yet")
+        if name not in ("jobid", "timelimit", "partition"):
+            raise CliError(f"scontrol update: changing {key} is not supported by Corral yet")
+        values[name] = value
+    if "jobid" not in values:
+        raise CliError("scontrol update needs JobId=ID")
+    ids = parse_job_ids(values["jobid"].split(","), "JobId")
+    if len(ids) != 1:
+        raise CliError("scontrol update of several jobs at once is not supported by Corral yet")
+    limit_text = values.get("timelimit")
+    time_limit = None
+    if limit_text is not None:
+        if limit_text[:1] in "+-" or limit_text.lower() in ("unlimited", "infinite", "-1"):
+            raise CliError(f"TimeLimit={limit_text} is not supported by Corral yet: give a time")
+        time_limit = parse_time_limit(limit_text, "TimeLimit")
+        if time_limit is None:
+            raise CliError(f"TimeLimit={limit_text} is not supported by Corral yet: give a time")
+    partition = values.get("partition")
+    if partition is not None and (not partition or "," in partition):
+        raise CliError(f"Partition={partition}: give one partition name")
+    if time_limit is None and partition is None:
+        raise CliError("scontrol update: give TimeLimit= or Partition= to change")
+    return UpdateRequest(job_id=ids[0], time_limit_s=time_limit, partition=partition)
+
+
+def _update(words: Sequence[str]) -> int:
+    from corral.cli.client import find_cluster
+    from corral.schemas.api import ControlReply
+
+    return _report(find_cluster().call("update", update_request(words), ControlReply))
+
+
+def _show(words: Sequence[str], *, oneliner: bool) -> int:
+    if not words:
+        raise CliError("scontrol show needs an entity: job, hostnames or hostlist")
+    entity, rest = words[0].lower(), list(words[1:])
+    if entity in ("job", "jobs", "jobid"):
+        return _show_jobs(rest, oneliner)
+    if entity == "hostnames":
+        text = rest[0] if rest else os.environ.get("SLURM_JOB_NODELIST", "")
+        if not text:
+            raise CliError("scontrol show hostnames needs a host list (or SLURM_JOB_NODELIST set)")
+        print("\n".join(hostlist.expand(text)))
+        return 0
+    if entity == "hostlist":
+        if not rest:
+            raise CliError("scontrol show hostlist needs a comma-separated list of hosts")
+        print(hostlist.compress([h for h in rest[0].split(",") if h]))
+        return 0
+    if entity in LATER_ENTITIES:
+        raise CliError(f"scontrol show {entity} is not supported by Corral yet")
+    raise CliError(f"invalid entity: {words[0]} for keyword: show")
+
+
+def _show_jobs(words: Sequence[str], oneliner: bool) -> int:
+    from corral.cli.client import find_cluster
+    from corral.schemas.api import JobsReply, JobsRequest
+
+    if len(words) > 1:
+        raise CliError(f"unexpected argument '{words[1]}' after the job id")
+    ids = parse_job_ids([words[0]], "job id") if words else []
+    reply = find_cluster().call("jobs", JobsRequest(job_ids=ids), JobsReply)
+    if ids and not reply.jobs:
+        raise CliError("slurm_load_jobs error: Invalid job id specified")
+    if not reply.jobs:
+        print("No jobs in the system")
+        return 0
+    now = time.time()
+    out = []
+    for job in reply.jobs:
+        lines = show_job(job, now, local_user)
+        out.append(" ".join(lines) + "\n" if oneliner else "\n   ".join(lines) + "\n\n")
+    sys.stdout.write("".join(out))
+    return 0
+
+
+def local_user(user: str) -> tuple[int, str, int] | None:
+    """``(uid, group name, gid)`` of a local user, None if this machine does not know the name."""
+    import grp
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return None
+    try:
+        group = grp.getgrgid(entry.pw_gid).gr_name
+    except KeyError:
+        group = str(entry.pw_gid)
+    return entry.pw_uid, group, entry.pw_gid
+
+
+def show_job(job: JobInfo, now: float, lookup: UserLookup, tz: tzinfo | None = None) -> list[str]:
+    """The lines of ``scontrol show job`` for one job (Slurm's keys, in Slurm's order)."""
+    ids = lookup(job.user)
+    user = f"{job.user}({ids[0]})" if ids else job.user
+    group = f"{ids[1]}({ids[2]})" if ids else "(null)"
+    pending = job.state == "PENDING"
+    stdout = output_path(job.stdout or "slurm-%j.out", job)
+    return [
+        f"JobId={job.job_id} JobName={job.name}",
+        f"UserId={user} GroupId={group} MCS_label=N/A",
+        f"Priority={job.priority} Nice=0 Account={job.account} QOS=normal",
+        f"JobState={job.state} Reason={job.reason or 'None'} Dependency={job.dependency or '(null)'}",
+        f"Requeue={int(job.requeue)} Restarts={job.restart_count} BatchFlag=1 Reboot=0 "
+        f"ExitCode={job.exit_code}:{job.signal}",
+        f"RunTime={format_elapsed_sacct(_run_time(job, now))} TimeLimit={_limit(job.time_limit_s)} "
+        "TimeMin=N/A",
+        f"SubmitTime={format_timestamp(job.submit_time, tz)} EligibleTime={_eligible(job, tz)}",
+        f"StartTime={format_timestamp(job.start_time, tz)} EndTime={_end(job, tz)} Deadline=N/A",
+        f"Partition={job.partition} AllocNode:Sid=(null):0",
+        f"NodeList={'(null)' if pending or not job.node_list else job.node_list}",
+        f"NumNodes={job.num_nodes} NumCPUs={job.num_cpus} NumTasks={job.num_tasks} "
+        f"CPUs/Task={max(job.num_cpus // max(job.num_tasks, 1), 1)}",
+        f"TRES={_tres(job)}",
+        f"MinMemoryNode={format_memory(job.min_memory_mb or 0)}",
+        f"WorkDir={job.workdir}",
+        f"StdErr={output_path(job.stderr, job) if job.stderr else stdout}",
+        "StdIn=/dev/null",
+        f"StdOut={stdout}",
+    ]
+
+
+def output_path(pattern: str, job: JobInfo) -> str:
+    """An output pattern with ``%j %J %A %x %u %N %%`` filled in, made absolute against the workdir.
+
+    ``%N`` (the batch node) stays as is while the job has no node, as in Slurm.
+    """
+    first = hostlist.first(job.node_list) if job.node_list else "%N"
+    values = {"j": str(job.job_id), "J": str(job.job_id), "A": str(job.job_id), "x": job.name, "u": job.user}
+    values |= {"N": first, "%": "%"}
+    out = []
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "%" and index + 1 < len(pattern) and pattern[index + 1] in values:
+            out.append(values[pattern[index + 1]])
+            index += 2
+            continue
+        out.append(char)
+        index += 1
+    return posixpath.join(job.workdir, "".join(out))
+
+
+def _run_time(job: JobInfo, now: float) -> int:
+    if job.start_time is None or job.state == "PENDING":
+        return 0
+    end = job.end_time if job.end_time is not None else now
+    return max(0, int(end - job.start_time))
+
+
+def _limit(seconds: int | None) -> str:
+    return "UNLIMITED" if seconds is None else format_elapsed_sacct(seconds)
+
+
+def _eligible(job: JobInfo, tz: tzinfo | None) -> str:
+    if job.begin_time is not None:
+        return format_timestamp(job.begin_time, tz)
+    if job.state == "PENDING" and job.reason in _INELIGIBLE:
+        return "Unknown"
+    return format_timestamp(job.submit_time, tz)
+
+
+def _end(job: JobInfo, tz: tzinfo | None) -> str:
+    if job.end_time is not None:
+        return format_timestamp(job.end_time, tz)
+    if job.state == "RUNNING" and job.start_time is not None and job.time_limit_s is not None:
+        return format_timestamp(job.start_time + job.time_limit_s, tz)
+    return "Unknown"
+
+
+def _tres(job: JobInfo) -> str:
+    parts = [f"cpu={job.num_cpus}", f"node={job.num_nodes}"]
+    if job.min_memory_mb:
+        parts.insert(1, f"mem={format_memory(job.min_memory_mb * job.num_nodes)}")
+    if job.gpus_per_node:
+        parts.append(f"gres/gpu={job.gpus_per_node * job.num_nodes}")
+    return ",".join(parts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
