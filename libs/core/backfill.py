@@ -67,6 +67,17 @@ class NodePlan:
 
     def earliest(self, req: Request, now: float, limit: float) -> float:
         """The earliest time from ``now`` this node can host one node of ``req`` for ``limit`` seconds."""
+        if not self.holds:
+            # Without holds free capacity only grows: walk the releases once.
+            need_mem = mem_need(self.free, req)
+            cpus, gpus, mem = self.free.cpus, len(self.free.gpus), self.free.mem_mb
+            if cpus >= req.cpus and gpus >= req.gpus and mem >= need_mem:
+                return now
+            for when, c, g, m in self.releases:
+                cpus, gpus, mem = cpus + c, gpus + g, mem + m
+                if cpus >= req.cpus and gpus >= req.gpus and mem >= need_mem:
+                    return max(when, now)
+            return INF
         candidates = sorted(
             {
                 now,
@@ -96,6 +107,7 @@ class Planner:
         self.now = now
         self.nodes = {name: NodePlan(f) for name, f in free.items()}
         self._members: dict[str, list[NodePlan]] = {}
+        self._totals: dict[str, list[int]] = {}  # partition -> [free CPUs, free GPUs] now
 
     def running(self, allocation: list[NodeAllocation], end: float) -> None:
         """A run that holds ``allocation`` until ``end`` (INF if unlimited)."""
@@ -110,8 +122,18 @@ class Planner:
             self._members[partition] = [n for n in self.nodes.values() if partition in n.free.partitions]
         return self._members[partition]
 
+    def totals(self, partition: str) -> list[int]:
+        """[free CPUs, free GPUs] of a partition now (kept up to date as jobs start)."""
+        if partition not in self._totals:
+            nodes = self.members(partition)
+            self._totals[partition] = [sum(n.free.cpus for n in nodes), sum(len(n.free.gpus) for n in nodes)]
+        return self._totals[partition]
+
     def start_now(self, partition: str, req: Request, limit: float) -> list[NodeAllocation] | None:
         """Allocate ``req`` now if it fits without breaking a reservation; None otherwise."""
+        cpus, gpus = self.totals(partition)
+        if req.nodes * req.cpus > cpus or req.nodes * req.gpus > gpus:
+            return None  # not even the partition's whole free capacity is enough: skip the node scan
         end = self.now + limit
         fit = [n for n in self.members(partition) if node_fits(n.free, req)]
         if len(fit) < req.nodes:
@@ -126,6 +148,10 @@ class Planner:
             alloc = take(node.free, req)
             node.release(end, alloc)
             out.append(alloc)
+            for name, totals in self._totals.items():
+                if name in node.free.partitions:
+                    totals[0] -= alloc.cpus
+                    totals[1] -= len(alloc.gpus)
         return out
 
     def reserve(self, partition: str, req: Request, limit: float, window: float) -> float | None:

@@ -92,6 +92,15 @@ def node_fits(free: Free, req: Request) -> bool:
     return len(free.gpus) >= req.gpus and free.cpus >= req.cpus and free.mem_mb >= mem_need(free, req)
 
 
+def give_back(free: Free | None, alloc: NodeAllocation) -> None:
+    """Return an allocation's resources to a node's free capacity (a run that is ending)."""
+    if free is None:
+        return
+    free.gpus = sorted(free.gpus + list(alloc.gpus))
+    free.cpus += alloc.cpus
+    free.mem_mb += alloc.mem_mb
+
+
 def take(free: Free, req: Request) -> NodeAllocation:
     """Take one node's part of the request from its free capacity: the lowest free GPU indices."""
     mem = mem_need(free, req)

@@ -22,7 +22,8 @@ message ids, and agents keep a record so that a repeated order is a no-op.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from corral.libs.core.backfill import INF, Planner
@@ -35,7 +36,7 @@ from corral.libs.core.fair_share import (
     fair_tree_factors,
     user_key,
 )
-from corral.libs.core.placement import free_capacity, request_of
+from corral.libs.core.placement import free_capacity, give_back, request_of
 from corral.libs.core.priority import ClusterSize, PriorityWeights, priority
 from corral.libs.core.state import Job, State
 from corral.schemas import api
@@ -71,13 +72,18 @@ class Policy:
         default_factory=PriorityWeights
     )  # multifactor priority weights (all 0: FIFO)
 
-    @property
+    @cached_property
     def default_partition(self) -> str:
         """Name of the default partition."""
         for part in self.partitions:
             if part.default:
                 return part.name
         return self.partitions[0].name if self.partitions else "batch"
+
+    @cached_property
+    def by_name(self) -> dict[str, PartitionPolicy]:
+        """Partitions by name."""
+        return {p.name: p for p in self.partitions}
 
     def partition_of(self, job: Job) -> str:
         """The partition a job runs in."""
@@ -87,10 +93,10 @@ class Policy:
         """Effective time limit of a job's next run."""
         if job.spec.time_limit_s is not None:
             return job.spec.time_limit_s
-        for part in self.partitions:
-            if part.name == self.partition_of(job):
-                return part.default_time_s if part.default_time_s is not None else part.max_time_s
-        return None
+        part = self.by_name.get(self.partition_of(job))
+        if part is None:
+            return None
+        return part.default_time_s if part.default_time_s is not None else part.max_time_s
 
 
 @dataclass
@@ -201,11 +207,16 @@ def _conclude(state: State, job: Job) -> ev.Event | None:
 
 def queue_order(state: State, now: float, policy: Policy, pending: list[Job]) -> list[tuple[Job, int]]:
     """Pending jobs with their priority, in the order they are considered."""
+    tiers = {p.name: p.tier for p in policy.partitions}
+    if not any(astuple(policy.weights)[:4]):
+        # Every weight 0: priority 1 for all, the order is tier, submit time, id (no factor to compute).
+        keyed = [((-tiers.get(policy.partition_of(j), 1), j.submit_time, j.job_id), j) for j in pending]
+        keyed.sort(key=lambda r: r[0])
+        return [(job, 1) for _, job in keyed]
     size = ClusterSize(
         gpus=sum(n.gpus for n in state.nodes.values()), cpus=sum(n.cpus for n in state.nodes.values())
     )
     top_tier = max((p.tier for p in policy.partitions), default=1) or 1
-    tiers = {p.name: p.tier for p in policy.partitions}
     shares = fairshare_factors(state, now, policy, {job.user for job in pending})
     ranked = []
     for job in pending:
@@ -227,10 +238,18 @@ def fairshare_factors(state: State, now: float, policy: Policy, users: set[str])
 
 
 def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out: Plan, epoch: int) -> None:
-    planner = Planner(free_capacity(state.nodes), now)
+    free = free_capacity(state.nodes)
     for job_id in state.active:
         job = state.jobs[job_id]
-        if job.state == "RUNNING" and job.start_time is not None:
+        # A run whose exit is concluded in this cycle frees its resources now: the conclusion is
+        # appended before any allocation that uses them (and the fold refuses the allocation if not).
+        if job.state == "RUNNING" and job.run_exit is not None:
+            for alloc in job.allocations:
+                give_back(free.get(alloc.node), alloc)
+    planner = Planner(free, now)
+    for job_id in state.active:
+        job = state.jobs[job_id]
+        if job.state == "RUNNING" and job.run_exit is None and job.start_time is not None:
             run_limit = job.time_limit_s
             planner.running(job.allocations, INF if run_limit is None else job.start_time + run_limit)
     for orphan in state.orphans:

@@ -83,8 +83,8 @@ def test_a_finished_job_frees_its_reservation_holder_to_start() -> None:
     log.add(submitted(2, job(gpus=8, nodes=2, time_s=1000)))
     run(log, EASY)
     log.add(exited(1, "gpu01"))
-    run(log, EASY)  # concludes job 1
-    assert started(run(log, EASY)) == [2]
+    out = run(log, EASY)  # concludes job 1 and starts job 2 on what it frees
+    assert isinstance(out.decisions[0], ev.JobCompleted) and started(out) == [2]
 
 
 # --- property: backfilling never delays the job at the head of the queue --------------------------------

@@ -249,14 +249,24 @@ def test_conclusion_of_a_run_exit(
     assert plan(log.state, log.state.now, POLICY).decisions == [decision]
 
 
-def test_a_conclusion_and_the_placement_it_frees_are_separate_cycles() -> None:
-    # The conclusion frees the nodes only when it comes back through the log.
+def test_a_conclusion_and_the_placement_it_frees_come_in_one_cycle_in_that_order() -> None:
+    # The exited run's resources are free for placement in the cycle that concludes it; the
+    # conclusion is appended first, so the fold has released them when it meets the allocation.
     log = running(nodes=4)
     log.add(submitted(2, job(nodes=4)), exited(1, "gpu01"))
     first = cycle(log)
-    assert first.decisions == [ev.JobCompleted(job_id=1, attempt=0)]
-    assert first.reasons == {2: "Resources"}
-    assert list(allocations(cycle(log))) == [2]
+    assert first.decisions[0] == ev.JobCompleted(job_id=1, attempt=0)
+    assert list(allocations(first)) == [2]
+    assert log.state.jobs[1].state == "COMPLETED" and log.state.jobs[2].state == "RUNNING"
+
+
+def test_an_allocation_whose_conclusion_was_lost_changes_nothing() -> None:
+    """If the conclusion is not appended (a concurrent event won), the fold refuses the allocation."""
+    log = running(nodes=4)
+    log.add(submitted(2, job(nodes=4)), exited(1, "gpu01"))
+    decided = plan(log.state, log.state.now, POLICY)
+    log.add(*[d for d in decided.decisions if isinstance(d, ev.JobAllocated)])
+    assert log.state.jobs[2].state == "PENDING" and log.state.jobs[1].state == "RUNNING"
 
 
 def test_a_pending_cancel_is_concluded_without_placing() -> None:
