@@ -108,6 +108,10 @@ class Planner:
         self.nodes = {name: NodePlan(f) for name, f in free.items()}
         self._members: dict[str, list[NodePlan]] = {}
         self._totals: dict[str, list[int]] = {}  # partition -> [free CPUs, free GPUs] now
+        # (partition, per-node shape) -> how many nodes could host it when last counted. Free capacity
+        # only shrinks during a pass, so that count stays an upper bound: a request for more nodes of the
+        # same shape fails without a scan (most of a long queue is a few shapes).
+        self._fitting: dict[tuple[str, int, int, int | None, str | None], int] = {}
 
     def running(self, allocation: list[NodeAllocation], end: float) -> None:
         """A run that holds ``allocation`` until ``end`` (INF if unlimited)."""
@@ -134,8 +138,12 @@ class Planner:
         cpus, gpus = self.totals(partition)
         if req.nodes * req.cpus > cpus or req.nodes * req.gpus > gpus:
             return None  # not even the partition's whole free capacity is enough: skip the node scan
+        shape = (partition, req.gpus, req.cpus, req.mem_mb, req.gpu_type)
+        if self._fitting.get(shape, req.nodes) < req.nodes:
+            return None
         end = self.now + limit
         fit = [n for n in self.members(partition) if node_fits(n.free, req)]
+        self._fitting[shape] = len(fit)
         if len(fit) < req.nodes:
             return None
         fit = [n for n in fit if n.fits_during(req, self.now, end)]

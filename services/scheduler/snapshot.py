@@ -10,6 +10,8 @@ replay gives (tests check both).
 
 from __future__ import annotations
 
+import io
+
 import msgspec
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
@@ -50,11 +52,13 @@ async def load(bus: Bus) -> tuple[State | None, str]:
     """The latest usable snapshot's state, or None, and why (for the log)."""
     try:
         store = await bus.js.object_store(subjects.SNAPSHOT_BUCKET)
-        result = await store.get(NAME)
+        # Read into one buffer: nats-py would otherwise grow a bytes object chunk by chunk (quadratic).
+        buffer = io.BytesIO()
+        await store.get(NAME, writeinto=buffer)
     except (ObjectNotFoundError, NotFoundError):
         return None, "no snapshot"
     try:
-        snap = _decoder.decode(result.data or b"")
+        snap = _decoder.decode(buffer.getbuffer())
     except msgspec.DecodeError as exc:
         return None, f"snapshot does not decode ({exc}): full replay"
     if snap.format != FORMAT:
