@@ -181,24 +181,31 @@ class Bus:
         end = await self.last_seq()
         if not follow and end < from_seq:
             return
+        # A callback fills a bounded queue: while the reader is busy the callback waits, so flow
+        # control holds the server back (no unbounded buffering of a long log), and the reader takes
+        # messages without a timer per message when the queue is not empty.
+        queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=4096)
         sub = await self.js.subscribe(
             subject,
             stream=subjects.EVENTS_STREAM,
             ordered_consumer=True,
             deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
             config=api.ConsumerConfig(opt_start_seq=from_seq),
-            pending_msgs_limit=1_000_000,
+            cb=queue.put,
         )
         try:
             while True:
                 try:
-                    msg = await sub.next_msg(timeout=1.0 if follow else 5.0)
-                except TimeoutError:  # nats.errors.TimeoutError is one too
-                    if follow:
+                    msg = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    try:
+                        msg = await asyncio.wait_for(queue.get(), 1.0 if follow else 5.0)
+                    except TimeoutError:
+                        if follow:
+                            continue
+                        if await self.last_seq() <= end:
+                            return
                         continue
-                    if await self.last_seq() <= end:
-                        return
-                    continue
                 meta = msg.metadata
                 yield _entry(meta.sequence.stream, msg.subject, msg.data, meta.num_pending)
                 if not follow and (meta.sequence.stream >= end or meta.num_pending == 0):
@@ -221,25 +228,37 @@ class Bus:
         with contextlib.suppress(Exception):
             await self.js.publish(subjects.dlq_subject(service), msg.data, headers=headers)
 
-    async def next_job_id(self) -> int:
-        """Allocate a job id: compare-and-set on a KV counter, so any gateway replica may do it."""
+    async def next_job_id(self, count: int = 1) -> int:
+        """Allocate ``count`` consecutive job ids and return the first: one compare-and-set of +count on a
+        KV counter, so any gateway replica may do it (a job array's block is reserved at once)."""
+        if count < 1:
+            raise ValueError(f"count must be at least 1, got {count}")
         kv = await self.js.key_value(subjects.IDS_BUCKET)
         for _ in range(100):
             try:
                 current = await kv.get(subjects.JOB_ID_KEY)
             except nats.js.errors.KeyNotFoundError:
                 try:
-                    await kv.create(subjects.JOB_ID_KEY, b"1")
+                    await kv.create(subjects.JOB_ID_KEY, str(count).encode())
                     return 1
                 except (KeyWrongLastSequenceError, APIError):
                     continue
-            value = int(current.value or b"0") + 1
+            last = int(current.value or b"0")
             try:
-                await kv.update(subjects.JOB_ID_KEY, str(value).encode(), last=current.revision)
-                return value
+                await kv.update(subjects.JOB_ID_KEY, str(last + count).encode(), last=current.revision)
+                return last + 1
             except (KeyWrongLastSequenceError, APIError):
                 await asyncio.sleep(0)
         raise TransientError("could not allocate a job id: too much contention")
+
+    async def last_job_id(self) -> int:
+        """The highest job id allocated so far (0 if none)."""
+        kv = await self.js.key_value(subjects.IDS_BUCKET)
+        try:
+            current = await kv.get(subjects.JOB_ID_KEY)
+        except nats.js.errors.KeyNotFoundError:
+            return 0
+        return int(current.value or b"0")
 
     async def consume(
         self,
