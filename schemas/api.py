@@ -71,17 +71,26 @@ class SubmitReply(msgspec.Struct, frozen=True, tag="submitted", kw_only=True):
 # --- cancel ---------------------------------------------------------------------------------------
 
 
+class ArrayTasks(msgspec.Struct, frozen=True, kw_only=True):
+    """Some tasks of a job array, by index: ``A_T`` or ``A_[1-3,7]``."""
+
+    array_job_id: int  # the array's id (its first task's job id)
+    task_ids: list[int]  # the tasks' indices (SLURM_ARRAY_TASK_ID)
+
+
 class CancelRequest(msgspec.Struct, frozen=True, tag="cancel", kw_only=True):
-    """scancel: cancel jobs."""
+    """scancel: cancel jobs. An array's id (``scancel A``) cancels every task of the array."""
 
     job_ids: list[int]  # jobs to cancel
+    tasks: list[ArrayTasks] = []  # array tasks to cancel by index (``scancel A_T``, ``A_[1-3]``)
 
 
 class CancelOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """What happened to one job of a cancel request."""
 
-    job_id: int  # the job
+    job_id: int  # the job (the array's id for a task named by index)
     error: str | None = None  # None if the cancel request was recorded (or the job already ended)
+    array_task_id: int | None = None  # the task's index when it was named as ``A_T``
 
 
 class CancelReply(msgspec.Struct, frozen=True, tag="cancel_reply", kw_only=True):
@@ -96,13 +105,15 @@ class CancelReply(msgspec.Struct, frozen=True, tag="cancel_reply", kw_only=True)
 class HoldRequest(msgspec.Struct, frozen=True, tag="hold", kw_only=True):
     """scontrol hold: keep pending jobs from starting (JobHeldUser; JobHeldAdmin when an admin asks)."""
 
-    job_ids: list[int]  # jobs to hold
+    job_ids: list[int]  # jobs to hold (an array's id: every task)
+    tasks: list[ArrayTasks] = []  # array tasks to hold by index
 
 
 class ReleaseRequest(msgspec.Struct, frozen=True, tag="release", kw_only=True):
     """scontrol release: let held jobs be scheduled again."""
 
-    job_ids: list[int]  # jobs to release
+    job_ids: list[int]  # jobs to release (an array's id: every task)
+    tasks: list[ArrayTasks] = []  # array tasks to release by index
 
 
 class UpdateRequest(msgspec.Struct, frozen=True, tag="update", kw_only=True):
@@ -119,8 +130,9 @@ class UpdateRequest(msgspec.Struct, frozen=True, tag="update", kw_only=True):
 class JobOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """What happened to one job of a hold, release or update request."""
 
-    job_id: int  # the job
+    job_id: int  # the job (the array's id for a task named by index)
     error: str | None = None  # None if the request was recorded; Slurm's wording otherwise
+    array_task_id: int | None = None  # the task's index when it was named as ``A_T``
 
 
 class ControlReply(msgspec.Struct, frozen=True, tag="control_reply", kw_only=True):
@@ -135,7 +147,7 @@ class ControlReply(msgspec.Struct, frozen=True, tag="control_reply", kw_only=Tru
 class JobsRequest(msgspec.Struct, frozen=True, tag="jobs", kw_only=True):
     """squeue: the live queue (pending and running jobs), filtered."""
 
-    job_ids: list[int] = []  # only these jobs (empty: all)
+    job_ids: list[int] = []  # only these jobs (empty: all); an array's id selects all its tasks
     users: list[str] = []  # only these users
     partitions: list[str] = []  # only these partitions
     states: list[str] = []  # only these states
@@ -173,6 +185,9 @@ class JobInfo(msgspec.Struct, frozen=True, kw_only=True):
     stdout: str | None = None  # -o pattern as submitted (None: slurm-%j.out)
     stderr: str | None = None  # -e pattern as submitted (None: with stdout)
     requeue: bool = True  # may be requeued
+    array_job_id: int = 0  # the array's id for an array task (its first task's id), 0 otherwise
+    array_task_id: int | None = None  # the task's index (SLURM_ARRAY_TASK_ID), None if not an array task
+    array_throttle: int = 0  # the array's %P limit of running tasks, 0 = none
 
 
 class JobsReply(msgspec.Struct, frozen=True, tag="jobs_reply", kw_only=True):
@@ -230,7 +245,7 @@ class NodesReply(msgspec.Struct, frozen=True, tag="nodes_reply", kw_only=True):
 class AcctRequest(msgspec.Struct, frozen=True, tag="acct", kw_only=True):
     """sacct: accounting records from the read model."""
 
-    job_ids: list[int] = []  # only these jobs (empty: all matching the other filters)
+    job_ids: list[int] = []  # only these jobs (empty: all matching the others); an array's id: its tasks
     users: list[str] = []  # only these users (empty: all)
     accounts: list[str] = []  # only these accounts
     states: list[str] = []  # only jobs in these states
@@ -279,6 +294,8 @@ class AcctJob(msgspec.Struct, frozen=True, kw_only=True):
     workdir: str  # submit directory
     reason: str  # end or pending reason
     steps: list[AcctStep] = []  # steps, batch first
+    array_job_id: int | None = None  # the array's id for an array task, None otherwise
+    array_task_id: int | None = None  # the task's index for an array task, None otherwise
 
 
 class AcctReply(msgspec.Struct, frozen=True, tag="acct_reply", kw_only=True):
@@ -316,6 +333,8 @@ class LaunchOrder(msgspec.Struct, frozen=True, tag="launch", kw_only=True):
     time_limit_s: int | None  # limit of this run
     cluster: str  # cluster name (SLURM_CLUSTER_NAME)
     traceparent: str | None = None  # trace context of the job
+    array_job_id: int = 0  # the array's id for an array task (SLURM_ARRAY_JOB_ID, %A), 0 otherwise
+    array_task_id: int | None = None  # the task's index (SLURM_ARRAY_TASK_ID, %a), None if not a task
 
 
 class KillOrder(msgspec.Struct, frozen=True, tag="kill", kw_only=True):

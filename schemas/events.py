@@ -53,6 +53,26 @@ class Dependencies(msgspec.Struct, frozen=True, kw_only=True):
     any_of: bool = False  # True: one satisfied item is enough (``?``); False: all must be (``,``)
 
 
+class ArrayRange(msgspec.Struct, frozen=True, kw_only=True):
+    """One item of ``sbatch --array``: ``start[-end[:step]]`` (a single index has end = start)."""
+
+    start: int  # first index
+    end: int  # last index (inclusive)
+    step: int = 1  # every step-th index from start
+
+
+class ArraySpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A job array (``sbatch --array=0-999%32``): one job per index, each with its own job id.
+
+    The task with the k-th smallest index gets the k-th id of the block the gateway reserved; the first
+    id is the array's id (``SLURM_ARRAY_JOB_ID``, ``%A``). At most MaxArraySize (1001) tasks, indices
+    0..1000.
+    """
+
+    ranges: list[ArrayRange]  # the items as given; the indices are their union, in ascending order
+    throttle: int = 0  # ``%P``: at most this many tasks of the array run at once; 0 = no limit
+
+
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     """What a user asked for: everything needed to schedule and launch a batch job.
 
@@ -82,12 +102,18 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     dependencies: Dependencies | None = None  # -d: start only once these hold; None = no dependency
     held: bool = False  # -H: submitted held (JobHeldUser) until released
     begin_time: float | None = None  # -b: not eligible before this Unix time; None = at once
+    array: ArraySpec | None = None  # -a/--array: one job per index; None = a single job
 
 
 class JobSubmitted(msgspec.Struct, frozen=True, tag="job_submitted", kw_only=True):
-    """Intent (gateway): a user submitted a job; the job is PENDING from here."""
+    """Intent (gateway): a user submitted a job; the job is PENDING from here.
 
-    job_id: JobId  # monotonic, never reused
+    With ``spec.array`` it is a whole job array, accepted atomically in this one entry: the fold expands it
+    into one PENDING job per index, with the ids ``job_id, job_id + 1, ...`` in index order (a block the
+    gateway reserved on the id counter). Only the first task's events share this entry's subject.
+    """
+
+    job_id: JobId  # monotonic, never reused; an array's first id (the array's id)
     user: str  # authenticated submitter (taken from the connection, never from the request)
     spec: JobSpec  # what was asked for
 
@@ -97,6 +123,7 @@ class JobCancelRequested(msgspec.Struct, frozen=True, tag="job_cancel_requested"
 
     job_id: JobId  # the job to cancel
     user: str  # who asked (authenticated)
+    whole_array: bool = False  # job_id is an array's id: cancel every task of the array (scancel A)
 
 
 class NodeAllocation(msgspec.Struct, frozen=True, kw_only=True):

@@ -179,12 +179,16 @@ def parse_count(text: str, option: str, minimum: int = 1) -> int:
 
 
 def parse_job_ids(items: Iterable[str], option: str) -> list[int]:
-    """Job ids from ``-j``-style items; array (``12_3``) and step (``12.0``) ids are refused by name."""
+    """Plain job ids; array task (``12_3``) and step (``12.0``) ids are refused by name (``jobrefs`` reads
+    task ids where a command supports them)."""
     ids: list[int] = []
     for item in items:
         text = item.strip()
         if "_" in text:
-            raise CliError(f"{option} {text}: job arrays are not supported by Corral yet")
+            raise CliError(
+                f"{option} {text}: array task ids are not supported here by Corral yet: use the task's own "
+                "job id (squeue -r -o %A)"
+            )
         if "." in text and text.partition(".")[0].isdigit():
             raise CliError(f"{option} {text}: job steps are not supported here by Corral yet")
         if not text.isdigit() or len(text) > 18 or int(text) == 0:

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 from corral.cli.errors import CliError, run_command
 from corral.cli.fields import parse_states
+from corral.cli.jobrefs import JobRef, ids_of, named, parse_job_refs, split_job_list
 from corral.cli.options import Option as Opt
-from corral.cli.options import OptionTable, flag, parse_job_ids, unsupported, version_text
+from corral.cli.options import OptionTable, flag, unsupported, version_text
 from corral.cli.sacct_fields import COLUMNS, LATER_COLUMNS, Column, RowContext, job_rows, parse_time_point
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ OPTIONS = OptionTable(
 
 USAGE = """\
 Usage: sacct [OPTIONS...]
-  -j, --jobs=IDS          only these jobs (repeatable, comma lists)
+  -j, --jobs=IDS          only these jobs (repeatable, comma lists; A: every task of array A, A_T: one)
   -o, --format=FIELDS     JobID,JobName,State,...; a width as JobName%30 (-e lists the fields)
   -b, --brief             JobID,State,ExitCode     -X, --allocations  no step rows
   -P, --parsable2         fields separated by |    -p, --parsable     ... with a trailing |
@@ -80,7 +81,7 @@ class SacctArgs:
     parsable: str | None = None  # None: fixed width; "P": --parsable2; "p": --parsable
     delimiter: str = "|"  # --delimiter
     steps: bool = True  # -X turns step rows off
-    job_ids: list[int] = field(default_factory=list)  # -j
+    jobs: list[JobRef] = field(default_factory=list)  # -j (an array's id: every task; A_T: one task)
     users: list[str] = field(default_factory=list)  # -u
     all_users: bool = False  # -a
     accounts: list[str] = field(default_factory=list)  # -A
@@ -90,6 +91,11 @@ class SacctArgs:
     start: str | None = None  # -S as given
     end: str | None = None  # -E as given
     help: str | None = None  # text to print instead of querying (--help, -e, --version)
+
+    @property
+    def job_ids(self) -> list[int]:
+        """The job and array ids of ``-j``."""
+        return ids_of(self.jobs)
 
 
 def parse_args(argv: Sequence[str]) -> SacctArgs:
@@ -112,7 +118,7 @@ def parse_args(argv: Sequence[str]) -> SacctArgs:
         parsable=parsable,
         delimiter=args.last("delimiter", "|") or "|",
         steps=not args.given("allocations"),
-        job_ids=parse_job_ids(args.items("jobs"), "--jobs"),
+        jobs=parse_job_refs(split_job_list(args.all("jobs")), "--jobs"),
         users=args.items("user"),
         all_users=args.given("allusers"),
         accounts=args.items("accounts"),
@@ -168,12 +174,13 @@ def acct_request(args: SacctArgs, me: str, now: float, tz: tzinfo | None = None)
 
 
 def select_jobs(jobs: Sequence[AcctJob], args: SacctArgs) -> list[AcctJob]:
-    """The filters the ``acct`` verb does not apply: partitions and names."""
+    """The filters the ``acct`` verb does not apply: partitions, names and array tasks (``-j A_T``)."""
     return [
         job
         for job in jobs
         if (not args.partitions or job.partition in args.partitions)
         and (not args.names or job.name in args.names)
+        and named(args.jobs, job.job_id, job.array_job_id, job.array_task_id)
     ]
 
 

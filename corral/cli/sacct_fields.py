@@ -10,6 +10,7 @@ from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING
 
 from corral.cli.errors import CliError
+from corral.cli.jobrefs import job_label
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.timefmt import format_elapsed_sacct, format_timestamp
 
@@ -65,12 +66,25 @@ def _started(job: AcctJob) -> bool:
     return job.start_time is not None
 
 
+def _job_id(job: AcctJob) -> str:
+    """JobID: ``A_T`` for an array task, the job id otherwise."""
+    return job_label(job.job_id, job.array_job_id, job.array_task_id)
+
+
+def _array_job_id(job: AcctJob) -> str:
+    return "" if job.array_job_id is None else str(job.array_job_id)
+
+
+def _array_task_id(job: AcctJob) -> str:
+    return "" if job.array_task_id is None else str(job.array_task_id)
+
+
 def _column(title: str, width: int, job: _JobGetter, step: _StepGetter, right: bool = True) -> Column:
     return Column(title, width, right, job, step)
 
 
 _ALL = [
-    _column("JobID", 12, lambda j, c: str(j.job_id), lambda j, s, c: f"{j.job_id}.{s.step}", right=False),
+    _column("JobID", 12, lambda j, c: _job_id(j), lambda j, s, c: f"{_job_id(j)}.{s.step}", right=False),
     _column("JobIDRaw", 12, lambda j, c: str(j.job_id), lambda j, s, c: f"{j.job_id}.{s.step}", right=False),
     _column("JobName", 10, lambda j, c: j.name, lambda j, s, c: s.name),
     _column("Partition", 10, lambda j, c: j.partition, lambda j, s, c: ""),
@@ -127,6 +141,8 @@ _ALL = [
         lambda j, s, c: "",
     ),
     _column("WorkDir", 20, lambda j, c: j.workdir, lambda j, s, c: ""),
+    _column("ArrayJobID", 12, lambda j, c: _array_job_id(j), lambda j, s, c: _array_job_id(j)),
+    _column("ArrayTaskID", 12, lambda j, c: _array_task_id(j), lambda j, s, c: _array_task_id(j)),
     _column("Reason", 20, lambda j, c: j.reason or "None", lambda j, s, c: ""),
 ]
 
@@ -138,7 +154,7 @@ _LATER = (
     "AllocTRES ReqTRES ReqMem ReqCPUS ReqNodes MaxRSS AveRSS MaxVMSize AveVMSize CPUTime CPUTimeRAW "
     "TotalCPU UserCPU SystemCPU Group GID UID QOS QOSRAW Priority Cluster DerivedExitCode Comment "
     "Constraints Eligible Flags Layout Reservation ReservationId Suspended WCKey WCKeyID AssocID "
-    "AdminComment ArrayJobID ArrayTaskID BlockID Container ConsumedEnergy ConsumedEnergyRaw "
+    "AdminComment BlockID Container ConsumedEnergy ConsumedEnergyRaw "
     "Extra FailedNode MaxDiskRead MaxDiskWrite MaxPages McsLabel Planned PlannedCPU PlannedCPURAW "
     "StdErr StdIn StdOut SubmitLine TimelimitRaw TRESUsageInAve TRESUsageInMax TRESUsageInTot "
     "TRESUsageOutAve TRESUsageOutMax TRESUsageOutTot AveCPU MinCPU AveCPUFreq AveDiskRead "

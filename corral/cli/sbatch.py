@@ -26,7 +26,8 @@ USAGE = """\
 Usage: sbatch [OPTIONS...] [SCRIPT [ARGS...]]   (the script is read from stdin when not given)
 
   -J, --job-name=NAME         name of the job (default: the script's file name)
-  -o, --output=PATTERN        stdout file (%j job id, %x name, %u user, %N node; default slurm-%j.out)
+  -o, --output=PATTERN        stdout file (%j job id, %x name, %u user, %N node, %A array id, %a task
+                              index; default slurm-%j.out, slurm-%A_%a.out for array tasks)
   -e, --error=PATTERN         stderr file (default: with stdout)
       --open-mode=MODE        append or truncate the output files
   -p, --partition=NAME        partition          -A, --account=NAME     account
@@ -40,6 +41,8 @@ Usage: sbatch [OPTIONS...] [SCRIPT [ARGS...]]   (the script is read from stdin w
                               joined by , (all of) or ? (any of); or singleton
   -H, --hold                  submit held (JobHeldUser) until 'scontrol release'
   -b, --begin=TIME            not before TIME: now+60, now+1hour, HH:MM[:SS], YYYY-MM-DD[THH:MM[:SS]]
+  -a, --array=INDEXES[%MAX]   a job array, one job per index (0-999%32, 1-7:2, 1,3,5-9; indices 0-1000),
+                              at most MAX of them running at once; the id printed is the array's
   -D, --chdir=DIR             working directory of the job (default: the current directory)
       --export=ALL|NONE|[ALL,]VAR[=VALUE],...   environment to export (default ALL)
       --wrap=COMMAND          run COMMAND in a /bin/sh script instead of a script file

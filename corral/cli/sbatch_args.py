@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from corral.cli.errors import CliError
 from corral.cli.options import Option as Opt
 from corral.cli.options import OptionTable, ParsedArgs, flag, parse_count, unsupported
+from corral.libs.slurm.array import parse_array
 from corral.libs.slurm.dependency import parse_dependency
 from corral.libs.slurm.gres import parse_gpus_spec, parse_gres
 from corral.libs.slurm.memory import parse_memory
 from corral.libs.slurm.timefmt import parse_begin_time, parse_time_limit
-from corral.schemas.events import Dependencies, JobSpec, OpenMode
+from corral.schemas.events import ArraySpec, Dependencies, JobSpec, OpenMode
 
 #: Largest batch script accepted, in bytes (Slurm's default max_script_size).
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
@@ -66,11 +67,12 @@ OPTIONS = OptionTable(
         Opt("dependency", "d"),
         flag("hold", "H"),
         Opt("begin", "b"),
+        Opt("array", "a"),
         flag("help", "h"),
         flag("usage"),
         flag("version", "V"),
         *unsupported(
-            "array/a nodelist/w exclude/x gpus/G constraint/C qos/q "
+            "nodelist/w exclude/x gpus/G constraint/C qos/q "
             "oversubscribe/s licenses/L clusters/M wait/W distribution/m input/i verbose/v quiet/Q "
             "no-kill/k overcommit/O core-spec/S immediate/I extra-node-info/B nodefile/F gpus-per-task "
             "gpus-per-socket cpus-per-gpu mem-per-cpu mem-per-gpu signal deadline exclusive mail-type "
@@ -242,6 +244,7 @@ def build_submission(
         dependencies=_dependencies(options.last("dependency")),
         held=options.given("hold"),
         begin_time=_begin(options.last("begin"), now),
+        array=_array(options.last("array")),
     )
     return Submission(spec=spec, parsable=options.given("parsable"), warnings=tuple(warnings))
 
@@ -326,6 +329,10 @@ def _time_limit(value: str | None) -> int | None:
 
 def _dependencies(value: str | None) -> Dependencies | None:
     return None if value is None else parse_dependency(value, "--dependency")
+
+
+def _array(value: str | None) -> ArraySpec | None:
+    return None if value is None else parse_array(value, "--array")
 
 
 def _begin(value: str | None, now: float | None) -> float | None:

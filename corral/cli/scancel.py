@@ -1,5 +1,8 @@
 """``scancel``: cancel jobs by id, or the jobs matching filters (``--me -u -n -t -p -A``).
 
+Ids are ``N`` (a job, or every task of the array whose id it is), ``A_T`` (one array task) or ``A_[1-3]``
+(some tasks); the tasks go to the gateway by index.
+
 Filters resolve to job ids through the ``jobs`` verb first, then one ``cancel`` request carries the ids.
 Ids and filters together cancel the given jobs that match. Each job that could not be cancelled gets its
 own ``Kill job error`` line and the exit status is then 1. Without ids and without ``-u``/``--me``,
@@ -15,12 +18,13 @@ from typing import TYPE_CHECKING
 
 from corral.cli.errors import EXIT_FAILURE, CliError, error_line, run_command
 from corral.cli.fields import parse_states
+from corral.cli.jobrefs import JobRef, ids_of, job_label, named, parse_job_refs, split_refs
 from corral.cli.options import Option as Opt
-from corral.cli.options import OptionTable, flag, parse_job_ids, unsupported, version_text
+from corral.cli.options import OptionTable, flag, unsupported, version_text
 from corral.libs.slurm.signals import parse_signal_name
 
 if TYPE_CHECKING:
-    from corral.schemas.api import CancelReply, JobInfo, JobsRequest
+    from corral.schemas.api import CancelReply, CancelRequest, JobInfo, JobsRequest
 
 COMMAND = "scancel"
 #: Signals scancel accepts for now: each of them cancels the job (SIGTERM, SIGKILL after KillWait).
@@ -59,7 +63,7 @@ Usage: scancel [OPTIONS...] [JOB_ID...]
 class ScancelArgs:
     """What an scancel command line asks for."""
 
-    job_ids: list[int] = field(default_factory=list)  # positional ids
+    jobs: list[JobRef] = field(default_factory=list)  # positional ids
     users: list[str] = field(default_factory=list)  # -u
     me: bool = False  # --me
     names: list[str] = field(default_factory=list)  # -n
@@ -68,6 +72,11 @@ class ScancelArgs:
     accounts: list[str] = field(default_factory=list)  # -A
     signal: int = 15  # -s
     help: str | None = None  # text to print instead (--help, --version)
+
+    @property
+    def job_ids(self) -> list[int]:
+        """The job and array ids given."""
+        return ids_of(self.jobs)
 
     @property
     def filtered(self) -> bool:
@@ -84,7 +93,7 @@ def parse_args(argv: Sequence[str]) -> ScancelArgs:
     elif args.given("version"):
         help_text = version_text() + "\n"
     parsed = ScancelArgs(
-        job_ids=parse_job_ids(args.positionals, "job id"),
+        jobs=parse_job_refs(args.positionals, "job id"),
         users=args.items("user"),
         me=args.given("me"),
         names=args.items("name"),
@@ -94,7 +103,7 @@ def parse_args(argv: Sequence[str]) -> ScancelArgs:
         signal=_signal(args.last("signal")),
         help=help_text,
     )
-    if help_text is None and not parsed.job_ids and not parsed.filtered:
+    if help_text is None and not parsed.jobs and not parsed.filtered:
         raise CliError("No job identification provided")
     return parsed
 
@@ -118,19 +127,36 @@ def jobs_request(args: ScancelArgs, me: str) -> JobsRequest:
     return JobsRequest(job_ids=args.job_ids, users=users, partitions=args.partitions, states=args.states)
 
 
-def select_ids(jobs: Sequence[JobInfo], args: ScancelArgs) -> list[int]:
-    """Ids of the jobs that also pass the filters the ``jobs`` verb does not apply (names, accounts)."""
+def select_refs(jobs: Sequence[JobInfo], args: ScancelArgs) -> list[JobRef]:
+    """The jobs that also pass the filters the ``jobs`` verb does not apply (names, accounts, tasks).
+
+    Array tasks are named by index (``A_T``), which the gateway maps to the task without searching.
+    """
     return [
-        job.job_id
+        JobRef(job.job_id) if job.array_task_id is None else JobRef(job.array_job_id, (job.array_task_id,))
         for job in jobs
-        if (not args.names or job.name in args.names) and (not args.accounts or job.account in args.accounts)
+        if (not args.names or job.name in args.names)
+        and (not args.accounts or job.account in args.accounts)
+        and named(args.jobs, job.job_id, job.array_job_id, job.array_task_id)
     ]
 
 
+def cancel_request(refs: Sequence[JobRef]) -> CancelRequest:
+    """One request for every job, array and array task named."""
+    from corral.schemas.api import CancelRequest
+
+    job_ids, tasks = split_refs(refs)
+    return CancelRequest(job_ids=job_ids, tasks=tasks)
+
+
 def failure_lines(reply: CancelReply) -> list[str]:
-    """One ``Kill job error`` line per job that could not be cancelled."""
+    """One ``Kill job error`` line per job that could not be cancelled (``A_T`` for an array task)."""
     return [
-        error_line(COMMAND, f"Kill job error on job id {outcome.job_id}: {outcome.error}")
+        error_line(
+            COMMAND,
+            f"Kill job error on job id {job_label(outcome.job_id, outcome.job_id, outcome.array_task_id)}: "
+            f"{outcome.error}",
+        )
         for outcome in reply.outcomes
         if outcome.error is not None
     ]
@@ -147,16 +173,16 @@ def _scancel(argv: list[str]) -> int:
         sys.stdout.write(args.help)
         return 0
     from corral.cli.client import find_cluster
-    from corral.schemas.api import CancelReply, CancelRequest, JobsReply
+    from corral.schemas.api import CancelReply, JobsReply
 
     cluster = find_cluster()
-    ids = args.job_ids
+    refs = args.jobs
     if args.filtered:
         jobs = cluster.call("jobs", jobs_request(args, cluster.user), JobsReply).jobs
-        ids = select_ids(jobs, args)
-    if not ids:
+        refs = select_refs(jobs, args)
+    if not refs:
         return 0
-    reply = cluster.call("cancel", CancelRequest(job_ids=ids), CancelReply)
+    reply = cluster.call("cancel", cancel_request(refs), CancelReply)
     failures = failure_lines(reply)
     for line in failures:
         print(line, file=sys.stderr)

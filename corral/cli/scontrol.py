@@ -1,8 +1,9 @@
 """``scontrol``: ``hold``, ``release``, ``update JobId=``, ``show job`` and ``show hostnames``/``hostlist``.
 
 - ``scontrol hold ID[,ID...] [ID...]`` and ``scontrol release ...`` go to the gateway (verbs ``hold`` and
-  ``release``); each job that could not be held or released gets its own
-  ``scontrol: error: <why> for job <id>`` line and the exit status is then 1;
+  ``release``; an array's id means every task, ``A_T``/``A_[1-3]`` some tasks); each job that could not
+  be held or released gets its own ``scontrol: error: <why> for job <id>`` line and the exit status is
+  then 1;
 - ``scontrol update JobId=ID [TimeLimit=TIME] [Partition=NAME]`` changes a pending job (verb ``update``;
   a user may only lower a time limit, as in Slurm);
 - ``scontrol show job [ID]`` prints Slurm's multi-line ``Key=Value`` record of each job (``-o``: one line
@@ -24,6 +25,7 @@ from datetime import tzinfo
 from typing import TYPE_CHECKING
 
 from corral.cli.errors import EXIT_FAILURE, CliError, error_line, run_command
+from corral.cli.jobrefs import JobRef, ids_of, job_label, named, parse_job_refs, split_job_list, split_refs
 from corral.cli.options import OptionTable, flag, parse_job_ids, unsupported, version_text
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.memory import format_memory
@@ -112,8 +114,8 @@ def _scontrol(argv: list[str]) -> int:
     raise CliError(f"invalid keyword: {words[0]}")
 
 
-def control_ids(words: Sequence[str], command: str) -> list[int]:
-    """The job ids of ``hold``/``release`` (space- or comma-separated; ``JobId=`` accepted)."""
+def control_ids(words: Sequence[str], command: str) -> list[JobRef]:
+    """The jobs of ``hold``/``release`` (space- or comma-separated; ``JobId=`` accepted; ``A_T`` too)."""
     items: list[str] = []
     for word in words:
         key, eq, value = word.partition("=")
@@ -121,27 +123,34 @@ def control_ids(words: Sequence[str], command: str) -> list[int]:
             word = value
         elif eq:
             raise CliError(f"scontrol {command} {word}: only job ids are supported by Corral yet")
-        items.extend(part for part in word.split(",") if part.strip())
+        items.extend(split_job_list([word]))
     if not items:
         raise CliError(f"scontrol {command} needs a job id")
-    return parse_job_ids(items, "job id")
+    return parse_job_refs(items, "job id")
 
 
 def failure_lines(reply: ControlReply) -> list[str]:
     """One ``scontrol: error: <why> for job <id>`` line per job that was refused."""
     return [
-        error_line(COMMAND, f"{outcome.error} for job {outcome.job_id}")
+        error_line(COMMAND, f"{outcome.error} for job {_label(outcome.job_id, outcome.array_task_id)}")
         for outcome in reply.outcomes
         if outcome.error is not None
     ]
+
+
+def _label(job_id: int, task: int | None) -> str:
+    """A job as an outcome names it: ``A_T`` for an array task named by index."""
+    return job_label(job_id, job_id, task)
 
 
 def _control(command: str, words: Sequence[str]) -> int:
     from corral.cli.client import find_cluster
     from corral.schemas.api import ControlReply, HoldRequest, ReleaseRequest
 
-    ids = control_ids(words, command)
-    request = HoldRequest(job_ids=ids) if command == "hold" else ReleaseRequest(job_ids=ids)
+    ids, tasks = split_refs(control_ids(words, command))
+    request: HoldRequest | ReleaseRequest = HoldRequest(job_ids=ids, tasks=tasks)
+    if command == "release":
+        request = ReleaseRequest(job_ids=ids, tasks=tasks)
     return _report(find_cluster().call(command, request, ControlReply))
 
 
@@ -224,16 +233,17 @@ def _show_jobs(words: Sequence[str], oneliner: bool) -> int:
 
     if len(words) > 1:
         raise CliError(f"unexpected argument '{words[1]}' after the job id")
-    ids = parse_job_ids([words[0]], "job id") if words else []
-    reply = find_cluster().call("jobs", JobsRequest(job_ids=ids), JobsReply)
-    if ids and not reply.jobs:
+    refs = parse_job_refs([words[0]], "job id") if words else []
+    reply = find_cluster().call("jobs", JobsRequest(job_ids=ids_of(refs)), JobsReply)
+    jobs = [job for job in reply.jobs if named(refs, job.job_id, job.array_job_id, job.array_task_id)]
+    if refs and not jobs:
         raise CliError("slurm_load_jobs error: Invalid job id specified")
-    if not reply.jobs:
+    if not jobs:
         print("No jobs in the system")
         return 0
     now = time.time()
     out = []
-    for job in reply.jobs:
+    for job in jobs:
         lines = show_job(job, now, local_user)
         out.append(" ".join(lines) + "\n" if oneliner else "\n   ".join(lines) + "\n\n")
     sys.stdout.write("".join(out))
@@ -262,9 +272,15 @@ def show_job(job: JobInfo, now: float, lookup: UserLookup, tz: tzinfo | None = N
     user = f"{job.user}({ids[0]})" if ids else job.user
     group = f"{ids[1]}({ids[2]})" if ids else "(null)"
     pending = job.state == "PENDING"
-    stdout = output_path(job.stdout or "slurm-%j.out", job)
+    default = "slurm-%j.out" if job.array_task_id is None else "slurm-%A_%a.out"
+    stdout = output_path(job.stdout or default, job)
+    array = []
+    if job.array_task_id is not None:
+        array = [f"ArrayJobId={job.array_job_id} ArrayTaskId={job.array_task_id}"]
+        if job.array_throttle:
+            array[0] += f" ArrayTaskThrottle={job.array_throttle}"
     return [
-        f"JobId={job.job_id} JobName={job.name}",
+        f"JobId={job.job_id} {array[0] + ' ' if array else ''}JobName={job.name}",
         f"UserId={user} GroupId={group} MCS_label=N/A",
         f"Priority={job.priority} Nice=0 Account={job.account} QOS=normal",
         f"JobState={job.state} Reason={job.reason or 'None'} Dependency={job.dependency or '(null)'}",
@@ -288,13 +304,16 @@ def show_job(job: JobInfo, now: float, lookup: UserLookup, tz: tzinfo | None = N
 
 
 def output_path(pattern: str, job: JobInfo) -> str:
-    """An output pattern with ``%j %J %A %x %u %N %%`` filled in, made absolute against the workdir.
+    """An output pattern with ``%j %J %A %a %x %u %N %%`` filled in, made absolute against the workdir.
 
-    ``%N`` (the batch node) stays as is while the job has no node, as in Slurm.
+    ``%N`` (the batch node) stays as is while the job has no node, as in Slurm; ``%A``/``%a`` are the
+    array's id and the task's index for an array task (``%A`` is the job id otherwise, ``%a`` stays).
     """
     first = hostlist.first(job.node_list) if job.node_list else "%N"
-    values = {"j": str(job.job_id), "J": str(job.job_id), "A": str(job.job_id), "x": job.name, "u": job.user}
-    values |= {"N": first, "%": "%"}
+    task = job.array_task_id
+    values = {"j": str(job.job_id), "J": str(job.job_id), "x": job.name, "u": job.user}
+    values |= {"A": str(job.array_job_id if task is not None else job.job_id)}
+    values |= {"N": first, "%": "%"} | ({"a": str(task)} if task is not None else {})
     out = []
     index = 0
     while index < len(pattern):

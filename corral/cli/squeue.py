@@ -2,21 +2,26 @@
 
 Rendering is a pure function of (jobs, options, now): ``render_jobs``; ``main`` only parses, calls the
 ``jobs`` verb and prints.
+
+Array tasks show as ``A_T`` in ``%i``. As in Slurm, the pending tasks of an array that never ran are one
+row, ``A_[x-y%P]`` (one per pending reason), unless ``-r``/``--array`` asks for a row per task.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import TYPE_CHECKING
 
 from corral.cli.errors import CliError, run_command
 from corral.cli.fields import FieldSpec, Layout, parse_layout, parse_states, render_layout, state_code
+from corral.cli.jobrefs import JobRef, ids_of, job_label, named, parse_job_refs, split_job_list
 from corral.cli.options import Option as Opt
-from corral.cli.options import OptionTable, flag, parse_job_ids, unsupported, version_text
+from corral.cli.options import OptionTable, flag, unsupported, version_text
+from corral.libs.slurm.array import format_indices
 from corral.libs.slurm.memory import format_memory
 from corral.libs.slurm.timefmt import format_elapsed, format_time_limit, format_timestamp
 
@@ -46,11 +51,12 @@ OPTIONS = OptionTable(
         flag("start"),
         flag("long", "l"),
         flag("all", "a"),
+        flag("array", "r"),
         flag("help"),
         flag("usage"),
         flag("version", "V"),
         *unsupported(
-            "array/r array-unique clusters/M federation hide iterate/i local licenses/L noconvert "
+            "array-unique clusters/M federation hide iterate/i local licenses/L noconvert "
             "nodelist/w qos/q reservation/R sibling sort/S steps/s verbose/v json yaml only-job-state "
             "notme expand-patterns"
         ),
@@ -59,21 +65,25 @@ OPTIONS = OptionTable(
 
 USAGE = """\
 Usage: squeue [OPTIONS...]
-  -o, --format=FORMAT    %-fields: %i %j %t %T %M %L %D %C %m %b %R %u %P %Q %S %V %r %a %l %N %Z %E,
-                         with widths like %.18i (right) or %-10j (left)
+  -o, --format=FORMAT    %-fields: %i %j %t %T %M %L %D %C %m %b %R %u %P %Q %S %V %r %a %l %N %Z %E
+                         %A %F %K, with widths like %.18i (right) or %-10j (left)
   -O, --Format=FIELDS    JobID,Name,State,...[:[.]WIDTH]
   -h, --noheader         no header line         -l, --long     long format
   -u, --user=USERS       only these users           --me       only my jobs
   -j, --jobs=IDS         only these jobs        -p, --partition=NAMES
   -t, --states=STATES    PD,R,... or all        -n, --name=NAMES   -A, --account=NAMES
       --start            pending jobs with their expected start time
+  -r, --array            one row per array task (pending tasks are one A_[x-y%P] row otherwise)
 """
 
 _Getter = Callable[["JobInfo", float, "tzinfo | None"], str]
 
 #: ``-o`` letters: header and value.
 FIELDS: dict[str, tuple[str, _Getter]] = {
-    "i": ("JOBID", lambda j, now, tz: str(j.job_id)),
+    "i": ("JOBID", lambda j, now, tz: job_label(j.job_id, j.array_job_id, j.array_task_id)),
+    "A": ("JOBID", lambda j, now, tz: str(j.job_id)),
+    "F": ("ARRAY_JOB_ID", lambda j, now, tz: str(j.array_job_id or j.job_id)),
+    "K": ("ARRAY_TASK_ID", lambda j, now, tz: "N/A" if j.array_task_id is None else str(j.array_task_id)),
     "j": ("NAME", lambda j, now, tz: j.name),
     "t": ("ST", lambda j, now, tz: state_code(j.state)),
     "T": ("STATE", lambda j, now, tz: j.state),
@@ -98,11 +108,12 @@ FIELDS: dict[str, tuple[str, _Getter]] = {
     "E": ("DEPENDENCY", lambda j, now, tz: j.dependency or "(null)"),
 }
 #: Letters Slurm has that Corral does not print yet.
-LATER_FIELDS = "ABcdefFgGhHIkKnoOpqsUvwWxXyz"
+LATER_FIELDS = "BcdefgGhHIknoOpqsUvwWxXyz"
 
 #: ``-O`` names (lower case) and the letter they print.
 LONG_NAMES: dict[str, str] = {
-    "jobid": "i", "name": "j", "statecompact": "t", "state": "T", "timeused": "M", "timeleft": "L",
+    "jobid": "A", "jobarrayid": "i", "arrayjobid": "F", "arraytaskid": "K",
+    "name": "j", "statecompact": "t", "state": "T", "timeused": "M", "timeleft": "L",
     "timelimit": "l", "numnodes": "D", "numcpus": "C", "minmemory": "m", "tres-per-node": "b",
     "reasonlist": "R", "reason": "r", "username": "u", "account": "a", "partition": "P",
     "priority": "Q", "starttime": "S", "submittime": "V", "nodelist": "N", "workdir": "Z",
@@ -116,7 +127,7 @@ class SqueueArgs:
 
     layout: Layout  # output format
     header: bool = True  # print the header line
-    job_ids: list[int] = field(default_factory=list)  # -j
+    jobs: list[JobRef] = field(default_factory=list)  # -j
     users: list[str] = field(default_factory=list)  # -u
     me: bool = False  # --me
     partitions: list[str] = field(default_factory=list)  # -p
@@ -125,8 +136,14 @@ class SqueueArgs:
     names: list[str] = field(default_factory=list)  # -n
     accounts: list[str] = field(default_factory=list)  # -A
     pending_only: bool = False  # --start
+    expand_arrays: bool = False  # -r: one row per array task
     help: bool = False  # --help / --usage
     version: bool = False  # --version
+
+    @property
+    def job_ids(self) -> list[int]:
+        """The job and array ids of ``-j``."""
+        return ids_of(self.jobs)
 
 
 def parse_args(argv: Sequence[str]) -> SqueueArgs:
@@ -147,7 +164,7 @@ def parse_args(argv: Sequence[str]) -> SqueueArgs:
     return SqueueArgs(
         layout=layout,
         header=not args.given("noheader"),
-        job_ids=parse_job_ids(args.items("jobs"), "--jobs"),
+        jobs=parse_job_refs(split_job_list(args.all("jobs")), "--jobs"),
         users=args.items("user"),
         me=args.given("me"),
         partitions=args.items("partition"),
@@ -156,6 +173,7 @@ def parse_args(argv: Sequence[str]) -> SqueueArgs:
         names=args.items("name"),
         accounts=args.items("account"),
         pending_only=args.given("start"),
+        expand_arrays=args.given("array"),
         help=args.given("help") or args.given("usage"),
         version=args.given("version"),
     )
@@ -195,23 +213,67 @@ def jobs_request(args: SqueueArgs, me: str) -> JobsRequest:
 
 
 def select_jobs(jobs: Sequence[JobInfo], args: SqueueArgs) -> list[JobInfo]:
-    """The jobs to show: the filters the ``jobs`` verb does not apply (names, accounts, --start)."""
+    """The jobs to show: the filters the ``jobs`` verb does not apply (names, accounts, --start, tasks)."""
     return [
         job
         for job in jobs
         if (not args.names or job.name in args.names)
         and (not args.accounts or job.account in args.accounts)
         and (not args.pending_only or job.state == "PENDING")
+        and named(args.jobs, job.job_id, job.array_job_id, job.array_task_id)
     ]
 
 
+def aggregate_arrays(jobs: Sequence[JobInfo]) -> tuple[list[JobInfo], dict[int, str]]:
+    """Slurm's view of arrays: the pending tasks of an array that never ran, with the same reason, are one
+    row ``A_[x-y%P]`` (shown with the lowest task's fields) where the first of them was.
+
+    Returns the rows and the ``%i`` label of each aggregated row by its job id.
+    """
+    groups: dict[tuple[int, str], list[JobInfo]] = {}
+    for job in jobs:
+        if job.array_task_id is not None and job.state == "PENDING" and job.restart_count == 0:
+            groups.setdefault((job.array_job_id, job.reason), []).append(job)
+    rows: list[JobInfo] = []
+    labels: dict[int, str] = {}
+    for job in jobs:
+        group = groups.get((job.array_job_id, job.reason)) if job.array_task_id is not None else None
+        if group is None or job.state != "PENDING" or job.restart_count != 0:
+            rows.append(job)
+            continue
+        if job is not group[0]:
+            continue
+        rows.append(job)
+        if len(group) > 1:
+            indices = sorted(task.array_task_id for task in group if task.array_task_id is not None)
+            limit = f"%{job.array_throttle}" if job.array_throttle else ""
+            labels[job.job_id] = f"{job.array_job_id}_[{format_indices(indices)}{limit}]"
+    return rows, labels
+
+
 def render_jobs(
-    jobs: Sequence[JobInfo], layout: Layout, *, header: bool, now: float, tz: tzinfo | None = None
+    jobs: Sequence[JobInfo],
+    layout: Layout,
+    *,
+    header: bool,
+    now: float,
+    tz: tzinfo | None = None,
+    labels: Mapping[int, str] | None = None,
 ) -> list[str]:
-    """The output lines for ``jobs`` in ``layout`` at time ``now`` (timestamps in ``tz``, default local)."""
+    """The output lines for ``jobs`` in ``layout`` at time ``now`` (timestamps in ``tz``, default local).
+
+    ``labels`` replaces the ``%i`` of some rows (aggregated array tasks, by job id).
+    """
     getters = [FIELDS[spec.key][1] for spec in layout.fields]
     titles = [FIELDS[spec.key][0] for spec in layout.fields]
-    rows = [[get(job, now, tz) for get in getters] for job in jobs]
+    shown = labels or {}
+    rows = [
+        [
+            shown.get(job.job_id) or get(job, now, tz) if spec.key == "i" else get(job, now, tz)
+            for spec, get in zip(layout.fields, getters, strict=True)
+        ]
+        for job in jobs
+    ]
     return render_layout(layout, titles, rows, header=header)
 
 
@@ -260,9 +322,11 @@ def _squeue(argv: list[str]) -> int:
 
     cluster = find_cluster()
     reply = cluster.call("jobs", jobs_request(args, cluster.user), JobsReply)
-    if len(args.job_ids) == 1 and not reply.jobs:
+    jobs = select_jobs(reply.jobs, args)
+    if len(args.jobs) == 1 and not jobs:
         raise CliError("Invalid job id specified")
-    lines = render_jobs(select_jobs(reply.jobs, args), args.layout, header=args.header, now=time.time())
+    rows, labels = (jobs, {}) if args.expand_arrays else aggregate_arrays(jobs)
+    lines = render_jobs(rows, args.layout, header=args.header, now=time.time(), labels=labels)
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")
     return 0

@@ -28,6 +28,11 @@ singleton      no other job of the same name and user is   (always possible)
 
 A requeued dependee is pending again, not terminal. A dependee the state does not know (the gateway
 refuses those at submit) counts as met, as Slurm does for a dependee that was purged.
+
+A job array's id as dependee (``afterok:A``) stands for all its tasks, as in Slurm: ``after`` is met once
+every task has started (or ended), ``afterany`` once every task ended, ``afterok`` once every task
+COMPLETED (never, as soon as one ended otherwise), ``afternotok`` once every task ended and one of them
+did not complete (never, if all completed). A task's own job id names that task alone.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-from corral.libs.core.state import Job, State
+from corral.libs.core.state import Job, State, array_tasks, is_array
 from corral.libs.slurm.dependency import format_item
 from corral.schemas.api import TERMINAL_STATES
 from corral.schemas.events import Dependency
@@ -83,6 +88,13 @@ def item_status(state: State, job: Job, item: Dependency, singletons: Singletons
     dependee = state.jobs.get(item.job_id)
     if dependee is None:
         return "met"
+    if is_array(dependee):
+        return _array_status(item, array_tasks(state, dependee.job_id))
+    return _job_status(item, dependee)
+
+
+def _job_status(item: Dependency, dependee: Job) -> Status:
+    """Where an item about one job stands."""
     ended = dependee.state in TERMINAL_STATES
     if item.type == "after":
         return "met" if dependee.state != "PENDING" or dependee.restart_count > 0 else "waiting"
@@ -93,6 +105,23 @@ def item_status(state: State, job: Job, item: Dependency, singletons: Singletons
     completed = dependee.state == "COMPLETED"
     wanted = completed if item.type == "afterok" else not completed
     return "met" if wanted else "never"
+
+
+def _array_status(item: Dependency, tasks: list[Job]) -> Status:
+    """Where an item about a whole job array (every task of it) stands."""
+    if item.type == "after":
+        return combine((_job_status(item, task) for task in tasks), any_of=False)
+    ended = [task.state in TERMINAL_STATES for task in tasks]
+    completed = [task.state == "COMPLETED" for task in tasks]
+    if item.type == "afterok" and any(e and not c for e, c in zip(ended, completed, strict=True)):
+        return "never"
+    if not all(ended):
+        return "waiting"
+    if item.type == "afterany":
+        return "met"
+    if item.type == "afterok":
+        return "met"
+    return "never" if all(completed) else "met"
 
 
 def combine(statuses: Iterable[Status], any_of: bool) -> Status:

@@ -13,7 +13,10 @@ come back through the log and ``state.apply`` folds them. One cycle:
    reservation; ``Plan.wake_at`` is the next begin time, for the shell to plan again then;
 5. place the eligible jobs in queue order through the backfill planner: the first job of a
    partition that does not fit blocks the ones behind it (reason ``Resources`` for it,
-   ``Priority`` for them), so small jobs cannot starve a large one.
+   ``Priority`` for them), so small jobs cannot starve a large one. A task of a job array that
+   already runs its ``%P`` tasks (counting those started earlier in the cycle, not those concluded
+   in it) waits with reason ``JobArrayTaskLimit``: like an ineligible job it blocks nothing and gets
+   no reservation.
 
 ``orders`` derives the per-node work the state still needs (launch the batch script of a new run,
 kill a cancelled run or an orphan); the shell republishes it after a restart with deterministic
@@ -38,7 +41,7 @@ from corral.libs.core.fair_share import (
 )
 from corral.libs.core.placement import free_capacity, give_back, request_of
 from corral.libs.core.priority import ClusterSize, PriorityWeights, priority
-from corral.libs.core.state import Job, State
+from corral.libs.core.state import Job, State, array_throttle
 from corral.schemas import api
 from corral.schemas import events as ev
 
@@ -262,9 +265,14 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
     blocked: set[str] = set()  # partitions with a job that could not start (FIFO stops there)
     reserved: dict[str, int] = {}
     waiting = _ineligible(state, now, pending, out)
+    running = _array_running(state, out)
     for job, value in queue_order(state, now, policy, pending):
         out.priorities[job.job_id] = 0 if job.held else value
         if job.job_id in waiting:
+            continue
+        throttle = array_throttle(job)
+        if throttle and running.get(job.array_job_id, 0) >= throttle:
+            out.reasons[job.job_id] = "JobArrayTaskLimit"
             continue
         partition = policy.partition_of(job)
         if depth == 0 and partition in blocked:
@@ -285,6 +293,8 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
                     epoch=epoch,
                 )
             )
+            if job.array_job_id:
+                running[job.array_job_id] = running.get(job.array_job_id, 0) + 1
             continue
         out.reasons[job.job_id] = "Priority" if partition in blocked else "Resources"
         blocked.add(partition)
@@ -294,6 +304,20 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
         start = planner.reserve(partition, req, limit, window)
         if start is not None:
             out.starts[job.job_id] = start
+
+
+def _array_running(state: State, out: Plan) -> dict[int, int]:
+    """Running tasks of each job array once this cycle's conclusions (already in ``out``) are applied."""
+    running = dict(state.array_running)
+    if not running:
+        return running
+    for decision in out.decisions:
+        if isinstance(decision, ev.NodeRegistered | ev.NodeDown | ev.NodeUp):
+            continue
+        job = state.jobs[decision.job_id]
+        if job.state == "RUNNING" and job.array_job_id in running:
+            running[job.array_job_id] -= 1
+    return running
 
 
 def _ineligible(state: State, now: float, pending: list[Job], out: Plan) -> set[int]:
@@ -348,4 +372,6 @@ def launch_order(job: Job, policy: Policy) -> api.LaunchOrder:
         time_limit_s=job.time_limit_s,
         cluster=policy.cluster,
         traceparent=job.traceparent,
+        array_job_id=job.array_job_id,
+        array_task_id=job.array_task_id,
     )

@@ -5,6 +5,15 @@ no randomness, so replaying the log rebuilds exactly the live state (``encode_st
 bytes to compare). The fold is also the guard of the invariants: a decision that would give a
 GPU index to two runs, start a held job, or that names a stale attempt or a stale leader epoch,
 changes nothing. Hold, release and update requests (intents) only count for a pending job.
+
+Job arrays: one ``JobSubmitted`` with ``spec.array`` becomes one PENDING job per index, with the ids
+``A, A + 1, ...`` in index order (``A`` = the submission's job id = the array's id); a submission whose
+block of ids is not wholly free, or whose array is out of bounds, changes nothing. Each task is a job like
+any other, except that an allocation which would run more tasks of its array at once than the array's
+``%P`` throttle changes nothing, and a cancel request for the whole array (``whole_array``) marks every
+live task. ``Job.last_seq`` is the sequence of the newest entry *on the job's own subject*
+(``corral.evt.job.<id>.>``), what the scheduler's optimistic concurrency compares with: an array's
+submission and whole-array cancel are on the first task's subject only, so the other tasks start at 0.
 """
 
 from __future__ import annotations
@@ -15,6 +24,8 @@ from typing import Any
 import msgspec
 
 from corral.libs.core.fair_share import TresWeights, Usage, billing, charge, user_key
+from corral.libs.slurm.array import array_indices
+from corral.libs.slurm.errors import FormatError
 from corral.schemas import events as ev
 
 
@@ -70,6 +81,8 @@ class Job(msgspec.Struct, kw_only=True):
     held: str = ""  # "user" (JobHeldUser) or "admin" (JobHeldAdmin) while held; "" otherwise
     control: HoldControl | None = None  # an unanswered hold/release request of this pending job
     change: SpecChange | None = None  # unanswered update requests of this pending job
+    array_job_id: int = 0  # the array's id (its first task's id) for an array task, 0 otherwise
+    array_task_id: int | None = None  # the task's index (SLURM_ARRAY_TASK_ID), None if not an array task
 
 
 class Node(msgspec.Struct, kw_only=True):
@@ -121,6 +134,7 @@ class State(msgspec.Struct, kw_only=True):
     now: float = 0.0  # occurred_at of the last applied entry (the log's clock)
     usage: Usage = msgspec.field(default_factory=Usage)  # fair-share usage by association, decayed
     usage_policy: UsagePolicy = UsagePolicy()  # how runs are billed (a parameter of the fold)
+    array_running: dict[int, int] = {}  # RUNNING tasks of each job array with any, by the array's id
 
 
 # Insertion order is the log order, so equal folds give equal bytes without sorting.
@@ -168,23 +182,58 @@ def _job_for(state: State, seq: int, job_id: int) -> Job | None:
 
 
 def _submitted(state: State, seq: int, at: float, body: ev.JobSubmitted, traceparent: str | None) -> None:
-    if body.job_id not in state.jobs:
-        state.active[body.job_id] = True
-        state.jobs[body.job_id] = Job(
-            job_id=body.job_id,
+    array = body.spec.array
+    try:
+        indices: list[int | None] = [None] if array is None else list(array_indices(array))
+    except FormatError:
+        return
+    first = body.job_id
+    ids = range(first, first + len(indices))
+    # All or nothing: an array whose block of ids is not wholly free is not accepted at all.
+    if any(job_id in state.jobs for job_id in ids):
+        return
+    for job_id, index in zip(ids, indices, strict=True):
+        state.active[job_id] = True
+        state.jobs[job_id] = Job(
+            job_id=job_id,
             user=body.user,
             spec=body.spec,
             submit_time=at,
-            last_seq=seq,
+            last_seq=seq if job_id == first else 0,
             traceparent=traceparent,
             held="user" if body.spec.held else "",
+            array_job_id=first if index is not None else 0,
+            array_task_id=index,
         )
+
+
+def array_tasks(state: State, array_job_id: int) -> list[Job]:
+    """Every task of the array whose id is ``array_job_id``, in index order; [] if it is not an array."""
+    head = state.jobs.get(array_job_id)
+    if head is None or head.array_job_id != array_job_id or head.spec.array is None:
+        return []
+    tasks = []
+    for job_id in range(array_job_id, array_job_id + len(array_indices(head.spec.array))):
+        task = state.jobs.get(job_id)
+        if task is not None and task.array_job_id == array_job_id:
+            tasks.append(task)
+    return tasks
+
+
+def is_array(job: Job) -> bool:
+    """True if ``job``'s id is also its array's id (the first task), so that the id names the whole array."""
+    return job.array_job_id == job.job_id
 
 
 def _cancel_requested(state: State, seq: int, at: float, body: ev.JobCancelRequested) -> None:
     job = _job_for(state, seq, body.job_id)
-    if job is not None and job.state in ("PENDING", "RUNNING") and job.cancel_by is None:
-        job.cancel_by = body.user
+    if job is None:
+        return
+    # The entry is on the first task's subject only: the other tasks' last_seq stays as it is.
+    targets = array_tasks(state, job.job_id) if body.whole_array else [job]
+    for target in targets:
+        if target.state in ("PENDING", "RUNNING") and target.cancel_by is None:
+            target.cancel_by = body.user
 
 
 def _control_requested(
@@ -243,7 +292,7 @@ def _allocated(state: State, seq: int, at: float, body: ev.JobAllocated) -> None
     state.epoch = body.epoch
     if job.state != "PENDING" or body.attempt != job.restart_count or job.cancel_by is not None:
         return
-    if job.held:
+    if job.held or _throttled(state, job):
         return
     nodes = [state.nodes.get(a.node) for a in body.allocations]
     distinct_nodes = len({a.node for a in body.allocations}) == len(body.allocations)
@@ -260,6 +309,8 @@ def _allocated(state: State, seq: int, at: float, body: ev.JobAllocated) -> None
         node.alloc_mem_mb += alloc.mem_mb
         node.jobs.append(job.job_id)
     job.state = "RUNNING"
+    if job.array_job_id:
+        state.array_running[job.array_job_id] = state.array_running.get(job.array_job_id, 0) + 1
     job.control = job.change = None
     job.partition = body.partition
     job.allocations = list(body.allocations)
@@ -268,6 +319,29 @@ def _allocated(state: State, seq: int, at: float, body: ev.JobAllocated) -> None
     job.end_time = None
     job.run_started = False
     job.run_exit = None
+
+
+def array_throttle(job: Job) -> int:
+    """The ``%P`` limit of running tasks of the job's array; 0 if none (or not an array task)."""
+    array = job.spec.array
+    return array.throttle if array is not None and job.array_job_id else 0
+
+
+def _throttled(state: State, job: Job) -> bool:
+    """True if starting this array task would run more of its array's tasks at once than ``%P``."""
+    limit = array_throttle(job)
+    return limit > 0 and state.array_running.get(job.array_job_id, 0) >= limit
+
+
+def _stopped_running(state: State, job: Job) -> None:
+    """Account for a RUNNING array task that stops running (ends or is requeued)."""
+    if not job.array_job_id:
+        return
+    left = state.array_running.get(job.array_job_id, 0) - 1
+    if left > 0:
+        state.array_running[job.array_job_id] = left
+    else:
+        state.array_running.pop(job.array_job_id, None)
 
 
 def _current_run(job: Job | None, attempt: int, node: str) -> bool:
@@ -380,6 +454,7 @@ def _end(state: State, job: Job, at: float, final: str) -> None:
     if job.state == "RUNNING":
         _bill(state, job, at)
         _release(state, job)
+        _stopped_running(state, job)
     state.active.pop(job.job_id, None)
     job.state = final
     job.end_time = at
@@ -415,6 +490,7 @@ def _requeued(state: State, seq: int, at: float, body: ev.JobRequeued) -> None:
         return
     _bill(state, job, at)
     _release(state, job)
+    _stopped_running(state, job)
     job.state = "PENDING"
     job.restart_count += 1
     job.allocations = []

@@ -4,8 +4,8 @@
   used in a list, as in Slurm;
 - ``after``, ``afterok``, ``afternotok`` and ``afterany`` take one or more job ids; ``afterok:5:6``
   is two items; ``singleton`` takes none;
-- Slurm's ``+TIME`` delay suffix (``after:5+10``), ``aftercorr``, ``afterburstbuffer`` and array job
-  ids are refused by name as not supported by Corral yet.
+- Slurm's ``+TIME`` delay suffix (``after:5+10``), ``aftercorr``, ``afterburstbuffer`` and array task
+  ids (``5_2``) are refused by name as not supported by Corral yet; an array's id names all its tasks.
 
 ``format_dependency`` prints a list back as Slurm does (``afterok:5,afterok:6``); a parse of its output
 gives the same list.
@@ -68,7 +68,12 @@ def _parse_item(part: str, text: str, field: str) -> list[Dependency]:
         if "+" in job:
             raise FormatError(field, text, "a +TIME delay after a dependency is not supported by Corral yet")
         if "_" in job:
-            raise FormatError(field, text, "dependencies on job arrays are not supported by Corral yet")
+            raise FormatError(
+                field,
+                text,
+                "a dependency on one array task (A_T) is not supported by Corral yet: name the task's own "
+                "job id, or the array's id A for all its tasks",
+            )
         if not _JOB_ID.fullmatch(job) or int(job) == 0:
             raise FormatError(field, text, _FIX)
         items.append(Dependency(type=_WITH_IDS[kind], job_id=int(job)))

@@ -10,6 +10,10 @@ attempt). A row therefore changes at most once per event and an entry that was r
 refused again, so applying the same entries twice — redelivery, a reset position, a replay onto
 existing tables — changes nothing.
 
+Job arrays: one row per task (a task is a job with its own id), inserted by one operation from the
+array's submission: the task with the k-th smallest index gets the id ``job_id + k`` and records the
+array's id and its index (``sacct`` prints ``A_T``). A whole-array cancel request marks every task row.
+
 Requeue semantics (Slurm-like, one row per job): a requeued job goes back to PENDING with its
 restart count + 1, its start time and node list cleared and the requeue reason as its reason;
 the batch step of the ended attempt stays, state REQUEUED, until the next allocation replaces it
@@ -21,12 +25,13 @@ from __future__ import annotations
 import msgspec
 
 from corral.libs.slurm import hostlist
+from corral.libs.slurm.array import array_indices
 from corral.libs.slurm.errors import FormatError
 from corral.schemas import events as ev
 
 
 class InsertJob(msgspec.Struct, frozen=True, kw_only=True):
-    """A submitted job: a new PENDING row (an existing row is left alone)."""
+    """A submitted job: a new PENDING row (an existing row is left alone); for an array, one per task."""
 
     seq: int  # stream sequence of the event
     job_id: int  # id
@@ -40,6 +45,7 @@ class InsertJob(msgspec.Struct, frozen=True, kw_only=True):
     num_cpus: int  # CPUs requested (ntasks * cpus_per_task)
     num_gpus: int  # GPUs requested (nodes * gpus_per_node)
     workdir: str  # submit directory
+    array_tasks: list[int] = []  # an array's indices, ascending: task k is job ``job_id + k``; [] = one job
 
 
 class RequestCancel(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,6 +54,7 @@ class RequestCancel(msgspec.Struct, frozen=True, kw_only=True):
     seq: int  # stream sequence of the event
     job_id: int  # the job
     user: str  # who asked
+    whole_array: bool = False  # job_id is an array's id: every task of it
 
 
 class StartRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -183,6 +190,9 @@ def node_list(nodes: list[str]) -> str:
 def _op(seq: int, at: float, body: ev.Event, default_partition: str) -> Op | None:
     match body:
         case ev.JobSubmitted(job_id=job_id, user=user, spec=spec):
+            tasks = _array_tasks(spec)
+            if tasks is None:
+                return None
             return InsertJob(
                 seq=seq,
                 job_id=job_id,
@@ -196,9 +206,10 @@ def _op(seq: int, at: float, body: ev.Event, default_partition: str) -> Op | Non
                 num_cpus=spec.ntasks * spec.cpus_per_task,
                 num_gpus=spec.nodes * spec.gpus_per_node,
                 workdir=spec.workdir,
+                array_tasks=tasks,
             )
-        case ev.JobCancelRequested(job_id=job_id, user=user):
-            return RequestCancel(seq=seq, job_id=job_id, user=user)
+        case ev.JobCancelRequested(job_id=job_id, user=user, whole_array=whole_array):
+            return RequestCancel(seq=seq, job_id=job_id, user=user, whole_array=whole_array)
         case ev.JobAllocated():
             return _start_run(seq, at, body)
         case ev.RunExited():
@@ -223,6 +234,16 @@ def _op(seq: int, at: float, body: ev.Event, default_partition: str) -> Op | Non
             return RequeueJob(seq=seq, job_id=job_id, attempt=attempt, end_time=at, reason=reason)
     # Run starts and node events change no accounting row.
     return None
+
+
+def _array_tasks(spec: ev.JobSpec) -> list[int] | None:
+    """The indices of an array submission, [] for a single job, None for an array the fold refuses."""
+    if spec.array is None:
+        return []
+    try:
+        return array_indices(spec.array)
+    except FormatError:
+        return None
 
 
 def _start_run(seq: int, at: float, body: ev.JobAllocated) -> StartRun:

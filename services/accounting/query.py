@@ -2,7 +2,8 @@
 
 Filters follow sacct: ``start_after`` (-S) keeps jobs that had not ended by then, ``end_before``
 (-E) keeps jobs submitted (eligible) by then, so together they select the jobs that were pending
-or running at some moment of the window. The SQL text is made only of fixed fragments; every
+or running at some moment of the window. A job id that is an array's id also selects every task of the
+array (``sacct -j A``), as in Slurm. The SQL text is made only of fixed fragments; every
 value the caller sent is a bind parameter.
 """
 
@@ -25,7 +26,7 @@ _BIGINT_MAX = 2**63 - 1
 _JOB_COLUMNS = (
     "job_id, name, user_name, account, partition, state, cancelled_by, exit_code, signal, submit_time,"
     " start_time, end_time, time_limit_s, num_nodes, num_cpus, num_gpus, node_list, restart_count,"
-    " workdir, reason"
+    " workdir, reason, array_job_id, array_task_id"
 )
 _STEP_COLUMNS = (
     "job_id, step, name, state, exit_code, signal, start_time, end_time, node_list, num_cpus, num_tasks,"
@@ -76,7 +77,8 @@ def jobs_query(req: AcctRequest) -> tuple[str, list[Any]]:
         return f"${len(params)}"
 
     if req.job_ids:
-        where.append(f"job_id = ANY({bind(req.job_ids)}::bigint[])")
+        ids = bind(req.job_ids)
+        where.append(f"(job_id = ANY({ids}::bigint[]) OR array_job_id = ANY({ids}::bigint[]))")
     if req.users:
         where.append(f"user_name = ANY({bind(req.users)}::text[])")
     if req.accounts:
@@ -127,6 +129,8 @@ def _job(row: Any, steps: list[AcctStep]) -> AcctJob:
         workdir=row["workdir"],
         reason=row["reason"],
         steps=steps,
+        array_job_id=row["array_job_id"],
+        array_task_id=row["array_task_id"],
     )
 
 

@@ -58,10 +58,25 @@ VALUES (:job_id, :name, :user, :account, :partition, 'PENDING', :submit_time, :t
 ON CONFLICT (job_id) DO NOTHING
 """)
 
+# One row per task, task k (k-th smallest index) being job job_id + k; as in the fold, all or nothing:
+# nothing when any id of the block is taken (which also makes a replay a no-op).
+_INSERT_ARRAY = _Statement("""
+INSERT INTO jobs (job_id, name, user_name, account, partition, state, submit_time, time_limit_s,
+                  num_nodes, num_cpus, num_gpus, workdir, last_seq, array_job_id, array_task_id)
+SELECT :job_id + task.k - 1, :name, :user, :account, :partition, 'PENDING', :submit_time, :time_limit_s,
+       :num_nodes, :num_cpus, :num_gpus, :workdir, :seq, :job_id, task.idx
+FROM unnest(:array_tasks::integer[]) WITH ORDINALITY AS task(idx, k)
+WHERE NOT EXISTS (
+    SELECT 1 FROM jobs
+    WHERE job_id BETWEEN :job_id AND :job_id + cardinality(:array_tasks::integer[]) - 1
+)
+""")
+
+# A whole-array request marks every task row (the array's id is each task's array_job_id).
 _REQUEST_CANCEL = _Statement("""
 UPDATE jobs SET cancel_requested_by = :user, last_seq = :seq
-WHERE job_id = :job_id AND last_seq < :seq AND state IN ('PENDING', 'RUNNING')
-      AND cancel_requested_by IS NULL
+WHERE (job_id = :job_id OR (:whole_array AND array_job_id = :job_id)) AND last_seq < :seq
+      AND state IN ('PENDING', 'RUNNING') AND cancel_requested_by IS NULL
 """)
 
 # Fencing as in the fold: an allocation from an older leader epoch than one already seen is void;
@@ -153,7 +168,7 @@ async def apply_op(conn: Connection, op: Op) -> None:
     """Execute one operation; its guards make it a no-op where the fold would ignore the event."""
     match op:
         case InsertJob():
-            await _run(conn, _INSERT_JOB, op)
+            await _run(conn, _INSERT_ARRAY if op.array_tasks else _INSERT_JOB, op)
         case RequestCancel():
             await _run(conn, _REQUEST_CANCEL, op)
         case StartRun():

@@ -5,10 +5,14 @@ from __future__ import annotations
 import os.path
 
 from corral.libs.slurm import hostlist
+from corral.libs.slurm.array import array_indices, index_step
 from corral.schemas.api import LaunchOrder
 
 #: Slurm's value of %a / SLURM_ARRAY_TASK_ID-less jobs in file patterns (NO_VAL - 1).
 NO_ARRAY_INDEX = "4294967294"
+#: Default output file of a job, and of an array task.
+DEFAULT_OUTPUT = "slurm-%j.out"
+DEFAULT_ARRAY_OUTPUT = "slurm-%A_%a.out"
 
 
 def tasks_per_node(ntasks: int, nodes: int, per_node: int | None) -> list[int]:
@@ -75,6 +79,7 @@ def job_environment(order: LaunchOrder, base: dict[str, str], uid: int) -> dict[
             "ENVIRONMENT": "BATCH",
         }
     )
+    env.update(array_environment(order))
     if spec.cpus_per_task > 1:
         env["SLURM_CPUS_PER_TASK"] = str(spec.cpus_per_task)
     if spec.mem_per_node_mb is not None:
@@ -87,13 +92,34 @@ def job_environment(order: LaunchOrder, base: dict[str, str], uid: int) -> dict[
     return env
 
 
+def array_environment(order: LaunchOrder) -> dict[str, str]:
+    """``SLURM_ARRAY_*`` of an array task (all of them, or none for a job that is not one)."""
+    array = order.spec.array
+    if order.array_task_id is None or array is None:
+        return {}
+    indices = array_indices(array)
+    return {
+        "SLURM_ARRAY_JOB_ID": str(order.array_job_id),
+        "SLURM_ARRAY_TASK_ID": str(order.array_task_id),
+        "SLURM_ARRAY_TASK_COUNT": str(len(indices)),
+        "SLURM_ARRAY_TASK_MIN": str(indices[0]),
+        "SLURM_ARRAY_TASK_MAX": str(indices[-1]),
+        "SLURM_ARRAY_TASK_STEP": str(index_step(indices)),
+    }
+
+
 def expand_pattern(pattern: str, order: LaunchOrder) -> str:
-    """Expand an output file pattern (``%j %J %A %a %x %u %N %n %t %%``) to an absolute path."""
+    """Expand an output file pattern (``%j %J %A %a %x %u %N %n %t %%``) to an absolute path.
+
+    ``%A`` is the array's id and ``%a`` the task's index for an array task; for another job ``%A`` is the
+    job id and ``%a`` Slurm's 4294967294.
+    """
+    task = order.array_task_id
     values = {
         "j": str(order.job_id),
         "J": str(order.job_id),
-        "A": str(order.job_id),
-        "a": NO_ARRAY_INDEX,
+        "A": str(order.array_job_id if task is not None else order.job_id),
+        "a": str(task) if task is not None else NO_ARRAY_INDEX,
         "x": order.spec.name,
         "u": order.user,
         "N": order.node,
@@ -125,6 +151,7 @@ def expand_pattern(pattern: str, order: LaunchOrder) -> str:
 
 def output_paths(order: LaunchOrder) -> tuple[str, str | None]:
     """(stdout path, stderr path or None when merged into stdout)."""
-    stdout = expand_pattern(order.spec.stdout or "slurm-%j.out", order)
+    default = DEFAULT_ARRAY_OUTPUT if order.array_task_id is not None else DEFAULT_OUTPUT
+    stdout = expand_pattern(order.spec.stdout or default, order)
     stderr = expand_pattern(order.spec.stderr, order) if order.spec.stderr else None
     return stdout, (None if stderr == stdout else stderr)

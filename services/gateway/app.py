@@ -9,6 +9,8 @@ Cycle of one request:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import msgspec
 
 from corral.libs import telemetry
@@ -20,7 +22,8 @@ from corral.libs.service import Context
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.services.gateway import control
-from corral.services.gateway.validate import validate_spec
+from corral.services.gateway.lookup import Found, JobLookup, task_of
+from corral.services.gateway.validate import array_size, validate_spec
 
 MAX_TOKEN = 128
 MAX_CANCEL = 10_000
@@ -36,9 +39,14 @@ class Gateway:
         self.bus = bus
         self.config = config
         self.admins = admins
+        self.lookup = JobLookup(bus)
 
     async def submit(self, user: str, req: api.SubmitRequest) -> api.SubmitReply:
-        """Validate and append JobSubmitted; a retry with the same token returns the same job id."""
+        """Validate and append JobSubmitted; a retry with the same token returns the same job id.
+
+        A job array is one entry: its block of ids is reserved with one compare-and-set on the counter,
+        and the reply is the first id (the array's id).
+        """
         if not req.token or len(req.token) > MAX_TOKEN:
             raise InvalidInput(f"token must be 1-{MAX_TOKEN} characters", field="token")
         validate_spec(req.spec, self.config)
@@ -56,7 +64,7 @@ class Gateway:
             account=req.spec.account or self.config.default_account(user),
         )
         with _tracer.start_as_current_span("submit", attributes={"corral.user": user}) as span:
-            job_id = await self.bus.next_job_id()
+            job_id = await self.bus.next_job_id(array_size(spec))
             span.set_attribute("corral.job_id", job_id)
             appended = await self.bus.append(
                 ev.JobSubmitted(job_id=ev.JobId(job_id), user=user, spec=spec),
@@ -76,39 +84,49 @@ class Gateway:
         if spec.dependencies is None:
             return
         for job_id in sorted({d.job_id for d in spec.dependencies.items if d.type != "singleton"}):
-            if await self._submission(job_id) is None:
+            if await self.lookup.find(job_id) is None:
                 raise InvalidInput(DEPENDENCY_PROBLEM, field="dependencies")
 
-    async def _submission(self, job_id: int) -> tuple[ev.JobSubmitted, ev.Envelope] | None:
-        """A job's submission from the log, or None if there is no such job."""
-        if job_id < 1:
-            return None
-        entry = await self.bus.last_entry(subjects.job_subject(job_id, "job_submitted"))
-        if entry is None or entry.envelope is None or not isinstance(entry.envelope.body, ev.JobSubmitted):
-            return None
-        return entry.envelope.body, entry.envelope
+    async def _targets(self, job_ids: list[int], tasks: list[api.ArrayTasks]) -> list[Target]:
+        """What each id and each ``A_T`` of a request names (None where nothing), in request order."""
+        if len(job_ids) + sum(len(t.task_ids) for t in tasks) > MAX_CANCEL:
+            raise InvalidInput(f"at most {MAX_CANCEL} jobs per request", field="job_ids")
+        targets = [Target(job_id, None, await self.lookup.find(job_id)) for job_id in job_ids]
+        for named in tasks:
+            array = await self.lookup.submission(named.array_job_id)
+            for index in named.task_ids:
+                found = None if array is None else task_of(array[0], array[1], index)
+                targets.append(Target(named.array_job_id, index, found))
+        return targets
 
     async def hold(self, user: str, req: api.HoldRequest) -> api.ControlReply:
         """Append JobHoldRequested for each pending job the caller may hold."""
-        return await self._control(user, req.job_ids, release=False)
+        return await self._control(user, await self._targets(req.job_ids, req.tasks), release=False)
 
     async def release(self, user: str, req: api.ReleaseRequest) -> api.ControlReply:
         """Append JobReleaseRequested for each pending job the caller may release."""
-        return await self._control(user, req.job_ids, release=True)
+        return await self._control(user, await self._targets(req.job_ids, req.tasks), release=True)
 
-    async def _control(self, user: str, job_ids: list[int], *, release: bool) -> api.ControlReply:
-        if len(job_ids) > MAX_CANCEL:
-            raise InvalidInput(f"at most {MAX_CANCEL} jobs per request", field="job_ids")
+    async def _control(self, user: str, targets: list[Target], *, release: bool) -> api.ControlReply:
         outcomes = []
-        for job_id in job_ids:
-            error = await self._control_one(user, job_id, release)
-            outcomes.append(api.JobOutcome(job_id=job_id, error=error))
+        for target in targets:
+            error: str | None = control.INVALID_JOB
+            if target.found is not None:
+                error = await self._control_found(user, target.found, release)
+            outcomes.append(api.JobOutcome(job_id=target.job_id, error=error, array_task_id=target.index))
         return api.ControlReply(outcomes=outcomes)
 
-    async def _control_one(self, user: str, job_id: int, release: bool) -> str | None:
-        checked = await self._pending(user, job_id)
-        if isinstance(checked, str):
-            return checked
+    async def _control_found(self, user: str, found: Found, release: bool) -> str | None:
+        """Hold or release one job, or every task of an array (the tasks that can be: an error if none)."""
+        if found.user != user and user not in self.admins:
+            return control.DENIED
+        errors = [await self._control_one(user, job_id, found, release) for job_id in found.job_ids]
+        return None if None in errors else errors[0]
+
+    async def _control_one(self, user: str, job_id: int, found: Found, release: bool) -> str | None:
+        problem = await self._phase_problem(job_id)
+        if problem is not None:
+            return problem
         admin = user in self.admins
         if (
             release
@@ -123,19 +141,13 @@ class Gateway:
             intent = ev.JobReleaseRequested(job_id=ev.JobId(job_id), user=user, admin=admin)
         else:
             intent = ev.JobHoldRequested(job_id=ev.JobId(job_id), user=user, admin=admin)
-        await self.bus.append(intent, correlation_id=str(job_id), traceparent=checked[1].meta.traceparent)
+        await self.bus.append(intent, correlation_id=str(job_id), traceparent=found.envelope.meta.traceparent)
         return None
 
-    async def _pending(self, user: str, job_id: int) -> tuple[ev.JobSubmitted, ev.Envelope] | str:
-        """A job's submission if the caller may change it and it is still pending; Slurm's refusal if not."""
-        found = await self._submission(job_id)
-        if found is None:
-            return control.INVALID_JOB
-        if found[0].user != user and user not in self.admins:
-            return control.DENIED
+    async def _phase_problem(self, job_id: int) -> str | None:
+        """Slurm's refusal if the job runs or ended (from its newest entry), None while it is pending."""
         latest = await self.bus.last_entry(subjects.job_events(job_id))
-        problem = control.phase_problem(latest.envelope.body if latest and latest.envelope else None)
-        return found if problem is None else problem
+        return control.phase_problem(latest.envelope.body if latest and latest.envelope else None)
 
     async def update(self, user: str, req: api.UpdateRequest) -> api.ControlReply:
         """Append JobUpdateRequested for a pending job the caller may change (scontrol update JobId=)."""
@@ -145,12 +157,18 @@ class Gateway:
         return api.ControlReply(outcomes=[api.JobOutcome(job_id=req.job_id, error=error)])
 
     async def _update_one(self, user: str, req: api.UpdateRequest) -> str | None:
-        checked = await self._pending(user, req.job_id)
-        if isinstance(checked, str):
-            return checked
-        submitted, envelope = checked
+        found = await self.lookup.find(req.job_id)
+        if found is None:
+            return control.INVALID_JOB
+        if found.user != user and user not in self.admins:
+            return control.DENIED
+        if found.whole_array:
+            return control.ARRAY_UPDATE
+        problem = await self._phase_problem(req.job_id)
+        if problem is not None:
+            return problem
         admin = user in self.admins
-        current = control.current_spec(submitted.spec, await self._last(req.job_id, "job_updated"))
+        current = control.current_spec(found.submitted.spec, await self._last(req.job_id, "job_updated"))
         changed = msgspec.structs.replace(
             current,
             time_limit_s=req.time_limit_s if req.time_limit_s is not None else current.time_limit_s,
@@ -169,7 +187,7 @@ class Gateway:
                 partition=req.partition,
             ),
             correlation_id=str(req.job_id),
-            traceparent=envelope.meta.traceparent,
+            traceparent=found.envelope.meta.traceparent,
         )
         return None
 
@@ -190,27 +208,33 @@ class Gateway:
         return entry.seq, entry.envelope.body
 
     async def cancel(self, user: str, req: api.CancelRequest) -> api.CancelReply:
-        """Append JobCancelRequested for each job the caller may cancel."""
-        if len(req.job_ids) > MAX_CANCEL:
-            raise InvalidInput(f"at most {MAX_CANCEL} jobs per request", field="job_ids")
+        """Append JobCancelRequested for each job the caller may cancel (an array's id: one entry for all)."""
         outcomes = []
-        for job_id in req.job_ids:
-            outcomes.append(api.CancelOutcome(job_id=job_id, error=await self._cancel_one(user, job_id)))
+        for target in await self._targets(req.job_ids, req.tasks):
+            error: str | None = control.INVALID_JOB
+            if target.found is not None:
+                error = await self._cancel_one(user, target.found)
+            outcomes.append(api.CancelOutcome(job_id=target.job_id, error=error, array_task_id=target.index))
         return api.CancelReply(outcomes=outcomes)
 
-    async def _cancel_one(self, user: str, job_id: int) -> str | None:
-        found = await self._submission(job_id)
-        if found is None:
-            return control.INVALID_JOB
-        submitted, envelope = found
-        if submitted.user != user and user not in self.admins:
-            raise Forbidden(f"Access/permission denied: job {job_id} belongs to {submitted.user}")
+    async def _cancel_one(self, user: str, found: Found) -> str | None:
+        if found.user != user and user not in self.admins:
+            raise Forbidden(f"Access/permission denied: job {found.job_id} belongs to {found.user}")
         await self.bus.append(
-            ev.JobCancelRequested(job_id=ev.JobId(job_id), user=user),
-            correlation_id=str(job_id),
-            traceparent=envelope.meta.traceparent,
+            ev.JobCancelRequested(job_id=ev.JobId(found.job_id), user=user, whole_array=found.whole_array),
+            correlation_id=str(found.job_id),
+            traceparent=found.envelope.meta.traceparent,
         )
         return None
+
+
+@dataclass(frozen=True)
+class Target:
+    """One job named by a request: an id, or an array's id and a task index, and what it names."""
+
+    job_id: int  # the id as named (the array's id for ``A_T``)
+    index: int | None  # the task index of ``A_T``, None for a plain id
+    found: Found | None  # the job, array or task; None if there is no such job
 
 
 async def main(ctx: Context) -> None:

@@ -17,6 +17,7 @@ INVALID_JOB = "Invalid job id specified"
 DENIED = "Access/permission denied"
 NOT_PENDING = "Job is no longer pending execution"
 ALREADY_DONE = "Job/step already completing or completed"
+ARRAY_UPDATE = "Updating a whole job array is not supported by Corral yet: update its tasks by their job ids"
 
 _ENDED = (ev.JobCompleted, ev.JobFailed, ev.JobCancelled)
 _RUNNING = (ev.JobAllocated, ev.RunStarted, ev.RunExited)

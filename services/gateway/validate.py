@@ -7,7 +7,9 @@ import math
 from corral.libs.config import ClusterConfig
 from corral.libs.core.placement import Free, Request, could_ever_fit
 from corral.libs.errors import InvalidInput
+from corral.libs.slurm.array import array_indices
 from corral.libs.slurm.dependency import MAX_ITEMS
+from corral.libs.slurm.errors import FormatError
 from corral.schemas.events import JobSpec
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
@@ -50,8 +52,23 @@ def validate_spec(spec: JobSpec, config: ClusterConfig) -> None:
         _positive(spec.time_limit_s, "time_limit_s")
     _validate_partition(spec, config)
     _validate_dependencies(spec)
+    array_size(spec)
     if spec.begin_time is not None and not (math.isfinite(spec.begin_time) and spec.begin_time >= 0):
         raise InvalidInput(f"begin_time must be a Unix time, got {spec.begin_time}", field="begin_time")
+
+
+def array_size(spec: JobSpec) -> int:
+    """How many jobs the spec makes: its number of array tasks, 1 if it is not an array.
+
+    Raises InvalidInput (field ``array``) for an array out of bounds: more than MaxArraySize (1001) tasks,
+    an index above 1000, an empty or malformed range.
+    """
+    if spec.array is None:
+        return 1
+    try:
+        return len(array_indices(spec.array, "array"))
+    except FormatError as exc:
+        raise InvalidInput(f"Invalid job array specification: {exc.fix}", field="array") from None
 
 
 def _validate_dependencies(spec: JobSpec) -> None:

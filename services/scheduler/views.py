@@ -9,7 +9,7 @@ from corral.libs.core.eligibility import dependency_text
 from corral.libs.core.fair_share import Account, TresWeights, UserAssoc
 from corral.libs.core.plan import Backfill, FairShareAlgorithm, PartitionPolicy, Plan, Policy
 from corral.libs.core.priority import PriorityWeights
-from corral.libs.core.state import Job, Node, State, UsagePolicy
+from corral.libs.core.state import Job, Node, State, UsagePolicy, array_throttle
 from corral.libs.slurm import hostlist
 from corral.schemas import api
 
@@ -58,17 +58,23 @@ def job_info(job: Job, outlook: Plan, policy: Policy, dependency: str = "") -> a
         stdout=spec.stdout,
         stderr=spec.stderr,
         requeue=spec.requeue,
+        array_job_id=job.array_job_id,
+        array_task_id=job.array_task_id,
+        array_throttle=array_throttle(job),
     )
 
 
 def jobs_reply(
     state: State, outlook: Plan, policy: Policy, req: api.JobsRequest, now: float
 ) -> api.JobsReply:
-    """The jobs matching a squeue request: live ones, and recently ended ones when asked by id."""
+    """The jobs matching a squeue request: live ones, and recently ended ones when asked by id.
+
+    An array's id asks for every task of the array, as in Slurm.
+    """
     wanted = set(req.job_ids)
     out = []
     for job in state.jobs.values():
-        if wanted and job.job_id not in wanted:
+        if wanted and job.job_id not in wanted and job.array_job_id not in wanted:
             continue
         live = job.state in ("PENDING", "RUNNING")
         recent = job.end_time is not None and now - job.end_time <= MIN_JOB_AGE_S

@@ -22,6 +22,7 @@ from corral.libs import roles, store
 from corral.libs.bus import Bus, connect, declare
 from corral.libs.credentials import Credentials
 from corral.libs.infra import NatsServer, PostgresServer
+from corral.libs.slurm.array import parse_array
 from corral.schemas import events as ev
 from corral.schemas import subjects
 from corral.schemas.api import AcctJob, AcctReply, AcctRequest, AcctStep, ApiError
@@ -421,18 +422,77 @@ async def test_migrations_apply_once_even_when_run_concurrently(rig: Rig) -> Non
     finally:
         for pool in pools:
             await pool.close()
-    assert sorted(applied) == [[], [], [1]]
+    assert sorted(applied) == [[], [], [1, 2]]
     assert again == []
-    assert await rig.sql("SELECT version, name FROM schema_migrations") == [(1, "accounting")]
+    assert await rig.sql("SELECT version, name FROM schema_migrations ORDER BY version") == [
+        (1, "accounting"),
+        (2, "arrays"),
+    ]
 
 
 async def test_an_edited_migration_is_refused(rig: Rig) -> None:
     pool = await store.create_pool(rig.dsn)
     try:
         await store.migrate(pool)
-        (original,) = store.migrations()
+        original = store.migrations()[0]
         edited = store.Migration(original.version, original.name, original.sql + "\n", "other")
         with pytest.raises(store.StoreError, match="edited"):
             await store.migrate(pool, [edited])
     finally:
         await pool.close()
+
+
+def array_submitted(job: int, indices: str) -> ev.JobSubmitted:
+    spec = ev.JobSpec(name="sweep", script="#!/bin/sh\n", workdir="/home/alice", array=parse_array(indices))
+    return ev.JobSubmitted(job_id=ev.JobId(job), user="alice", spec=spec)
+
+
+#: An array 10-13 (indices 0-3): task 0 completes, task 1 runs, then the whole array is cancelled;
+#: a second array whose block overlaps the first is refused, as in the fold.
+ARRAY_SCENARIO: list[ev.Event] = [
+    ev.NodeRegistered(node=ev.NodeName("gpu01"), cpus=32, mem_mb=65536, gpus=8),
+    array_submitted(10, "0-3%2"),
+    allocated(10, 0, ["gpu01"]),
+    allocated(11, 0, ["gpu01"]),
+    exited(10, 0, "gpu01", 0),
+    ev.JobCompleted(job_id=ev.JobId(10), attempt=0),
+    ev.JobCancelRequested(job_id=ev.JobId(10), user="alice", whole_array=True),
+    ev.JobCancelled(job_id=ev.JobId(12), attempt=-1, by="alice"),
+    allocated(13, 0, ["gpu01"]),  # void: its cancel was requested
+    array_submitted(13, "0-1"),  # void: job 13 exists
+    submitted(15),
+]
+
+
+async def test_array_tasks_are_rows_of_their_own(rig: Rig) -> None:
+    await rig.append(*ARRAY_SCENARIO)
+    await rig.start()
+    await rig.caught_up()
+    rows = await rig.sql(
+        "SELECT job_id, array_job_id, array_task_id, state, cancel_requested_by FROM jobs ORDER BY job_id"
+    )
+    assert rows == [
+        (10, 10, 0, "COMPLETED", None),
+        (11, 10, 1, "RUNNING", "alice"),
+        (12, 10, 2, "CANCELLED", "alice"),
+        (13, 10, 3, "PENDING", "alice"),
+        (15, None, None, "PENDING", None),
+    ]
+    reply = await acct(rig, encode(AcctRequest(job_ids=[10])))
+    assert isinstance(reply, AcctReply)
+    assert [(j.job_id, j.array_job_id, j.array_task_id) for j in reply.jobs] == [
+        (10, 10, 0),
+        (11, 10, 1),
+        (12, 10, 2),
+        (13, 10, 3),
+    ]
+    reply = await acct(rig, encode(AcctRequest(job_ids=[12, 15])))
+    assert isinstance(reply, AcctReply)
+    assert [j.job_id for j in reply.jobs] == [12, 15]
+    # Replaying onto the finished rows changes nothing.
+    before = await rig.dump()
+    await rig.stop()
+    await rig.execute("UPDATE consumer_positions SET last_seq = 0")
+    await rig.start()
+    await rig.caught_up()
+    assert await rig.dump() == before

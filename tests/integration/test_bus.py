@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
 import pytest
@@ -74,3 +75,15 @@ async def test_replay_is_ordered_and_reports_malformed_entries(bus: Bus) -> None
 async def test_job_ids_are_monotonic(bus: Bus) -> None:
     ids = [await bus.next_job_id() for _ in range(5)]
     assert ids == sorted(ids) and len(set(ids)) == 5
+
+
+async def test_a_block_of_ids_is_reserved_at_once(bus: Bus) -> None:
+    before = await bus.next_job_id()
+    block = await bus.next_job_id(1001)
+    after = await bus.next_job_id()
+    assert (block, after) == (before + 1, before + 1002)
+    assert await bus.last_job_id() == after
+    # Concurrent reservations never overlap.
+    firsts = await asyncio.gather(*(bus.next_job_id(10) for _ in range(8)))
+    starts = sorted(firsts)
+    assert all(a + 10 <= b for a, b in itertools.pairwise(starts))

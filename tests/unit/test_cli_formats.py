@@ -9,6 +9,7 @@ import pytest
 
 from corral.cli import sacct, scancel, sinfo, squeue
 from corral.cli.errors import CliError
+from corral.cli.jobrefs import JobRef
 from corral.cli.sacct_fields import parse_time_point
 from corral.schemas.api import (
     AcctJob,
@@ -155,13 +156,13 @@ def test_squeue_request_filters() -> None:
             ["-t", "WAITING"],
             'invalid --states "WAITING": use job states like PENDING,RUNNING or codes like PD,R',
         ),
-        (["-o", "%i %A"], "--format field %A is not supported by Corral yet"),
+        (["-o", "%i %B"], "--format field %B is not supported by Corral yet"),
         (["-o", "%5"], 'invalid --format "%5": a "%" must be followed by a field letter'),
         (["-O", "JobID,Color"], 'invalid --Format field "Color": use one of '),
-        (["-j", "12_1"], "--jobs 12_1: job arrays are not supported by Corral yet"),
+        (["-j", "12_x"], "Invalid job id 12_x"),
         (["--sort=i"], "option --sort is not supported by Corral yet"),
     ],
-    ids=["state", "later letter", "dangling percent", "long name", "array id", "unsupported"],
+    ids=["state", "later letter", "dangling percent", "long name", "bad array task", "unsupported"],
 )
 def test_squeue_refusals(argv: list[str], message: str) -> None:
     with pytest.raises(CliError) as info:
@@ -384,7 +385,7 @@ def test_scancel_filters_default_to_the_callers_jobs() -> None:
     with_ids = scancel.jobs_request(scancel.parse_args(["5", "-t", "R"]), "alice")
     assert (with_ids.job_ids, with_ids.users) == ([5], [])
     args = scancel.parse_args(["--me", "-n", "train"])
-    assert scancel.select_ids([job(), job(job_id=43, name="eval")], args) == [42]
+    assert scancel.select_refs([job(), job(job_id=43, name="eval")], args) == [JobRef(42)]
 
 
 def test_scancel_failure_lines() -> None:
@@ -401,11 +402,11 @@ def test_scancel_failure_lines() -> None:
     [
         ([], "No job identification provided"),
         (["abc"], "Invalid job id abc"),
-        (["7_2"], "job id 7_2: job arrays are not supported by Corral yet"),
+        (["7_[3-1]"], "Invalid job id 7_[3-1]: a range N-M needs 0 <= N <= M"),
         (["-s", "USR1", "5"], "option --signal=USR1 is not supported by Corral yet: use TERM, KILL or INT"),
         (["-w", "gpu01"], "option --nodelist is not supported by Corral yet"),
     ],
-    ids=["nothing", "not a number", "array", "other signal", "unsupported"],
+    ids=["nothing", "not a number", "bad array range", "other signal", "unsupported"],
 )
 def test_scancel_refusals(argv: list[str], message: str) -> None:
     with pytest.raises(CliError) as info:

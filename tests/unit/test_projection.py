@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
+from corral.libs.slurm.array import parse_array
 from corral.schemas import events as ev
 from corral.services.accounting.projection import (
     Batch,
@@ -36,7 +38,9 @@ def log(*bodies: ev.Event) -> list[tuple[int, ev.Envelope]]:
     return [(seq, envelope(body, T0 + seq)) for seq, body in enumerate(bodies, start=1)]
 
 
-def submitted(partition: str | None = None, nodes: int = 1, gpus_per_node: int = 0) -> ev.JobSubmitted:
+def submitted(
+    partition: str | None = None, nodes: int = 1, gpus_per_node: int = 0, array: ev.ArraySpec | None = None
+) -> ev.JobSubmitted:
     spec = ev.JobSpec(
         name="train",
         script="#!/bin/sh\n",
@@ -48,6 +52,7 @@ def submitted(partition: str | None = None, nodes: int = 1, gpus_per_node: int =
         cpus_per_task=2,
         gpus_per_node=gpus_per_node,
         time_limit_s=3600,
+        array=array,
     )
     return ev.JobSubmitted(job_id=JOB, user="alice", spec=spec)
 
@@ -63,7 +68,13 @@ def exited(attempt: int = 0, node: str = "gpu01", **facts: Any) -> ev.RunExited:
     return ev.RunExited(job_id=JOB, attempt=attempt, node=ev.NodeName(node), **facts)
 
 
-def insert(seq: int = 1, partition: str = "batch", num_nodes: int = 1, num_gpus: int = 0) -> InsertJob:
+def insert(
+    seq: int = 1,
+    partition: str = "batch",
+    num_nodes: int = 1,
+    num_gpus: int = 0,
+    array_tasks: list[int] | None = None,
+) -> InsertJob:
     return InsertJob(
         seq=seq,
         job_id=JOB,
@@ -77,6 +88,7 @@ def insert(seq: int = 1, partition: str = "batch", num_nodes: int = 1, num_gpus:
         num_cpus=8,
         num_gpus=num_gpus,
         workdir="/home/alice",
+        array_tasks=array_tasks or [],
     )
 
 
@@ -179,6 +191,53 @@ SEQUENCES: list[tuple[str, list[ev.Event], list[Op]]] = [
         "multi-node-gpu-job",
         [submitted(partition="gpu", nodes=2, gpus_per_node=2), allocated(nodes=("gpu02", "gpu01"))],
         [insert(partition="gpu", num_nodes=2, num_gpus=4), start(2, nodes=("gpu02", "gpu01"))],
+    ),
+    (
+        "array-is-one-insert-of-every-task",
+        [submitted(array=parse_array("1-7:2%2"))],
+        [insert(array_tasks=[1, 3, 5, 7])],
+    ),
+    (
+        "array-of-one-task",
+        [submitted(array=parse_array("0"))],
+        [insert(array_tasks=[0])],
+    ),
+    (
+        "out-of-bounds-array-is-refused-as-in-the-fold",
+        [submitted(array=ev.ArraySpec(ranges=[ev.ArrayRange(start=0, end=1001)]))],
+        [],
+    ),
+    (
+        "whole-array-cancel",
+        [
+            submitted(array=parse_array("0-3")),
+            ev.JobCancelRequested(job_id=JOB, user="bob", whole_array=True),
+            ev.JobCancelRequested(job_id=ev.JobId(9), user="bob"),
+        ],
+        [
+            insert(array_tasks=[0, 1, 2, 3]),
+            RequestCancel(seq=2, job_id=JOB, user="bob", whole_array=True),
+            RequestCancel(seq=3, job_id=9, user="bob"),
+        ],
+    ),
+    (
+        "task-allocation-and-end-are-the-tasks-own",
+        [
+            submitted(array=parse_array("0-1")),
+            ev.JobAllocated(
+                job_id=ev.JobId(8),
+                attempt=0,
+                partition="gpu",
+                allocations=[ev.NodeAllocation(node=ev.NodeName("gpu01"), gpus=[0, 1], cpus=8)],
+                time_limit_s=3600,
+            ),
+            ev.JobCompleted(job_id=ev.JobId(8), attempt=0),
+        ],
+        [
+            insert(array_tasks=[0, 1]),
+            msgspec.structs.replace(start(2), job_id=8),
+            msgspec.structs.replace(end(3, "COMPLETED"), job_id=8),
+        ],
     ),
     (
         "run-starts-and-node-events-change-no-row",

@@ -28,7 +28,7 @@ from corral.libs.credentials import Credentials
 from corral.libs.slurm.errors import FormatError
 from corral.libs.slurm.timefmt import parse_begin_time
 from corral.schemas.api import SubmitRequest
-from corral.schemas.events import Dependencies, Dependency
+from corral.schemas.events import ArrayRange, ArraySpec, Dependencies, Dependency
 
 pytestmark = pytest.mark.unit
 
@@ -205,6 +205,38 @@ OPTION_CASES: list[tuple[list[str], bytes, str, Any]] = [
         datetime(2030, 1, 2, 3, 4, 5).timestamp(),
     ),
     (["-b", "2030-01-02", "s.sh"], SCRIPT, "begin_time", datetime(2030, 1, 2).timestamp()),
+    # Job arrays: every form, -a and #SBATCH, the command line winning.
+    (["s.sh"], SCRIPT, "array", None),
+    (
+        ["--array=0-999%32", "s.sh"],
+        SCRIPT,
+        "array",
+        ArraySpec(ranges=[ArrayRange(start=0, end=999)], throttle=32),
+    ),
+    (["--array=1-7:2", "s.sh"], SCRIPT, "array", ArraySpec(ranges=[ArrayRange(start=1, end=7, step=2)])),
+    (
+        ["--array", "1,3,5-9", "s.sh"],
+        SCRIPT,
+        "array",
+        ArraySpec(
+            ranges=[ArrayRange(start=1, end=1), ArrayRange(start=3, end=3), ArrayRange(start=5, end=9)]
+        ),
+    ),
+    (["-a", "4", "s.sh"], SCRIPT, "array", ArraySpec(ranges=[ArrayRange(start=4, end=4)])),
+    (["-a0-1000", "s.sh"], SCRIPT, "array", ArraySpec(ranges=[ArrayRange(start=0, end=1000)])),
+    (
+        ["s.sh"],
+        with_directives("#SBATCH --array=0-5%2"),
+        "array",
+        ArraySpec(ranges=[ArrayRange(start=0, end=5)], throttle=2),
+    ),
+    (["s.sh"], with_directives("#SBATCH -a 2-3"), "array", ArraySpec(ranges=[ArrayRange(start=2, end=3)])),
+    (
+        ["-a", "7", "s.sh"],
+        with_directives("#SBATCH -a 2-3"),
+        "array",
+        ArraySpec(ranges=[ArrayRange(start=7, end=7)]),
+    ),
 ]
 
 
@@ -288,7 +320,41 @@ ERROR_CASES: list[tuple[list[str], bytes, str]] = [
     (["--qos=high", "s.sh"], SCRIPT, "sbatch: error: option --qos is not supported by Corral yet"),
     (["-q", "high", "s.sh"], SCRIPT, "sbatch: error: option --qos is not supported by Corral yet"),
     (["--signal=USR1@90", "s.sh"], SCRIPT, "sbatch: error: option --signal is not supported by Corral yet"),
-    (["--array=0-3", "s.sh"], SCRIPT, "sbatch: error: option --array is not supported by Corral yet"),
+    (["--exclusive", "s.sh"], SCRIPT, "sbatch: error: option --exclusive is not supported by Corral yet"),
+    (
+        ["--array=0-1001", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --array "0-1001": array index 1001 is too large: indices go from 0 to 1000 '
+        "(MaxArraySize=1001)",
+    ),
+    (
+        ["--array=5-1", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --array "5-1": a range N-M needs 0 <= N <= M',
+    ),
+    (
+        ["-a", "1-7:0", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --array "1-7:0": a range\'s :STEP must be at least 1',
+    ),
+    (
+        ["--array=0-15%0", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --array "0-15%0": '
+        "the %MAX_RUNNING limit must be a whole number of at least 1",
+    ),
+    (
+        ["--array=a-b", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --array "a-b": use indices N, ranges N-M or N-M:STEP joined by commas, '
+        "optionally %MAX_RUNNING (e.g. 0-15%4, 1-7:2, 1,3,5-9)",
+    ),
+    (
+        ["s.sh"],
+        with_directives("#SBATCH --array=-1"),
+        'sbatch: error: invalid --array "-1": use indices N, ranges N-M or N-M:STEP joined by commas, '
+        "optionally %MAX_RUNNING (e.g. 0-15%4, 1-7:2, 1,3,5-9)",
+    ),
     (
         ["--kill-on-invalid-dep=yes", "s.sh"],
         SCRIPT,
@@ -316,7 +382,8 @@ ERROR_CASES: list[tuple[list[str], bytes, str]] = [
         ["-d", "afterok:5_2", "s.sh"],
         SCRIPT,
         'sbatch: error: invalid --dependency "afterok:5_2": '
-        "dependencies on job arrays are not supported by Corral yet",
+        "a dependency on one array task (A_T) is not supported by Corral yet: name the task's own job id, "
+        "or the array's id A for all its tasks",
     ),
     (
         ["-d", "afterok", "s.sh"],

@@ -8,6 +8,7 @@ import pytest
 from builders import T0
 
 from corral.cli.errors import CliError
+from corral.cli.jobrefs import JobRef
 from corral.cli.scontrol import control_ids, failure_lines, main, output_path, show_job, update_request
 from corral.schemas import api
 
@@ -101,11 +102,17 @@ def test_output_path_leaves_unknown_patterns() -> None:
 
 @pytest.mark.parametrize(
     ("words", "ids"),
-    [(["5"], [5]), (["5,6", "7"], [5, 6, 7]), (["JobId=8"], [8]), (["5", "5"], [5])],
-    ids=["one", "lists", "jobid=", "repeated"],
+    [
+        (["5"], [5]),
+        (["5,6", "7"], [5, 6, 7]),
+        (["JobId=8"], [8]),
+        (["5", "5"], [5]),
+        (["5_2,5_[0-1,4]"], [JobRef(5, (2,)), JobRef(5, (0, 1, 4))]),
+    ],
+    ids=["one", "lists", "jobid=", "repeated", "array tasks"],
 )
-def test_control_ids(words: list[str], ids: list[int]) -> None:
-    assert control_ids(words, "hold") == ids
+def test_control_ids(words: list[str], ids: list[int | JobRef]) -> None:
+    assert control_ids(words, "hold") == [JobRef(i) if isinstance(i, int) else i for i in ids]
 
 
 @pytest.mark.parametrize(
@@ -113,7 +120,7 @@ def test_control_ids(words: list[str], ids: list[int]) -> None:
     [
         ([], "scontrol hold needs a job id"),
         (["x"], "Invalid job id x"),
-        (["5_1"], "job id 5_1: job arrays are not supported by Corral yet"),
+        (["5_"], "Invalid job id 5_"),
         (["Name=x"], "scontrol hold Name=x: only job ids are supported by Corral yet"),
     ],
     ids=["none", "not a number", "array", "by name"],

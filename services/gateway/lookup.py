@@ -1,0 +1,117 @@
+"""Finding a job's submission in the log, for jobs that are array tasks too.
+
+The gateway holds no job state: it reads a job's ``JobSubmitted`` entry by subject
+(``corral.evt.job.<id>.job_submitted``). A job array is one entry on its first task's subject, so:
+
+- the array's id ``A`` finds the array itself (``whole_array``: the id stands for every task, as in
+  Slurm's ``scancel A``);
+- ``A_T`` (an index) maps to the task's job id through the array's indices: the task with the k-th
+  smallest index is job ``A + k``;
+- a task's own job id ``X`` has no entry of its own: the array it belongs to is the nearest submission
+  below it, at most MaxArraySize - 1 ids away (ids are reserved in blocks, so nothing else is in between).
+  Those subjects are probed in concurrent chunks, and never above the id counter, so the search is
+  bounded and costs nothing for ordinary jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from corral.libs.bus import Bus
+from corral.libs.slurm.array import MAX_ARRAY_SIZE, array_indices
+from corral.schemas import events as ev
+from corral.schemas import subjects
+
+#: Subjects probed at once when looking for the array a task id belongs to.
+PROBE_CHUNK = 64
+
+
+@dataclass(frozen=True)
+class Found:
+    """A job (or a whole job array, or one task of one) and the submission it came from."""
+
+    submitted: ev.JobSubmitted  # the submission (of the whole array, for a task)
+    envelope: ev.Envelope  # its envelope (trace context)
+    job_id: int  # the job named: the task's own id for a task, the array's id for a whole array
+    task_index: int | None = None  # the task's index for one task of an array
+    whole_array: bool = False  # the id named the array: every task
+
+    @property
+    def user(self) -> str:
+        """The job's owner."""
+        return self.submitted.user
+
+    @property
+    def job_ids(self) -> list[int]:
+        """The jobs this names: every task's id for a whole array, else the one job."""
+        array = self.submitted.spec.array
+        if not self.whole_array or array is None:
+            return [self.job_id]
+        first = self.submitted.job_id
+        return list(range(first, first + len(array_indices(array))))
+
+
+class JobLookup:
+    """Reads submissions from the log (direct gets by subject)."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    async def submission(self, job_id: int) -> tuple[ev.JobSubmitted, ev.Envelope] | None:
+        """The submission appended on this id's own subject, or None."""
+        if job_id < 1:
+            return None
+        entry = await self.bus.last_entry(subjects.job_subject(job_id, "job_submitted"))
+        if entry is None or entry.envelope is None or not isinstance(entry.envelope.body, ev.JobSubmitted):
+            return None
+        return entry.envelope.body, entry.envelope
+
+    async def find(self, job_id: int) -> Found | None:
+        """The job with this id: a job, a whole array (its id), or an array task (its own id)."""
+        own = await self.submission(job_id)
+        if own is not None:
+            submitted, envelope = own
+            return Found(submitted, envelope, job_id, whole_array=submitted.spec.array is not None)
+        return await self._task_by_id(job_id)
+
+    async def task(self, array_job_id: int, index: int) -> Found | None:
+        """Task ``A_T``: the task of array ``A`` with index ``T``, or None if there is none."""
+        found = await self.submission(array_job_id)
+        if found is None or found[0].spec.array is None:
+            return None
+        return task_of(found[0], found[1], index)
+
+    async def _task_by_id(self, job_id: int) -> Found | None:
+        if job_id < 2 or job_id > await self.bus.last_job_id():
+            return None
+        lowest = max(1, job_id - (MAX_ARRAY_SIZE - 1))
+        candidates = list(range(job_id - 1, lowest - 1, -1))
+        for start in range(0, len(candidates), PROBE_CHUNK):
+            chunk = candidates[start : start + PROBE_CHUNK]
+            entries = await asyncio.gather(*(self.submission(c) for c in chunk))
+            for entry in entries:
+                if entry is None:
+                    continue
+                # The nearest submission below decides: the id is one of its tasks, or no job at all.
+                submitted, envelope = entry
+                array = submitted.spec.array
+                if array is None:
+                    return None
+                indices = array_indices(array)
+                offset = job_id - submitted.job_id
+                if offset >= len(indices):
+                    return None
+                return Found(submitted, envelope, job_id, task_index=indices[offset])
+        return None
+
+
+def task_of(submitted: ev.JobSubmitted, envelope: ev.Envelope, index: int) -> Found | None:
+    """The task with ``index`` of the array ``submitted``; None if the array has no such index."""
+    if submitted.spec.array is None:
+        return None
+    indices = array_indices(submitted.spec.array)
+    position = {value: k for k, value in enumerate(indices)}.get(index)
+    if position is None:
+        return None
+    return Found(submitted, envelope, submitted.job_id + position, task_index=index)
