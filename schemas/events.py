@@ -73,6 +73,13 @@ class ArraySpec(msgspec.Struct, frozen=True, kw_only=True):
     throttle: int = 0  # ``%P``: at most this many tasks of the array run at once; 0 = no limit
 
 
+class Constraint(msgspec.Struct, frozen=True, kw_only=True):
+    """``--constraint``: node features a job's nodes must have (``a``, ``a&b`` all of them, ``a|b`` any)."""
+
+    features: list[str]  # feature names, as given, at least one
+    any_of: bool = False  # True: a node needs one of the features (``|``); False: all of them (``&``)
+
+
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     """What a user asked for: everything needed to schedule and launch a batch job.
 
@@ -103,6 +110,12 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     held: bool = False  # -H: submitted held (JobHeldUser) until released
     begin_time: float | None = None  # -b: not eligible before this Unix time; None = at once
     array: ArraySpec | None = None  # -a/--array: one job per index; None = a single job
+    nodelist: list[str] = []  # -w: nodes the job must include (expanded hostlist); [] = any
+    exclude: list[str] = []  # -x: nodes the job must not use (expanded hostlist)
+    constraint: Constraint | None = None  # -C: node features required; None = any node
+    exclusive: bool = False  # --exclusive: whole nodes, all their CPUs, GPUs and memory, shared with no job
+    gpus_per_task: int | None = None  # --gpus-per-task (gpus_per_node already holds tasks per node x this)
+    cpus_per_gpu: int | None = None  # --cpus-per-gpu: CPUs per node = gpus_per_node x this (not with -c)
 
 
 class JobSubmitted(msgspec.Struct, frozen=True, tag="job_submitted", kw_only=True):

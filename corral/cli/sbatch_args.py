@@ -24,8 +24,10 @@ from corral.cli.errors import CliError
 from corral.cli.options import Option as Opt
 from corral.cli.options import OptionTable, ParsedArgs, flag, parse_count, unsupported
 from corral.libs.slurm.array import parse_array
+from corral.libs.slurm.constraint import parse_constraint
 from corral.libs.slurm.dependency import parse_dependency
 from corral.libs.slurm.gres import parse_gpus_spec, parse_gres
+from corral.libs.slurm.hostlist import expand
 from corral.libs.slurm.memory import parse_memory
 from corral.libs.slurm.timefmt import parse_begin_time, parse_time_limit
 from corral.schemas.events import ArraySpec, Dependencies, JobSpec, OpenMode
@@ -56,7 +58,15 @@ OPTIONS = OptionTable(
         Opt("account", "A"),
         Opt("gres"),
         Opt("gpus-per-node"),
+        Opt("gpus-per-task"),
+        Opt("gpus", "G"),
+        Opt("cpus-per-gpu"),
+        Opt("mem-per-gpu"),
         Opt("mem"),
+        Opt("nodelist", "w"),
+        Opt("exclude", "x"),
+        Opt("constraint", "C"),
+        flag("exclusive"),
         flag("parsable"),
         Opt("open-mode"),
         flag("requeue"),
@@ -72,10 +82,10 @@ OPTIONS = OptionTable(
         flag("usage"),
         flag("version", "V"),
         *unsupported(
-            "nodelist/w exclude/x gpus/G constraint/C qos/q "
+            "qos/q "
             "oversubscribe/s licenses/L clusters/M wait/W distribution/m input/i verbose/v quiet/Q "
-            "no-kill/k overcommit/O core-spec/S immediate/I extra-node-info/B nodefile/F gpus-per-task "
-            "gpus-per-socket cpus-per-gpu mem-per-cpu mem-per-gpu signal deadline exclusive mail-type "
+            "no-kill/k overcommit/O core-spec/S immediate/I extra-node-info/B nodefile/F "
+            "gpus-per-socket mem-per-cpu signal deadline mail-type "
             "mail-user comment reservation nice priority time-min kill-on-invalid-dep ntasks-per-socket "
             "ntasks-per-core ntasks-per-gpu sockets-per-node cores-per-socket threads-per-core hint "
             "mincpus tmp gpu-bind gpu-freq cpu-freq get-user-env uid gid propagate profile container "
@@ -217,9 +227,11 @@ def build_submission(
     options = directive_options(script)
     options.values.extend(invocation.args.values)
     warnings: list[str] = []
-    gpus_per_node, gpu_type = _gpus(options)
-    nodes, ntasks, ntasks_per_node = _tasks(options, warnings)
-    mem = options.last("mem")
+    nodelist = _hosts(options, "nodelist")
+    nodes, ntasks, ntasks_per_node = _tasks(options, warnings, len(nodelist))
+    gpus = _gpus(options, nodes, ntasks_per_node or -(-ntasks // nodes))
+    cpus_per_gpu = _per_gpu(options, "cpus-per-gpu", "cpus-per-task", gpus.per_node)
+    constraint = options.last("constraint")
     spec = JobSpec(
         name=options.last("job-name") or default_name,
         script=script,
@@ -235,9 +247,9 @@ def build_submission(
         nodes=nodes,
         ntasks=ntasks,
         ntasks_per_node=ntasks_per_node,
-        mem_per_node_mb=None if mem is None else parse_memory(mem, "--mem"),
-        gpus_per_node=gpus_per_node,
-        gpu_type=gpu_type,
+        mem_per_node_mb=_memory(options, gpus.per_node),
+        gpus_per_node=gpus.per_node,
+        gpu_type=gpus.type,
         time_limit_s=_time_limit(options.last("time")),
         requeue=_requeue(options),
         submit_host=hostname,
@@ -245,6 +257,12 @@ def build_submission(
         held=options.given("hold"),
         begin_time=_begin(options.last("begin"), now),
         array=_array(options.last("array")),
+        nodelist=nodelist,
+        exclude=_hosts(options, "exclude"),
+        constraint=None if constraint is None else parse_constraint(constraint, "--constraint"),
+        exclusive=options.given("exclusive"),
+        gpus_per_task=gpus.per_task,
+        cpus_per_gpu=None if cpus_per_gpu is None else parse_count(cpus_per_gpu, "--cpus-per-gpu"),
     )
     return Submission(spec=spec, parsable=options.given("parsable"), warnings=tuple(warnings))
 
@@ -349,35 +367,95 @@ def _requeue(options: ParsedArgs) -> bool:
     return choice
 
 
-def _gpus(options: ParsedArgs) -> tuple[int, str | None]:
-    """gpus_per_node and gpu_type from ``--gres`` or ``--gpus-per-node`` (not both, as in Slurm)."""
+@dataclass(frozen=True)
+class _Gpus:
+    """The job's GPUs as the options ask for them."""
+
+    per_node: int  # GPUs on each node
+    type: str | None  # GPU model; None = any
+    per_task: int | None  # --gpus-per-task, if given
+
+
+#: The options that say how many GPUs a job gets; at most one may be given.
+_GPU_OPTIONS = ("gpus-per-node", "gres", "gpus-per-task", "gpus")
+
+
+def _gpus(options: ParsedArgs, nodes: int, tasks_per_node: int) -> _Gpus:
+    """GPUs per node and their type from one of ``--gres=gpu``, ``--gpus-per-node``, ``--gpus-per-task``
+    (per node: tasks per node times it) or ``-G/--gpus`` (spread evenly over the nodes)."""
     gres_text = options.last("gres")
-    per_node = options.last("gpus-per-node")
     gpu_requests = []
     for request in parse_gres(gres_text, "--gres") if gres_text is not None else []:
         if request.name != "gpu":
             raise CliError(f"--gres={gres_text}: only gpu GRES are supported by Corral yet")
         gpu_requests.append(request)
-    if gpu_requests and per_node is not None:
-        raise CliError("--gpus-per-node and --gres=gpu are mutually exclusive")
     if len(gpu_requests) > 1:
         raise CliError(
             f"--gres={gres_text}: GPUs of several types in one job are not supported by Corral yet"
         )
-    if per_node is not None:
-        gpu_type, count = parse_gpus_spec(per_node, "--gpus-per-node")
-        return count, gpu_type
-    if gpu_requests:
-        return gpu_requests[0].count, gpu_requests[0].type
-    return 0, None
+    given = [n for n in _GPU_OPTIONS if (gpu_requests if n == "gres" else options.given(n))]
+    if len(given) > 1:
+        first, second = (f"--{n}=gpu" if n == "gres" else f"--{n}" for n in given[:2])
+        raise CliError(f"{first} and {second} are mutually exclusive")
+    option = given[0] if given else None
+    if option == "gres":
+        return _Gpus(gpu_requests[0].count, gpu_requests[0].type, None)
+    if option is None:
+        return _Gpus(0, None, None)
+    text = options.last(option) or ""
+    gpu_type, count = parse_gpus_spec(text, f"--{option}")
+    if option == "gpus-per-task":
+        return _Gpus(tasks_per_node * count, gpu_type, count)
+    if option == "gpus":
+        if count % nodes:
+            raise CliError(
+                f"--gpus={text}: {count} GPUs cannot be spread evenly over {nodes} nodes: "
+                f"ask for a multiple of {nodes}, or use --gpus-per-node"
+            )
+        return _Gpus(count // nodes, gpu_type, None)
+    return _Gpus(count, gpu_type, None)
 
 
-def _tasks(options: ParsedArgs, warnings: list[str]) -> tuple[int, int, int | None]:
-    """nodes, ntasks and ntasks_per_node, completed from each other as Slurm does."""
+def _per_gpu(options: ParsedArgs, name: str, rival: str, gpus_per_node: int) -> str | None:
+    """The value of a ``--X-per-gpu`` option: only with GPUs, and not with the option it replaces."""
+    text = options.last(name)
+    if text is None:
+        return None
+    if options.given(rival):
+        raise CliError(f"--{name} and --{rival} are mutually exclusive")
+    if not gpus_per_node:
+        raise CliError(f"--{name} needs GPUs: add --gpus, --gpus-per-node, --gpus-per-task or --gres=gpu")
+    return text
+
+
+def _memory(options: ParsedArgs, gpus_per_node: int) -> int | None:
+    """Memory per node from ``--mem`` or ``--mem-per-gpu`` (GPUs per node times it)."""
+    per_gpu = _per_gpu(options, "mem-per-gpu", "mem", gpus_per_node)
+    if per_gpu is not None:
+        return gpus_per_node * parse_memory(per_gpu, "--mem-per-gpu")
+    mem = options.last("mem")
+    return None if mem is None else parse_memory(mem, "--mem")
+
+
+def _hosts(options: ParsedArgs, name: str) -> list[str]:
+    """The host names of ``-w/--nodelist`` or ``-x/--exclude`` (a hostlist; duplicates dropped)."""
+    text = options.last(name)
+    if text is None:
+        return []
+    if "/" in text:
+        raise CliError(f"--{name}={text}: reading node names from a file is not supported by Corral yet")
+    return list(dict.fromkeys(expand(text, f"--{name}")))
+
+
+def _tasks(options: ParsedArgs, warnings: list[str], listed: int) -> tuple[int, int, int | None]:
+    """nodes, ntasks and ntasks_per_node, completed from each other as Slurm does.
+
+    ``listed`` is the number of ``-w`` nodes: the job has at least that many nodes.
+    """
     nodes_text = options.last("nodes")
     if nodes_text is not None and "-" in nodes_text.strip("-"):
         raise CliError(f"--nodes={nodes_text}: node count ranges are not supported by Corral yet")
-    nodes = parse_count(nodes_text, "--nodes") if nodes_text is not None else 1
+    nodes = max(parse_count(nodes_text, "--nodes") if nodes_text is not None else 1, listed)
     per_node_text = options.last("ntasks-per-node")
     per_node = parse_count(per_node_text, "--ntasks-per-node") if per_node_text is not None else None
     ntasks_text = options.last("ntasks")

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from corral.libs.core.placement import Free, Request, eligible, mem_need, node_fits, take
+from corral.libs.core.placement import Free, Request, eligible, need, node_fits, pick, take
 from corral.schemas.events import NodeAllocation
 
 INF = math.inf
@@ -57,11 +57,11 @@ class NodePlan:
 
     def fits_during(self, req: Request, a: float, b: float) -> bool:
         """Whether one node of ``req`` fits over ``[a, b)``: free capacity only drops where a hold starts."""
-        need = (req.cpus, req.gpus, mem_need(self.free, req))
+        want = need(self.free, req)
         points = [a, *(s for s, _, _, _, _ in self.holds if a < s < b)]
         for p in points:
             have = self.free_at(p)
-            if have[0] < need[0] or have[1] < need[1] or have[2] < need[2]:
+            if have[0] < want[0] or have[1] < want[1] or have[2] < want[2]:
                 return False
         return True
 
@@ -69,13 +69,13 @@ class NodePlan:
         """The earliest time from ``now`` this node can host one node of ``req`` for ``limit`` seconds."""
         if not self.holds:
             # Without holds free capacity only grows: walk the releases once.
-            need_mem = mem_need(self.free, req)
+            need_cpus, need_gpus, need_mem = need(self.free, req)
             cpus, gpus, mem = self.free.cpus, len(self.free.gpus), self.free.mem_mb
-            if cpus >= req.cpus and gpus >= req.gpus and mem >= need_mem:
+            if cpus >= need_cpus and gpus >= need_gpus and mem >= need_mem:
                 return now
             for when, c, g, m in self.releases:
                 cpus, gpus, mem = cpus + c, gpus + g, mem + m
-                if cpus >= req.cpus and gpus >= req.gpus and mem >= need_mem:
+                if cpus >= need_cpus and gpus >= need_gpus and mem >= need_mem:
                     return max(when, now)
             return INF
         candidates = sorted(
@@ -111,7 +111,7 @@ class Planner:
         # (partition, per-node shape) -> how many nodes could host it when last counted. Free capacity
         # only shrinks during a pass, so that count stays an upper bound: a request for more nodes of the
         # same shape fails without a scan (most of a long queue is a few shapes).
-        self._fitting: dict[tuple[str, int, int, int | None, str | None], int] = {}
+        self._fitting: dict[tuple[str, Request], int] = {}
 
     def running(self, allocation: list[NodeAllocation], end: float) -> None:
         """A run that holds ``allocation`` until ``end`` (INF if unlimited)."""
@@ -138,7 +138,7 @@ class Planner:
         cpus, gpus = self.totals(partition)
         if req.nodes * req.cpus > cpus or req.nodes * req.gpus > gpus:
             return None  # not even the partition's whole free capacity is enough: skip the node scan
-        shape = (partition, req.gpus, req.cpus, req.mem_mb, req.gpu_type)
+        shape = (partition, replace(req, nodes=0))
         if self._fitting.get(shape, req.nodes) < req.nodes:
             return None
         end = self.now + limit
@@ -150,7 +150,10 @@ class Planner:
         if len(fit) < req.nodes:
             return None
         fit.sort(key=lambda n: (not n.fills_hole(end), len(n.free.gpus), n.free.cpus, n.free.name))
-        chosen = sorted(fit[: req.nodes], key=lambda n: n.free.name)
+        picked = pick(fit, req, lambda n: n.free.name)
+        if picked is None:
+            return None
+        chosen = sorted(picked, key=lambda n: n.free.name)
         out = []
         for node in chosen:
             alloc = take(node.free, req)
@@ -172,10 +175,11 @@ class Planner:
             return None
         for t in sorted({t for t, _, _ in starts[req.nodes - 1 :]}):
             able = [n for s, _, n in starts if s <= t and n.fits_during(req, t, t + limit)]
-            if len(able) >= req.nodes:
-                # Busy-now nodes first: what is free now stays for backfill.
-                able.sort(key=lambda n: (node_fits(n.free, req), n.free.name))
-                for node in able[: req.nodes]:
-                    node.holds.append((t, t + limit, req.cpus, req.gpus, mem_need(node.free, req)))
+            # Busy-now nodes first: what is free now stays for backfill.
+            able.sort(key=lambda n: (node_fits(n.free, req), n.free.name))
+            picked = pick(able, req, lambda n: n.free.name)
+            if picked is not None:
+                for node in picked:
+                    node.holds.append((t, t + limit, *need(node.free, req)))
                 return t
         return None

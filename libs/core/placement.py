@@ -5,14 +5,22 @@ is placed on whole nodes of its partition that are up and have enough free GPUs 
 type), CPUs and memory, preferring the nodes with the fewest free GPUs that still fit (best fit,
 to keep whole nodes free for large jobs), ties broken by name. GPU indices are the lowest free
 ones, so no index is ever given to two runs.
+
+Node choice (``-w``, ``-x``, ``-C``): a node is eligible only if it is not excluded and has the
+required features; every node of ``-w`` is part of the selection, the rest chosen freely. An
+``--exclusive`` job needs an idle node and takes all of it, so nothing else fits there while it runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from corral.libs.core.state import Job, Node
-from corral.schemas.events import NodeAllocation
+from corral.schemas.events import JobSpec, NodeAllocation
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -26,7 +34,15 @@ class Free:
     total_mem_mb: int  # the node's memory (for --mem=0, "all of it")
     gpu_type: str | None  # GPU model
     partitions: tuple[str, ...]  # partitions
-    idle: bool = True  # nothing runs on it (for --mem=0, which takes a whole node's memory)
+    idle: bool = True  # nothing runs on it (for --mem=0 and --exclusive, which take a whole node)
+    features: tuple[str, ...] = ()  # node features (for --constraint)
+    total_cpus: int = 0  # the node's CPUs (for --exclusive); 0: as free now
+    total_gpus: int = 0  # the node's GPUs (for --exclusive); 0: as free now
+
+    def __post_init__(self) -> None:
+        # A node built idle (validation, tests) has all of its capacity free.
+        self.total_cpus = self.total_cpus or self.cpus
+        self.total_gpus = self.total_gpus or len(self.gpus)
 
 
 def free_capacity(nodes: dict[str, Node]) -> dict[str, Free]:
@@ -46,6 +62,9 @@ def free_capacity(nodes: dict[str, Node]) -> dict[str, Free]:
             gpu_type=node.gpu_type,
             partitions=tuple(node.partitions),
             idle=not node.jobs and not node.used_gpus and node.alloc_cpus == 0 and node.alloc_mem_mb == 0,
+            features=tuple(node.features),
+            total_cpus=node.cpus,
+            total_gpus=node.gpus,
         )
     return out
 
@@ -59,37 +78,84 @@ class Request:
     gpu_type: str | None  # required GPU model (None: any)
     cpus: int  # CPUs per node
     mem_mb: int | None  # memory per node (None: not reserved, 0: the whole node)
+    nodelist: tuple[str, ...] = ()  # -w: nodes the selection must include
+    exclude: frozenset[str] = frozenset()  # -x: nodes it must not use
+    features: tuple[str, ...] = ()  # -C: features a node must have (all of them, or any)
+    any_feature: bool = False  # -C a|b: one of ``features`` is enough
+    exclusive: bool = False  # --exclusive: idle nodes only, taken whole
 
 
 def request_of(job: Job) -> Request:
     """Per-node needs of a job from its spec."""
-    spec = job.spec
-    nodes = max(spec.nodes, 1)
+    return request_of_spec(job.spec)
+
+
+def request_of_spec(spec: JobSpec) -> Request:
+    """Per-node needs of a spec (also what submit validation checks against idle nodes)."""
+    nodes = max(spec.nodes, len(spec.nodelist), 1)
     tasks_per_node = spec.ntasks_per_node or -(-max(spec.ntasks, 1) // nodes)
+    cpus = tasks_per_node * max(spec.cpus_per_task, 1)
+    if spec.cpus_per_gpu is not None and spec.gpus_per_node:
+        cpus = max(cpus, spec.gpus_per_node * spec.cpus_per_gpu)
     return Request(
         nodes=nodes,
         gpus=spec.gpus_per_node,
         gpu_type=spec.gpu_type,
-        cpus=tasks_per_node * max(spec.cpus_per_task, 1),
+        cpus=cpus,
         mem_mb=spec.mem_per_node_mb,
+        nodelist=tuple(spec.nodelist),
+        exclude=frozenset(spec.exclude),
+        features=tuple(spec.constraint.features) if spec.constraint else (),
+        any_feature=spec.constraint.any_of if spec.constraint else False,
+        exclusive=spec.exclusive,
     )
 
 
+def has_features(features: Sequence[str], required: Sequence[str], any_of: bool = False) -> bool:
+    """Whether a node with ``features`` satisfies ``--constraint``: all of ``required``, or one with ``|``."""
+    if not required:
+        return True
+    have = (f in features for f in required)
+    return any(have) if any_of else all(have)
+
+
 def eligible(free: Free, req: Request) -> bool:
-    """Whether the node is of the kind the request can use at all (GPU type)."""
-    return req.gpu_type is None or req.gpus == 0 or free.gpu_type == req.gpu_type
+    """Whether the node is of the kind the request can use at all (GPU type, -x, -C)."""
+    return (
+        (req.gpu_type is None or req.gpus == 0 or free.gpu_type == req.gpu_type)
+        and free.name not in req.exclude
+        and has_features(free.features, req.features, req.any_feature)
+    )
 
 
 def mem_need(free: Free, req: Request) -> int:
-    """Memory the request takes on this node (``--mem=0`` takes all of it)."""
-    return free.total_mem_mb if req.mem_mb == 0 else (req.mem_mb or 0)
+    """Memory the request takes on this node (``--mem=0`` and ``--exclusive`` take all of it)."""
+    return free.total_mem_mb if req.mem_mb == 0 or req.exclusive else (req.mem_mb or 0)
+
+
+def need(free: Free, req: Request) -> tuple[int, int, int]:
+    """(CPUs, GPUs, memory) the request takes on this node: all of them for ``--exclusive``."""
+    if req.exclusive:
+        return free.total_cpus, free.total_gpus, free.total_mem_mb
+    return req.cpus, req.gpus, mem_need(free, req)
 
 
 def node_fits(free: Free, req: Request) -> bool:
     """Whether one node of the request fits the node's free capacity now."""
-    if not eligible(free, req) or (req.mem_mb == 0 and not free.idle):
+    if not eligible(free, req) or ((req.mem_mb == 0 or req.exclusive) and not free.idle):
         return False
-    return len(free.gpus) >= req.gpus and free.cpus >= req.cpus and free.mem_mb >= mem_need(free, req)
+    cpus, gpus, mem = need(free, req)
+    return len(free.gpus) >= max(gpus, req.gpus) and free.cpus >= max(cpus, req.cpus) and free.mem_mb >= mem
+
+
+def pick(fit: Sequence[T], req: Request, name: Callable[[T], str]) -> list[T] | None:
+    """The ``req.nodes`` nodes to use of ``fit`` (in order of preference): every ``-w`` node, then the first
+    others; None if a listed node is missing or there are too few."""
+    forced = [n for n in fit if name(n) in req.nodelist]
+    if len(forced) < len(set(req.nodelist)):
+        return None
+    chosen = forced + [n for n in fit if name(n) not in req.nodelist][: max(req.nodes - len(forced), 0)]
+    return chosen if len(chosen) >= req.nodes else None
 
 
 def give_back(free: Free | None, alloc: NodeAllocation) -> None:
@@ -103,17 +169,17 @@ def give_back(free: Free | None, alloc: NodeAllocation) -> None:
 
 def take(free: Free, req: Request) -> NodeAllocation:
     """Take one node's part of the request from its free capacity: the lowest free GPU indices."""
-    mem = mem_need(free, req)
-    gpus, free.gpus = free.gpus[: req.gpus], free.gpus[req.gpus :]
-    free.cpus -= req.cpus
+    cpus, count, mem = need(free, req)
+    gpus, free.gpus = free.gpus[:count], free.gpus[count:]
+    free.cpus -= cpus
     free.mem_mb -= mem
     free.idle = False
-    return NodeAllocation(node=free.name, gpus=gpus, cpus=req.cpus, mem_mb=mem)
+    return NodeAllocation(node=free.name, gpus=gpus, cpus=cpus, mem_mb=mem)
 
 
 def could_ever_fit(nodes: list[Free], req: Request) -> bool:
     """Whether the request fits these nodes when they are completely idle."""
-    return sum(1 for n in nodes if node_fits(n, req)) >= req.nodes
+    return pick([n for n in nodes if node_fits(n, req)], req, lambda n: n.name) is not None
 
 
 def place(free: dict[str, Free], partition: str, req: Request) -> list[NodeAllocation] | None:
@@ -122,7 +188,8 @@ def place(free: dict[str, Free], partition: str, req: Request) -> list[NodeAlloc
     Returns the allocation (first node runs the batch script), or None if it does not fit now.
     """
     candidates = [f for f in free.values() if partition in f.partitions and node_fits(f, req)]
-    if len(candidates) < req.nodes:
-        return None
     candidates.sort(key=lambda f: (len(f.gpus), f.cpus, f.name))
-    return [take(f, req) for f in sorted(candidates[: req.nodes], key=lambda f: f.name)]
+    chosen = pick(candidates, req, lambda f: f.name)
+    if chosen is None:
+        return None
+    return [take(f, req) for f in sorted(chosen, key=lambda f: f.name)]

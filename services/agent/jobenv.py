@@ -84,6 +84,13 @@ def job_environment(order: LaunchOrder, base: dict[str, str], uid: int) -> dict[
         env["SLURM_CPUS_PER_TASK"] = str(spec.cpus_per_task)
     if spec.mem_per_node_mb is not None:
         env["SLURM_MEM_PER_NODE"] = str(order.allocations[0].mem_mb)
+    # The batch shell sees all of the node's GPUs; per-task binding (--gpus-per-task) is srun's.
+    for name, value in (
+        ("SLURM_GPUS_PER_TASK", spec.gpus_per_task),
+        ("SLURM_CPUS_PER_GPU", spec.cpus_per_gpu),
+    ):
+        if value is not None:
+            env[name] = str(value)
     if gpus:
         env["SLURM_JOB_GPUS"] = gpus
         env["CUDA_VISIBLE_DEVICES"] = gpus

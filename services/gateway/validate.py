@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from corral.libs.config import ClusterConfig
-from corral.libs.core.placement import Free, Request, could_ever_fit
+from corral.libs.core.placement import Free, could_ever_fit, has_features, node_fits, request_of_spec
 from corral.libs.errors import InvalidInput
 from corral.libs.slurm.array import array_indices
 from corral.libs.slurm.dependency import MAX_ITEMS
@@ -50,6 +50,10 @@ def validate_spec(spec: JobSpec, config: ClusterConfig) -> None:
         _positive(spec.mem_per_node_mb, "mem_per_node_mb", 0)
     if spec.time_limit_s is not None:
         _positive(spec.time_limit_s, "time_limit_s")
+    for name, value in (("gpus_per_task", spec.gpus_per_task), ("cpus_per_gpu", spec.cpus_per_gpu)):
+        if value is not None:
+            _positive(value, name)
+    _validate_node_choice(spec)
     _validate_partition(spec, config)
     _validate_dependencies(spec)
     array_size(spec)
@@ -87,6 +91,20 @@ def _validate_dependencies(spec: JobSpec) -> None:
             )
 
 
+def _validate_node_choice(spec: JobSpec) -> None:
+    """-w, -x and -C are well formed and do not contradict each other."""
+    for name, hosts in (("nodelist", spec.nodelist), ("exclude", spec.exclude)):
+        if len(hosts) > MAX_NODES or any(not h or len(h) > MAX_NAME for h in hosts):
+            raise InvalidInput(f"{name} must hold at most {MAX_NODES} node names", field=name)
+    both = sorted(set(spec.nodelist) & set(spec.exclude))
+    if both:
+        raise InvalidInput(f"node {both[0]} is both required (-w) and excluded (-x)", field="exclude")
+    if spec.constraint is not None and (
+        not spec.constraint.features or any(not f or len(f) > MAX_NAME for f in spec.constraint.features)
+    ):
+        raise InvalidInput("constraint must name at least one feature", field="constraint")
+
+
 def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
     part = config.partition(spec.partition) if spec.partition else config.default_partition
     if part is None:
@@ -97,17 +115,37 @@ def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
             f"time limit {spec.time_limit_s}s exceeds partition {part.name} MaxTime {part.max_time_s}s",
             field="time_limit_s",
         )
-    members = [config.node(name) for name in part.nodes]
-    tasks_per_node = spec.ntasks_per_node or -(-spec.ntasks // spec.nodes)
-    cpus = tasks_per_node * spec.cpus_per_task
+    all_members = [config.node(name) for name in part.nodes]
+    req = request_of_spec(spec)
+    cpus = req.cpus
     idle = [
-        Free(n.name, list(range(n.gpus)), n.cpus, n.mem_mb, n.mem_mb, n.gpu_type, (part.name,))
-        for n in members
+        Free(
+            n.name,
+            list(range(n.gpus)),
+            n.cpus,
+            n.mem_mb,
+            n.mem_mb,
+            n.gpu_type,
+            (part.name,),
+            features=n.features,
+        )
+        for n in all_members
     ]
-    req = Request(spec.nodes, spec.gpus_per_node, spec.gpu_type, cpus, spec.mem_per_node_mb)
     if could_ever_fit(idle, req):
         return
-    # Name the first dimension no node of the partition can satisfy, so the user knows what to change.
+    # Name the first field that rules nodes out, then the first dimension no node can satisfy.
+    member_names = {n.name for n in all_members}
+    missing = [h for h in spec.nodelist if h not in member_names]
+    if missing:
+        raise InvalidInput(f"node {missing[0]} is not in partition {part.name} (-w)", field="nodelist")
+    members = [n for n in all_members if n.name not in req.exclude]
+    if not members:
+        raise InvalidInput(f"every node of partition {part.name} is excluded (-x)", field="exclude")
+    members = [n for n in members if has_features(n.features, req.features, req.any_feature)]
+    if not members:
+        raise InvalidInput(
+            f"no node in partition {part.name} has the features of the constraint (-C)", field="constraint"
+        )
     typed = [
         n for n in members if spec.gpu_type is None or spec.gpus_per_node == 0 or n.gpu_type == spec.gpu_type
     ]
@@ -121,7 +159,7 @@ def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
         ),
         (
             max(n.cpus for n in members) < cpus,
-            "cpus_per_task",
+            "cpus_per_gpu" if spec.cpus_per_gpu is not None else "cpus_per_task",
             f"{cpus} CPUs per node requested, the largest node in partition {part.name} has "
             f"{max(n.cpus for n in members)}",
         ),
@@ -137,8 +175,16 @@ def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
             raise InvalidInput(
                 f"job can never run: {why} (Requested node configuration is not available)", field=field
             )
+    fitting = {f.name for f in idle if node_fits(f, req)}
+    unfit = [h for h in spec.nodelist if h not in fitting]
+    if unfit:
+        raise InvalidInput(
+            f"job can never run: node {unfit[0]} (-w) cannot host one node of the job "
+            "(Requested node configuration is not available)",
+            field="nodelist",
+        )
     raise InvalidInput(
-        f"job can never run: {spec.nodes} nodes requested, partition {part.name} has {len(members)} that fit "
+        f"job can never run: {req.nodes} nodes requested, partition {part.name} has {len(fitting)} that fit "
         "(Requested node configuration is not available)",
         field="nodes",
     )

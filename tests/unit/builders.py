@@ -68,10 +68,17 @@ def registered(
     mem_mb: int = 512_000,
     gpu_type: str | None = "h100",
     partitions: tuple[str, ...] = ("gpu",),
+    features: tuple[str, ...] = (),
 ) -> ev.NodeRegistered:
     """One node's registration."""
     return ev.NodeRegistered(
-        node=name, cpus=cpus, mem_mb=mem_mb, gpus=gpus, gpu_type=gpu_type, partitions=list(partitions)
+        node=name,
+        cpus=cpus,
+        mem_mb=mem_mb,
+        gpus=gpus,
+        gpu_type=gpu_type,
+        partitions=list(partitions),
+        features=list(features),
     )
 
 
@@ -195,8 +202,13 @@ def cluster_config(
     gpu_type: str = "h100",
     max_time: str = "1-00:00:00",
     default_time: str = "1:00:00",
+    features: tuple[str, ...] = (),
 ) -> ClusterConfig:
-    """A parsed configuration: nodes gpu01.. in default partition "gpu", two CPU nodes in "cpu"."""
+    """A parsed configuration: nodes gpu01.. in default partition "gpu", two CPU nodes in "cpu".
+
+    ``features`` are the GPU nodes' features.
+    """
+    feature_list = ", ".join(f'"{f}"' for f in features)
     return parse_config(
         f"""
 [cluster]
@@ -208,6 +220,7 @@ cpus = {cpus}
 memory = "{memory}"
 gpus = {gpus}
 gpu_type = "{gpu_type}"
+features = [{feature_list}]
 
 [[nodes]]
 names = "cpu[01-02]"

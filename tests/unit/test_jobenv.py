@@ -186,8 +186,19 @@ def test_task_counts(nodes: int, spec: dict[str, int], expected: tuple[str, str,
         ({"cpus_per_task": 4}, "SLURM_CPUS_PER_TASK", "4"),
         ({}, "SLURM_MEM_PER_NODE", None),
         ({"mem_per_node_mb": 1024}, "SLURM_MEM_PER_NODE", "2048"),
+        ({}, "SLURM_GPUS_PER_TASK", None),
+        ({"gpus_per_task": 2}, "SLURM_GPUS_PER_TASK", "2"),
+        ({"cpus_per_gpu": 6}, "SLURM_CPUS_PER_GPU", "6"),
     ],
-    ids=["cpus-per-task-default-absent", "cpus-per-task-given", "mem-not-asked", "mem-is-the-allocation"],
+    ids=[
+        "cpus-per-task-default-absent",
+        "cpus-per-task-given",
+        "mem-not-asked",
+        "mem-is-the-allocation",
+        "gpus-per-task-absent",
+        "gpus-per-task-given",
+        "cpus-per-gpu-given",
+    ],
 )
 def test_optional_variables(spec: dict[str, int], name: str, value: str | None) -> None:
     assert job_environment(launch(mem_mb=2048, **spec), {}, UID).get(name) == value

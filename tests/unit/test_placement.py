@@ -151,7 +151,9 @@ def test_free_capacity_of_registered_nodes() -> None:
     log.add(ev.NodeDown(node="gpu03", reason="Not responding"))
     out = free_capacity(log.state.nodes)
     assert list(out) == ["gpu01", "gpu02"]  # up nodes only
-    assert out["gpu02"] == Free("gpu02", [1, 3, 4, 6, 7], 28, 900, 1000, "h100", ("gpu",), idle=False)
+    assert out["gpu02"] == Free(
+        "gpu02", [1, 3, 4, 6, 7], 28, 900, 1000, "h100", ("gpu",), idle=False, total_cpus=32, total_gpus=8
+    )
 
 
 REQUESTS = [

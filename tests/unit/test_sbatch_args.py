@@ -28,7 +28,7 @@ from corral.libs.credentials import Credentials
 from corral.libs.slurm.errors import FormatError
 from corral.libs.slurm.timefmt import parse_begin_time
 from corral.schemas.api import SubmitRequest
-from corral.schemas.events import ArrayRange, ArraySpec, Dependencies, Dependency
+from corral.schemas.events import ArrayRange, ArraySpec, Constraint, Dependencies, Dependency
 
 pytestmark = pytest.mark.unit
 
@@ -105,6 +105,39 @@ OPTION_CASES: list[tuple[list[str], bytes, str, Any]] = [
     (["--gres=none", "s.sh"], SCRIPT, "gpus_per_node", 0),
     (["--gpus-per-node=8", "s.sh"], SCRIPT, "gpus_per_node", 8),
     (["--gpus-per-node=a100:2", "s.sh"], SCRIPT, "gpu_type", "a100"),
+    (["-w", "gpu[01-03]", "s.sh"], SCRIPT, "nodelist", ["gpu01", "gpu02", "gpu03"]),
+    (["-w", "gpu[01-03]", "s.sh"], SCRIPT, "nodes", 3),
+    (["--nodelist=gpu01,gpu01", "-N", "4", "s.sh"], SCRIPT, "nodelist", ["gpu01"]),
+    (["--nodelist=gpu01", "-N", "4", "s.sh"], SCRIPT, "nodes", 4),
+    (["s.sh"], SCRIPT, "nodelist", []),
+    (["-x", "gpu[02,04]", "s.sh"], SCRIPT, "exclude", ["gpu02", "gpu04"]),
+    (["--exclude=gpu01", "s.sh"], SCRIPT, "nodes", 1),
+    (["-C", "nvlink", "s.sh"], SCRIPT, "constraint", Constraint(features=["nvlink"])),
+    (["--constraint=a&b", "s.sh"], SCRIPT, "constraint", Constraint(features=["a", "b"])),
+    (["--constraint", "a|b", "s.sh"], SCRIPT, "constraint", Constraint(features=["a", "b"], any_of=True)),
+    (
+        ["s.sh"],
+        with_directives("#SBATCH -C 'ib&nvlink'"),
+        "constraint",
+        Constraint(features=["ib", "nvlink"]),
+    ),
+    (["s.sh"], SCRIPT, "constraint", None),
+    (["--exclusive", "s.sh"], SCRIPT, "exclusive", True),
+    (["s.sh"], with_directives("#SBATCH --exclusive"), "exclusive", True),
+    (["s.sh"], SCRIPT, "exclusive", False),
+    (["--gpus-per-task=2", "-n", "8", "-N", "2", "s.sh"], SCRIPT, "gpus_per_node", 8),
+    (["--gpus-per-task=2", "-n", "8", "-N", "2", "s.sh"], SCRIPT, "gpus_per_task", 2),
+    (["--gpus-per-task=h100:1", "--ntasks-per-node=4", "s.sh"], SCRIPT, "gpus_per_node", 4),
+    (["--gpus-per-task=h100:1", "--ntasks-per-node=4", "s.sh"], SCRIPT, "gpu_type", "h100"),
+    (["--gpus-per-task=1", "-n", "3", "-N", "2", "s.sh"], SCRIPT, "gpus_per_node", 2),
+    (["-G", "8", "-N", "2", "s.sh"], SCRIPT, "gpus_per_node", 4),
+    (["--gpus=a100:4", "s.sh"], SCRIPT, "gpus_per_node", 4),
+    (["--gpus=a100:4", "s.sh"], SCRIPT, "gpu_type", "a100"),
+    (["-G", "8", "-N", "2", "s.sh"], SCRIPT, "gpus_per_task", None),
+    (["--gpus-per-node=4", "--cpus-per-gpu=6", "s.sh"], SCRIPT, "cpus_per_gpu", 6),
+    (["--gpus-per-node=4", "s.sh"], SCRIPT, "cpus_per_gpu", None),
+    (["--gpus-per-node=4", "--mem-per-gpu=10G", "s.sh"], SCRIPT, "mem_per_node_mb", 40 * 1024),
+    (["-G", "4", "-N", "2", "--mem-per-gpu=100M", "s.sh"], SCRIPT, "mem_per_node_mb", 200),
     (["--mem=8G", "s.sh"], SCRIPT, "mem_per_node_mb", 8192),
     (["--mem", "3584MB", "s.sh"], SCRIPT, "mem_per_node_mb", 3584),
     (["--mem=15GB", "s.sh"], SCRIPT, "mem_per_node_mb", 15360),
@@ -320,7 +353,11 @@ ERROR_CASES: list[tuple[list[str], bytes, str]] = [
     (["--qos=high", "s.sh"], SCRIPT, "sbatch: error: option --qos is not supported by Corral yet"),
     (["-q", "high", "s.sh"], SCRIPT, "sbatch: error: option --qos is not supported by Corral yet"),
     (["--signal=USR1@90", "s.sh"], SCRIPT, "sbatch: error: option --signal is not supported by Corral yet"),
-    (["--exclusive", "s.sh"], SCRIPT, "sbatch: error: option --exclusive is not supported by Corral yet"),
+    (
+        ["--mem-per-cpu=1G", "s.sh"],
+        SCRIPT,
+        "sbatch: error: option --mem-per-cpu is not supported by Corral yet",
+    ),
     (
         ["--array=0-1001", "s.sh"],
         SCRIPT,
@@ -428,6 +465,73 @@ ERROR_CASES: list[tuple[list[str], bytes, str]] = [
         with_directives("#SBATCH --gres=gpu:4"),
         "sbatch: error: --gpus-per-node and --gres=gpu are mutually exclusive",
     ),
+    (
+        ["--gpus-per-task=1", "--gpus-per-node=2", "s.sh"],
+        SCRIPT,
+        "sbatch: error: --gpus-per-node and --gpus-per-task are mutually exclusive",
+    ),
+    (
+        ["-G", "2", "--gres=gpu:2", "s.sh"],
+        SCRIPT,
+        "sbatch: error: --gres=gpu and --gpus are mutually exclusive",
+    ),
+    (
+        ["-G", "3", "-N", "2", "s.sh"],
+        SCRIPT,
+        "sbatch: error: --gpus=3: 3 GPUs cannot be spread evenly over 2 nodes: ask for a multiple of 2, "
+        "or use --gpus-per-node",
+    ),
+    (
+        ["--cpus-per-gpu=4", "-c", "2", "-G", "1", "s.sh"],
+        SCRIPT,
+        "sbatch: error: --cpus-per-gpu and --cpus-per-task are mutually exclusive",
+    ),
+    (
+        ["--cpus-per-gpu=4", "s.sh"],
+        SCRIPT,
+        "sbatch: error: --cpus-per-gpu needs GPUs: "
+        "add --gpus, --gpus-per-node, --gpus-per-task or --gres=gpu",
+    ),
+    (
+        ["--mem-per-gpu=1G", "--mem=4G", "-G", "1", "s.sh"],
+        SCRIPT,
+        "sbatch: error: --mem-per-gpu and --mem are mutually exclusive",
+    ),
+    (
+        ["--mem-per-gpu=1G", "s.sh"],
+        SCRIPT,
+        "sbatch: error: --mem-per-gpu needs GPUs: add --gpus, --gpus-per-node, --gpus-per-task or --gres=gpu",
+    ),
+    (
+        ["-w", "/etc/hosts", "s.sh"],
+        SCRIPT,
+        "sbatch: error: --nodelist=/etc/hosts: reading node names from a file is not supported by Corral yet",
+    ),
+    (
+        ["-C", "[a|b]", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --constraint "[a|b]": brackets, counts and parentheses are not supported by '
+        "Corral yet; use FEATURE, FEATURE&FEATURE... (all of them) or FEATURE|FEATURE... (any of them)",
+    ),
+    (
+        ["-C", "a*2", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --constraint "a*2": brackets, counts and parentheses are not supported by '
+        "Corral yet; use FEATURE, FEATURE&FEATURE... (all of them) or FEATURE|FEATURE... (any of them)",
+    ),
+    (
+        ["-C", "a&b|c", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --constraint "a&b|c": mixing & and | is not supported by Corral yet; '
+        "use FEATURE, FEATURE&FEATURE... (all of them) or FEATURE|FEATURE... (any of them)",
+    ),
+    (
+        ["-C", "a&&b", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --constraint "a&&b": '
+        "use FEATURE, FEATURE&FEATURE... (all of them) or FEATURE|FEATURE... (any of them)",
+    ),
+    (["--exclusive=user", "s.sh"], SCRIPT, "sbatch: error: option '--exclusive' doesn't allow an argument"),
     (["s.sh"], b"echo hello\n", f"sbatch: error: {NOT_A_SCRIPT}"),
     (["s.sh"], b"", "sbatch: error: Batch script is empty!"),
     (["s.sh"], b" \n\n", "sbatch: error: Batch script contains only whitespace!"),
@@ -495,8 +599,8 @@ ERROR_CASES: list[tuple[list[str], bytes, str]] = [
     ),
     (
         ["s.sh"],
-        with_directives("#SBATCH -w node1"),
-        "sbatch: error: option --nodelist is not supported by Corral yet (#SBATCH line 2)",
+        with_directives("#SBATCH -F hosts.txt"),
+        "sbatch: error: option --nodefile is not supported by Corral yet (#SBATCH line 2)",
     ),
     (
         ["s.sh"],

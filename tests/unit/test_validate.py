@@ -6,8 +6,9 @@ import msgspec
 import pytest
 from builders import cluster_config, job
 
+from corral.libs.config import parse_config
 from corral.libs.errors import InvalidInput
-from corral.schemas.events import JobSpec
+from corral.schemas.events import Constraint, JobSpec
 from corral.services.gateway.validate import MAX_SCRIPT_BYTES, validate_spec
 
 pytestmark = pytest.mark.unit
@@ -92,3 +93,80 @@ def test_the_default_partition_is_used_without_one() -> None:
         validate_spec(msgspec.structs.replace(cpu_job, partition=None, time_limit_s=86_401), CONFIG)
     assert raised.value.field == "time_limit_s"
     validate_spec(msgspec.structs.replace(cpu_job, time_limit_s=10 * 86_400), CONFIG)  # cpu: UNLIMITED
+
+
+#: gpu01-04 with the feature "nvlink" (64 CPUs, 500G, 8 h100 each).
+FEATURED = cluster_config(nodes=4, gpus=8, features=("nvlink",))
+EVERY_GPU_NODE = [f"gpu{i:02d}" for i in range(1, 5)]
+
+NODE_CHOICE_GOOD = [
+    (job(gpus=8, nodes=2, nodelist=["gpu01", "gpu03"]), "-w two nodes"),
+    (job(gpus=8, nodes=4, nodelist=["gpu04"]), "-w one node of four"),
+    (job(gpus=1, nodes=3, exclude=["gpu02"]), "-x leaves enough"),
+    (job(gpus=1, nodes=1, constraint=Constraint(features=["nvlink"])), "-C a feature nodes have"),
+    (job(gpus=1, nodes=1, constraint=Constraint(features=["ib", "nvlink"], any_of=True)), "-C any of"),
+    (job(gpus=1, nodes=4, exclusive=True), "--exclusive on every node"),
+    (job(gpus=4, nodes=1, cpus_per_gpu=16), "cpus-per-gpu up to the node's CPUs"),
+    (job(gpus=8, nodes=1, ntasks=4, gpus_per_task=2), "gpus-per-task"),
+]
+
+
+@pytest.mark.parametrize("spec", [c[0] for c in NODE_CHOICE_GOOD], ids=[c[1] for c in NODE_CHOICE_GOOD])
+def test_node_choice_that_can_run_passes(spec: JobSpec) -> None:
+    validate_spec(spec, FEATURED)
+
+
+NODE_CHOICE_BAD = [
+    (bad(nodes=1, exclude=EVERY_GPU_NODE), "exclude", "everything excluded"),
+    (bad(nodes=2, exclude=EVERY_GPU_NODE[:3]), "nodes", "too few left after -x"),
+    (bad(nodes=1, nodelist=["gpu01"], exclude=["gpu01"]), "exclude", "a node both listed and excluded"),
+    (bad(nodes=1, nodelist=["cpu01"]), "nodelist", "a listed node of another partition"),
+    (bad(nodes=1, nodelist=["nope"]), "nodelist", "a listed node that does not exist"),
+    (bad(nodes=1, nodelist=[""]), "nodelist", "an empty node name"),
+    (bad(nodes=1, constraint=Constraint(features=["ib"])), "constraint", "unknown feature"),
+    (bad(nodes=1, constraint=Constraint(features=["ib", "nvlink"])), "constraint", "all of, one missing"),
+    (bad(nodes=1, constraint=Constraint(features=[])), "constraint", "empty constraint"),
+    (bad(nodes=1, gpus_per_node=4, cpus_per_gpu=17), "cpus_per_gpu", "cpus-per-gpu over the node's CPUs"),
+    (bad(nodes=1, gpus_per_task=0), "gpus_per_task", "gpus-per-task 0"),
+    (bad(nodes=1, cpus_per_gpu=0), "cpus_per_gpu", "cpus-per-gpu 0"),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"), [c[:2] for c in NODE_CHOICE_BAD], ids=[c[2] for c in NODE_CHOICE_BAD]
+)
+def test_node_choice_that_can_never_run_names_the_field(spec: JobSpec, field: str) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        validate_spec(spec, FEATURED)
+    assert raised.value.field == field
+
+
+def test_a_listed_node_that_cannot_host_the_job_is_named() -> None:
+    # gpu01 has nvlink, gpu02 has not: -C nvlink fits the partition, but not with -w gpu02.
+    config = parse_config(
+        """
+[cluster]
+name = "test"
+
+[[nodes]]
+names = "gpu01"
+cpus = 8
+memory = "8G"
+features = ["nvlink"]
+
+[[nodes]]
+names = "gpu02"
+cpus = 8
+memory = "8G"
+
+[[partitions]]
+name = "gpu"
+nodes = "gpu[01-02]"
+default = true
+"""
+    )
+    spec = job(gpus=0, nodes=1, constraint=Constraint(features=["nvlink"]))
+    validate_spec(spec, config)
+    with pytest.raises(InvalidInput) as raised:
+        validate_spec(msgspec.structs.replace(spec, nodelist=["gpu02"]), config)
+    assert raised.value.field == "nodelist"
