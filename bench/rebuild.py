@@ -60,7 +60,8 @@ from backfill_pass import (
 from corral.libs import roles
 from corral.libs.bus import Bus, connect, declare
 from corral.libs.config import parse_config
-from corral.libs.core.state import State, decode_state, encode_state, fold
+from corral.libs.core.fold import fold
+from corral.libs.core.state import State, decode_state, encode_state
 from corral.libs.credentials import Credentials
 from corral.libs.infra import NatsServer
 from corral.schemas import events as ev

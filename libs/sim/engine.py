@@ -26,9 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corral.libs.config import ClusterConfig
+from corral.libs.core.fold import apply
 from corral.libs.core.placement import Request, could_ever_fit, free_capacity, request_of
 from corral.libs.core.plan import Backfill, PartitionPolicy, Policy, plan
-from corral.libs.core.state import Job, State, apply
+from corral.libs.core.state import Job, State
 from corral.libs.sim.workload import SimJob
 from corral.schemas import events as ev
 from corral.schemas.codec import envelope

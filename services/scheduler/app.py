@@ -26,7 +26,8 @@ from corral.libs.api_server import serve
 from corral.libs.bus import Bus, LogEntry
 from corral.libs.config import ClusterConfig
 from corral.libs.core import plan as planner
-from corral.libs.core.state import State, apply
+from corral.libs.core.fold import apply
+from corral.libs.core.state import State
 from corral.libs.errors import AppendConflict, TransientError
 from corral.libs.service import Context
 from corral.schemas import api, subjects

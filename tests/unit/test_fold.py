@@ -17,7 +17,8 @@ from builders import (
     submitted,
 )
 
-from corral.libs.core.state import Orphan, RunExit, apply, decode_state, encode_state, fold
+from corral.libs.core.fold import apply, fold
+from corral.libs.core.state import Orphan, RunExit, decode_state, encode_state
 from corral.schemas import events as ev
 
 pytestmark = pytest.mark.unit

@@ -1,0 +1,406 @@
+"""The fold of the log into the scheduler's state (``state.py``).
+
+``apply(state, seq, envelope)`` is deterministic: no IO, no clock (times come from the events),
+no randomness, so replaying the log rebuilds exactly the live state (``encode_state`` gives the
+bytes to compare). The fold is also the guard of the invariants (see ``state.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from corral.libs.core.fair_share import billing, charge, user_key
+from corral.libs.core.state import (
+    HoldControl,
+    Job,
+    Node,
+    Orphan,
+    RunExit,
+    SpecChange,
+    State,
+    array_tasks,
+    array_throttle,
+)
+from corral.libs.slurm.array import array_indices
+from corral.libs.slurm.errors import FormatError
+from corral.schemas import events as ev
+
+
+def fold(entries: list[tuple[int, ev.Envelope]], state: State | None = None) -> State:
+    """Apply entries (sequence, envelope) in order to ``state`` (a new one if None)."""
+    state = state if state is not None else State()
+    for seq, env in entries:
+        apply(state, seq, env)
+    return state
+
+
+def apply(state: State, seq: int, env: ev.Envelope) -> None:
+    """Apply one log entry; entries at or below ``state.last_seq`` were applied already."""
+    if seq <= state.last_seq:
+        return
+    state.last_seq = seq
+    state.now = max(state.now, env.meta.occurred_at)
+    body = env.body
+    if isinstance(body, ev.JobSubmitted):
+        _submitted(state, seq, env.meta.occurred_at, body, env.meta.traceparent)
+        return
+    handler = _HANDLERS.get(type(body))
+    if handler is not None:
+        handler(state, seq, env.meta.occurred_at, body)
+
+
+def _job_for(state: State, seq: int, job_id: int) -> Job | None:
+    job = state.jobs.get(job_id)
+    if job is not None:
+        job.last_seq = seq
+    return job
+
+
+def _submitted(state: State, seq: int, at: float, body: ev.JobSubmitted, traceparent: str | None) -> None:
+    array = body.spec.array
+    try:
+        indices: list[int | None] = [None] if array is None else list(array_indices(array))
+    except FormatError:
+        return
+    first = body.job_id
+    ids = range(first, first + len(indices))
+    # All or nothing: an array whose block of ids is not wholly free is not accepted at all.
+    if any(job_id in state.jobs for job_id in ids):
+        return
+    for job_id, index in zip(ids, indices, strict=True):
+        state.active[job_id] = True
+        state.jobs[job_id] = Job(
+            job_id=job_id,
+            user=body.user,
+            spec=body.spec,
+            submit_time=at,
+            last_seq=seq if job_id == first else 0,
+            traceparent=traceparent,
+            held="user" if body.spec.held else "",
+            array_job_id=first if index is not None else 0,
+            array_task_id=index,
+        )
+
+
+def _cancel_requested(state: State, seq: int, at: float, body: ev.JobCancelRequested) -> None:
+    job = _job_for(state, seq, body.job_id)
+    if job is None:
+        return
+    # The entry is on the first task's subject only: the other tasks' last_seq stays as it is.
+    targets = array_tasks(state, job.job_id) if body.whole_array else [job]
+    for target in targets:
+        if target.state in ("PENDING", "RUNNING") and target.cancel_by is None:
+            target.cancel_by = body.user
+
+
+def _control_requested(
+    state: State, seq: int, at: float, body: ev.JobHoldRequested | ev.JobReleaseRequested
+) -> None:
+    job = _job_for(state, seq, body.job_id)
+    # Only a pending job can be held or released; a request that finds the job started is moot.
+    if job is not None and job.state == "PENDING":
+        release = isinstance(body, ev.JobReleaseRequested)
+        job.control = HoldControl(release=release, user=body.user, admin=body.admin)
+
+
+def _held(state: State, seq: int, at: float, body: ev.JobHeld) -> None:
+    job = _job_for(state, seq, body.job_id)
+    if job is not None and job.state == "PENDING":
+        job.held = "admin" if body.admin else "user"
+        job.control = None
+
+
+def _released(state: State, seq: int, at: float, body: ev.JobReleased) -> None:
+    job = _job_for(state, seq, body.job_id)
+    if job is not None and job.state == "PENDING" and job.held:
+        job.held = ""
+        job.control = None
+
+
+def _update_requested(state: State, seq: int, at: float, body: ev.JobUpdateRequested) -> None:
+    job = _job_for(state, seq, body.job_id)
+    if job is None or job.state != "PENDING":
+        return
+    before = job.change or SpecChange(user=body.user)
+    job.change = SpecChange(
+        user=body.user,
+        time_limit_s=body.time_limit_s if body.time_limit_s is not None else before.time_limit_s,
+        partition=body.partition if body.partition is not None else before.partition,
+    )
+
+
+def _updated(state: State, seq: int, at: float, body: ev.JobUpdated) -> None:
+    job = _job_for(state, seq, body.job_id)
+    if job is not None and job.state == "PENDING":
+        job.spec = msgspec.structs.replace(job.spec, time_limit_s=body.time_limit_s, partition=body.partition)
+        job.change = None
+
+
+def _fits(node: Node, alloc: ev.NodeAllocation) -> bool:
+    if not node.up or any(g in node.used_gpus or not 0 <= g < node.gpus for g in alloc.gpus):
+        return False
+    return node.alloc_cpus + alloc.cpus <= node.cpus and node.alloc_mem_mb + alloc.mem_mb <= node.mem_mb
+
+
+def _allocated(state: State, seq: int, at: float, body: ev.JobAllocated) -> None:
+    job = _job_for(state, seq, body.job_id)
+    if body.epoch < state.epoch or job is None:
+        return
+    state.epoch = body.epoch
+    if job.state != "PENDING" or body.attempt != job.restart_count or job.cancel_by is not None:
+        return
+    if job.held or _throttled(state, job):
+        return
+    nodes = [state.nodes.get(a.node) for a in body.allocations]
+    distinct_nodes = len({a.node for a in body.allocations}) == len(body.allocations)
+    if not distinct_nodes or any(len(set(a.gpus)) != len(a.gpus) for a in body.allocations):
+        return
+    if not body.allocations or any(
+        n is None or not _fits(n, a) for n, a in zip(nodes, body.allocations, strict=True)
+    ):
+        return
+    for node, alloc in zip(nodes, body.allocations, strict=True):
+        assert node is not None
+        node.used_gpus = sorted(node.used_gpus + list(alloc.gpus))
+        node.alloc_cpus += alloc.cpus
+        node.alloc_mem_mb += alloc.mem_mb
+        node.jobs.append(job.job_id)
+    job.state = "RUNNING"
+    if job.array_job_id:
+        state.array_running[job.array_job_id] = state.array_running.get(job.array_job_id, 0) + 1
+    job.control = job.change = None
+    job.partition = body.partition
+    job.allocations = list(body.allocations)
+    job.time_limit_s = body.time_limit_s
+    job.start_time = at
+    job.end_time = None
+    job.run_started = False
+    job.run_exit = None
+
+
+def _throttled(state: State, job: Job) -> bool:
+    """True if starting this array task would run more of its array's tasks at once than ``%P``."""
+    limit = array_throttle(job)
+    return limit > 0 and state.array_running.get(job.array_job_id, 0) >= limit
+
+
+def _stopped_running(state: State, job: Job) -> None:
+    """Account for a RUNNING array task that stops running (ends or is requeued)."""
+    if not job.array_job_id:
+        return
+    left = state.array_running.get(job.array_job_id, 0) - 1
+    if left > 0:
+        state.array_running[job.array_job_id] = left
+    else:
+        state.array_running.pop(job.array_job_id, None)
+
+
+def _current_run(job: Job | None, attempt: int, node: str) -> bool:
+    return (
+        job is not None
+        and job.state == "RUNNING"
+        and attempt == job.restart_count
+        and bool(job.allocations)
+        and job.allocations[0].node == node
+    )
+
+
+def _run_started(state: State, seq: int, at: float, body: ev.RunStarted) -> None:
+    job = _job_for(state, seq, body.job_id)
+    if _current_run(job, body.attempt, body.node):
+        assert job is not None
+        job.run_started = True
+
+
+def _drop_orphans(state: State, gone: Callable[[Orphan], bool]) -> None:
+    """Forget orphans that ended, giving their resources back to their node."""
+    keep = []
+    for orphan in state.orphans:
+        if not gone(orphan):
+            keep.append(orphan)
+            continue
+        node = state.nodes.get(orphan.node)
+        if node is not None:
+            held = set(orphan.gpus)
+            node.used_gpus = [g for g in node.used_gpus if g not in held]
+            node.alloc_cpus -= orphan.cpus
+            node.alloc_mem_mb -= orphan.mem_mb
+    state.orphans = keep
+
+
+def _run_exited(state: State, seq: int, at: float, body: ev.RunExited) -> None:
+    _drop_orphans(state, lambda o: (o.job_id, o.attempt, o.node) == (body.job_id, body.attempt, body.node))
+    job = _job_for(state, seq, body.job_id)
+    if _current_run(job, body.attempt, body.node) and job is not None and job.run_exit is None:
+        job.run_exit = RunExit(
+            exit_code=body.exit_code,
+            signal=body.signal,
+            oom=body.oom,
+            timed_out=body.timed_out,
+            launch_error=body.launch_error,
+            killed=body.killed,
+        )
+
+
+def _release(state: State, job: Job) -> None:
+    # The batch script may still run if nobody saw it exit and its node is alive: it must be killed,
+    # and until it is seen to exit, its resources on that node stay taken (Slurm's COMPLETING).
+    orphaned = None
+    if job.allocations and job.run_exit is None:
+        batch = state.nodes.get(job.allocations[0].node)
+        if batch is not None and batch.up:
+            alloc = job.allocations[0]
+            orphaned = batch.name
+            state.orphans.append(
+                Orphan(
+                    job_id=job.job_id,
+                    attempt=job.restart_count,
+                    node=batch.name,
+                    gpus=list(alloc.gpus),
+                    cpus=alloc.cpus,
+                    mem_mb=alloc.mem_mb,
+                )
+            )
+    for alloc in job.allocations:
+        node = state.nodes.get(alloc.node)
+        if node is None:
+            continue
+        node.jobs = [j for j in node.jobs if j != job.job_id]
+        if node.name == orphaned:
+            continue
+        held = set(alloc.gpus)
+        node.used_gpus = [g for g in node.used_gpus if g not in held]
+        node.alloc_cpus -= alloc.cpus
+        node.alloc_mem_mb -= alloc.mem_mb
+
+
+def _decision_job(state: State, seq: int, job_id: int, attempt: int) -> Job | None:
+    """The job a conclusion is about, if it still applies to the job's current attempt."""
+    job = _job_for(state, seq, job_id)
+    if job is None or job.state not in ("PENDING", "RUNNING"):
+        return None
+    if job.state == "RUNNING" and attempt != job.restart_count:
+        return None
+    if job.state == "PENDING" and attempt != -1:
+        return None
+    return job
+
+
+def _bill(state: State, job: Job, at: float) -> None:
+    """Charge a run that ends now to its user's association."""
+    if job.start_time is None or not job.allocations:
+        return
+    policy = state.usage_policy
+    amount = billing(
+        sum(len(a.gpus) for a in job.allocations),
+        sum(a.cpus for a in job.allocations),
+        sum(a.mem_mb for a in job.allocations),
+        at - job.start_time,
+        policy.weights,
+    )
+    charge(state.usage, user_key(job.user, job.spec.account or job.user), amount, at, policy.half_life_s)
+
+
+def _end(state: State, job: Job, at: float, final: str) -> None:
+    if job.state == "RUNNING":
+        _bill(state, job, at)
+        _release(state, job)
+        _stopped_running(state, job)
+    state.active.pop(job.job_id, None)
+    job.state = final
+    job.end_time = at
+
+
+def _completed(state: State, seq: int, at: float, body: ev.JobCompleted) -> None:
+    job = _decision_job(state, seq, body.job_id, body.attempt)
+    if job is not None:
+        _end(state, job, at, "COMPLETED")
+
+
+_FAILED_STATE = {"NodeFail": "NODE_FAIL", "OutOfMemory": "OUT_OF_MEMORY", "TimeLimit": "TIMEOUT"}
+
+
+def _failed(state: State, seq: int, at: float, body: ev.JobFailed) -> None:
+    job = _decision_job(state, seq, body.job_id, body.attempt)
+    if job is not None:
+        job.exit_code, job.signal, job.end_reason = body.exit_code, body.signal, body.reason
+        _end(state, job, at, _FAILED_STATE.get(body.reason, "FAILED"))
+
+
+def _cancelled(state: State, seq: int, at: float, body: ev.JobCancelled) -> None:
+    job = _decision_job(state, seq, body.job_id, body.attempt)
+    if job is not None:
+        job.cancel_by = body.by
+        job.exit_code, job.signal = 0, body.signal
+        _end(state, job, at, "CANCELLED")
+
+
+def _requeued(state: State, seq: int, at: float, body: ev.JobRequeued) -> None:
+    job = _decision_job(state, seq, body.job_id, body.attempt)
+    if job is None or job.state != "RUNNING":
+        return
+    _bill(state, job, at)
+    _release(state, job)
+    _stopped_running(state, job)
+    job.state = "PENDING"
+    job.restart_count += 1
+    job.allocations = []
+    job.start_time = None
+    job.run_started = False
+    job.run_exit = None
+
+
+def _node_registered(state: State, seq: int, at: float, body: ev.NodeRegistered) -> None:
+    node = state.nodes.get(body.node)
+    if node is None:
+        state.nodes[body.node] = Node(
+            name=body.node,
+            cpus=body.cpus,
+            mem_mb=body.mem_mb,
+            gpus=body.gpus,
+            gpu_type=body.gpu_type,
+            partitions=list(body.partitions),
+            features=list(body.features),
+        )
+        return
+    node.cpus, node.mem_mb, node.gpus, node.gpu_type = body.cpus, body.mem_mb, body.gpus, body.gpu_type
+    node.partitions, node.features = list(body.partitions), list(body.features)
+    node.up, node.reason = True, ""
+
+
+def _node_down(state: State, seq: int, at: float, body: ev.NodeDown) -> None:
+    node = state.nodes.get(body.node)
+    if node is not None:
+        node.up, node.reason = False, body.reason
+        # Its runs are gone with it: nothing on it is left to kill.
+        _drop_orphans(state, lambda o: o.node == body.node)
+
+
+def _node_up(state: State, seq: int, at: float, body: ev.NodeUp) -> None:
+    node = state.nodes.get(body.node)
+    if node is not None:
+        node.up, node.reason = True, ""
+
+
+_HANDLERS: dict[type, Callable[[State, int, float, Any], None]] = {
+    ev.JobCancelRequested: _cancel_requested,
+    ev.JobAllocated: _allocated,
+    ev.RunStarted: _run_started,
+    ev.RunExited: _run_exited,
+    ev.JobCompleted: _completed,
+    ev.JobFailed: _failed,
+    ev.JobCancelled: _cancelled,
+    ev.JobRequeued: _requeued,
+    ev.NodeRegistered: _node_registered,
+    ev.NodeDown: _node_down,
+    ev.NodeUp: _node_up,
+    ev.JobHoldRequested: _control_requested,
+    ev.JobReleaseRequested: _control_requested,
+    ev.JobHeld: _held,
+    ev.JobReleased: _released,
+    ev.JobUpdateRequested: _update_requested,
+    ev.JobUpdated: _updated,
+}
