@@ -112,6 +112,10 @@ class Planner:
         # only shrinks during a pass, so that count stays an upper bound: a request for more nodes of the
         # same shape fails without a scan (most of a long queue is a few shapes).
         self._fitting: dict[tuple[str, Request], int] = {}
+        # (partition, per-node shape) -> (end, nodes) of requests that fitted now but not around the
+        # reservations. Holds only grow and capacity only shrinks during a pass, so a request of that
+        # shape ending no earlier and wanting no fewer nodes cannot fit either.
+        self._blocked: dict[tuple[str, Request], list[tuple[float, int]]] = {}
 
     def running(self, allocation: list[NodeAllocation], end: float) -> None:
         """A run that holds ``allocation`` until ``end`` (INF if unlimited)."""
@@ -142,16 +146,17 @@ class Planner:
         if self._fitting.get(shape, req.nodes) < req.nodes:
             return None
         end = self.now + limit
+        if any(end >= e and req.nodes >= n for e, n in self._blocked.get(shape, ())):
+            return None
         fit = [n for n in self.members(partition) if node_fits(n.free, req)]
         self._fitting[shape] = len(fit)
         if len(fit) < req.nodes:
             return None
         fit = [n for n in fit if n.fits_during(req, self.now, end)]
-        if len(fit) < req.nodes:
-            return None
         fit.sort(key=lambda n: (not n.fills_hole(end), len(n.free.gpus), n.free.cpus, n.free.name))
-        picked = pick(fit, req, lambda n: n.free.name)
+        picked = pick(fit, req, lambda n: n.free.name) if len(fit) >= req.nodes else None
         if picked is None:
+            self._blocked.setdefault(shape, []).append((end, req.nodes))
             return None
         chosen = sorted(picked, key=lambda n: n.free.name)
         out = []
