@@ -45,16 +45,18 @@ from typing import Any
 
 import msgspec
 from backfill_pass import (
+    machine,
+    profile_text,
+    row,
+)
+from cluster_workload import (
     DAY,
     NOW,
     config_text,
     layout,
-    machine,
     meta,
     node_registrations,
     pending_job,
-    profile_text,
-    row,
 )
 
 from corral.libs import roles
