@@ -70,19 +70,30 @@ def _submitted(state: State, seq: int, at: float, body: ev.JobSubmitted, tracepa
     # All or nothing: an array whose block of ids is not wholly free is not accepted at all.
     if any(job_id in state.jobs for job_id in ids):
         return
+    # The state keeps what scheduling needs: the script and the exported environment (most of a
+    # submission's bytes) stay in the log, where the shell reads them back to launch (``submit_seq``).
+    spec = slim_spec(body.spec)
     for job_id, index in zip(ids, indices, strict=True):
         state.active[job_id] = True
         state.jobs[job_id] = Job(
             job_id=job_id,
             user=body.user,
-            spec=body.spec,
+            spec=spec,
             submit_time=at,
             last_seq=seq if job_id == first else 0,
             traceparent=traceparent,
             held="user" if body.spec.held else "",
             array_job_id=first if index is not None else 0,
             array_task_id=index,
+            submit_seq=seq,
         )
+
+
+def slim_spec(spec: ev.JobSpec) -> ev.JobSpec:
+    """A submission's spec as the state keeps it: without the script and the exported environment."""
+    if not spec.script and not spec.environment:
+        return spec
+    return msgspec.structs.replace(spec, script="", environment={})
 
 
 def _cancel_requested(state: State, seq: int, at: float, body: ev.JobCancelRequested) -> None:

@@ -359,7 +359,11 @@ def orders(state: State, policy: Policy) -> list[api.Order]:
 
 
 def launch_order(job: Job, policy: Policy) -> api.LaunchOrder:
-    """The order that starts the batch script of a job's current run on its first node."""
+    """The order that starts the batch script of a job's current run on its first node.
+
+    Its ``spec`` is the state's, without the script and the environment: the shell puts back the full
+    spec of the submission (the log entry at ``job.submit_seq``) before sending it.
+    """
     return api.LaunchOrder(
         job_id=job.job_id,
         attempt=job.restart_count,

@@ -57,7 +57,7 @@ class Job(msgspec.Struct, kw_only=True):
 
     job_id: int  # id
     user: str  # owner
-    spec: ev.JobSpec  # as submitted
+    spec: ev.JobSpec  # as submitted, without the script and the environment (``fold.slim_spec``)
     submit_time: float  # when it was submitted (from the event)
     state: str = "PENDING"  # PENDING | RUNNING | a terminal state
     restart_count: int = 0  # runs before the current one = number of the next/current attempt
@@ -79,6 +79,7 @@ class Job(msgspec.Struct, kw_only=True):
     change: SpecChange | None = None  # unanswered update requests of this pending job
     array_job_id: int = 0  # the array's id (its first task's id) for an array task, 0 otherwise
     array_task_id: int | None = None  # the task's index (SLURM_ARRAY_TASK_ID), None if not an array task
+    submit_seq: int = 0  # stream sequence of its JobSubmitted entry (the full spec, with the script)
 
 
 class Node(msgspec.Struct, kw_only=True):

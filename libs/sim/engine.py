@@ -8,8 +8,11 @@ clock instead of NATS:
 3. apply the facts due then: ``RunExited(exit_code=0)`` from the batch node of each run ending now
    (by job id), then ``JobSubmitted`` for each job submitted now (by submit order, then id);
 4. cycle: ``plan(state, now, policy)``, apply its decisions as envelopes stamped ``now``, and again
-   until a cycle decides nothing; each ``JobAllocated`` schedules its run's end at
-   ``now + min(run time, time limit)`` (a run cut by its limit exits as timed out);
+   while the last cycle's decisions could let the next one decide more; each ``JobAllocated`` schedules
+   its run's end at ``now + min(run time, time limit)`` (a run cut by its limit exits as timed out).
+   A cycle frees the resources of the runs it concludes before it places jobs, so after a cycle that
+   only allocated and concluded, another could only decide more if an ended job releases a dependent
+   (dependencies, singleton): without such jobs in the workload that second cycle is skipped;
 5. repeat from 2 until nothing is left to happen.
 
 Why runs end through the log: the core concludes a run (``JobCompleted``) only after its node
@@ -26,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corral.libs.config import ClusterConfig
+from corral.libs.core.eligibility import needs_check
 from corral.libs.core.fold import apply
 from corral.libs.core.placement import Request, could_ever_fit, free_capacity, request_of
 from corral.libs.core.plan import Backfill, PartitionPolicy, Policy, plan
@@ -138,6 +142,9 @@ class _Run:
         self.by_id = {j.id: j for j in self.jobs}
         self.starts: dict[int, tuple[float, tuple[str, ...]]] = {}  # job id -> (start, nodes)
         self.records: dict[int, JobRecord] = {}
+        # Whether an ended job can make another one eligible (only then does a cycle that concluded runs
+        # need a second one).
+        self.gated = any(needs_check(Job(job_id=0, user="", spec=job_spec(j), submit_time=0.0)) for j in jobs)
         at = float(self.jobs[0].submit) if self.jobs else 0.0
         for node in cluster.nodes:
             self.put(node, at)
@@ -194,14 +201,14 @@ class _Run:
         self.put(body, now)
 
     def cycle(self, now: float) -> None:
-        """Plan and apply until a cycle decides nothing."""
+        """Plan and apply until a cycle decides nothing new (step 4)."""
         state, policy = self.state, self.policy
         while True:
             self.cycles += 1
             decisions = plan(state, now, policy).decisions
             if not decisions:
                 return
-            progressed = False
+            progressed = again = False
             for decision in decisions:
                 assert not isinstance(decision, ev.NodeRegistered | ev.NodeDown | ev.NodeUp)
                 job = state.jobs[decision.job_id]
@@ -212,9 +219,14 @@ class _Run:
                     self.started(job, now)
                 elif job.state not in ("PENDING", "RUNNING"):
                     self.ended(job, now)
+                    again = again or self.gated
+                else:
+                    again = True  # requeued, held, released, updated: the next cycle may place it
             if not progressed:
                 # The fold refused every decision: planning again would decide the same forever.
                 raise SimError(f"at t={now:g} the core's decisions were all refused: {decisions[:3]}")
+            if not again:
+                return
 
     def started(self, job: Job, now: float) -> None:
         """A run began: schedule its end (its run time, cut at its time limit)."""

@@ -3,6 +3,8 @@
 Cycle:
 1. rebuild: fold the whole log into the state (``state.apply``), from sequence 1;
 2. follow: apply every new entry as it arrives, in log order;
+   The state keeps each job's spec without its script and environment; a launch order gets them back
+   from the submission's log entry (recent ones are kept in memory for that);
 3. decide: when caught up (and every decision it published has come back), ``plan()``;
 4. publish: append each decision with the job's last sequence as the expected subject sequence
    (a concurrent intent, e.g. a cancel, makes the append fail and the job is decided again), then
@@ -20,6 +22,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from collections import OrderedDict
+
+import msgspec
 
 from corral.libs import telemetry
 from corral.libs.api_server import serve
@@ -36,6 +41,8 @@ from corral.schemas.codec import encode
 from corral.schemas.events import Event
 from corral.services.scheduler import snapshot, views
 
+#: Full specs of this many recent submissions are kept for their launch orders.
+RECENT_SPECS = 4096
 #: Period of the full scheduling pass when nothing happens.
 FULL_PASS_S = 5.0
 
@@ -54,6 +61,9 @@ class Scheduler:
         self.outlook = planner.Plan()  # the latest cycle's reasons, priorities and planned starts
         self.inflight = 0  # highest sequence of a decision we appended
         self.sent: set[str] = set()  # message ids of orders put on the work stream by this process
+        # Full specs (script, environment) of recent submissions by log sequence, for launch orders: the
+        # state keeps slim specs. Older ones are read back from the log (one direct get per launch).
+        self.recent_specs: OrderedDict[int, ev.JobSpec] = OrderedDict()
         self.lock = asyncio.Lock()
         self.log = telemetry.logger()
         self.caught_up = asyncio.Event()
@@ -68,6 +78,11 @@ class Scheduler:
             )
             self.state.last_seq = max(self.state.last_seq, entry.seq)
             return
+        body = entry.envelope.body
+        if isinstance(body, ev.JobSubmitted) and self.caught_up.is_set():
+            self.recent_specs[entry.seq] = body.spec
+            if len(self.recent_specs) > RECENT_SPECS:
+                self.recent_specs.popitem(last=False)
         apply(self.state, entry.seq, entry.envelope)
 
     async def rebuild(self, use_snapshot: bool = True) -> None:
@@ -175,8 +190,21 @@ class Scheduler:
             msg_id = api.order_msg_id(order)
             if msg_id in self.sent:
                 continue
+            if isinstance(order, api.LaunchOrder):
+                order = msgspec.structs.replace(order, spec=await self.full_spec(order.job_id))
             await self.bus.publish_order(subjects.work_subject(order.node), encode(order), msg_id)
             self.sent.add(msg_id)
+
+    async def full_spec(self, job_id: int) -> ev.JobSpec:
+        """The job's spec as submitted, script and environment included (from its log entry)."""
+        seq = self.state.jobs[job_id].submit_seq
+        spec = self.recent_specs.get(seq)  # (kept: every task of an array shares its submission)
+        if spec is not None:
+            return spec
+        entry = await self.bus.entry(seq)
+        if entry.envelope is None or not isinstance(entry.envelope.body, ev.JobSubmitted):
+            raise TransientError(f"job {job_id}: the log entry {seq} is not its submission")
+        return entry.envelope.body.spec
 
     async def ticker(self, stop: asyncio.Event) -> None:
         """A full pass every FULL_PASS_S even when no event arrives, and at the next begin time."""

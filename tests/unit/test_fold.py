@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from builders import (
     Log,
@@ -40,7 +41,9 @@ def test_submit_makes_a_pending_job() -> None:
     state = log.add(submitted(7, job(gpus=4, nodes=2), user="bob"))
     j = state.jobs[7]
     assert (j.state, j.user, j.restart_count, j.submit_time) == ("PENDING", "bob", 0, log.at)
-    assert j.spec == job(gpus=4, nodes=2)
+    # The state keeps the spec without the script and environment; the submission's entry has them.
+    assert j.spec == msgspec.structs.replace(job(gpus=4, nodes=2), script="", environment={})
+    assert j.submit_seq == 1
 
 
 def test_a_second_submit_of_the_same_id_changes_nothing() -> None:
