@@ -6,7 +6,7 @@ import dataclasses
 import re
 
 import pytest
-from builders import Log, allocated, cluster, exited, job, semantic, submitted
+from builders import T0, Log, allocated, cluster, env, exited, job, numbered, semantic, submitted
 
 from corral.libs.config import ConfigError, parse_config
 from corral.libs.core.fold import fold
@@ -15,6 +15,7 @@ from corral.libs.core.preempt import PreemptPolicy
 from corral.libs.core.state import Preemption, encode_state
 from corral.schemas import api
 from corral.schemas import events as ev
+from corral.services.accounting.projection import convert
 from corral.services.scheduler.views import policy_of
 
 pytestmark = pytest.mark.unit
@@ -381,6 +382,15 @@ def test_replaying_a_preemption_log_rebuilds_the_live_state() -> None:
     cycle(log, POLICY)
     assert [log.state.jobs[j].state for j in (1, 2, 3)] == ["PREEMPTED", "RUNNING", "PENDING"]
     assert encode_state(fold(log.entries)) == encode_state(log.state)
+
+
+def test_accounting_projects_the_conclusion_not_the_order() -> None:
+    order = ev.JobPreempted(job_id=1, attempt=0, mode="cancel", grace_s=5.0, by_job=2)
+    ended = ev.JobFailed(job_id=1, attempt=0, reason="Preempted", signal=9)
+    ops = convert(numbered([env(order), env(ended, at=T0 + 5)]))
+    assert [(type(op).__name__, getattr(op, "state", None), getattr(op, "reason", None)) for op in ops] == [
+        ("EndJob", "PREEMPTED", "Preempted")
+    ]
 
 
 CONFIG = """
