@@ -324,7 +324,7 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
                 state, policy, job, req, (n.free for n in planner.members(partition)), spared, epoch
             )
             if victims:
-                # Its reservation comes once the victims' exits are folded (their end is then known).
+                # Its reservation comes once these decisions are folded (the victims' ends are then known).
                 out.decisions.extend(victims)
                 spared.update(v.job_id for v in victims)
                 reserved[partition] = reserved.get(partition, 0) + 1
