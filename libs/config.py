@@ -68,6 +68,8 @@ class PartitionConfig:
     max_time_s: int | None  # MaxTime (None = UNLIMITED)
     default_time_s: int | None  # DefaultTime (None = MaxTime)
     priority_tier: int = 1  # PriorityTier: higher tiers are scheduled first
+    preempt_mode: str | None = None  # PreemptMode of its jobs: requeue | cancel | off (None: the default)
+    grace_time_s: float | None = None  # GraceTime of its preempted jobs (None: the default)
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,9 @@ class SchedulerConfig:
     billing_cpu: float = 0.0  # TRESBillingWeights CPU (usage is GPU-seconds by default)
     billing_gpu: float = 1.0  # TRESBillingWeights GRES/gpu
     billing_mem_gb: float = 0.0  # TRESBillingWeights Mem per GiB
+    preempt_type: str = "off"  # PreemptType: off | partition_prio | qos
+    preempt_mode: str = "requeue"  # PreemptMode of partitions that do not set theirs: requeue | cancel
+    preempt_grace_time_s: float = 0.0  # GraceTime of partitions that do not set theirs (0: KillWait)
 
 
 @dataclass(frozen=True)
@@ -173,10 +178,22 @@ _KEYS = {
         "billing_weight_cpu",
         "billing_weight_gpu",
         "billing_weight_mem_gb",
+        "preempt_type",
+        "preempt_mode",
+        "preempt_grace_time",
     },
     "cluster": {"name", "heartbeat_interval", "node_timeout", "kill_wait"},
     "nodes": {"names", "cpus", "memory", "gpus", "gpu_type", "features"},
-    "partitions": {"name", "nodes", "default", "max_time", "default_time", "priority_tier"},
+    "partitions": {
+        "name",
+        "nodes",
+        "default",
+        "max_time",
+        "default_time",
+        "priority_tier",
+        "preempt_mode",
+        "grace_time",
+    },
 }
 
 
@@ -299,7 +316,13 @@ def _partitions(raw: Any, nodes: list[NodeConfig]) -> list[PartitionConfig]:
         )
         default = _optional(table, "default", where, bool, False)
         tier = _optional(table, "priority_tier", where, int, 1)
-        out.append(PartitionConfig(name, tuple(members), default, max_time, default_time, tier))
+        mode = (
+            _choice(table, "preempt_mode", ("requeue", "cancel", "off"), where)
+            if "preempt_mode" in table
+            else None
+        )
+        grace = _grace(table["grace_time"], f"{where}.grace_time") if "grace_time" in table else None
+        out.append(PartitionConfig(name, tuple(members), default, max_time, default_time, tier, mode, grace))
     if sum(p.default for p in out) > 1:
         raise ConfigError("partitions: more than one partition has default = true; keep one")
     return out
@@ -336,6 +359,9 @@ def _scheduler(raw: Any) -> SchedulerConfig:
         billing_cpu=_weight(table, "billing_weight_cpu", 0.0),
         billing_gpu=_weight(table, "billing_weight_gpu", 1.0),
         billing_mem_gb=_weight(table, "billing_weight_mem_gb", 0.0),
+        preempt_type=_choice(table, "preempt_type", ("off", "partition_prio", "qos")),
+        preempt_mode=_choice(table, "preempt_mode", ("requeue", "cancel")),
+        preempt_grace_time_s=_grace(table.get("preempt_grace_time", 0), "scheduler.preempt_grace_time"),
     )
 
 
@@ -346,11 +372,27 @@ def _nonnegative(table: dict[str, Any], key: str) -> int:
     return value
 
 
-def _choice(table: dict[str, Any], key: str, choices: tuple[str, ...]) -> str:
-    value: str = _optional(table, key, "scheduler", str, choices[0])
+def _choice(table: dict[str, Any], key: str, choices: tuple[str, ...], where: str = "scheduler") -> str:
+    value: str = _optional(table, key, where, str, choices[0])
     if value not in choices:
-        raise ConfigError(f"scheduler.{key}: {value!r} is not one of {', '.join(choices)}")
+        raise ConfigError(f"{where}.{key}: {value!r} is not one of {', '.join(choices)}")
     return value
+
+
+def _grace(value: Any, where: str) -> float:
+    """A GraceTime: seconds (a number) or a Slurm duration; 0 (no grace beyond KillWait) allowed."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: expected seconds or a duration, got {value!r}")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError(f"{where}: must be 0 or more seconds, got {value!r}")
+        return float(value)
+    parsed = _limit(value, where)
+    if parsed is None:
+        raise ConfigError(
+            f'{where}: must be a duration (seconds, or a Slurm time such as "0:30"), got {value!r}'
+        )
+    return float(parsed)
 
 
 def _weight(table: dict[str, Any], key: str, default: float) -> float:

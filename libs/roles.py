@@ -37,6 +37,7 @@ _SCHEDULER_EVENTS = (
     "job_held",
     "job_released",
     "job_updated",
+    "job_preempted",
 )
 
 # JetStream API use of a service: stream/consumer info, consumers, direct gets, acks, flow control.

@@ -12,12 +12,12 @@ Job lifecycle (``squeue``/``sacct`` states)::
        | cancel    (reason: Priority, Resources, Dependency,   | JobRequeued (restart + 1):
        |            DependencyNeverSatisfied, JobHeldUser,     |
        |            JobHeldAdmin, BeginTime, ...)              |
-       |                  | JobAllocated(attempt n)            |  node failure, scontrol requeue
-       |                  v                                    |
+       |                  | JobAllocated(attempt n)            |  node failure, scontrol requeue,
+       |                  v                                    |  preemption in requeue mode
        |              RUNNING ---------------------------------+
-       |   run exits / is killed |
+       |   run exits / is killed |  (JobPreempted: kill order, the job stays RUNNING until the exit)
        v                         v
-    CANCELLED   COMPLETED . FAILED . TIMEOUT . CANCELLED . NODE_FAIL . OUT_OF_MEMORY
+    CANCELLED   COMPLETED . FAILED . TIMEOUT . CANCELLED . NODE_FAIL . OUT_OF_MEMORY . PREEMPTED
 
 Who writes what (one writer per kind of event keeps replay deterministic):
 
@@ -25,7 +25,7 @@ Who writes what (one writer per kind of event keeps replay deterministic):
   ``JobReleaseRequested``, ``JobUpdateRequested``;
 - the scheduler appends decisions and conclusions: ``JobAllocated``, ``JobRequeued``,
   ``JobCompleted``, ``JobFailed``, ``JobCancelled``, ``JobNodeFailed``, ``JobHeld``, ``JobReleased``,
-  ``JobUpdated``;
+  ``JobUpdated``, ``JobPreempted``;
 - an agent appends facts about runs on its own node: ``NodeRegistered``, ``RunStarted``,
   ``RunExited``;
 - health appends node facts: ``NodeDown``, ``NodeUp``.

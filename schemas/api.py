@@ -23,11 +23,12 @@ JobState = Literal[
     "TIMEOUT",
     "NODE_FAIL",
     "OUT_OF_MEMORY",
+    "PREEMPTED",
 ]
 
 #: States from which a job never moves again.
 TERMINAL_STATES: frozenset[str] = frozenset(
-    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}
 )
 
 #: API verbs and the service that answers each.
@@ -338,18 +339,25 @@ class LaunchOrder(msgspec.Struct, frozen=True, tag="launch", kw_only=True):
 
 
 class KillOrder(msgspec.Struct, frozen=True, tag="kill", kw_only=True):
-    """Kill a run on this node (cancel, requeue, lost peer): SIGCONT+SIGTERM, SIGKILL after KillWait."""
+    """Kill a run on this node (cancel, requeue, lost peer, preemption): SIGCONT+SIGTERM, then SIGKILL
+    after ``grace_s`` (a preemption's GraceTime) or, when it is None, after KillWait."""
 
     job_id: int  # job
     attempt: int  # run number
     node: str  # the node
-    reason: str  # "cancel" | "requeue" | "node_fail"
+    reason: str  # "cancel" | "requeue" | "node_fail" | "preempt"
+    grace_s: float | None = None  # seconds from SIGTERM to SIGKILL; None = the cluster's KillWait
 
 
 Order = LaunchOrder | KillOrder
 
 
 def order_msg_id(order: Order) -> str:
-    """Deterministic message id, so a republished order is deduplicated."""
+    """Deterministic message id, so a republished order is deduplicated.
+
+    One kill per run and node: whatever the reason (cancel, requeue, preemption), the first kill order
+    of a run is the one delivered, and the agent kills a run once anyway (a later kill of a run being
+    killed changes nothing), so a cancel during a preemption's grace time waits for the same SIGKILL.
+    """
     kind = "launch" if isinstance(order, LaunchOrder) else "kill"
     return f"{order.job_id}:{order.attempt}:{order.node}:{kind}"

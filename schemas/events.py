@@ -27,10 +27,15 @@ EndReason = Literal[
     "NodeFail",  # a node of the run went down and the job may not be requeued
     "OutOfMemory",  # the kernel's OOM killer ended the run
     "TimeLimit",  # the run reached its time limit
+    "Preempted",  # the run was killed to make room for a job that may preempt it; state PREEMPTED
 ]
 
 #: Why a job was put back in the queue.
 RequeueReason = Literal["NodeFail", "Requested", "Preempted"]
+
+#: What happens to a preempted job once its run has ended (Slurm's PreemptMode): ``requeue``: it is
+#: PENDING again (restart count + 1); ``cancel``: it ends PREEMPTED.
+PreemptMode = Literal["requeue", "cancel"]
 
 #: Kinds of job dependency (sbatch -d), with Slurm's meaning:
 #: after = the dependee started (or ended without starting), afterok = it COMPLETED,
@@ -217,6 +222,23 @@ class JobRequeued(msgspec.Struct, frozen=True, tag="job_requeued", kw_only=True)
     reason: RequeueReason  # why
 
 
+class JobPreempted(msgspec.Struct, frozen=True, tag="job_preempted", kw_only=True):
+    """Decision (scheduler): a running job is preempted to make room for ``by_job``.
+
+    An order, not a conclusion: the job stays RUNNING while its agent kills the run (SIGCONT+SIGTERM,
+    SIGKILL after ``grace_s``); when the run's exit is reported (or its node goes down) the scheduler
+    concludes with ``JobRequeued(reason="Preempted")`` in requeue mode or ``JobFailed(reason="Preempted")``
+    (state PREEMPTED) in cancel mode. A run is preempted at most once.
+    """
+
+    job_id: JobId  # the preempted job (the victim)
+    attempt: int  # its run being preempted
+    mode: PreemptMode  # what happens once the run ended (requeue becomes cancel for a --no-requeue job)
+    grace_s: float = 0.0  # GraceTime: seconds between SIGTERM and SIGKILL; 0 = the cluster's KillWait
+    by_job: JobId  # the pending job it makes room for
+    epoch: int = 0  # leader epoch of the scheduler that decided (fencing)
+
+
 class NodeRegistered(msgspec.Struct, frozen=True, tag="node_registered", kw_only=True):
     """Fact (agent): a node's inventory; the node is UP from here."""
 
@@ -312,6 +334,7 @@ Event = (
     | JobReleased
     | JobUpdateRequested
     | JobUpdated
+    | JobPreempted
 )
 
 #: Every event class of the union, in declaration order.
@@ -334,6 +357,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobReleased,
     JobUpdateRequested,
     JobUpdated,
+    JobPreempted,
 )
 
 

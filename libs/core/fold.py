@@ -18,6 +18,7 @@ from corral.libs.core.state import (
     Job,
     Node,
     Orphan,
+    Preemption,
     RunExit,
     SpecChange,
     State,
@@ -331,7 +332,12 @@ def _completed(state: State, seq: int, at: float, body: ev.JobCompleted) -> None
         _end(state, job, at, "COMPLETED")
 
 
-_FAILED_STATE = {"NodeFail": "NODE_FAIL", "OutOfMemory": "OUT_OF_MEMORY", "TimeLimit": "TIMEOUT"}
+_FAILED_STATE = {
+    "NodeFail": "NODE_FAIL",
+    "OutOfMemory": "OUT_OF_MEMORY",
+    "TimeLimit": "TIMEOUT",
+    "Preempted": "PREEMPTED",
+}
 
 
 def _failed(state: State, seq: int, at: float, body: ev.JobFailed) -> None:
@@ -362,6 +368,20 @@ def _requeued(state: State, seq: int, at: float, body: ev.JobRequeued) -> None:
     job.start_time = None
     job.run_started = False
     job.run_exit = None
+    job.preempting = None
+
+
+def _preempted(state: State, seq: int, at: float, body: ev.JobPreempted) -> None:
+    job = _job_for(state, seq, body.job_id)
+    if body.epoch < state.epoch or job is None:
+        return
+    state.epoch = body.epoch
+    # Only a live run that is not ending already, and only once: a run is never preempted twice.
+    if job.state != "RUNNING" or body.attempt != job.restart_count or job.preempting is not None:
+        return
+    if job.run_exit is not None or job.cancel_by is not None:
+        return
+    job.preempting = Preemption(mode=body.mode, grace_s=body.grace_s, at=at, by_job=body.by_job)
 
 
 def _node_registered(state: State, seq: int, at: float, body: ev.NodeRegistered) -> None:
@@ -414,4 +434,5 @@ _HANDLERS: dict[type, Callable[[State, int, float, Any], None]] = {
     ev.JobReleased: _released,
     ev.JobUpdateRequested: _update_requested,
     ev.JobUpdated: _updated,
+    ev.JobPreempted: _preempted,
 }

@@ -16,10 +16,14 @@ come back through the log and ``state.apply`` folds them. One cycle:
    ``Priority`` for them), so small jobs cannot starve a large one. A task of a job array that
    already runs its ``%P`` tasks (counting those started earlier in the cycle, not those concluded
    in it) waits with reason ``JobArrayTaskLimit``: like an ineligible job it blocks nothing and gets
-   no reservation.
+   no reservation;
+6. with preemption on (``preempt.py``), the first job of a partition that does not fit preempts a
+   minimal set of runs it may preempt (``JobPreempted``), if that makes it fit now; a run being
+   preempted is concluded (requeued, or PREEMPTED) once its exit is reported, and counts as ending
+   at the end of its grace time meanwhile.
 
 ``orders`` derives the per-node work the state still needs (launch the batch script of a new run,
-kill a cancelled run or an orphan); the shell republishes it after a restart with deterministic
+kill a cancelled or preempted run or an orphan); the shell republishes it after a restart with deterministic
 message ids, and agents keep a record so that a repeated order is a no-op.
 """
 
@@ -29,6 +33,7 @@ from dataclasses import astuple, dataclass, field
 from functools import cached_property
 from typing import Literal
 
+from corral.libs.core import preempt
 from corral.libs.core.backfill import INF, Planner
 from corral.libs.core.eligibility import Singletons, needs_check, pending_reason
 from corral.libs.core.fair_share import (
@@ -58,6 +63,8 @@ class PartitionPolicy:
     max_time_s: int | None  # MaxTime
     default_time_s: int | None  # DefaultTime (None: MaxTime)
     tier: int = 1  # PriorityTier: jobs of higher tiers are considered first
+    preempt_mode: preempt.PartitionPreemptMode | None = None  # PreemptMode of its jobs (None: the default)
+    grace_time_s: float | None = None  # GraceTime of its preempted jobs (None: the default)
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,9 @@ class Policy:
     weights: PriorityWeights = field(
         default_factory=PriorityWeights
     )  # multifactor priority weights (all 0: FIFO)
+    preempt: preempt.PreemptPolicy = field(
+        default_factory=preempt.PreemptPolicy
+    )  # PreemptType and the default PreemptMode and GraceTime
 
     @cached_property
     def default_partition(self) -> str:
@@ -124,6 +134,8 @@ def _conclude_exit(job: Job) -> ev.Event:
     attempt = job.restart_count
     if job.cancel_by is not None:
         return ev.JobCancelled(job_id=job.job_id, attempt=attempt, by=job.cancel_by, signal=run.signal or 15)
+    if job.preempting is not None:
+        return preempt.conclusion(job)
     if run.killed:
         # Killed by its agent without a cancel (the agent restarted and lost it): like a node failure.
         if job.spec.requeue:
@@ -202,6 +214,8 @@ def _conclude(state: State, job: Job) -> ev.Event | None:
     if job.run_exit is not None:
         return _conclude_exit(job)
     if any(not state.nodes[a.node].up for a in job.allocations if a.node in state.nodes):
+        if job.preempting is not None and job.cancel_by is None:
+            return preempt.conclusion(job)
         if job.spec.requeue and job.cancel_by is None:
             return ev.JobRequeued(job_id=job.job_id, attempt=job.restart_count, reason="NodeFail")
         return ev.JobFailed(job_id=job.job_id, attempt=job.restart_count, reason="NodeFail")
@@ -254,7 +268,8 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
         job = state.jobs[job_id]
         if job.state == "RUNNING" and job.run_exit is None and job.start_time is not None:
             run_limit = job.time_limit_s
-            planner.running(job.allocations, INF if run_limit is None else job.start_time + run_limit)
+            end = INF if run_limit is None else job.start_time + run_limit
+            planner.running(job.allocations, preempt.expected_end(job, end))
     for orphan in state.orphans:
         planner.running(
             [ev.NodeAllocation(node=orphan.node, gpus=orphan.gpus, cpus=orphan.cpus, mem_mb=orphan.mem_mb)],
@@ -266,6 +281,11 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
     reserved: dict[str, int] = {}
     waiting = _ineligible(state, now, pending, out)
     running = _array_running(state, out)
+    draining = preempt.draining_for(state) if policy.preempt.preempt_type != "off" else set()
+    # Jobs concluded in this cycle are not preempted in it (nor twice by two preemptors).
+    spared = {
+        d.job_id for d in out.decisions if not isinstance(d, ev.NodeRegistered | ev.NodeDown | ev.NodeUp)
+    }
     for job, value in queue_order(state, now, policy, pending):
         out.priorities[job.job_id] = 0 if job.held else value
         if job.job_id in waiting:
@@ -296,8 +316,19 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
             if job.array_job_id:
                 running[job.array_job_id] = running.get(job.array_job_id, 0) + 1
             continue
-        out.reasons[job.job_id] = "Priority" if partition in blocked else "Resources"
+        top = partition not in blocked
+        out.reasons[job.job_id] = "Resources" if top else "Priority"
         blocked.add(partition)
+        if top and policy.preempt.preempt_type != "off" and job.job_id not in draining:
+            victims = preempt.preempt_for(
+                state, policy, job, req, (n.free for n in planner.members(partition)), spared, epoch
+            )
+            if victims:
+                # Its reservation comes once these decisions are folded (the victims' ends are then known).
+                out.decisions.extend(victims)
+                spared.update(v.job_id for v in victims)
+                reserved[partition] = reserved.get(partition, 0) + 1
+                continue
         if depth is not None and reserved.get(partition, 0) >= depth:
             continue
         reserved[partition] = reserved.get(partition, 0) + 1
@@ -351,6 +382,8 @@ def orders(state: State, policy: Policy) -> list[api.Order]:
             out.append(
                 api.KillOrder(job_id=job.job_id, attempt=job.restart_count, node=batch, reason="cancel")
             )
+        elif job.preempting is not None:
+            out.append(preempt.kill_order(job))
     for orphan in state.orphans:
         out.append(
             api.KillOrder(job_id=orphan.job_id, attempt=orphan.attempt, node=orphan.node, reason="requeue")

@@ -52,6 +52,15 @@ class SpecChange(msgspec.Struct, frozen=True, kw_only=True):
     partition: str | None = None  # new partition; None = unchanged
 
 
+class Preemption(msgspec.Struct, frozen=True, kw_only=True):
+    """The current run of a job is being preempted (``JobPreempted``): killed, then concluded by ``mode``."""
+
+    mode: ev.PreemptMode  # requeue: PENDING again once the run ended; cancel: PREEMPTED
+    grace_s: float  # GraceTime granted between SIGTERM and SIGKILL (0: KillWait)
+    at: float  # when it was decided (the run's resources are expected back at ``at + grace_s``)
+    by_job: int  # the pending job it makes room for
+
+
 class Job(msgspec.Struct, kw_only=True):
     """One job as the scheduler knows it."""
 
@@ -80,6 +89,7 @@ class Job(msgspec.Struct, kw_only=True):
     array_job_id: int = 0  # the array's id (its first task's id) for an array task, 0 otherwise
     array_task_id: int | None = None  # the task's index (SLURM_ARRAY_TASK_ID), None if not an array task
     submit_seq: int = 0  # stream sequence of its JobSubmitted entry (the full spec, with the script)
+    preempting: Preemption | None = None  # the current run is being preempted (JobPreempted), else None
 
 
 class Node(msgspec.Struct, kw_only=True):

@@ -120,6 +120,7 @@ FAILED_STATE: dict[str, str] = {
     "NodeFail": "NODE_FAIL",
     "OutOfMemory": "OUT_OF_MEMORY",
     "TimeLimit": "TIMEOUT",
+    "Preempted": "PREEMPTED",
 }
 
 

@@ -150,11 +150,12 @@ class Agent:
         task.add_done_callback(self.tasks.discard)
 
     async def kill(self, order: api.KillOrder) -> None:
-        """Kill a run; a run this node never started is reported as ended at once."""
+        """Kill a run (after its grace time, for a preemption); a run this node never started is reported as
+        ended at once."""
         key = (order.job_id, order.attempt)
         run = self.runs.get(key)
         if run is not None:
-            run.kill()
+            run.kill(grace_s=order.grace_s)
             return
         rec = self.records.get(*key)
         if rec is None:

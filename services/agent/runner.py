@@ -1,8 +1,8 @@
 """Running one batch script as a real process and supervising it to its end.
 
 The script runs in its own session (process group) in the submit directory, with stdout/stderr
-to its output files. A kill (cancel, requeue, time limit) is SIGCONT + SIGTERM to the whole group,
-then SIGKILL after KillWait.
+to its output files. A kill (cancel, requeue, time limit, preemption) is SIGCONT + SIGTERM to the whole
+group, then SIGKILL after KillWait (after the grace time for a preemption that grants one).
 """
 
 from __future__ import annotations
@@ -48,19 +48,21 @@ class Run:
         """Batch shell pid (= its process group id)."""
         return self.proc.pid
 
-    def kill(self, *, timed_out: bool = False) -> None:
-        """Start the kill sequence once (later calls do nothing)."""
+    def kill(self, *, timed_out: bool = False, grace_s: float | None = None) -> None:
+        """Start the kill sequence once (later calls do nothing); ``grace_s`` replaces KillWait."""
         if self._killing is not None or self.proc.returncode is not None:
             return
         self.timed_out, self.killed = timed_out, not timed_out
-        self._killing = asyncio.create_task(self._kill_sequence())
+        self._killing = asyncio.create_task(
+            self._kill_sequence(self.kill_wait if grace_s is None else grace_s)
+        )
 
-    async def _kill_sequence(self) -> None:
+    async def _kill_sequence(self, wait: float) -> None:
         for sig in (signal.SIGCONT, signal.SIGTERM):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pid, sig)
         try:
-            await asyncio.wait_for(self.proc.wait(), self.kill_wait)
+            await asyncio.wait_for(self.proc.wait(), wait)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pid, signal.SIGKILL)

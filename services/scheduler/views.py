@@ -8,10 +8,12 @@ from corral.libs.config import ClusterConfig
 from corral.libs.core.eligibility import dependency_text
 from corral.libs.core.fair_share import Account, TresWeights, UserAssoc
 from corral.libs.core.plan import Backfill, FairShareAlgorithm, PartitionPolicy, Plan, Policy
+from corral.libs.core.preempt import PartitionPreemptMode, PreemptPolicy, PreemptType
 from corral.libs.core.priority import PriorityWeights
 from corral.libs.core.state import Job, Node, State, UsagePolicy, array_throttle
 from corral.libs.slurm import hostlist
 from corral.schemas import api
+from corral.schemas.events import PreemptMode
 
 #: How long an ended job stays visible to squeue (Slurm's MinJobAge).
 MIN_JOB_AGE_S = 300.0
@@ -172,7 +174,13 @@ def policy_of(config: ClusterConfig) -> Policy:
     return Policy(
         partitions=tuple(
             PartitionPolicy(
-                p.name, p is config.default_partition, p.max_time_s, p.default_time_s, p.priority_tier
+                p.name,
+                p is config.default_partition,
+                p.max_time_s,
+                p.default_time_s,
+                p.priority_tier,
+                cast(PartitionPreemptMode | None, p.preempt_mode),
+                p.grace_time_s,
             )
             for p in config.partitions
         ),
@@ -189,5 +197,10 @@ def policy_of(config: ClusterConfig) -> Policy:
             partition=sched.weight_partition,
             max_age_s=float(sched.max_age_s),
             favor_small=sched.favor_small,
+        ),
+        preempt=PreemptPolicy(
+            preempt_type=cast(PreemptType, sched.preempt_type),
+            preempt_mode=cast(PreemptMode, sched.preempt_mode),
+            grace_time_s=sched.preempt_grace_time_s,
         ),
     )

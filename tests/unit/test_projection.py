@@ -264,6 +264,7 @@ def test_event_sequence_becomes_operations(events: list[ev.Event], expected: lis
         ("OutOfMemory", "OUT_OF_MEMORY"),
         ("TimeLimit", "TIMEOUT"),
         ("LaunchFailed", "FAILED"),
+        ("Preempted", "PREEMPTED"),
     ],
 )
 def test_failure_reason_gives_the_folds_job_state(reason: ev.EndReason, state: str) -> None:
