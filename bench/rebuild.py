@@ -43,7 +43,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from backfill_pass import (
     machine,
     profile_text,
@@ -261,7 +260,7 @@ async def snapshot_parts(bus: Bus) -> dict[str, Any]:
     await store.get(snapshot.NAME, writeinto=buffer)
     read = time.perf_counter() - started
     started = time.perf_counter()
-    snap = msgspec.json.decode(buffer.getvalue(), type=snapshot.Snapshot)
+    snap = snapshot.decode(buffer.getbuffer())
     decode = time.perf_counter() - started
     return {"read": read, "decode": decode, "bytes": buffer.tell(), "jobs": len(snap.state.jobs)}
 

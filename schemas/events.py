@@ -85,7 +85,7 @@ class Constraint(msgspec.Struct, frozen=True, kw_only=True):
     any_of: bool = False  # True: a node needs one of the features (``|``); False: all of them (``&``)
 
 
-class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
+class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What a user asked for: everything needed to schedule and launch a batch job.
 
     The script is copied at submit time; the submitter may delete the file right after.
@@ -144,7 +144,7 @@ class JobCancelRequested(msgspec.Struct, frozen=True, tag="job_cancel_requested"
     whole_array: bool = False  # job_id is an array's id: cancel every task of the array (scancel A)
 
 
-class NodeAllocation(msgspec.Struct, frozen=True, kw_only=True):
+class NodeAllocation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The part of a run on one node."""
 
     node: NodeName  # node name

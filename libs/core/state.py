@@ -25,7 +25,7 @@ from corral.libs.slurm.array import array_indices
 from corral.schemas import events as ev
 
 
-class RunExit(msgspec.Struct, kw_only=True):
+class RunExit(msgspec.Struct, kw_only=True, omit_defaults=True):
     """How the batch script of the current run ended, as its node reported it."""
 
     exit_code: int  # exit status
@@ -36,7 +36,7 @@ class RunExit(msgspec.Struct, kw_only=True):
     killed: bool = False  # the agent killed it without being asked to (e.g. it lost track of it)
 
 
-class HoldControl(msgspec.Struct, frozen=True, kw_only=True):
+class HoldControl(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A hold or release request the scheduler has not answered yet (the newest one wins)."""
 
     release: bool  # True: release; False: hold
@@ -44,7 +44,7 @@ class HoldControl(msgspec.Struct, frozen=True, kw_only=True):
     admin: bool = False  # asked with admin rights
 
 
-class SpecChange(msgspec.Struct, frozen=True, kw_only=True):
+class SpecChange(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Changes to a pending job's spec the scheduler has not answered yet (requests merged, newest wins)."""
 
     user: str  # who asked last
@@ -52,7 +52,7 @@ class SpecChange(msgspec.Struct, frozen=True, kw_only=True):
     partition: str | None = None  # new partition; None = unchanged
 
 
-class Preemption(msgspec.Struct, frozen=True, kw_only=True):
+class Preemption(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The current run of a job is being preempted (``JobPreempted``): killed, then concluded by ``mode``."""
 
     mode: ev.PreemptMode  # requeue: PENDING again once the run ended; cancel: PREEMPTED
@@ -61,7 +61,7 @@ class Preemption(msgspec.Struct, frozen=True, kw_only=True):
     by_job: int  # the pending job it makes room for
 
 
-class Job(msgspec.Struct, kw_only=True):
+class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One job as the scheduler knows it."""
 
     job_id: int  # id
@@ -92,7 +92,7 @@ class Job(msgspec.Struct, kw_only=True):
     preempting: Preemption | None = None  # the current run is being preempted (JobPreempted), else None
 
 
-class Node(msgspec.Struct, kw_only=True):
+class Node(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One node: inventory from registration, availability from health, usage from the runs."""
 
     name: str  # node name
@@ -110,7 +110,7 @@ class Node(msgspec.Struct, kw_only=True):
     jobs: list[int] = []  # running jobs on the node, in allocation order
 
 
-class Orphan(msgspec.Struct, frozen=True, kw_only=True):
+class Orphan(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A run the scheduler has concluded while its script may still be running on a node."""
 
     job_id: int  # job

@@ -38,6 +38,11 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Snapshot)
 
 
+def decode(data: bytes | memoryview) -> Snapshot:
+    """A stored snapshot's content (msgspec.DecodeError if it is not one)."""
+    return _decoder.decode(data)
+
+
 async def save(bus: Bus, state: State) -> int:
     """Write a snapshot of ``state``; returns its size in bytes."""
     entry = await bus.entry(state.last_seq)
@@ -59,7 +64,7 @@ async def load(bus: Bus) -> tuple[State | None, str]:
     except (ObjectNotFoundError, NotFoundError):
         return None, "no snapshot"
     try:
-        snap = _decoder.decode(buffer.getbuffer())
+        snap = decode(buffer.getbuffer())
     except msgspec.DecodeError as exc:
         return None, f"snapshot does not decode ({exc}): full replay"
     if snap.format != FORMAT:
