@@ -172,7 +172,7 @@ def policy_of(config: ClusterConfig) -> Policy:
     return Policy(
         partitions=tuple(
             PartitionPolicy(
-                p.name, p is config.default_partition, p.max_time_s, p.default_time_s, p.priority_tier
+                p.name, p is config.default_partition, p.max_time_s, p.default_time_s, p.priority_tier, p.qos
             )
             for p in config.partitions
         ),
@@ -189,5 +189,9 @@ def policy_of(config: ClusterConfig) -> Policy:
             partition=sched.weight_partition,
             max_age_s=float(sched.max_age_s),
             favor_small=sched.favor_small,
+            qos=sched.weight_qos,
         ),
+        qos=config.qos,
+        default_qos=sched.default_qos,
+        account_limits=tuple(a.limits for a in config.accounts if a.limits is not None),
     )
