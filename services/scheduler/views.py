@@ -7,6 +7,7 @@ from typing import cast
 from corral.libs.config import ClusterConfig
 from corral.libs.core.eligibility import dependency_text
 from corral.libs.core.fair_share import Account, TresWeights, UserAssoc
+from corral.libs.core.limits import qos_name
 from corral.libs.core.plan import Backfill, FairShareAlgorithm, PartitionPolicy, Plan, Policy
 from corral.libs.core.priority import PriorityWeights
 from corral.libs.core.state import Job, Node, State, UsagePolicy, array_throttle
@@ -61,6 +62,8 @@ def job_info(job: Job, outlook: Plan, policy: Policy, dependency: str = "") -> a
         array_job_id=job.array_job_id,
         array_task_id=job.array_task_id,
         array_throttle=array_throttle(job),
+        qos=qos_name(policy, job),
+        nice=spec.nice,
     )
 
 
