@@ -29,6 +29,8 @@ from corral.schemas.events import JobSpec
 INVALID_QOS = "Invalid qos specification"
 INVALID_ACCOUNT = "Invalid account or account/partition combination specified"
 NODE_COUNT = "Node count specification invalid"
+#: Slurm's bound of a nice value (NICE_OFFSET - 3).
+MAX_NICE = 2147483645
 ACCOUNTING_POLICY = "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)"
 
 
@@ -62,6 +64,8 @@ def account_chain(config: ClusterConfig, account: str) -> list[AssocLimits]:
 def check_policy(spec: JobSpec, user: str, config: ClusterConfig, *, admin: bool) -> None:
     """Raise InvalidInput (Forbidden for a negative nice) if the resolved spec breaks a QOS, partition or
     association rule it could never satisfy."""
+    if abs(spec.nice) > MAX_NICE:
+        raise InvalidInput(f"Invalid nice value {spec.nice}: must be within +/-{MAX_NICE}", field="nice")
     if spec.nice < 0 and not admin:
         raise Forbidden("Access/permission denied: only an administrator may give a negative nice value")
     part = _partition(spec, config)

@@ -132,6 +132,7 @@ REFUSED = {
         f"{POLICY}: 32 GPUs requested, account ml GrpTRES=gres/gpu=24",
     ),
     "zero-jobs": (spec(qos="frozen"), "qos", f"{POLICY}: QOS frozen MaxJobsPerUser=0"),
+    "nice-out-of-bounds": (spec(nice=2147483646), "nice", "Invalid nice value 2147483646"),
 }
 
 
