@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.libs.core.fair_share import Account, TreeError, UserAssoc, build_tree
+from corral.libs.core.qos import NORMAL, AssocLimits, QosPolicy
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.errors import FormatError
 from corral.libs.slurm.memory import parse_memory
@@ -70,6 +71,10 @@ class PartitionConfig:
     priority_tier: int = 1  # PriorityTier: higher tiers are scheduled first
     preempt_mode: str | None = None  # PreemptMode of its jobs: requeue | cancel | off (None: the default)
     grace_time_s: float | None = None  # GraceTime of its preempted jobs (None: the default)
+    qos: str | None = None  # QOS of jobs without --qos (None: the default QOS)
+    allow_qos: tuple[str, ...] = ()  # AllowQos: QOS jobs may use here (empty: all)
+    allow_accounts: tuple[str, ...] = ()  # AllowAccounts: accounts jobs may charge here (empty: all)
+    max_nodes: int | None = None  # MaxNodes: most nodes of one job (None: UNLIMITED)
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,8 @@ class SchedulerConfig:
     preempt_type: str = "off"  # PreemptType: off | partition_prio | qos
     preempt_mode: str = "requeue"  # PreemptMode of partitions that do not set theirs: requeue | cancel
     preempt_grace_time_s: float = 0.0  # GraceTime of partitions that do not set theirs (0: KillWait)
+    weight_qos: int = 0  # PriorityWeightQOS
+    default_qos: str = "normal"  # QOS of jobs without --qos in a partition without its own
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,7 @@ class AccountConfig:
     parent: str  # parent account ("root" for top level)
     shares: int  # raw shares among its siblings
     users: tuple[str, ...]  # users associated with it (each with 1 share)
+    limits: AssocLimits | None = None  # association limits (None: none)
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,15 @@ class ClusterConfig:
     node_timeout_s: float = 10.0  # SlurmdTimeout
     kill_wait_s: float = 5.0  # KillWait
     source: str = field(default="", compare=False)  # where it was read from
+    qos: tuple[QosPolicy, ...] = (QosPolicy(NORMAL),)  # every QOS, ``normal`` always among them
+
+    def qos_named(self, name: str) -> QosPolicy | None:
+        """The QOS called ``name``, or None."""
+        return next((q for q in self.qos if q.name == name), None)
+
+    def account(self, name: str) -> AccountConfig | None:
+        """The account called ``name``, or None."""
+        return next((a for a in self.accounts if a.name == name), None)
 
     def node(self, name: str) -> NodeConfig:
         """The node called ``name``; KeyError if not configured."""
@@ -160,9 +177,24 @@ class ClusterConfig:
         return None
 
 
+#: Association limit keys of an ``[[accounts]]`` table.
+_ASSOC_LIMITS = ("grp_gres", "grp_jobs", "max_jobs_per_user", "max_gres_per_user", "max_submit_jobs_per_user")
+
 _KEYS = {
-    "": {"cluster", "scheduler", "nodes", "partitions", "accounts"},
-    "accounts": {"name", "parent", "shares", "users"},
+    "": {"cluster", "scheduler", "nodes", "partitions", "accounts", "qos"},
+    "accounts": {"name", "parent", "shares", "users", *_ASSOC_LIMITS},
+    "qos": {
+        "name",
+        "priority",
+        "max_gres_per_user",
+        "max_jobs_per_user",
+        "max_submit_jobs_per_user",
+        "grp_gres",
+        "max_wall",
+        "preempt",
+        "preempt_mode",
+        "grace_time",
+    },
     "scheduler": {
         "backfill",
         "backfill_window",
@@ -181,6 +213,8 @@ _KEYS = {
         "preempt_type",
         "preempt_mode",
         "preempt_grace_time",
+        "priority_weight_qos",
+        "default_qos",
     },
     "cluster": {"name", "heartbeat_interval", "node_timeout", "kill_wait"},
     "nodes": {"names", "cpus", "memory", "gpus", "gpu_type", "features"},
@@ -193,6 +227,10 @@ _KEYS = {
         "priority_tier",
         "preempt_mode",
         "grace_time",
+        "qos",
+        "allow_qos",
+        "allow_accounts",
+        "max_nodes",
     },
 }
 
@@ -322,7 +360,22 @@ def _partitions(raw: Any, nodes: list[NodeConfig]) -> list[PartitionConfig]:
             else None
         )
         grace = _grace(table["grace_time"], f"{where}.grace_time") if "grace_time" in table else None
-        out.append(PartitionConfig(name, tuple(members), default, max_time, default_time, tier, mode, grace))
+        out.append(
+            PartitionConfig(
+                name,
+                tuple(members),
+                default,
+                max_time,
+                default_time,
+                tier,
+                mode,
+                grace,
+                qos=_optional(table, "qos", where, str, None),
+                allow_qos=_string_list(table, "allow_qos", where),
+                allow_accounts=_string_list(table, "allow_accounts", where),
+                max_nodes=_count(table, "max_nodes", where, minimum=1),
+            )
+        )
     if sum(p.default for p in out) > 1:
         raise ConfigError("partitions: more than one partition has default = true; keep one")
     return out
@@ -362,6 +415,8 @@ def _scheduler(raw: Any) -> SchedulerConfig:
         preempt_type=_choice(table, "preempt_type", ("off", "partition_prio", "qos")),
         preempt_mode=_choice(table, "preempt_mode", ("requeue", "cancel")),
         preempt_grace_time_s=_grace(table.get("preempt_grace_time", 0), "scheduler.preempt_grace_time"),
+        weight_qos=_nonnegative(table, "priority_weight_qos"),
+        default_qos=_optional(table, "default_qos", where, str, NORMAL),
     )
 
 
@@ -413,12 +468,14 @@ def _accounts(raw: Any) -> tuple[AccountConfig, ...]:
         table = _table(entry, where)
         name = _require(table, "name", where, str)
         shares = _optional(table, "shares", where, int, 1)
+        limits = {key: _count(table, key, where) for key in _ASSOC_LIMITS}
         out.append(
             AccountConfig(
                 name,
                 _optional(table, "parent", where, str, "root"),
                 shares,
                 _string_list(table, "users", where),
+                AssocLimits(name, **limits) if any(v is not None for v in limits.values()) else None,
             )
         )
     try:
@@ -431,8 +488,19 @@ def _accounts(raw: Any) -> tuple[AccountConfig, ...]:
     return tuple(out)
 
 
+def _count(table: dict[str, Any], key: str, where: str, minimum: int = 0) -> int | None:
+    """An optional whole-number limit (None when absent: unlimited)."""
+    value: int | None = _optional(table, key, where, int, None)
+    if value is not None and value < minimum:
+        raise ConfigError(f"{where}.{key}: must be >= {minimum}, got {value}")
+    return value
+
+
 def parse_config(text: str, source: str = "<string>") -> ClusterConfig:
     """Parse and validate a cluster configuration."""
+    # QOS parsing lives in its own module, which builds on this one's helpers.
+    from corral.libs.qos_config import check_qos_references, parse_qos
+
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -453,7 +521,9 @@ def parse_config(text: str, source: str = "<string>") -> ClusterConfig:
         node_timeout_s=_seconds(cluster.get("node_timeout", 10), "cluster.node_timeout"),
         kill_wait_s=_seconds(cluster.get("kill_wait", 5), "cluster.kill_wait"),
         source=source,
+        qos=parse_qos(doc.get("qos")),
     )
+    check_qos_references(config)
     if config.heartbeat_interval_s >= config.node_timeout_s:
         raise ConfigError(
             f"cluster.heartbeat_interval ({config.heartbeat_interval_s:g}s) must be shorter than "

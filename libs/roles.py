@@ -77,6 +77,8 @@ def service_user(role: str, password: str) -> NatsUser:
         publish += [subjects.job_subject("*", tag) for tag in _GATEWAY_EVENTS]
         publish += [f"$KV.{subjects.IDS_BUCKET}.>", f"$JS.API.STREAM.INFO.KV_{subjects.IDS_BUCKET}"]
         subscribe += _verbs("gateway")
+        # The user's live jobs, from the scheduler, to enforce MaxSubmitJobs.
+        publish += [subjects.api_subject("jobs", GATEWAY)]
     elif role == SCHEDULER:
         publish += [subjects.job_subject("*", tag) for tag in _SCHEDULER_EVENTS]
         publish += [subjects.WORK_SUBJECTS, f"$O.{subjects.SNAPSHOT_BUCKET}.>"]

@@ -189,6 +189,8 @@ class JobInfo(msgspec.Struct, frozen=True, kw_only=True):
     array_job_id: int = 0  # the array's id for an array task (its first task's id), 0 otherwise
     array_task_id: int | None = None  # the task's index (SLURM_ARRAY_TASK_ID), None if not an array task
     array_throttle: int = 0  # the array's %P limit of running tasks, 0 = none
+    qos: str = ""  # the job's QOS (squeue %q)
+    nice: int = 0  # the job's nice value (scontrol show job Nice=)
 
 
 class JobsReply(msgspec.Struct, frozen=True, tag="jobs_reply", kw_only=True):

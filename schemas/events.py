@@ -121,6 +121,8 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     exclusive: bool = False  # --exclusive: whole nodes, all their CPUs, GPUs and memory, shared with no job
     gpus_per_task: int | None = None  # --gpus-per-task (gpus_per_node already holds tasks per node x this)
     cpus_per_gpu: int | None = None  # --cpus-per-gpu: CPUs per node = gpus_per_node x this (not with -c)
+    qos: str | None = None  # -q/--qos; None = the partition's QOS, else the default QOS (resolved at submit)
+    nice: int = 0  # --nice: subtracted from the priority; only an admin may give a negative value
 
 
 class JobSubmitted(msgspec.Struct, frozen=True, tag="job_submitted", kw_only=True):

@@ -28,6 +28,7 @@ class Option:
     value: bool = True  # whether it takes an argument
     supported: bool = True  # False: a Slurm option Corral does not implement yet
     aliases: tuple[str, ...] = ()  # other long names, e.g. "jobname" for "name"
+    optional: bool = False  # the argument is optional (``--nice`` or ``--nice=N``; never ``--nice N``)
 
 
 def flag(name: str, short: str = "", *aliases: str) -> Option:
@@ -122,6 +123,10 @@ class OptionTable:
         if not option.value:
             if has_value:
                 raise CliError(f"option '--{option.name}' doesn't allow an argument")
+            parsed.values.append((option.name, ""))
+            return index
+        if not has_value and option.optional:
+            # getopt: an optional argument is only ever attached with "=".
             parsed.values.append((option.name, ""))
             return index
         if not has_value:

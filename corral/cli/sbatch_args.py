@@ -78,15 +78,16 @@ OPTIONS = OptionTable(
         flag("hold", "H"),
         Opt("begin", "b"),
         Opt("array", "a"),
+        Opt("qos", "q"),
+        Opt("nice", optional=True),
         flag("help", "h"),
         flag("usage"),
         flag("version", "V"),
         *unsupported(
-            "qos/q "
             "oversubscribe/s licenses/L clusters/M wait/W distribution/m input/i verbose/v quiet/Q "
             "no-kill/k overcommit/O core-spec/S immediate/I extra-node-info/B nodefile/F "
             "gpus-per-socket mem-per-cpu signal deadline mail-type "
-            "mail-user comment reservation nice priority time-min kill-on-invalid-dep ntasks-per-socket "
+            "mail-user comment reservation priority time-min kill-on-invalid-dep ntasks-per-socket "
             "ntasks-per-core ntasks-per-gpu sockets-per-node cores-per-socket threads-per-core hint "
             "mincpus tmp gpu-bind gpu-freq cpu-freq get-user-env uid gid propagate profile container "
             "container-id tres-per-task tres-bind network switches wckey acctg-freq test-only spread-job "
@@ -263,6 +264,8 @@ def build_submission(
         exclusive=options.given("exclusive"),
         gpus_per_task=gpus.per_task,
         cpus_per_gpu=None if cpus_per_gpu is None else parse_count(cpus_per_gpu, "--cpus-per-gpu"),
+        qos=_qos(options.last("qos")),
+        nice=_nice(options.last("nice")),
     )
     return Submission(spec=spec, parsable=options.given("parsable"), warnings=tuple(warnings))
 
@@ -339,6 +342,31 @@ def _partition(value: str | None) -> str | None:
     if value is not None and "," in value:
         raise CliError(f"--partition={value}: a list of partitions is not supported by Corral yet")
     return value or None
+
+
+def _qos(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not value.strip():
+        raise CliError("Invalid qos specification: --qos needs a QOS name")
+    return value.strip()
+
+
+#: Slurm's bound of a nice value (NICE_OFFSET - 3).
+MAX_NICE = 2147483645
+
+
+def _nice(value: str | None) -> int:
+    """``--nice`` alone is 100, as in Slurm; ``--nice=N`` any whole number within Slurm's bounds."""
+    if value is None:
+        return 0
+    if value == "":
+        return 100
+    text = value.strip()
+    digits = text[1:] if text[:1] in "+-" else text
+    if not digits.isdigit() or len(digits) > 10 or abs(int(text)) > MAX_NICE:
+        raise CliError(f'Invalid nice value "{value}": use a whole number between -{MAX_NICE} and {MAX_NICE}')
+    return int(text)
 
 
 def _time_limit(value: str | None) -> int | None:

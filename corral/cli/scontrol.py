@@ -282,7 +282,7 @@ def show_job(job: JobInfo, now: float, lookup: UserLookup, tz: tzinfo | None = N
     return [
         f"JobId={job.job_id} {array[0] + ' ' if array else ''}JobName={job.name}",
         f"UserId={user} GroupId={group} MCS_label=N/A",
-        f"Priority={job.priority} Nice=0 Account={job.account} QOS=normal",
+        f"Priority={job.priority} Nice={job.nice} Account={job.account} QOS={job.qos or 'normal'}",
         f"JobState={job.state} Reason={job.reason or 'None'} Dependency={job.dependency or '(null)'}",
         f"Requeue={int(job.requeue)} Restarts={job.restart_count} BatchFlag=1 Reboot=0 "
         f"ExitCode={job.exit_code}:{job.signal}",

@@ -108,9 +108,11 @@ FIELDS: dict[str, tuple[str, _Getter]] = {
     "Z": ("WORK_DIR", lambda j, now, tz: j.workdir),
     "Y": ("SCHEDNODES", lambda j, now, tz: "(null)"),
     "E": ("DEPENDENCY", lambda j, now, tz: j.dependency or "(null)"),
+    "q": ("QOS", lambda j, now, tz: j.qos or "normal"),
+    "y": ("NICE", lambda j, now, tz: str(j.nice)),
 }
 #: Letters Slurm has that Corral does not print yet.
-LATER_FIELDS = "BcdefgGhHIknoOpqsUvwWxXyz"
+LATER_FIELDS = "BcdefgGhHIknoOpsUvwWxXz"
 
 #: ``-O`` names (lower case) and the letter they print.
 LONG_NAMES: dict[str, str] = {
@@ -119,7 +121,7 @@ LONG_NAMES: dict[str, str] = {
     "timelimit": "l", "numnodes": "D", "numcpus": "C", "minmemory": "m", "tres-per-node": "b",
     "reasonlist": "R", "reason": "r", "username": "u", "account": "a", "partition": "P",
     "priority": "Q", "starttime": "S", "submittime": "V", "nodelist": "N", "workdir": "Z",
-    "schednodes": "Y", "dependency": "E",
+    "schednodes": "Y", "dependency": "E", "qos": "q", "nice": "y",
 }  # fmt: skip
 
 

@@ -16,7 +16,10 @@ come back through the log and ``state.apply`` folds them. One cycle:
    ``Priority`` for them), so small jobs cannot starve a large one. A task of a job array that
    already runs its ``%P`` tasks (counting those started earlier in the cycle, not those concluded
    in it) waits with reason ``JobArrayTaskLimit``: like an ineligible job it blocks nothing and gets
-   no reservation;
+   no reservation.
+   A job a QOS or association limit holds back (``limits.py``: counts of the running jobs, kept
+   current as the cycle starts jobs) waits with Slurm's reason (``QOSMaxGRESPerUser``,
+   ``AssocGrpGRES``, ...); as in Slurm it too blocks nothing and gets no reservation;
 6. with preemption on (``preempt.py``), the first job of a partition that does not fit preempts a
    minimal set of runs it may preempt (``JobPreempted``), if that makes it fit now; a run being
    preempted is concluded (requeued, or PREEMPTED) once its exit is reported, and counts as ending
@@ -44,8 +47,10 @@ from corral.libs.core.fair_share import (
     fair_tree_factors,
     user_key,
 )
+from corral.libs.core.limits import Limits, concluded_runs, qos_of
 from corral.libs.core.placement import free_capacity, give_back, request_of
 from corral.libs.core.priority import ClusterSize, PriorityWeights, priority
+from corral.libs.core.qos import NORMAL, AssocLimits, QosPolicy
 from corral.libs.core.state import Job, State, array_throttle
 from corral.schemas import api
 from corral.schemas import events as ev
@@ -65,6 +70,7 @@ class PartitionPolicy:
     tier: int = 1  # PriorityTier: jobs of higher tiers are considered first
     preempt_mode: preempt.PartitionPreemptMode | None = None  # PreemptMode of its jobs (None: the default)
     grace_time_s: float | None = None  # GraceTime of its preempted jobs (None: the default)
+    qos: str | None = None  # the QOS of jobs in the partition without --qos (None: the default QOS)
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,42 @@ class Policy:
     preempt: preempt.PreemptPolicy = field(
         default_factory=preempt.PreemptPolicy
     )  # PreemptType and the default PreemptMode and GraceTime
+    qos: tuple[QosPolicy, ...] = ()  # configured QOS (``normal`` is always there, configured or not)
+    default_qos: str = NORMAL  # QOS of jobs without --qos in a partition without its own QOS
+    account_limits: tuple[AssocLimits, ...] = ()  # association limits, by account
+
+    @cached_property
+    def qos_by_name(self) -> dict[str, QosPolicy]:
+        """Every QOS by name, ``normal`` included."""
+        return {NORMAL: QosPolicy(NORMAL), **{q.name: q for q in self.qos}}
+
+    @cached_property
+    def limits_by_account(self) -> dict[str, AssocLimits]:
+        """Association limits by account."""
+        return {a.account: a for a in self.account_limits}
+
+    @cached_property
+    def limits_running(self) -> bool:
+        """True if some QOS or association limits what may run at once (the cycle counts then)."""
+        return any(q.limits_running for q in self.qos) or any(a.limits_running for a in self.account_limits)
+
+    @cached_property
+    def top_qos_priority(self) -> int:
+        """The highest QOS priority (the QOS factor is relative to it)."""
+        return max((q.priority for q in self.qos_by_name.values()), default=0)
+
+    @cached_property
+    def _parents(self) -> dict[str, str]:
+        return {a.name: a.parent for a in self.accounts if a.parent is not None}
+
+    def account_chain(self, account: str) -> list[str]:
+        """The account and its ancestors up to (not including) root; just the account if not in the tree."""
+        chain = [account]
+        parent = self._parents.get(account)
+        while parent is not None and parent != "root" and parent not in chain:
+            chain.append(parent)
+            parent = self._parents.get(parent)
+        return chain
 
     @cached_property
     def default_partition(self) -> str:
@@ -103,13 +145,18 @@ class Policy:
         return job.spec.partition or self.default_partition
 
     def time_limit(self, job: Job) -> int | None:
-        """Effective time limit of a job's next run."""
+        """Effective time limit of a job's next run: its own, else the partition's default, capped at
+        the QOS's MaxWall (a job asking for more is refused at submit)."""
         if job.spec.time_limit_s is not None:
             return job.spec.time_limit_s
         part = self.by_name.get(self.partition_of(job))
-        if part is None:
-            return None
-        return part.default_time_s if part.default_time_s is not None else part.max_time_s
+        limit = None
+        if part is not None:
+            limit = part.default_time_s if part.default_time_s is not None else part.max_time_s
+        wall = qos_of(self, job).max_wall_s
+        if wall is not None and (limit is None or limit > wall):
+            return wall
+        return limit
 
 
 @dataclass
@@ -225,8 +272,12 @@ def _conclude(state: State, job: Job) -> ev.Event | None:
 def queue_order(state: State, now: float, policy: Policy, pending: list[Job]) -> list[tuple[Job, int]]:
     """Pending jobs with their priority, in the order they are considered."""
     tiers = {p.name: p.tier for p in policy.partitions}
-    if not any(astuple(policy.weights)[:4]):
-        # Every weight 0: priority 1 for all, the order is tier, submit time, id (no factor to compute).
+    if (
+        not any(astuple(policy.weights)[:4])
+        and not policy.weights.qos
+        and not any(j.spec.nice for j in pending)
+    ):
+        # Every weight 0, no nice: priority 1 for all; the order is tier, submit time, id.
         keyed = [((-tiers.get(policy.partition_of(j), 1), j.submit_time, j.job_id), j) for j in pending]
         keyed.sort(key=lambda r: r[0])
         return [(job, 1) for _, job in keyed]
@@ -239,7 +290,8 @@ def queue_order(state: State, now: float, policy: Policy, pending: list[Job]) ->
     for job in pending:
         tier = tiers.get(policy.partition_of(job), 1)
         fs = shares.get(user_key(job.user, job.spec.account or job.user), 0.0)
-        value = priority(job, now, policy.weights, size, tier / top_tier, fs)
+        qos = qos_of(policy, job).priority / policy.top_qos_priority if policy.top_qos_priority > 0 else 0.0
+        value = priority(job, now, policy.weights, size, tier / top_tier, fs, qos)
         ranked.append(((-tier, -value, job.submit_time, job.job_id), job, value))
     ranked.sort(key=lambda r: r[0])
     return [(job, value) for _, job, value in ranked]
@@ -286,6 +338,7 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
     spared = {
         d.job_id for d in out.decisions if not isinstance(d, ev.NodeRegistered | ev.NodeDown | ev.NodeUp)
     }
+    limits = Limits.of(state, policy, concluded_runs(out.decisions))
     for job, value in queue_order(state, now, policy, pending):
         out.priorities[job.job_id] = 0 if job.held else value
         if job.job_id in waiting:
@@ -293,6 +346,11 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
         throttle = array_throttle(job)
         if throttle and running.get(job.array_job_id, 0) >= throttle:
             out.reasons[job.job_id] = "JobArrayTaskLimit"
+            continue
+        # A job a QOS or association limit holds back, like an ineligible one, blocks nothing.
+        limited = limits.reason(job) if limits is not None else None
+        if limited is not None:
+            out.reasons[job.job_id] = limited
             continue
         partition = policy.partition_of(job)
         if depth == 0 and partition in blocked:
@@ -315,6 +373,8 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
             )
             if job.array_job_id:
                 running[job.array_job_id] = running.get(job.array_job_id, 0) + 1
+            if limits is not None:
+                limits.started(job, allocation)
             continue
         top = partition not in blocked
         out.reasons[job.job_id] = "Resources" if top else "Priority"

@@ -1,12 +1,14 @@
 """Multifactor job priority (Slurm's priority/multifactor), pure.
 
-    priority = w_age * age + w_fairshare * fairshare + w_size * size + w_partition * tier
+    priority = w_age * age + w_fairshare * fairshare + w_size * size + w_partition * tier + w_qos * qos - nice
 
 each factor in [0, 1]: ``age`` grows linearly to 1 at ``max_age``; ``size`` is the job's share of
 the cluster's GPUs (or CPUs for CPU jobs), inverted when ``favor_small``; ``tier`` is the
 partition's PriorityJobFactor relative to the highest; ``fairshare`` is the user association's
-fair-share factor (``fair_share.py``: Fair Tree or classic). With every weight 0 (the default, like
-Slurm's priority/basic) all jobs have priority 1 and the queue is FIFO.
+fair-share factor (``fair_share.py``: Fair Tree or classic); ``qos`` is the job's QOS priority relative
+to the highest QOS priority; ``nice`` is the job's ``--nice`` (only an admin may give a negative one),
+subtracted unweighted as in Slurm, and the result is at least 1. With every weight 0 and no nice (the
+default, like Slurm's priority/basic) all jobs have priority 1 and the queue is FIFO.
 
 Queue order is a comparator chain ending in a deterministic tie-break: partition PriorityTier
 (higher first), priority (higher first), submit time, job id.
@@ -29,6 +31,7 @@ class PriorityWeights:
     partition: int = 0  # PriorityWeightPartition
     max_age_s: float = 7 * 86400.0  # PriorityMaxAge
     favor_small: bool = False  # PriorityFavorSmall
+    qos: int = 0  # PriorityWeightQOS
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ def priority(
     size: ClusterSize,
     tier_factor: float,
     fairshare: float = 0.0,
+    qos_factor: float = 0.0,
 ) -> int:
     """The job's priority value at ``now`` (higher runs first)."""
     spec = job.spec
@@ -60,5 +64,7 @@ def priority(
         + weights.fairshare * fairshare
         + weights.job_size * size_factor
         + weights.partition * tier_factor
+        + weights.qos * qos_factor
     )
-    return max(int(value), 1)
+    # As in Slurm, the nice value is subtracted from the weighted sum; the result is at least 1.
+    return max(int(value) - spec.nice, 1)

@@ -73,7 +73,7 @@ def job_environment(order: LaunchOrder, base: dict[str, str], uid: int) -> dict[
             "SLURM_SUBMIT_HOST": spec.submit_host,
             "SLURM_JOB_PARTITION": order.partition,
             "SLURM_JOB_ACCOUNT": order.account,
-            "SLURM_JOB_QOS": "normal",
+            "SLURM_JOB_QOS": spec.qos or "normal",
             "SLURM_CLUSTER_NAME": order.cluster,
             "SLURM_GPUS_ON_NODE": str(len(order.allocations[0].gpus)),
             "ENVIRONMENT": "BATCH",

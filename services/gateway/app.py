@@ -12,20 +12,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import msgspec
+import nats.errors
 
 from corral.libs import telemetry
 from corral.libs.api_server import serve
 from corral.libs.bus import Bus
 from corral.libs.config import ClusterConfig
-from corral.libs.errors import Forbidden, InvalidInput
+from corral.libs.errors import Forbidden, InvalidInput, TransientError
 from corral.libs.service import Context
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
+from corral.schemas.codec import DecodeError, decode, encode
 from corral.services.gateway import control
 from corral.services.gateway.lookup import Found, JobLookup, task_of
+from corral.services.gateway.policy import check_policy, check_submit_count, resolve_qos, submit_limits
 from corral.services.gateway.validate import array_size, validate_spec
 
 MAX_TOKEN = 128
+#: How long a submission waits for the scheduler's count of the user's jobs (MaxSubmitJobs).
+JOBS_TIMEOUT_S = 5.0
 MAX_CANCEL = 10_000
 #: Slurm's reply to a dependency on a job that does not exist.
 DEPENDENCY_PROBLEM = "Job dependency problem"
@@ -56,13 +61,18 @@ class Gateway:
                 f"account {req.spec.account!r}",
                 field="account",
             )
-        await self._check_dependencies(req.spec)
-        # The log records what the job really gets: the default partition and account are resolved here.
+        # The log records what the job really gets: the default partition, account and QOS are resolved here.
         spec = msgspec.structs.replace(
             req.spec,
             partition=req.spec.partition or self.config.default_partition.name,
             account=req.spec.account or self.config.default_account(user),
         )
+        spec = msgspec.structs.replace(spec, qos=resolve_qos(spec, self.config))
+        check_policy(spec, user, self.config, admin=user in self.admins)
+        await self._check_dependencies(req.spec)
+        limits = submit_limits(spec, user, self.config)
+        if limits:
+            check_submit_count(limits, await self._live_jobs(user), array_size(spec))
         with _tracer.start_as_current_span("submit", attributes={"corral.user": user}) as span:
             job_id = await self.bus.next_job_id(array_size(spec))
             span.set_attribute("corral.job_id", job_id)
@@ -78,6 +88,26 @@ class Gateway:
                     raise InvalidInput("token was already used for another request", field="token")
                 job_id = original.envelope.body.job_id
             return api.SubmitReply(job_id=job_id)
+
+    async def _live_jobs(self, user: str) -> list[api.JobInfo]:
+        """The user's pending and running jobs, from the scheduler (the gateway keeps no job state).
+
+        Only asked when a MaxSubmitJobs limit applies. The scheduler's view lags the log by the entries it
+        has not folded yet, so a burst of concurrent submissions may overshoot the limit by those in flight.
+        """
+        request = api.JobsRequest(users=[user], states=["PENDING", "RUNNING"])
+        try:
+            msg = await self.bus.nc.request(
+                subjects.api_subject("jobs", self.bus.actor), encode(request), timeout=JOBS_TIMEOUT_S
+            )
+            reply = decode(msg.data, api.JobsReply | api.ApiError)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError):
+            raise TransientError(
+                "cannot check MaxSubmitJobs: the scheduler did not answer in time; submit again"
+            ) from None
+        if isinstance(reply, api.ApiError):
+            raise TransientError(f"cannot check MaxSubmitJobs: {reply.error}")
+        return list(reply.jobs)
 
     async def _check_dependencies(self, spec: ev.JobSpec) -> None:
         """Refuse dependencies on jobs that were never submitted, as Slurm does."""
@@ -175,6 +205,7 @@ class Gateway:
             partition=req.partition if req.partition is not None else current.partition,
         )
         validate_spec(changed, self.config)
+        check_policy(changed, found.user, self.config, admin=True)
         # As in Slurm, only an admin may raise a time limit.
         if not admin and req.time_limit_s is not None and req.time_limit_s > self._limit(current):
             return control.DENIED

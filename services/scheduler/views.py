@@ -7,6 +7,7 @@ from typing import cast
 from corral.libs.config import ClusterConfig
 from corral.libs.core.eligibility import dependency_text
 from corral.libs.core.fair_share import Account, TresWeights, UserAssoc
+from corral.libs.core.limits import qos_name
 from corral.libs.core.plan import Backfill, FairShareAlgorithm, PartitionPolicy, Plan, Policy
 from corral.libs.core.preempt import PartitionPreemptMode, PreemptPolicy, PreemptType
 from corral.libs.core.priority import PriorityWeights
@@ -63,6 +64,8 @@ def job_info(job: Job, outlook: Plan, policy: Policy, dependency: str = "") -> a
         array_job_id=job.array_job_id,
         array_task_id=job.array_task_id,
         array_throttle=array_throttle(job),
+        qos=qos_name(policy, job),
+        nice=spec.nice,
     )
 
 
@@ -181,6 +184,7 @@ def policy_of(config: ClusterConfig) -> Policy:
                 p.priority_tier,
                 cast(PartitionPreemptMode | None, p.preempt_mode),
                 p.grace_time_s,
+                qos=p.qos,
             )
             for p in config.partitions
         ),
@@ -197,10 +201,14 @@ def policy_of(config: ClusterConfig) -> Policy:
             partition=sched.weight_partition,
             max_age_s=float(sched.max_age_s),
             favor_small=sched.favor_small,
+            qos=sched.weight_qos,
         ),
         preempt=PreemptPolicy(
             preempt_type=cast(PreemptType, sched.preempt_type),
             preempt_mode=cast(PreemptMode, sched.preempt_mode),
             grace_time_s=sched.preempt_grace_time_s,
         ),
+        qos=config.qos,
+        default_qos=sched.default_qos,
+        account_limits=tuple(a.limits for a in config.accounts if a.limits is not None),
     )

@@ -412,3 +412,9 @@ def test_scancel_refusals(argv: list[str], message: str) -> None:
     with pytest.raises(CliError) as info:
         scancel.parse_args(argv)
     assert info.value.message == message
+
+
+def test_squeue_qos_and_nice() -> None:
+    rows = [job(qos="high", nice=10), pending(), job(qos="")]
+    assert squeue_lines(["-o", "%q|%y"], rows) == ["QOS|NICE", "high|10", "normal|0", "normal|0"]
+    assert squeue_lines(["-h", "-O", "qos,nice"], [job(qos="high", nice=-5)])[0].split() == ["high", "-5"]

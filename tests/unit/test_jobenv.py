@@ -330,3 +330,8 @@ def test_expand_pattern_caps_padding_at_ten_like_slurm() -> None:
 )
 def test_output_paths(spec: dict[str, str], expected: tuple[str, str | None]) -> None:
     assert output_paths(launch(**spec)) == expected
+
+
+@pytest.mark.parametrize(("qos", "shown"), [(None, "normal"), ("high", "high")], ids=["unresolved", "high"])
+def test_job_qos(qos: str | None, shown: str) -> None:
+    assert job_environment(launch(qos=qos), {}, UID)["SLURM_JOB_QOS"] == shown

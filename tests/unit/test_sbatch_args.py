@@ -256,6 +256,15 @@ OPTION_CASES: list[tuple[list[str], bytes, str, Any]] = [
         ),
     ),
     (["-a", "4", "s.sh"], SCRIPT, "array", ArraySpec(ranges=[ArrayRange(start=4, end=4)])),
+    (["--qos=high", "s.sh"], SCRIPT, "qos", "high"),
+    (["-q", "high", "s.sh"], SCRIPT, "qos", "high"),
+    (["s.sh"], with_directives("#SBATCH -q long"), "qos", "long"),
+    (["s.sh"], SCRIPT, "qos", None),
+    (["s.sh"], SCRIPT, "nice", 0),
+    (["--nice", "s.sh"], SCRIPT, "nice", 100),
+    (["--nice=7", "s.sh"], SCRIPT, "nice", 7),
+    (["--nice=-20", "s.sh"], SCRIPT, "nice", -20),
+    (["s.sh"], with_directives("#SBATCH --nice"), "nice", 100),
     (["-a0-1000", "s.sh"], SCRIPT, "array", ArraySpec(ranges=[ArrayRange(start=0, end=1000)])),
     (
         ["s.sh"],
@@ -350,8 +359,18 @@ def test_directive_lines_stop_at_first_command() -> None:
 ERROR_CASES: list[tuple[list[str], bytes, str]] = [
     (["--foo", "s.sh"], SCRIPT, "sbatch: error: unrecognized option '--foo'"),
     (["-z", "s.sh"], SCRIPT, "sbatch: error: invalid option -- 'z'"),
-    (["--qos=high", "s.sh"], SCRIPT, "sbatch: error: option --qos is not supported by Corral yet"),
-    (["-q", "high", "s.sh"], SCRIPT, "sbatch: error: option --qos is not supported by Corral yet"),
+    (["--qos=", "s.sh"], SCRIPT, "sbatch: error: Invalid qos specification: --qos needs a QOS name"),
+    (
+        ["--nice=lots", "s.sh"],
+        SCRIPT,
+        'sbatch: error: Invalid nice value "lots": use a whole number between -2147483645 and 2147483645',
+    ),
+    (
+        ["--nice=2147483646", "s.sh"],
+        SCRIPT,
+        'sbatch: error: Invalid nice value "2147483646": use a whole number between -2147483645 and '
+        "2147483645",
+    ),
     (["--signal=USR1@90", "s.sh"], SCRIPT, "sbatch: error: option --signal is not supported by Corral yet"),
     (
         ["--mem-per-cpu=1G", "s.sh"],

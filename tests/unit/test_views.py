@@ -57,6 +57,7 @@ def test_a_pending_job() -> None:
         restart_count=0,
         priority=1,
         workdir="/home/alice/run",
+        qos="normal",
     )
 
 

@@ -1,0 +1,110 @@
+"""The ``[[qos]]`` tables of the cluster configuration, and the checks that tie QOS, partitions and accounts.
+
+Example (``docs/configuration.md`` documents every key)::
+
+    [[qos]]
+    name = "high"
+    priority = 100
+    max_gres_per_user = 16          # MaxTRESPerUser=gres/gpu=16
+    max_wall = "2-00:00:00"
+    preempt = ["low"]
+    preempt_mode = "requeue"
+    grace_time = 120                # seconds
+
+A QOS ``normal`` (priority 0, no limits) always exists, as in Slurm; a ``[[qos]]`` table named
+``normal`` redefines it. Every name a partition, an account or the scheduler gives must be defined.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast, get_args
+
+from corral.libs.config import ClusterConfig, ConfigError, _count, _limit, _optional, _string_list, _table
+from corral.libs.core.qos import NORMAL, PreemptMode, QosPolicy
+from corral.schemas.subjects import valid_token
+
+
+def _grace(value: Any, where: str) -> int:
+    """GraceTime: whole seconds (a number), or a Slurm duration string."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ConfigError(f"{where}: must be >= 0 seconds, got {value}")
+        return value
+    parsed = _limit(value, where)
+    if parsed is None:
+        raise ConfigError(f"{where}: must be a number of seconds, got {value!r}")
+    return parsed
+
+
+def parse_qos(raw: Any) -> tuple[QosPolicy, ...]:
+    """Every QOS of the ``[[qos]]`` tables, in order, ``normal`` first unless redefined."""
+    if raw is None:
+        return (QosPolicy(NORMAL),)
+    if not isinstance(raw, list):
+        raise ConfigError("qos: expected a list of [[qos]] tables")
+    out: list[QosPolicy] = []
+    for i, entry in enumerate(raw):
+        where = f"qos[{i}]"
+        table = _table(entry, where)
+        name = _optional(table, "name", where, str, "")
+        if not name or not valid_token(name):
+            raise ConfigError(f"{where}.name: {name!r} is not a valid QOS name (letters, digits, - _)")
+        if any(q.name == name for q in out):
+            raise ConfigError(f"{where}.name: QOS {name!r} is defined twice")
+        mode = _optional(table, "preempt_mode", where, str, "off")
+        if mode not in get_args(PreemptMode):
+            raise ConfigError(f"{where}.preempt_mode: {mode!r} is not one of off, requeue, cancel")
+        out.append(
+            QosPolicy(
+                name=name,
+                priority=_count(table, "priority", where) or 0,
+                max_gres_per_user=_count(table, "max_gres_per_user", where),
+                max_jobs_per_user=_count(table, "max_jobs_per_user", where),
+                max_submit_jobs_per_user=_count(table, "max_submit_jobs_per_user", where),
+                grp_gres=_count(table, "grp_gres", where),
+                max_wall_s=_limit(table["max_wall"], f"{where}.max_wall") if "max_wall" in table else None,
+                preempt=_string_list(table, "preempt", where),
+                preempt_mode=cast(PreemptMode, mode),
+                grace_time_s=_grace(table.get("grace_time", 0), f"{where}.grace_time"),
+            )
+        )
+    if not any(q.name == NORMAL for q in out):
+        out.insert(0, QosPolicy(NORMAL))
+    return tuple(out)
+
+
+def check_qos_references(config: ClusterConfig) -> None:
+    """Every QOS and account named by the scheduler, a partition or a QOS's preempt list exists."""
+    names = {q.name for q in config.qos}
+
+    def known(name: str, where: str) -> None:
+        if name not in names:
+            raise ConfigError(
+                f"{where}: QOS {name!r} is not defined; add a [[qos]] table or use one of "
+                f"{', '.join(sorted(names))}"
+            )
+
+    known(config.scheduler.default_qos, "scheduler.default_qos")
+    for i, qos in enumerate(config.qos):
+        for target in qos.preempt:
+            known(target, f"qos[{qos.name}].preempt")
+            if target == qos.name:
+                raise ConfigError(f"qos[{i}].preempt: QOS {qos.name!r} cannot preempt itself")
+    accounts = {a.name for a in config.accounts}
+    for i, part in enumerate(config.partitions):
+        where = f"partitions[{i}]"
+        for name in part.allow_qos:
+            known(name, f"{where}.allow_qos")
+        if part.qos is not None:
+            known(part.qos, f"{where}.qos")
+        default = part.qos or config.scheduler.default_qos
+        if part.allow_qos and default not in part.allow_qos:
+            raise ConfigError(
+                f"{where}.allow_qos: the partition's default QOS {default!r} is not allowed in it; "
+                "add it or set the partition's qos"
+            )
+        unknown = [a for a in part.allow_accounts if accounts and a not in accounts]
+        if unknown:
+            raise ConfigError(
+                f"{where}.allow_accounts: account {unknown[0]!r} is not in any [[accounts]] table"
+            )

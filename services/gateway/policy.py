@@ -1,0 +1,174 @@
+"""Submit-time QOS, partition and association checks (pure): a job that breaks one is refused (Slurm's words).
+
+``check_policy`` takes a spec whose partition, account and QOS the gateway has resolved and refuses:
+
+- a QOS that does not exist, or that the partition does not allow (AllowQos) → "Invalid qos specification";
+- an account the partition does not allow (AllowAccounts) → "Invalid account or account/partition
+  combination specified";
+- more nodes than the partition's MaxNodes → "Node count specification invalid";
+- a time limit over the QOS's MaxWall, more GPUs than a QOS or association GPU limit could ever let one
+  user run, or a job-count limit of 0 → "Job violates accounting/QOS policy (job submit limit, user's size
+  and/or time limits)";
+- a negative nice from anyone but an administrator → "Access/permission denied".
+
+``submit_limits`` lists the MaxSubmitJobs limits (the QOS's per user, the association's) that apply;
+``check_submit_count`` refuses the job when the user's pending and running jobs, as the scheduler counts
+them, plus this submission's jobs (an array's every task) would exceed one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.libs.config import ClusterConfig, PartitionConfig
+from corral.libs.core.qos import AssocLimits, QosPolicy
+from corral.libs.errors import Forbidden, InvalidInput
+from corral.schemas import api
+from corral.schemas.events import JobSpec
+
+INVALID_QOS = "Invalid qos specification"
+INVALID_ACCOUNT = "Invalid account or account/partition combination specified"
+NODE_COUNT = "Node count specification invalid"
+#: Slurm's bound of a nice value (NICE_OFFSET - 3).
+MAX_NICE = 2147483645
+ACCOUNTING_POLICY = "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)"
+
+
+def resolve_qos(spec: JobSpec, config: ClusterConfig) -> str:
+    """The QOS a job gets: its own ``--qos``, else its partition's QOS, else the default QOS."""
+    if spec.qos:
+        return spec.qos
+    part = _partition(spec, config)
+    return part.qos or config.scheduler.default_qos
+
+
+def _partition(spec: JobSpec, config: ClusterConfig) -> PartitionConfig:
+    return (config.partition(spec.partition) if spec.partition else None) or config.default_partition
+
+
+def account_chain(config: ClusterConfig, account: str) -> list[AssocLimits]:
+    """Limits of the account and of each account above it (those that have any)."""
+    parents = {a.name: a.parent for a in config.accounts}
+    out: list[AssocLimits] = []
+    name: str | None = account
+    seen: set[str] = set()
+    while name is not None and name not in seen:
+        seen.add(name)
+        found = config.account(name)
+        if found is not None and found.limits is not None:
+            out.append(found.limits)
+        name = parents.get(name)
+    return out
+
+
+def check_policy(spec: JobSpec, user: str, config: ClusterConfig, *, admin: bool) -> None:
+    """Raise InvalidInput (Forbidden for a negative nice) if the resolved spec breaks a QOS, partition or
+    association rule it could never satisfy."""
+    if abs(spec.nice) > MAX_NICE:
+        raise InvalidInput(f"Invalid nice value {spec.nice}: must be within +/-{MAX_NICE}", field="nice")
+    if spec.nice < 0 and not admin:
+        raise Forbidden("Access/permission denied: only an administrator may give a negative nice value")
+    part = _partition(spec, config)
+    name = resolve_qos(spec, config)
+    qos = config.qos_named(name)
+    if qos is None:
+        known = ", ".join(q.name for q in config.qos)
+        raise InvalidInput(f"{INVALID_QOS}: QOS {name!r} does not exist; choose one of {known}", field="qos")
+    if part.allow_qos and name not in part.allow_qos:
+        raise InvalidInput(
+            f"{INVALID_QOS}: partition {part.name} allows QOS {', '.join(part.allow_qos)}, not {name!r}",
+            field="qos",
+        )
+    account = spec.account or user
+    if part.allow_accounts and account not in part.allow_accounts:
+        raise InvalidInput(
+            f"{INVALID_ACCOUNT}: partition {part.name} allows accounts {', '.join(part.allow_accounts)}, "
+            f"not {account!r}",
+            field="account",
+        )
+    if part.max_nodes is not None and spec.nodes > part.max_nodes:
+        raise InvalidInput(
+            f"{NODE_COUNT}: {spec.nodes} nodes requested, partition {part.name} MaxNodes={part.max_nodes}",
+            field="nodes",
+        )
+    if spec.time_limit_s is not None and qos.max_wall_s is not None and spec.time_limit_s > qos.max_wall_s:
+        raise InvalidInput(
+            f"{ACCOUNTING_POLICY}: time limit {spec.time_limit_s}s over QOS {name} MaxWall {qos.max_wall_s}s",
+            field="time_limit_s",
+        )
+    _check_size(spec, qos, account_chain(config, account), account)
+
+
+@dataclass(frozen=True)
+class _Cap:
+    """One limit a single job must fit under."""
+
+    limit: int | None  # the limit (None: unlimited)
+    what: str  # how to name it in the message
+
+
+def _check_size(spec: JobSpec, qos: QosPolicy, chain: list[AssocLimits], account: str) -> None:
+    """A job larger than a limit could ever allow would wait forever: refuse it now."""
+    gpus = spec.gpus_per_node * spec.nodes
+    own = chain[0] if chain and chain[0].account == account else None
+    gpu_caps = [
+        _Cap(qos.max_gres_per_user, f"QOS {qos.name} MaxTRESPerUser=gres/gpu"),
+        _Cap(qos.grp_gres, f"QOS {qos.name} GrpTRES=gres/gpu"),
+        _Cap(own.max_gres_per_user if own else None, f"account {account} per-user GrpTRES=gres/gpu"),
+        *(_Cap(a.grp_gres, f"account {a.account} GrpTRES=gres/gpu") for a in chain),
+    ]
+    for cap in gpu_caps:
+        if cap.limit is not None and gpus > cap.limit:
+            raise InvalidInput(
+                f"{ACCOUNTING_POLICY}: {gpus} GPUs requested, {cap.what}={cap.limit}", field="gpus_per_node"
+            )
+    job_caps = [
+        _Cap(qos.max_jobs_per_user, f"QOS {qos.name} MaxJobsPerUser"),
+        _Cap(own.max_jobs_per_user if own else None, f"account {account} MaxJobs"),
+        *(_Cap(a.grp_jobs, f"account {a.account} GrpJobs") for a in chain),
+    ]
+    for cap in job_caps:
+        if cap.limit == 0:
+            raise InvalidInput(f"{ACCOUNTING_POLICY}: {cap.what}=0, no job may run", field="qos")
+
+
+@dataclass(frozen=True)
+class SubmitLimit:
+    """A MaxSubmitJobs limit on the user's pending and running jobs in one QOS or one account."""
+
+    qos: str | None  # count the user's jobs of this QOS (None: of the account)
+    account: str | None  # count the user's jobs charged to this account (None: of the QOS)
+    limit: int  # most jobs
+    what: str  # how to name it in the message
+
+
+def submit_limits(spec: JobSpec, user: str, config: ClusterConfig) -> list[SubmitLimit]:
+    """The MaxSubmitJobs limits on the resolved spec (empty: no need to count)."""
+    name = resolve_qos(spec, config)
+    account = spec.account or user
+    out = []
+    qos = config.qos_named(name)
+    if qos is not None and qos.max_submit_jobs_per_user is not None:
+        limit = qos.max_submit_jobs_per_user
+        out.append(SubmitLimit(name, None, limit, f"QOS {name} MaxSubmitJobsPerUser={limit}"))
+    found = config.account(account)
+    if found is not None and found.limits is not None and found.limits.max_submit_jobs_per_user is not None:
+        limit = found.limits.max_submit_jobs_per_user
+        out.append(SubmitLimit(None, account, limit, f"account {account} MaxSubmitJobs={limit}"))
+    return out
+
+
+def check_submit_count(limits: list[SubmitLimit], live: list[api.JobInfo], adding: int) -> None:
+    """Refuse ``adding`` more jobs when the user's live jobs (pending and running) would exceed a limit."""
+    for lim in limits:
+        count = sum(
+            1
+            for info in live
+            if info.state in ("PENDING", "RUNNING")
+            and (lim.qos is None or info.qos == lim.qos)
+            and (lim.account is None or info.account == lim.account)
+        )
+        if count + adding > lim.limit:
+            raise InvalidInput(
+                f"{ACCOUNTING_POLICY}: you have {count} pending or running jobs, {lim.what}", field="qos"
+            )
