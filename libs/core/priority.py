@@ -8,6 +8,11 @@ partition's PriorityJobFactor relative to the highest; ``fairshare`` is the user
 fair-share factor (``fair_share.py``: Fair Tree or classic). With every weight 0 (the default, like
 Slurm's priority/basic) all jobs have priority 1 and the queue is FIFO.
 
+``factors`` gives the breakdown ``sprio`` shows: each factor already multiplied by its weight, in an
+``api.PriorityFactors`` with a field per Slurm factor (SITE, AGE, FAIRSHARE, JOBSIZE, PARTITION, QOS,
+NICE); the priority is their sum (NICE subtracted), at least 1. SITE, QOS and NICE are 0 until Corral
+has those factors. An admin's ``scontrol update Priority=`` replaces the sum (``Job.priority_override``).
+
 Queue order is a comparator chain ending in a deterministic tie-break: partition PriorityTier
 (higher first), priority (higher first), submit time, job id.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral.libs.core.state import Job
+from corral.schemas.api import PriorityFactors
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,36 @@ class ClusterSize:
     cpus: int  # CPUs in the cluster
 
 
+def factors(
+    job: Job,
+    now: float,
+    weights: PriorityWeights,
+    size: ClusterSize,
+    tier_factor: float,
+    fairshare: float = 0.0,
+) -> PriorityFactors:
+    """The job's weighted priority factors at ``now``."""
+    spec = job.spec
+    age = min(max(now - job.submit_time, 0.0) / weights.max_age_s, 1.0) if weights.max_age_s > 0 else 1.0
+    if spec.gpus_per_node > 0 and size.gpus > 0:
+        share = min(spec.gpus_per_node * spec.nodes / size.gpus, 1.0)
+    else:
+        share = min(spec.ntasks * spec.cpus_per_task / max(size.cpus, 1), 1.0)
+    size_factor = 1.0 - share if weights.favor_small else share
+    return PriorityFactors(
+        age=weights.age * age,
+        fairshare=weights.fairshare * fairshare,
+        job_size=weights.job_size * size_factor,
+        partition=weights.partition * tier_factor,
+    )
+
+
+def total(parts: PriorityFactors) -> int:
+    """The priority the factors add up to (NICE subtracted), at least 1."""
+    value = parts.site + parts.age + parts.fairshare + parts.job_size + parts.partition + parts.qos
+    return max(int(value - parts.nice), 1)
+
+
 def priority(
     job: Job,
     now: float,
@@ -48,17 +84,4 @@ def priority(
     fairshare: float = 0.0,
 ) -> int:
     """The job's priority value at ``now`` (higher runs first)."""
-    spec = job.spec
-    age = min(max(now - job.submit_time, 0.0) / weights.max_age_s, 1.0) if weights.max_age_s > 0 else 1.0
-    if spec.gpus_per_node > 0 and size.gpus > 0:
-        share = min(spec.gpus_per_node * spec.nodes / size.gpus, 1.0)
-    else:
-        share = min(spec.ntasks * spec.cpus_per_task / max(size.cpus, 1), 1.0)
-    size_factor = 1.0 - share if weights.favor_small else share
-    value = (
-        weights.age * age
-        + weights.fairshare * fairshare
-        + weights.job_size * size_factor
-        + weights.partition * tier_factor
-    )
-    return max(int(value), 1)
+    return total(factors(job, now, weights, size, tier_factor, fairshare))

@@ -50,6 +50,7 @@ class SpecChange(msgspec.Struct, frozen=True, kw_only=True):
     user: str  # who asked last
     time_limit_s: int | None = None  # new TimeLimit; None = unchanged
     partition: str | None = None  # new partition; None = unchanged
+    priority: int | None = None  # new admin-set priority; None = unchanged
 
 
 class Job(msgspec.Struct, kw_only=True):
@@ -79,6 +80,7 @@ class Job(msgspec.Struct, kw_only=True):
     change: SpecChange | None = None  # unanswered update requests of this pending job
     array_job_id: int = 0  # the array's id (its first task's id) for an array task, 0 otherwise
     array_task_id: int | None = None  # the task's index (SLURM_ARRAY_TASK_ID), None if not an array task
+    priority_override: int | None = None  # admin-set priority (scontrol update Priority=); None = computed
 
 
 class Node(msgspec.Struct, kw_only=True):
