@@ -12,7 +12,8 @@ Cycle:
 Besides, a full pass runs every ``FULL_PASS_S`` and at the next begin time of a pending job
 (``Plan.wake_at``), so ``--begin`` jobs start on time without waiting for an event.
 
-It also answers ``jobs`` (squeue) and ``nodes`` (sinfo) from its state.
+It also answers ``jobs`` (squeue), ``nodes`` (sinfo), ``priority`` (sprio) and ``shares`` (sshare)
+from its state.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.schemas.codec import encode
 from corral.schemas.events import Event
-from corral.services.scheduler import snapshot, views
+from corral.services.scheduler import priority_views, snapshot, views
 
 #: Period of the full scheduling pass when nothing happens.
 FULL_PASS_S = 5.0
@@ -205,6 +206,14 @@ class Scheduler:
         """sinfo."""
         return views.nodes_reply(self.state, self.config, req)
 
+    async def priority(self, user: str, req: api.PriorityRequest) -> api.PriorityReply:
+        """sprio."""
+        return priority_views.priority_reply(self.state, self.policy, req, time.time())
+
+    async def shares(self, user: str, req: api.SharesRequest) -> api.SharesReply:
+        """sshare."""
+        return priority_views.shares_reply(self.state, self.policy, req, user, time.time())
+
 
 async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
     """Return when either event is set."""
@@ -223,6 +232,8 @@ async def main(ctx: Context) -> None:
     subs = [
         await serve(ctx.nc, "jobs", api.JobsRequest, scheduler.jobs, queue="scheduler"),
         await serve(ctx.nc, "nodes", api.NodesRequest, scheduler.nodes, queue="scheduler"),
+        await serve(ctx.nc, "priority", api.PriorityRequest, scheduler.priority, queue="scheduler"),
+        await serve(ctx.nc, "shares", api.SharesRequest, scheduler.shares, queue="scheduler"),
     ]
     tasks = [
         asyncio.create_task(scheduler.follow(ctx.stop)),
