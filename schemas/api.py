@@ -40,6 +40,8 @@ VERBS: dict[str, str] = {
     "update": "gateway",
     "jobs": "scheduler",
     "nodes": "scheduler",
+    "priority": "scheduler",
+    "shares": "scheduler",
     "acct": "accounting",
 }
 
@@ -126,6 +128,7 @@ class UpdateRequest(msgspec.Struct, frozen=True, tag="update", kw_only=True):
     job_id: int  # the job
     time_limit_s: int | None = None  # new TimeLimit in seconds
     partition: str | None = None  # new Partition
+    priority: int | None = None  # new absolute Priority (admin only); 0 holds the job (JobHeldAdmin)
 
 
 class JobOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -197,6 +200,91 @@ class JobsReply(msgspec.Struct, frozen=True, tag="jobs_reply", kw_only=True):
     """The matching jobs, in queue order."""
 
     jobs: list[JobInfo]  # matches
+
+
+# --- priority (sprio) ------------------------------------------------------------------------------
+
+
+class PriorityFactors(msgspec.Struct, frozen=True, kw_only=True):
+    """A pending job's priority factors, each already multiplied by its weight (sprio's columns)."""
+
+    site: float = 0.0  # SITE: a site's own factor (0: Corral has no site factor)
+    age: float = 0.0  # AGE: PriorityWeightAge x the age factor
+    fairshare: float = 0.0  # FAIRSHARE: PriorityWeightFairshare x the fair-share factor
+    job_size: float = 0.0  # JOBSIZE: PriorityWeightJobSize x the job-size factor
+    partition: float = 0.0  # PARTITION: PriorityWeightPartition x the partition's tier factor
+    qos: float = 0.0  # QOS: PriorityWeightQOS x the QOS factor
+    nice: float = 0.0  # NICE: the job's nice value, subtracted
+
+
+class PriorityRequest(msgspec.Struct, frozen=True, tag="priority", kw_only=True):
+    """sprio: the priority factors of pending jobs."""
+
+    job_ids: list[int] = []  # only these jobs (empty: all pending); an array's id selects its tasks
+    users: list[str] = []  # only these users
+
+
+class JobPriority(msgspec.Struct, frozen=True, kw_only=True):
+    """One pending job's priority and its factors."""
+
+    job_id: int  # id
+    user: str  # owner
+    account: str  # account
+    partition: str  # partition
+    priority: int  # the priority it is scheduled with (0: held; an admin-set value when set)
+    factors: PriorityFactors  # the weighted factors of its computed priority
+    admin_set: bool = False  # the priority was set by an admin (scontrol update Priority=)
+    array_job_id: int = 0  # the array's id for an array task, 0 otherwise
+    array_task_id: int | None = None  # the task's index, None if not an array task
+
+
+class PriorityWeightsInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """The configured priority weights (sprio -w)."""
+
+    age: int  # PriorityWeightAge
+    fairshare: int  # PriorityWeightFairshare
+    job_size: int  # PriorityWeightJobSize
+    partition: int  # PriorityWeightPartition
+    qos: int = 0  # PriorityWeightQOS
+    site: int = 0  # site factor weight
+
+
+class PriorityReply(msgspec.Struct, frozen=True, tag="priority_reply", kw_only=True):
+    """The matching pending jobs, in queue order, and the weights."""
+
+    jobs: list[JobPriority]  # matches
+    weights: PriorityWeightsInfo  # the weights in force
+
+
+# --- shares (sshare) ---------------------------------------------------------------------------------
+
+
+class SharesRequest(msgspec.Struct, frozen=True, tag="shares", kw_only=True):
+    """sshare: the fair-share tree with usage and factors."""
+
+    users: list[str] = []  # only these users' associations (and the accounts above them)
+    accounts: list[str] = []  # only these accounts and what is beneath them
+    all_users: bool = False  # -a: every user association (default: only the caller's)
+
+
+class ShareInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One association of the fair-share tree (an account, or a user in an account)."""
+
+    account: str  # the account (a user row: the account the user charges)
+    user: str  # the user, "" for an account row
+    depth: int  # depth under root (root 0), for indenting
+    raw_shares: int  # RawShares
+    norm_shares: float  # NormShares: shares over the siblings' shares
+    raw_usage: float  # RawUsage: decayed usage (TRES-seconds)
+    effective_usage: float  # EffectvUsage: usage over the parent's usage
+    fairshare: float | None  # FairShare factor of a user association; None for an account
+    level_fs: float | None = None  # LevelFS (sshare -l); None = infinite (no usage)
+
+
+class SharesReply(msgspec.Struct, frozen=True, tag="shares_reply", kw_only=True):
+    """The tree in depth-first order, root first."""
+
+    rows: list[ShareInfo]  # associations
 
 
 # --- nodes (sinfo) -----------------------------------------------------------------------------------
@@ -316,6 +404,8 @@ Request = (
     | HoldRequest
     | ReleaseRequest
     | UpdateRequest
+    | PriorityRequest
+    | SharesRequest
 )
 
 

@@ -306,6 +306,7 @@ class JobUpdateRequested(msgspec.Struct, frozen=True, tag="job_update_requested"
     admin: bool = False  # asked with admin rights
     time_limit_s: int | None = None  # new TimeLimit in seconds; None = unchanged
     partition: str | None = None  # new Partition; None = unchanged
+    priority: int | None = None  # new absolute Priority (admin only; 0 = hold); None = unchanged
 
 
 class JobUpdated(msgspec.Struct, frozen=True, tag="job_updated", kw_only=True):
@@ -315,6 +316,7 @@ class JobUpdated(msgspec.Struct, frozen=True, tag="job_updated", kw_only=True):
     by: str  # who asked for the change
     time_limit_s: int | None  # the job's requested TimeLimit now (None = the partition's default)
     partition: str | None  # the job's partition now
+    priority: int | None = None  # the admin-set priority now (None = computed; 0 = held by the admin)
 
 
 Event = (

@@ -1,4 +1,5 @@
-"""``corral``: run a local cluster (``up``), a showcase (``demo``), and operator tools."""
+"""``corral``: run a local cluster (``up``), a showcase (``demo``), the simulator (``sim``) and operator
+tools (``log export``)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         from corral.cli.sim import main as sim_main
 
         return sim_main(words[1:])
+    if words[:1] == ["log"]:
+        from corral.cli.log_export import main as log_main
+
+        return log_main(words[1:])
     parser = argparse.ArgumentParser(prog="corral", description="Corral: a workload manager for GPU clusters")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="run a local cluster in the foreground")
@@ -77,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node (default 4)")
     demo = sub.add_parser("demo", help="start a local cluster, run a showcase, stop")
     demo.add_argument("--state-dir", default=None, help="state directory (default: a fresh temporary one)")
-    sub.add_parser("sim", help="replay a workload trace in virtual time (corral sim -h)")
+    sub.add_parser("sim", help="replay a workload trace or an event log in virtual time (corral sim -h)")
+    sub.add_parser("log", help="export the event log for a what-if replay (corral log export -h)")
     args = parser.parse_args(argv)
     if args.command == "up":
         args.nodes_given = args.nodes is not None or args.gpus_per_node is not None

@@ -4,8 +4,9 @@
   ``release``; an array's id means every task, ``A_T``/``A_[1-3]`` some tasks); each job that could not
   be held or released gets its own ``scontrol: error: <why> for job <id>`` line and the exit status is
   then 1;
-- ``scontrol update JobId=ID [TimeLimit=TIME] [Partition=NAME]`` changes a pending job (verb ``update``;
-  a user may only lower a time limit, as in Slurm);
+- ``scontrol update JobId=ID [TimeLimit=TIME] [Partition=NAME] [Priority=N]`` changes a pending job (verb
+  ``update``; a user may only lower a time limit, only an admin sets a priority, and ``Priority=0`` holds
+  the job, as in Slurm);
 - ``scontrol show job [ID]`` prints Slurm's multi-line ``Key=Value`` record of each job (``-o``: one line
   each) from the scheduler's ``jobs`` verb; ``show hostnames [LIST]`` and ``show hostlist LIST`` expand and
   compress host lists locally (``LIST`` defaults to ``SLURM_JOB_NODELIST``);
@@ -53,7 +54,7 @@ USAGE = """\
 Usage: scontrol [OPTIONS...] COMMAND [ARGS...]
   hold JOBID[,JOBID...]       keep pending jobs from starting (JobHeldUser)
   release JOBID[,JOBID...]    let held jobs start again
-  update JobId=ID [TimeLimit=TIME] [Partition=NAME]   change a pending job
+  update JobId=ID [TimeLimit=TIME] [Partition=NAME] [Priority=N]   change a pending job
   show job [JOBID]            every field of a job (all live jobs without JOBID)
   show hostnames [LIST]       one host per line (LIST defaults to SLURM_JOB_NODELIST)
   show hostlist HOSTS         the compressed host list of comma-separated HOSTS
@@ -163,18 +164,20 @@ def _report(reply: ControlReply) -> int:
 
 
 def update_request(words: Sequence[str]) -> UpdateRequest:
-    """The request of ``scontrol update JobId=ID TimeLimit=... Partition=...`` (keys in any case)."""
+    """The request of ``scontrol update JobId=ID TimeLimit=... Partition=... Priority=...`` (any case)."""
     from corral.schemas.api import UpdateRequest
 
     values: dict[str, str] = {}
     for word in words:
         key, eq, value = word.partition("=")
         if not eq:
-            raise CliError(f"scontrol update {word}: use KEY=VALUE (JobId=, TimeLimit=, Partition=)")
+            raise CliError(
+                f"scontrol update {word}: use KEY=VALUE (JobId=, TimeLimit=, Partition=, Priority=)"
+            )
         name = key.lower()
         if name in ("nodename", "partitionname", "reservationname", "frontendname", "stepid"):
             raise CliError(f"scontrol update {key}= is not supported by Corral yet")
-        if name not in ("jobid", "timelimit", "partition"):
+        if name not in ("jobid", "timelimit", "partition", "priority"):
             raise CliError(f"scontrol update: changing {key} is not supported by Corral yet")
         values[name] = value
     if "jobid" not in values:
@@ -193,9 +196,19 @@ def update_request(words: Sequence[str]) -> UpdateRequest:
     partition = values.get("partition")
     if partition is not None and (not partition or "," in partition):
         raise CliError(f"Partition={partition}: give one partition name")
-    if time_limit is None and partition is None:
-        raise CliError("scontrol update: give TimeLimit= or Partition= to change")
-    return UpdateRequest(job_id=ids[0], time_limit_s=time_limit, partition=partition)
+    priority = _priority(values.get("priority"))
+    if time_limit is None and partition is None and priority is None:
+        raise CliError("scontrol update: give TimeLimit=, Partition= or Priority= to change")
+    return UpdateRequest(job_id=ids[0], time_limit_s=time_limit, partition=partition, priority=priority)
+
+
+def _priority(text: str | None) -> int | None:
+    """The value of ``Priority=`` (a whole number >= 0), None when not given."""
+    if text is None:
+        return None
+    if not text.isdigit():
+        raise CliError(f"Priority={text}: give a whole number >= 0 (0 holds the job)")
+    return int(text)
 
 
 def _update(words: Sequence[str]) -> int:

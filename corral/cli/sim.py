@@ -2,23 +2,31 @@
 
     corral sim TRACE.swf --units 100 --policy easy --starts starts.csv
     corral sim jobs.csv --config cluster.toml --policy conservative
+    corral sim log.jsonl --policy fifo [--config cluster.toml]     (what-if: a log from corral log export)
 
 TRACE is a Standard Workload Format trace (``.swf``; a processor is one schedulable unit, so
 ``--units`` gives the machine's processors) or a CSV of GPU jobs (``.csv``; columns in
 ``corral.libs.sim.workload``) run on the nodes and partitions of ``--config``. Prints mean/p50/
 p95/max wait, mean bounded slowdown (10 s), utilisation and makespan; ``--starts`` writes one
 CSV row per job (id, submit, start, end, nodes). Any failure is one line on stderr, exit 1.
+
+A Corral event log (``.jsonl`` from ``corral log export``; ``corral.libs.sim.eventlog``) is a what-if:
+its jobs are replayed with their real submit times, requests and run times on the cluster of
+``--config`` (or the nodes the log registered), and the report has two columns, the simulated policy
+and what really happened in the log.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from corral.cli.errors import CliError, run_command
 from corral.libs.config import ConfigError, load_config
-from corral.libs.sim.engine import SimCluster, SimError, config_cluster, simulate, unit_cluster
-from corral.libs.sim.report import format_metrics, metrics, write_starts
+from corral.libs.sim.engine import SimCluster, SimError, SimResult, config_cluster, simulate, unit_cluster
+from corral.libs.sim.eventlog import log_cluster, log_workload, looks_like_log, parse_log
+from corral.libs.sim.report import format_comparison, format_metrics, metrics, write_starts
 from corral.libs.sim.workload import SimJob, WorkloadError, parse_workload
 
 COMMAND = "corral sim"
@@ -28,7 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=COMMAND, description="Replay a workload (SWF trace or GPU-job CSV) in virtual time."
     )
-    parser.add_argument("trace", help="an SWF trace (.swf) or a CSV of GPU jobs (.csv)")
+    parser.add_argument(
+        "trace", help="an SWF trace (.swf), a CSV of GPU jobs (.csv) or a Corral event log (.jsonl)"
+    )
     parser.add_argument("--units", type=int, help="a cluster of N identical units (SWF processors)")
     parser.add_argument("--config", help="cluster.toml whose nodes and partitions to simulate")
     parser.add_argument("--policy", choices=("fifo", "easy", "conservative"), default="easy")
@@ -40,11 +50,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _workload(path: str, limit: int | None) -> list[SimJob]:
+def _read(path: str) -> bytes:
     try:
-        text = Path(path).read_text()
+        return Path(path).read_bytes()
     except OSError as exc:
         raise CliError(f"{path}: cannot read the trace: {exc.strerror}") from None
+
+
+def _workload(path: str, data: bytes, limit: int | None) -> list[SimJob]:
+    try:
+        text = data.decode()
     except UnicodeDecodeError:
         raise CliError(f"{path}: not a text file") from None
     try:
@@ -73,20 +88,58 @@ def _sim(argv: list[str]) -> int:
         raise CliError("--limit must be at least 1")
     if args.window is not None and args.window < 1:
         raise CliError("--window must be at least 1 second")
-    jobs = _workload(args.trace, args.limit)
+    data = _read(args.trace)
+    if looks_like_log(data[:256], args.trace):
+        result = _what_if(args, data)
+    else:
+        jobs = _workload(args.trace, data, args.limit)
+        try:
+            result = simulate(jobs, _cluster(args), args.policy, args.window)
+        except SimError as exc:
+            raise CliError(str(exc)) from None
+        print(format_metrics(metrics(result)))
+    _write_starts(args, result)
+    return 0
+
+
+def _what_if(args: argparse.Namespace, data: bytes) -> SimResult:
+    """Replay an exported event log with ``--policy``; print it beside what really happened."""
+    if args.units is not None:
+        raise CliError("--units is for SWF traces: a log is replayed on --config or on its own nodes")
     try:
-        cluster = _cluster(args)
+        workload = log_workload(parse_log(data, args.trace))
+    except WorkloadError as exc:
+        raise CliError(str(exc)) from None
+    jobs, actual = list(workload.jobs), list(workload.actual)
+    if args.limit is not None:
+        jobs, actual = jobs[: args.limit], actual[: args.limit]
+    if not jobs:
+        raise CliError(f"{args.trace}: no job of the log ran to its end: nothing to replay")
+    if args.config is None and not workload.nodes:
+        raise CliError(f"{args.trace}: the log registered no node: give --config cluster.toml")
+    if workload.skipped:
+        print(
+            f"{COMMAND}: note: {workload.skipped} jobs of the log never ran or had not ended: not replayed",
+            file=sys.stderr,
+        )
+    try:
+        cluster = _cluster(args) if args.config is not None else log_cluster(workload.nodes)
         result = simulate(jobs, cluster, args.policy, args.window)
     except SimError as exc:
         raise CliError(str(exc)) from None
-    print(format_metrics(metrics(result)))
+    real = log_cluster(workload.nodes).capacity if workload.nodes else cluster.capacity
+    happened = SimResult(tuple(actual), real, 0)
+    print(format_comparison([(args.policy, metrics(result)), ("actual", metrics(happened))]))
+    return result
+
+
+def _write_starts(args: argparse.Namespace, result: SimResult) -> None:
     if args.starts is not None:
         try:
             with open(args.starts, "w", encoding="utf-8", newline="") as out:
                 write_starts(result.records, out)
         except OSError as exc:
             raise CliError(f"{args.starts}: cannot write: {exc.strerror}") from None
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -130,6 +130,7 @@ def _released(state: State, seq: int, at: float, body: ev.JobReleased) -> None:
     if job is not None and job.state == "PENDING" and job.held:
         job.held = ""
         job.control = None
+        job.priority_override = None
 
 
 def _update_requested(state: State, seq: int, at: float, body: ev.JobUpdateRequested) -> None:
@@ -141,6 +142,7 @@ def _update_requested(state: State, seq: int, at: float, body: ev.JobUpdateReque
         user=body.user,
         time_limit_s=body.time_limit_s if body.time_limit_s is not None else before.time_limit_s,
         partition=body.partition if body.partition is not None else before.partition,
+        priority=body.priority if body.priority is not None else before.priority,
     )
 
 
@@ -149,6 +151,11 @@ def _updated(state: State, seq: int, at: float, body: ev.JobUpdated) -> None:
     if job is not None and job.state == "PENDING":
         job.spec = msgspec.structs.replace(job.spec, time_limit_s=body.time_limit_s, partition=body.partition)
         job.change = None
+        # Slurm: Priority=0 holds the job (JobHeldAdmin); a release gives it its computed priority back.
+        if body.priority == 0:
+            job.held, job.priority_override = "admin", None
+        else:
+            job.priority_override = body.priority
 
 
 def _fits(node: Node, alloc: ev.NodeAllocation) -> bool:

@@ -49,7 +49,7 @@ from corral.libs.core.fair_share import (
 )
 from corral.libs.core.limits import Limits, concluded_runs, qos_of
 from corral.libs.core.placement import free_capacity, give_back, request_of
-from corral.libs.core.priority import ClusterSize, PriorityWeights, priority
+from corral.libs.core.priority import ClusterSize, PriorityWeights, factors, total
 from corral.libs.core.qos import NORMAL, AssocLimits, QosPolicy
 from corral.libs.core.state import Job, State, array_throttle
 from corral.schemas import api
@@ -253,6 +253,7 @@ def _answer_change(job: Job) -> ev.Event | None:
         by=change.user,
         time_limit_s=change.time_limit_s if change.time_limit_s is not None else spec.time_limit_s,
         partition=change.partition if change.partition is not None else spec.partition,
+        priority=change.priority if change.priority is not None else job.priority_override,
     )
 
 
@@ -270,31 +271,43 @@ def _conclude(state: State, job: Job) -> ev.Event | None:
 
 
 def queue_order(state: State, now: float, policy: Policy, pending: list[Job]) -> list[tuple[Job, int]]:
-    """Pending jobs with their priority, in the order they are considered."""
+    """Pending jobs with their priority, in the order they are considered.
+
+    A job's priority is its admin-set one (``scontrol update Priority=``) when it has one, else the
+    sum of its weighted factors (``priority_factors``); with every weight 0 it is 1 for all.
+    """
     tiers = {p.name: p.tier for p in policy.partitions}
-    if (
-        not any(astuple(policy.weights)[:4])
-        and not policy.weights.qos
-        and not any(j.spec.nice for j in pending)
-    ):
-        # Every weight 0, no nice: priority 1 for all; the order is tier, submit time, id.
-        keyed = [((-tiers.get(policy.partition_of(j), 1), j.submit_time, j.job_id), j) for j in pending]
-        keyed.sort(key=lambda r: r[0])
-        return [(job, 1) for _, job in keyed]
+    computed: dict[int, int] = {}
+    if any(astuple(policy.weights)[:4]) or policy.weights.qos or any(j.spec.nice for j in pending):
+        computed = {job_id: total(f) for job_id, f in priority_factors(state, now, policy, pending).items()}
+    ranked = []
+    for job in pending:
+        tier = tiers.get(policy.partition_of(job), 1)
+        value = job.priority_override
+        if value is None:
+            value = computed.get(job.job_id, 1)
+        ranked.append(((-tier, -value, job.submit_time, job.job_id), job, value))
+    ranked.sort(key=lambda r: r[0])
+    return [(job, value) for _, job, value in ranked]
+
+
+def priority_factors(
+    state: State, now: float, policy: Policy, pending: list[Job]
+) -> dict[int, api.PriorityFactors]:
+    """The weighted factors of each pending job's computed priority (what ``sprio`` shows), by id."""
     size = ClusterSize(
         gpus=sum(n.gpus for n in state.nodes.values()), cpus=sum(n.cpus for n in state.nodes.values())
     )
     top_tier = max((p.tier for p in policy.partitions), default=1) or 1
+    tiers = {p.name: p.tier for p in policy.partitions}
     shares = fairshare_factors(state, now, policy, {job.user for job in pending})
-    ranked = []
+    out = {}
     for job in pending:
         tier = tiers.get(policy.partition_of(job), 1)
         fs = shares.get(user_key(job.user, job.spec.account or job.user), 0.0)
         qos = qos_of(policy, job).priority / policy.top_qos_priority if policy.top_qos_priority > 0 else 0.0
-        value = priority(job, now, policy.weights, size, tier / top_tier, fs, qos)
-        ranked.append(((-tier, -value, job.submit_time, job.job_id), job, value))
-    ranked.sort(key=lambda r: r[0])
-    return [(job, value) for _, job, value in ranked]
+        out[job.job_id] = factors(job, now, policy.weights, size, tier / top_tier, fs, qos)
+    return out
 
 
 def fairshare_factors(state: State, now: float, policy: Policy, users: set[str]) -> dict[str, float]:

@@ -50,6 +50,7 @@ class SpecChange(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     user: str  # who asked last
     time_limit_s: int | None = None  # new TimeLimit; None = unchanged
     partition: str | None = None  # new partition; None = unchanged
+    priority: int | None = None  # new admin-set priority; None = unchanged
 
 
 class Preemption(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -90,6 +91,7 @@ class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     array_task_id: int | None = None  # the task's index (SLURM_ARRAY_TASK_ID), None if not an array task
     submit_seq: int = 0  # stream sequence of its JobSubmitted entry (the full spec, with the script)
     preempting: Preemption | None = None  # the current run is being preempted (JobPreempted), else None
+    priority_override: int | None = None  # admin-set priority (scontrol update Priority=); None = computed
 
 
 class Node(msgspec.Struct, kw_only=True, omit_defaults=True):

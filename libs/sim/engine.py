@@ -62,7 +62,7 @@ class JobRecord:
     """What happened to one job."""
 
     id: int  # job id
-    submit: int  # submit time
+    submit: float  # submit time
     start: float  # start of its (last) run
     end: float  # end of its run
     units: int  # units it held
@@ -114,7 +114,10 @@ def config_cluster(config: ClusterConfig) -> SimCluster:
 
 
 def job_spec(job: SimJob) -> ev.JobSpec:
-    """The submission of a simulated job: one task with 1 CPU on each node."""
+    """The submission of a simulated job: its own spec when it has one (a replayed log), else one task
+    with 1 CPU on each node."""
+    if job.spec is not None:
+        return job.spec
     nodes = job.node_count
     return ev.JobSpec(
         name=f"sim-{job.id}",

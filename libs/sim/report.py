@@ -73,9 +73,9 @@ def metrics(result: SimResult) -> Metrics:
     )
 
 
-def format_metrics(m: Metrics) -> str:
-    """The metrics as an aligned two-column table."""
-    rows = [
+def _rows(m: Metrics) -> list[tuple[str, str]]:
+    """(name, value) of each metric, formatted."""
+    return [
         ("jobs", f"{m.jobs}"),
         ("mean wait (s)", f"{m.mean_wait:.1f}"),
         ("p50 wait (s)", f"{m.p50_wait:.1f}"),
@@ -85,8 +85,26 @@ def format_metrics(m: Metrics) -> str:
         ("utilisation", f"{m.utilisation:.3f}"),
         ("makespan (s)", f"{m.makespan:.0f}"),
     ]
+
+
+def format_metrics(m: Metrics) -> str:
+    """The metrics as an aligned two-column table."""
+    rows = _rows(m)
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def format_comparison(columns: Sequence[tuple[str, Metrics]]) -> str:
+    """Several runs' metrics side by side: a header line of the column titles, then one row per metric."""
+    tables = [(title, _rows(m)) for title, m in columns]
+    names = [name for name, _ in tables[0][1]]
+    width = max(len(name) for name in names)
+    widths = [max(len(title), *(len(v) for _, v in rows)) for title, rows in tables]
+    lines = [" " * width + "".join(f"  {title:>{w}}" for (title, _), w in zip(tables, widths, strict=True))]
+    for i, name in enumerate(names):
+        cells = "".join(f"  {rows[i][1]:>{w}}" for (_, rows), w in zip(tables, widths, strict=True))
+        lines.append(f"{name:<{width}}{cells}")
+    return "\n".join(lines)
 
 
 def _time(value: float) -> str:
@@ -98,4 +116,6 @@ def write_starts(records: Iterable[JobRecord], out: TextIO) -> None:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(STARTS_HEADER)
     for r in records:
-        writer.writerow((r.id, r.submit, _time(r.start), _time(r.end), compress(r.nodes) if r.nodes else ""))
+        writer.writerow(
+            (r.id, _time(r.submit), _time(r.start), _time(r.end), compress(r.nodes) if r.nodes else "")
+        )

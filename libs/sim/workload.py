@@ -37,6 +37,8 @@ import csv
 import io
 from dataclasses import dataclass
 
+from corral.schemas.events import JobSpec
+
 #: SWF column indices (0-based) used here.
 _SWF_ID, _SWF_SUBMIT, _SWF_RUN, _SWF_ALLOC, _SWF_REQ_PROCS, _SWF_REQ_TIME = 0, 1, 3, 4, 7, 8
 _SWF_COLUMNS = 18
@@ -60,8 +62,8 @@ class SimJob:
     """One job of a workload, in simulator terms."""
 
     id: int  # job id (the log's job id)
-    submit: int  # submit time, seconds
-    run_time: int  # how long it runs once started, seconds (>= 1)
+    submit: float  # submit time, seconds (whole seconds in traces; the log's clock in a what-if replay)
+    run_time: float  # how long it runs once started, seconds (>= 1 in traces)
     req_time: int | None  # requested time = time limit, seconds (None: the partition's default)
     units: int  # schedulable units held: processors (SWF) or GPUs (nodes for a GPU-less job)
     nodes: int = 0  # nodes (0: one node per unit, the SWF processor model)
@@ -69,6 +71,7 @@ class SimJob:
     gpu_type: str | None = None  # required GPU model
     user: str = "sim"  # owner
     partition: str | None = None  # partition (None: the default)
+    spec: JobSpec | None = None  # the whole request, when replaying a log (None: built from the fields)
 
     @property
     def node_count(self) -> int:

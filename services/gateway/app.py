@@ -32,6 +32,8 @@ MAX_TOKEN = 128
 #: How long a submission waits for the scheduler's count of the user's jobs (MaxSubmitJobs).
 JOBS_TIMEOUT_S = 5.0
 MAX_CANCEL = 10_000
+#: The highest priority an admin may set (Slurm's priorities are 32-bit; 0xfffffffe is NO_VAL).
+MAX_PRIORITY = 0xFFFFFFFD
 #: Slurm's reply to a dependency on a job that does not exist.
 DEPENDENCY_PROBLEM = "Job dependency problem"
 _tracer = telemetry.tracer(__name__)
@@ -181,8 +183,10 @@ class Gateway:
 
     async def update(self, user: str, req: api.UpdateRequest) -> api.ControlReply:
         """Append JobUpdateRequested for a pending job the caller may change (scontrol update JobId=)."""
-        if req.time_limit_s is None and req.partition is None:
-            raise InvalidInput("nothing to update: give TimeLimit= or Partition=", field="job_id")
+        if req.time_limit_s is None and req.partition is None and req.priority is None:
+            raise InvalidInput("nothing to update: give TimeLimit=, Partition= or Priority=", field="job_id")
+        if req.priority is not None and not 0 <= req.priority <= MAX_PRIORITY:
+            raise InvalidInput(f"Priority must be 0-{MAX_PRIORITY}, not {req.priority}", field="priority")
         error = await self._update_one(user, req)
         return api.ControlReply(outcomes=[api.JobOutcome(job_id=req.job_id, error=error)])
 
@@ -209,6 +213,9 @@ class Gateway:
         # As in Slurm, only an admin may raise a time limit.
         if not admin and req.time_limit_s is not None and req.time_limit_s > self._limit(current):
             return control.DENIED
+        # As in Slurm, only an admin sets a job's priority.
+        if not admin and req.priority is not None:
+            return control.DENIED
         await self.bus.append(
             ev.JobUpdateRequested(
                 job_id=ev.JobId(req.job_id),
@@ -216,6 +223,7 @@ class Gateway:
                 admin=admin,
                 time_limit_s=req.time_limit_s,
                 partition=req.partition,
+                priority=req.priority,
             ),
             correlation_id=str(req.job_id),
             traceparent=found.envelope.meta.traceparent,

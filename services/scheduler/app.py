@@ -14,7 +14,8 @@ Cycle:
 Besides, a full pass runs every ``FULL_PASS_S`` and at the next begin time of a pending job
 (``Plan.wake_at``), so ``--begin`` jobs start on time without waiting for an event.
 
-It also answers ``jobs`` (squeue) and ``nodes`` (sinfo) from its state.
+It also answers ``jobs`` (squeue), ``nodes`` (sinfo), ``priority`` (sprio) and ``shares`` (sshare)
+from its state.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.schemas.codec import encode
 from corral.schemas.events import Event
-from corral.services.scheduler import snapshot, views
+from corral.services.scheduler import priority_views, snapshot, views
 
 #: Full specs of this many recent submissions are kept for their launch orders.
 RECENT_SPECS = 4096
@@ -233,6 +234,14 @@ class Scheduler:
         """sinfo."""
         return views.nodes_reply(self.state, self.config, req)
 
+    async def priority(self, user: str, req: api.PriorityRequest) -> api.PriorityReply:
+        """sprio."""
+        return priority_views.priority_reply(self.state, self.policy, req, time.time())
+
+    async def shares(self, user: str, req: api.SharesRequest) -> api.SharesReply:
+        """sshare."""
+        return priority_views.shares_reply(self.state, self.policy, req, user, time.time())
+
 
 async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
     """Return when either event is set."""
@@ -251,6 +260,8 @@ async def main(ctx: Context) -> None:
     subs = [
         await serve(ctx.nc, "jobs", api.JobsRequest, scheduler.jobs, queue="scheduler"),
         await serve(ctx.nc, "nodes", api.NodesRequest, scheduler.nodes, queue="scheduler"),
+        await serve(ctx.nc, "priority", api.PriorityRequest, scheduler.priority, queue="scheduler"),
+        await serve(ctx.nc, "shares", api.SharesRequest, scheduler.shares, queue="scheduler"),
     ]
     tasks = [
         asyncio.create_task(scheduler.follow(ctx.stop)),

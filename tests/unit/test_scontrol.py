@@ -179,8 +179,10 @@ def test_show_hostnames_and_hostlist(
             ["TimeLimit=1:00:00", "JOBID=5", "Partition=gpu"],
             api.UpdateRequest(job_id=5, time_limit_s=3600, partition="gpu"),
         ),
+        (["JobId=5", "Priority=1000"], api.UpdateRequest(job_id=5, priority=1000)),
+        (["JobId=5", "priority=0"], api.UpdateRequest(job_id=5, priority=0)),
     ],
-    ids=["time limit", "partition", "both, any order"],
+    ids=["time limit", "partition", "both, any order", "priority", "priority 0 (hold)"],
 )
 def test_update_request(words: list[str], wanted: api.UpdateRequest) -> None:
     assert update_request(words) == wanted
@@ -190,8 +192,9 @@ def test_update_request(words: list[str], wanted: api.UpdateRequest) -> None:
     ("words", "message"),
     [
         (["TimeLimit=30"], "scontrol update needs JobId=ID"),
-        (["JobId=5"], "scontrol update: give TimeLimit= or Partition= to change"),
-        (["JobId=5", "Priority=10"], "scontrol update: changing Priority is not supported by Corral yet"),
+        (["JobId=5"], "scontrol update: give TimeLimit=, Partition= or Priority= to change"),
+        (["JobId=5", "Nice=10"], "scontrol update: changing Nice is not supported by Corral yet"),
+        (["JobId=5", "Priority=-1"], "Priority=-1: give a whole number >= 0 (0 holds the job)"),
         (["NodeName=gpu01", "State=DRAIN"], "scontrol update NodeName= is not supported by Corral yet"),
         (["JobId=5", "TimeLimit=+30"], "TimeLimit=+30 is not supported by Corral yet: give a time"),
         (
@@ -202,9 +205,22 @@ def test_update_request(words: list[str], wanted: api.UpdateRequest) -> None:
             ["JobId=5,6", "TimeLimit=5"],
             "scontrol update of several jobs at once is not supported by Corral yet",
         ),
-        (["JobId=5", "oops"], "scontrol update oops: use KEY=VALUE (JobId=, TimeLimit=, Partition=)"),
+        (
+            ["JobId=5", "oops"],
+            "scontrol update oops: use KEY=VALUE (JobId=, TimeLimit=, Partition=, Priority=)",
+        ),
     ],
-    ids=["no job", "no change", "priority", "node", "relative", "unlimited", "two jobs", "not key=value"],
+    ids=[
+        "no job",
+        "no change",
+        "nice",
+        "negative priority",
+        "node",
+        "relative",
+        "unlimited",
+        "two jobs",
+        "not key=value",
+    ],
 )
 def test_update_refusals(words: list[str], message: str) -> None:
     with pytest.raises(CliError) as exc:
