@@ -27,6 +27,8 @@ DOCUMENTS: dict[str, Any] = {
     | api.NodesReply
     | api.AcctReply
     | api.ControlReply
+    | api.ReservationReply
+    | api.ReservationsReply
     | api.ApiError,
     "order.json": api.Order,
 }

@@ -16,7 +16,10 @@ come back through the log and ``state.apply`` folds them. One cycle:
    ``Priority`` for them), so small jobs cannot starve a large one. A task of a job array that
    already runs its ``%P`` tasks (counting those started earlier in the cycle, not those concluded
    in it) waits with reason ``JobArrayTaskLimit``: like an ineligible job it blocks nothing and gets
-   no reservation.
+   no reservation;
+6. advance reservations (``reservations.py``): unanswered create/delete requests are answered first; a
+   live reservation holds its nodes (or GPUs) from outsiders over its window, and a job that asks for
+   one (``--reservation``) is placed only inside it.
 
 ``orders`` derives the per-node work the state still needs (launch the batch script of a new run,
 kill a cancelled run or an orphan); the shell republishes it after a restart with deterministic
@@ -29,6 +32,7 @@ from dataclasses import astuple, dataclass, field
 from functools import cached_property
 from typing import Literal
 
+from corral.libs.core import reservations
 from corral.libs.core.backfill import INF, Planner
 from corral.libs.core.eligibility import Singletons, needs_check, pending_reason
 from corral.libs.core.fair_share import (
@@ -162,6 +166,8 @@ def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
             out.decisions.append(answer)
         else:
             pending.append(job)
+    if state.resv_requests:
+        out.decisions.extend(reservations.answer_requests(state, now, policy.default_partition))
     _schedule(state, now, policy, pending, out, epoch)
     return out
 
@@ -260,6 +266,9 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
             [ev.NodeAllocation(node=orphan.node, gpus=orphan.gpus, cpus=orphan.cpus, mem_mb=orphan.mem_mb)],
             now,
         )
+    live = reservations.live(state, now) if state.reservations else []
+    reservations.hold(planner, state, live)
+    maint = reservations.maint_nodes(live, now)
     window = INF if policy.backfill_window_s is None else float(policy.backfill_window_s)
     depth = {"fifo": 0, "easy": 1, "conservative": None}[policy.backfill]
     blocked: set[str] = set()  # partitions with a job that could not start (FIFO stops there)
@@ -275,13 +284,19 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
             out.reasons[job.job_id] = "JobArrayTaskLimit"
             continue
         partition = policy.partition_of(job)
-        if depth == 0 and partition in blocked:
+        if depth == 0 and partition in blocked and job.spec.reservation is None:
             out.reasons[job.job_id] = "Priority"
             continue
         req = request_of(job)
         limit_s = policy.time_limit(job)
         limit = INF if limit_s is None else float(limit_s)
-        allocation = planner.start_now(partition, req, limit)
+        if job.spec.reservation is not None:
+            allocation, why = reservations.start_member(planner, state, job, partition, req, limit, now)
+            resv = state.reservations.get(job.spec.reservation)
+            if why == "Reservation" and resv is not None and resv.start_time > now:
+                out.wake_at = resv.start_time if out.wake_at is None else min(out.wake_at, resv.start_time)
+        else:
+            allocation, why = planner.start_now(partition, req, limit), ""
         if allocation is not None:
             out.decisions.append(
                 ev.JobAllocated(
@@ -296,7 +311,12 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
             if job.array_job_id:
                 running[job.array_job_id] = running.get(job.array_job_id, 0) + 1
             continue
+        if job.spec.reservation is not None:
+            out.reasons[job.job_id] = why  # inside its reservation: it blocks nobody outside
+            continue
         out.reasons[job.job_id] = "Priority" if partition in blocked else "Resources"
+        if maint and partition not in blocked and any(n in maint for n in planner.nodes_of(partition)):
+            out.reasons[job.job_id] = reservations.MAINT_REASON
         blocked.add(partition)
         if depth is not None and reserved.get(partition, 0) >= depth:
             continue
@@ -313,6 +333,8 @@ def _array_running(state: State, out: Plan) -> dict[int, int]:
         return running
     for decision in out.decisions:
         if isinstance(decision, ev.NodeRegistered | ev.NodeDown | ev.NodeUp):
+            continue
+        if isinstance(decision, ev.RESERVATION_EVENTS):
             continue
         job = state.jobs[decision.job_id]
         if job.state == "RUNNING" and job.array_job_id in running:

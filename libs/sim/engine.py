@@ -204,6 +204,10 @@ class _Run:
             progressed = False
             for decision in decisions:
                 assert not isinstance(decision, ev.NodeRegistered | ev.NodeDown | ev.NodeUp)
+                if isinstance(decision, ev.RESERVATION_EVENTS):
+                    self.put(decision, now)
+                    progressed = True
+                    continue
                 job = state.jobs[decision.job_id]
                 before = job.state
                 self.put(decision, now)
