@@ -78,6 +78,7 @@ OPTIONS = OptionTable(
         flag("hold", "H"),
         Opt("begin", "b"),
         Opt("array", "a"),
+        Opt("reservation"),
         flag("help", "h"),
         flag("usage"),
         flag("version", "V"),
@@ -86,7 +87,7 @@ OPTIONS = OptionTable(
             "oversubscribe/s licenses/L clusters/M wait/W distribution/m input/i verbose/v quiet/Q "
             "no-kill/k overcommit/O core-spec/S immediate/I extra-node-info/B nodefile/F "
             "gpus-per-socket mem-per-cpu signal deadline mail-type "
-            "mail-user comment reservation nice priority time-min kill-on-invalid-dep ntasks-per-socket "
+            "mail-user comment nice priority time-min kill-on-invalid-dep ntasks-per-socket "
             "ntasks-per-core ntasks-per-gpu sockets-per-node cores-per-socket threads-per-core hint "
             "mincpus tmp gpu-bind gpu-freq cpu-freq get-user-env uid gid propagate profile container "
             "container-id tres-per-task tres-bind network switches wckey acctg-freq test-only spread-job "
@@ -263,6 +264,7 @@ def build_submission(
         exclusive=options.given("exclusive"),
         gpus_per_task=gpus.per_task,
         cpus_per_gpu=None if cpus_per_gpu is None else parse_count(cpus_per_gpu, "--cpus-per-gpu"),
+        reservation=options.last("reservation") or None,
     )
     return Submission(spec=spec, parsable=options.given("parsable"), warnings=tuple(warnings))
 

@@ -1,4 +1,5 @@
-"""The gateway: accepts job requests (submit, cancel, hold, release, update); appends the accepted as intents.
+"""The gateway: accepts job requests (submit, cancel, hold, release, update) and admins' reservation requests
+(``reservations.py``); appends the accepted as intents.
 
 Cycle of one request:
 1. take the caller from the request subject (bound to the authenticated connection);
@@ -23,6 +24,7 @@ from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.services.gateway import control
 from corral.services.gateway.lookup import Found, JobLookup, task_of
+from corral.services.gateway.reservations import Reservations
 from corral.services.gateway.validate import array_size, validate_spec
 
 MAX_TOKEN = 128
@@ -40,6 +42,7 @@ class Gateway:
         self.config = config
         self.admins = admins
         self.lookup = JobLookup(bus)
+        self.reservations = Reservations(bus, config, admins)
 
     async def submit(self, user: str, req: api.SubmitRequest) -> api.SubmitReply:
         """Validate and append JobSubmitted; a retry with the same token returns the same job id.
@@ -63,6 +66,7 @@ class Gateway:
             partition=req.spec.partition or self.config.default_partition.name,
             account=req.spec.account or self.config.default_account(user),
         )
+        await self.reservations.check_job(user, spec)
         with _tracer.start_as_current_span("submit", attributes={"corral.user": user}) as span:
             job_id = await self.bus.next_job_id(array_size(spec))
             span.set_attribute("corral.job_id", job_id)
@@ -246,6 +250,20 @@ async def main(ctx: Context) -> None:
         await serve(ctx.nc, "hold", api.HoldRequest, gateway.hold, queue="gateway"),
         await serve(ctx.nc, "release", api.ReleaseRequest, gateway.release, queue="gateway"),
         await serve(ctx.nc, "update", api.UpdateRequest, gateway.update, queue="gateway"),
+        await serve(
+            ctx.nc,
+            "create_reservation",
+            api.CreateReservationRequest,
+            gateway.reservations.create,
+            queue="gateway",
+        ),
+        await serve(
+            ctx.nc,
+            "delete_reservation",
+            api.DeleteReservationRequest,
+            gateway.reservations.delete,
+            queue="gateway",
+        ),
     ]
     await ctx.stop.wait()
     for sub in subs:
