@@ -212,7 +212,7 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
     """One node's inventory and state."""
 
     name: str  # node name
-    state: str  # idle | mixed | allocated | down | drained | unknown
+    state: str  # idle | mixed | allocated | reserved | down | drained | unknown
     reason: str  # why down/drained ("" otherwise)
     cpus: int  # CPUs
     alloc_cpus: int  # allocated CPUs
