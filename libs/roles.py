@@ -28,6 +28,8 @@ _GATEWAY_EVENTS = (
     "job_release_requested",
     "job_update_requested",
 )
+_GATEWAY_RESV_EVENTS = ("reservation_create_requested", "reservation_delete_requested")
+_SCHEDULER_RESV_EVENTS = ("reservation_created", "reservation_rejected", "reservation_deleted")
 _SCHEDULER_EVENTS = (
     "job_allocated",
     "job_completed",
@@ -75,12 +77,14 @@ def service_user(role: str, password: str) -> NatsUser:
     subscribe = [_inbox(role)]
     if role == GATEWAY:
         publish += [subjects.job_subject("*", tag) for tag in _GATEWAY_EVENTS]
+        publish += [subjects.resv_subject("*", tag) for tag in _GATEWAY_RESV_EVENTS]
         publish += [f"$KV.{subjects.IDS_BUCKET}.>", f"$JS.API.STREAM.INFO.KV_{subjects.IDS_BUCKET}"]
         subscribe += _verbs("gateway")
         # The user's live jobs, from the scheduler, to enforce MaxSubmitJobs.
         publish += [subjects.api_subject("jobs", GATEWAY)]
     elif role == SCHEDULER:
         publish += [subjects.job_subject("*", tag) for tag in _SCHEDULER_EVENTS]
+        publish += [subjects.resv_subject("*", tag) for tag in _SCHEDULER_RESV_EVENTS]
         publish += [subjects.WORK_SUBJECTS, f"$O.{subjects.SNAPSHOT_BUCKET}.>"]
         publish += [f"$JS.API.STREAM.PURGE.OBJ_{subjects.SNAPSHOT_BUCKET}"]
         subscribe += _verbs("scheduler")

@@ -43,6 +43,9 @@ VERBS: dict[str, str] = {
     "priority": "scheduler",
     "shares": "scheduler",
     "acct": "accounting",
+    "create_reservation": "gateway",
+    "delete_reservation": "gateway",
+    "reservations": "scheduler",
 }
 
 
@@ -300,7 +303,7 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
     """One node's inventory and state."""
 
     name: str  # node name
-    state: str  # idle | mixed | allocated | down | drained | unknown
+    state: str  # idle | mixed | allocated | reserved | down | drained | unknown
     reason: str  # why down/drained ("" otherwise)
     cpus: int  # CPUs
     alloc_cpus: int  # allocated CPUs
@@ -395,6 +398,66 @@ class AcctReply(msgspec.Struct, frozen=True, tag="acct_reply", kw_only=True):
     jobs: list[AcctJob]  # matches
 
 
+# --- reservations (scontrol create/delete/show reservation) -----------------------------------------
+
+
+class CreateReservationRequest(msgspec.Struct, frozen=True, tag="create_reservation", kw_only=True):
+    """scontrol create reservation (admins only): exactly one of nodes, node_count, gpu_count.
+
+    The gateway appends the intent and waits (bounded) for the scheduler's answer.
+    """
+
+    name: str  # ReservationName
+    start_time: float  # StartTime, Unix seconds
+    end_time: float  # EndTime, Unix seconds
+    nodes: list[str] = []  # Nodes= (expanded hostlist)
+    node_count: int = 0  # NodeCnt=
+    gpu_count: int = 0  # TRES=gres/gpu=N
+    partition: str | None = None  # PartitionName=; None = the default partition
+    users: list[str] = []  # Users=
+    accounts: list[str] = []  # Accounts=
+    flags: list[str] = []  # Flags= (MAINT, IGNORE_JOBS)
+
+
+class DeleteReservationRequest(msgspec.Struct, frozen=True, tag="delete_reservation", kw_only=True):
+    """scontrol delete ReservationName=NAME (admins only)."""
+
+    name: str  # the reservation
+
+
+class ReservationReply(msgspec.Struct, frozen=True, tag="reservation_reply", kw_only=True):
+    """The scheduler created or deleted the reservation."""
+
+    name: str  # the reservation
+
+
+class ReservationsRequest(msgspec.Struct, frozen=True, tag="reservations", kw_only=True):
+    """scontrol show reservation [NAME]."""
+
+    names: list[str] = []  # only these (empty: all)
+
+
+class ReservationInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One reservation as the scheduler knows it."""
+
+    name: str  # ReservationName
+    start_time: float  # StartTime
+    end_time: float  # EndTime
+    nodes: list[str]  # nodes, sorted
+    gpus: int  # GPUs reserved in all (0: whole nodes)
+    partition: str  # PartitionName
+    users: list[str]  # Users=
+    accounts: list[str]  # Accounts=
+    flags: list[str]  # Flags=
+    active: bool  # State=ACTIVE (the window has begun) or INACTIVE
+
+
+class ReservationsReply(msgspec.Struct, frozen=True, tag="reservations_reply", kw_only=True):
+    """Reservations, by name."""
+
+    reservations: list[ReservationInfo]  # matches
+
+
 Request = (
     SubmitRequest
     | CancelRequest
@@ -406,6 +469,9 @@ Request = (
     | UpdateRequest
     | PriorityRequest
     | SharesRequest
+    | CreateReservationRequest
+    | DeleteReservationRequest
+    | ReservationsRequest
 )
 
 

@@ -29,6 +29,8 @@ DOCUMENTS: dict[str, Any] = {
     | api.ControlReply
     | api.PriorityReply
     | api.SharesReply
+    | api.ReservationReply
+    | api.ReservationsReply
     | api.ApiError,
     "order.json": api.Order,
 }

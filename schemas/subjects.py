@@ -4,6 +4,7 @@
 - ``corral.evt.job.<id>.<tag>.<node>``: run facts, named by the reporting node so that NATS
   permissions can confine an agent to facts about its own node;
 - ``corral.evt.node.<node>.<tag>``: node facts (agent registration, health);
+- ``corral.evt.resv.<name>.<tag>``: advance reservations: intents (gateway) and decisions (scheduler);
 - ``corral.work.<node>``: per-node orders (launch, kill) in their own stream;
 - ``corral.hb.<node>``: heartbeats (core NATS, not persisted);
 - ``corral.api.v1.<verb>.<user>``: request/reply API; the last token is the caller's user name,
@@ -54,6 +55,16 @@ def node_subject(node: str, tag: str) -> str:
     return f"corral.evt.node.{node}.{tag}"
 
 
+def resv_subject(name: str, tag: str) -> str:
+    """Subject of a reservation event."""
+    return f"corral.evt.resv.{name}.{tag}"
+
+
+def resv_events(name: str) -> str:
+    """Wildcard for every event of one reservation."""
+    return f"corral.evt.resv.{name}.>"
+
+
 def event_subject(body: ev.Event) -> str:
     """The one subject an event belongs on; consumers check messages against it."""
     tag = type(body).__struct_config__.tag
@@ -62,6 +73,8 @@ def event_subject(body: ev.Event) -> str:
         return job_subject(body.job_id, tag, body.node)
     if isinstance(body, ev.NodeRegistered | ev.NodeDown | ev.NodeUp):
         return node_subject(body.node, tag)
+    if isinstance(body, ev.RESERVATION_EVENTS):
+        return resv_subject(body.name, tag)
     return job_subject(body.job_id, tag)
 
 

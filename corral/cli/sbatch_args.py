@@ -80,6 +80,7 @@ OPTIONS = OptionTable(
         Opt("array", "a"),
         Opt("qos", "q"),
         Opt("nice", optional=True),
+        Opt("reservation"),
         flag("help", "h"),
         flag("usage"),
         flag("version", "V"),
@@ -87,7 +88,7 @@ OPTIONS = OptionTable(
             "oversubscribe/s licenses/L clusters/M wait/W distribution/m input/i verbose/v quiet/Q "
             "no-kill/k overcommit/O core-spec/S immediate/I extra-node-info/B nodefile/F "
             "gpus-per-socket mem-per-cpu signal deadline mail-type "
-            "mail-user comment reservation priority time-min kill-on-invalid-dep ntasks-per-socket "
+            "mail-user comment priority time-min kill-on-invalid-dep ntasks-per-socket "
             "ntasks-per-core ntasks-per-gpu sockets-per-node cores-per-socket threads-per-core hint "
             "mincpus tmp gpu-bind gpu-freq cpu-freq get-user-env uid gid propagate profile container "
             "container-id tres-per-task tres-bind network switches wckey acctg-freq test-only spread-job "
@@ -266,6 +267,7 @@ def build_submission(
         cpus_per_gpu=None if cpus_per_gpu is None else parse_count(cpus_per_gpu, "--cpus-per-gpu"),
         qos=_qos(options.last("qos")),
         nice=_nice(options.last("nice")),
+        reservation=options.last("reservation") or None,
     )
     return Submission(spec=spec, parsable=options.given("parsable"), warnings=tuple(warnings))
 

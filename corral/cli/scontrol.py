@@ -10,6 +10,8 @@
 - ``scontrol show job [ID]`` prints Slurm's multi-line ``Key=Value`` record of each job (``-o``: one line
   each) from the scheduler's ``jobs`` verb; ``show hostnames [LIST]`` and ``show hostlist LIST`` expand and
   compress host lists locally (``LIST`` defaults to ``SLURM_JOB_NODELIST``);
+- ``scontrol create reservation ...``, ``delete ReservationName=X`` and ``show reservation[s] [X]``:
+  advance reservations (``scontrol_resv.py``);
 - the other commands of Slurm's scontrol are refused by name as not supported by Corral yet.
 
 Commands and ``show`` entities are case-insensitive, as in Slurm. Rendering is pure: ``show_job``.
@@ -25,6 +27,7 @@ from collections.abc import Callable, Sequence
 from datetime import tzinfo
 from typing import TYPE_CHECKING
 
+from corral.cli import scontrol_resv
 from corral.cli.errors import EXIT_FAILURE, CliError, error_line, run_command
 from corral.cli.jobrefs import JobRef, ids_of, job_label, named, parse_job_refs, split_job_list, split_refs
 from corral.cli.options import OptionTable, flag, parse_job_ids, unsupported, version_text
@@ -56,6 +59,10 @@ Usage: scontrol [OPTIONS...] COMMAND [ARGS...]
   release JOBID[,JOBID...]    let held jobs start again
   update JobId=ID [TimeLimit=TIME] [Partition=NAME] [Priority=N]   change a pending job
   show job [JOBID]            every field of a job (all live jobs without JOBID)
+  create reservation ReservationName=X StartTime=now Duration=1:00:00 Nodes=LIST|NodeCnt=N|TRES=gres/gpu=N
+                   Users=a,b [Accounts=c] [PartitionName=p] [Flags=MAINT,IGNORE_JOBS]   (admins)
+  delete ReservationName=X    delete a reservation (admins)
+  show reservation [NAME]     every field of a reservation (all without NAME)
   show hostnames [LIST]       one host per line (LIST defaults to SLURM_JOB_NODELIST)
   show hostlist HOSTS         the compressed host list of comma-separated HOSTS
   -o, --oneliner              one line per record
@@ -65,7 +72,7 @@ Usage: scontrol [OPTIONS...] COMMAND [ARGS...]
 LATER_COMMANDS = frozenset(
     {
         "requeue", "requeuehold", "uhold", "suspend", "resume", "top", "notify", "reboot",
-        "reconfigure", "create", "delete", "listpids", "ping", "shutdown", "takeover", "token", "wait_job",
+        "reconfigure", "listpids", "ping", "shutdown", "takeover", "token", "wait_job",
         "write", "setdebug", "setdebugflags", "fsdampeningfactor", "cancel_reboot", "errnumstr",
         "getaddrs", "pidinfo", "power", "schedloglevel", "version",
     }
@@ -73,7 +80,7 @@ LATER_COMMANDS = frozenset(
 #: Slurm's ``show`` entities that Corral does not implement yet.
 LATER_ENTITIES = frozenset(
     {
-        "node", "nodes", "partition", "partitions", "reservation", "reservations", "config", "step",
+        "node", "nodes", "partition", "partitions", "config", "step",
         "steps", "assoc_mgr", "burstbuffer", "daemons", "federation", "frontend", "licenses", "topology",
         "aliases", "dwstat", "bbstat", "hostlistsorted",
     }
@@ -110,6 +117,10 @@ def _scontrol(argv: list[str]) -> int:
         return _show(rest, oneliner=args.given("oneliner"))
     if command == "update":
         return _update(rest)
+    if command == "create":
+        return scontrol_resv.create(rest)
+    if command == "delete":
+        return scontrol_resv.delete(rest)
     if command in LATER_COMMANDS:
         raise CliError(f"scontrol {command} is not supported by Corral yet")
     raise CliError(f"invalid keyword: {words[0]}")
@@ -224,6 +235,8 @@ def _show(words: Sequence[str], *, oneliner: bool) -> int:
     entity, rest = words[0].lower(), list(words[1:])
     if entity in ("job", "jobs", "jobid"):
         return _show_jobs(rest, oneliner)
+    if entity in ("reservation", "reservations", "res"):
+        return scontrol_resv.show(rest, oneliner)
     if entity == "hostnames":
         text = rest[0] if rest else os.environ.get("SLURM_JOB_NODELIST", "")
         if not text:

@@ -57,6 +57,7 @@ NODE_STATES: dict[str, tuple[str, str]] = {
     "idle": ("IDLE", "idle"),
     "mixed": ("MIXED", "mix"),
     "allocated": ("ALLOCATED", "alloc"),
+    "reserved": ("RESERVED", "resv"),
     "down": ("DOWN*", "down*"),
     "drained": ("DRAINED", "drain"),
     "draining": ("DRAINING", "drng"),

@@ -13,6 +13,10 @@ The plan works per node on counts (CPUs, GPUs, memory): a running job or a job s
 cycle gives its resources back at ``start + time limit`` (never, if unlimited); a reservation holds
 resources over ``[start, start + limit)``. Exact GPU indices are chosen only when a job starts now.
 
+Advance reservations (``reservations.py``) are holds too, kept apart in ``NodePlan.resv`` with their name:
+every job sees them except the members of that reservation (``exempt``), which ``start_in`` places on
+its nodes only.
+
 Which nodes: a reservation prefers nodes that are busy now, leaving what is free now to backfill;
 a job started now prefers nodes whose free capacity is reserved later, after it ends (it fills a
 hole), over capacity nobody reserved (which a longer job could use). With one-unit nodes this is
@@ -42,32 +46,41 @@ class NodePlan:
     holds: list[tuple[float, float, int, int, int]] = field(
         default_factory=list
     )  # (start, end, cpus, gpus, mem)
+    resv: list[tuple[str, float, float, int, int, int]] = field(
+        default_factory=list
+    )  # advance reservations: (name, start, end, cpus, gpus, mem) held from everyone but their members
 
-    def free_at(self, t: float) -> tuple[int, int, int]:
+    def _holds(self, exempt: str | None) -> list[tuple[float, float, int, int, int]]:
+        """The holds a job sees: every backfill hold, and the advance reservations but ``exempt``."""
+        if not self.resv:
+            return self.holds
+        return self.holds + [(s, e, c, g, m) for name, s, e, c, g, m in self.resv if name != exempt]
+
+    def free_at(self, t: float, exempt: str | None = None) -> tuple[int, int, int]:
         """(CPUs, GPUs, memory) free at time ``t`` after releases and holds."""
         cpus, gpus, mem = self.free.cpus, len(self.free.gpus), self.free.mem_mb
         for when, c, g, m in self.releases:
             if when > t:
                 break
             cpus, gpus, mem = cpus + c, gpus + g, mem + m
-        for start, end, c, g, m in self.holds:
+        for start, end, c, g, m in self._holds(exempt):
             if start <= t < end:
                 cpus, gpus, mem = cpus - c, gpus - g, mem - m
         return cpus, gpus, mem
 
-    def fits_during(self, req: Request, a: float, b: float) -> bool:
+    def fits_during(self, req: Request, a: float, b: float, exempt: str | None = None) -> bool:
         """Whether one node of ``req`` fits over ``[a, b)``: free capacity only drops where a hold starts."""
         want = need(self.free, req)
-        points = [a, *(s for s, _, _, _, _ in self.holds if a < s < b)]
+        points = [a, *(s for s, _, _, _, _ in self._holds(exempt) if a < s < b)]
         for p in points:
-            have = self.free_at(p)
+            have = self.free_at(p, exempt)
             if have[0] < want[0] or have[1] < want[1] or have[2] < want[2]:
                 return False
         return True
 
     def earliest(self, req: Request, now: float, limit: float) -> float:
         """The earliest time from ``now`` this node can host one node of ``req`` for ``limit`` seconds."""
-        if not self.holds:
+        if not self.holds and not self.resv:
             # Without holds free capacity only grows: walk the releases once.
             need_cpus, need_gpus, need_mem = need(self.free, req)
             cpus, gpus, mem = self.free.cpus, len(self.free.gpus), self.free.mem_mb
@@ -82,7 +95,7 @@ class NodePlan:
             {
                 now,
                 *(w for w, _, _, _ in self.releases if w > now),
-                *(e for _, e, _, _, _ in self.holds if now < e < INF),
+                *(e for _, e, _, _, _ in self._holds(None) if now < e < INF),
             }
         )
         for t in candidates:
@@ -92,7 +105,7 @@ class NodePlan:
 
     def fills_hole(self, end: float) -> bool:
         """A job ending at ``end`` uses capacity reserved after it (rather than unreserved capacity)."""
-        return any(start >= end for start, _, _, _, _ in self.holds)
+        return any(start >= end for start, _, _, _, _ in self._holds(None))
 
     def release(self, when: float, alloc: NodeAllocation) -> None:
         """Record that ``alloc`` gives its resources back at ``when``."""
@@ -116,6 +129,7 @@ class Planner:
         # reservations. Holds only grow and capacity only shrinks during a pass, so a request of that
         # shape ending no earlier and wanting no fewer nodes cannot fit either.
         self._blocked: dict[tuple[str, Request], list[tuple[float, int]]] = {}
+        self._member_gpus: dict[tuple[str, str], int] = {}  # (reservation, node) -> GPUs its members took
 
     def running(self, allocation: list[NodeAllocation], end: float) -> None:
         """A run that holds ``allocation`` until ``end`` (INF if unlimited)."""
@@ -129,6 +143,10 @@ class Planner:
         if partition not in self._members:
             self._members[partition] = [n for n in self.nodes.values() if partition in n.free.partitions]
         return self._members[partition]
+
+    def nodes_of(self, partition: str) -> list[str]:
+        """Names of the up nodes of a partition."""
+        return [n.free.name for n in self.members(partition)]
 
     def totals(self, partition: str) -> list[int]:
         """[free CPUs, free GPUs] of a partition now (kept up to date as jobs start)."""
@@ -158,9 +176,12 @@ class Planner:
         if picked is None:
             self._blocked.setdefault(shape, []).append((end, req.nodes))
             return None
-        chosen = sorted(picked, key=lambda n: n.free.name)
+        return self._take(picked, req, end)
+
+    def _take(self, picked: list[NodePlan], req: Request, end: float) -> list[NodeAllocation]:
+        """Allocate ``req`` on the picked nodes now, until ``end``."""
         out = []
-        for node in chosen:
+        for node in sorted(picked, key=lambda n: n.free.name):
             alloc = take(node.free, req)
             node.release(end, alloc)
             out.append(alloc)
@@ -168,6 +189,41 @@ class Planner:
                 if name in node.free.partitions:
                     totals[0] -= alloc.cpus
                     totals[1] -= len(alloc.gpus)
+        return out
+
+    def started_in(self, resv: str, node: str) -> int:
+        """GPUs the members of reservation ``resv`` took on ``node`` in this cycle."""
+        return self._member_gpus.get((resv, node), 0)
+
+    def start_in(
+        self, resv: str, nodes: list[str], req: Request, limit: float, caps: dict[str, int] | None
+    ) -> list[NodeAllocation] | None:
+        """Allocate a member job of reservation ``resv`` now on its ``nodes``; None if it does not fit.
+
+        It does not see its own reservation's hold; ``caps`` (a GPU reservation) bounds the GPUs it may
+        take on each node, and what it takes comes off that reservation's hold for outsiders.
+        """
+        end = self.now + limit
+        fit = [
+            self.nodes[n]
+            for n in nodes
+            if node_fits(self.nodes[n].free, req)
+            and (caps is None or caps.get(n, 0) >= need(self.nodes[n].free, req)[1])
+            and self.nodes[n].fits_during(req, self.now, end, exempt=resv)
+        ]
+        picked = pick(fit, req, lambda n: n.free.name)
+        if picked is None:
+            return None
+        out = self._take(picked, req, end)
+        if caps is not None:
+            for alloc in out:
+                node = self.nodes[alloc.node]
+                key = (resv, alloc.node)
+                self._member_gpus[key] = self._member_gpus.get(key, 0) + len(alloc.gpus)
+                node.resv = [
+                    (n, s, e, c, max(g - len(alloc.gpus), 0) if n == resv else g, m)
+                    for n, s, e, c, g, m in node.resv
+                ]
         return out
 
     def reserve(self, partition: str, req: Request, limit: float, window: float) -> float | None:

@@ -13,6 +13,10 @@ from typing import Any
 import msgspec
 
 from corral.libs.core.fair_share import billing, charge, user_key
+from corral.libs.core.reservations import (
+    RESERVATION_HANDLERS,
+    expire_reservations,
+)
 from corral.libs.core.state import (
     HoldControl,
     Job,
@@ -44,6 +48,8 @@ def apply(state: State, seq: int, env: ev.Envelope) -> None:
         return
     state.last_seq = seq
     state.now = max(state.now, env.meta.occurred_at)
+    if state.reservations:
+        expire_reservations(state)
     body = env.body
     if isinstance(body, ev.JobSubmitted):
         _submitted(state, seq, env.meta.occurred_at, body, env.meta.traceparent)
@@ -442,4 +448,5 @@ _HANDLERS: dict[type, Callable[[State, int, float, Any], None]] = {
     ev.JobUpdateRequested: _update_requested,
     ev.JobUpdated: _updated,
     ev.JobPreempted: _preempted,
+    **RESERVATION_HANDLERS,
 }

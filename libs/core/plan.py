@@ -24,6 +24,9 @@ come back through the log and ``state.apply`` folds them. One cycle:
    minimal set of runs it may preempt (``JobPreempted``), if that makes it fit now; a run being
    preempted is concluded (requeued, or PREEMPTED) once its exit is reported, and counts as ending
    at the end of its grace time meanwhile.
+7. advance reservations (``reservations.py``): unanswered create/delete requests are answered first; a
+   live reservation holds its nodes (or GPUs) from outsiders over its window, and a job that asks for
+   one (``--reservation``) is placed only inside it.
 
 ``orders`` derives the per-node work the state still needs (launch the batch script of a new run,
 kill a cancelled or preempted run or an orphan); the shell republishes it after a restart with deterministic
@@ -32,11 +35,12 @@ message ids, and agents keep a record so that a repeated order is a no-op.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import astuple, dataclass, field
 from functools import cached_property
 from typing import Literal
 
-from corral.libs.core import preempt
+from corral.libs.core import preempt, reservations
 from corral.libs.core.backfill import INF, Planner
 from corral.libs.core.eligibility import Singletons, needs_check, pending_reason
 from corral.libs.core.fair_share import (
@@ -221,6 +225,8 @@ def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
             out.decisions.append(answer)
         else:
             pending.append(job)
+    if state.resv_requests:
+        out.decisions.extend(reservations.answer_requests(state, now, policy.default_partition))
     _schedule(state, now, policy, pending, out, epoch)
     return out
 
@@ -340,6 +346,9 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
             [ev.NodeAllocation(node=orphan.node, gpus=orphan.gpus, cpus=orphan.cpus, mem_mb=orphan.mem_mb)],
             now,
         )
+    live = reservations.live(state, now) if state.reservations else []
+    reservations.hold(planner, state, live)
+    maint = reservations.maint_nodes(live, now)
     window = INF if policy.backfill_window_s is None else float(policy.backfill_window_s)
     depth = {"fifo": 0, "easy": 1, "conservative": None}[policy.backfill]
     blocked: set[str] = set()  # partitions with a job that could not start (FIFO stops there)
@@ -348,9 +357,7 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
     running = _array_running(state, out)
     draining = preempt.draining_for(state) if policy.preempt.preempt_type != "off" else set()
     # Jobs concluded in this cycle are not preempted in it (nor twice by two preemptors).
-    spared = {
-        d.job_id for d in out.decisions if not isinstance(d, ev.NodeRegistered | ev.NodeDown | ev.NodeUp)
-    }
+    spared = set(_decided_jobs(out.decisions))
     limits = Limits.of(state, policy, concluded_runs(out.decisions))
     for job, value in queue_order(state, now, policy, pending):
         out.priorities[job.job_id] = 0 if job.held else value
@@ -366,13 +373,19 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
             out.reasons[job.job_id] = limited
             continue
         partition = policy.partition_of(job)
-        if depth == 0 and partition in blocked:
+        if depth == 0 and partition in blocked and job.spec.reservation is None:
             out.reasons[job.job_id] = "Priority"
             continue
         req = request_of(job)
         limit_s = policy.time_limit(job)
         limit = INF if limit_s is None else float(limit_s)
-        allocation = planner.start_now(partition, req, limit)
+        if job.spec.reservation is not None:
+            allocation, why = reservations.start_member(planner, state, job, partition, req, limit, now)
+            resv = state.reservations.get(job.spec.reservation)
+            if why == "Reservation" and resv is not None and resv.start_time > now:
+                out.wake_at = resv.start_time if out.wake_at is None else min(out.wake_at, resv.start_time)
+        else:
+            allocation, why = planner.start_now(partition, req, limit), ""
         if allocation is not None:
             out.decisions.append(
                 ev.JobAllocated(
@@ -389,8 +402,13 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
             if limits is not None:
                 limits.started(job, allocation)
             continue
+        if job.spec.reservation is not None:
+            out.reasons[job.job_id] = why  # inside its reservation: it blocks nobody outside
+            continue
         top = partition not in blocked
         out.reasons[job.job_id] = "Resources" if top else "Priority"
+        if maint and top and any(n in maint for n in planner.nodes_of(partition)):
+            out.reasons[job.job_id] = reservations.MAINT_REASON
         blocked.add(partition)
         if top and policy.preempt.preempt_type != "off" and job.job_id not in draining:
             victims = preempt.preempt_for(
@@ -410,15 +428,20 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
             out.starts[job.job_id] = start
 
 
+def _decided_jobs(decisions: list[ev.Event]) -> Iterator[int]:
+    """Ids of the jobs a cycle's decisions are about (reservation decisions are about none)."""
+    for decision in decisions:
+        if not isinstance(decision, ev.NodeRegistered | ev.NodeDown | ev.NodeUp | ev.ReservationEvent):
+            yield decision.job_id
+
+
 def _array_running(state: State, out: Plan) -> dict[int, int]:
     """Running tasks of each job array once this cycle's conclusions (already in ``out``) are applied."""
     running = dict(state.array_running)
     if not running:
         return running
-    for decision in out.decisions:
-        if isinstance(decision, ev.NodeRegistered | ev.NodeDown | ev.NodeUp):
-            continue
-        job = state.jobs[decision.job_id]
+    for job_id in _decided_jobs(out.decisions):
+        job = state.jobs[job_id]
         if job.state == "RUNNING" and job.array_job_id in running:
             running[job.array_job_id] -= 1
     return running

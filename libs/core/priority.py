@@ -13,7 +13,8 @@ default, like Slurm's priority/basic) all jobs have priority 1 and the queue is 
 ``factors`` gives the breakdown ``sprio`` shows: each factor already multiplied by its weight, in an
 ``api.PriorityFactors`` with a field per Slurm factor (SITE, AGE, FAIRSHARE, JOBSIZE, PARTITION, QOS,
 NICE); the priority is their sum (NICE, the job's nice value, subtracted), at least 1. SITE is always 0
-(Corral has no site factor); QOS is PriorityWeightQOS x the job's QOS priority over the highest. An admin's ``scontrol update Priority=`` replaces the sum (``Job.priority_override``).
+(Corral has no site factor); QOS is PriorityWeightQOS x the job's QOS priority over the highest.
+An admin's ``scontrol update Priority=`` replaces the sum (``Job.priority_override``).
 
 Queue order is a comparator chain ending in a deterministic tie-break: partition PriorityTier
 (higher first), priority (higher first), submit time, job id.

@@ -144,6 +144,11 @@ class State(msgspec.Struct, kw_only=True):
     usage: Usage = msgspec.field(default_factory=Usage)  # fair-share usage by association, decayed
     usage_policy: UsagePolicy = UsagePolicy()  # how runs are billed (a parameter of the fold)
     array_running: dict[int, int] = {}  # RUNNING tasks of each job array with any, by the array's id
+    reservations: dict[str, ev.ReservationCreated] = {}  # advance reservations not deleted nor over, by name
+    resv_requests: dict[
+        str, ev.ReservationCreateRequested | ev.ReservationDeleteRequested
+    ] = {}  # unanswered reservation requests (the newest per name)
+    resv_seqs: dict[str, int] = {}  # stream sequence of each reservation name's newest entry (concurrency)
 
 
 # Insertion order is the log order, so equal folds give equal bytes without sorting.

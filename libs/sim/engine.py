@@ -214,6 +214,10 @@ class _Run:
             progressed = again = False
             for decision in decisions:
                 assert not isinstance(decision, ev.NodeRegistered | ev.NodeDown | ev.NodeUp)
+                if isinstance(decision, ev.RESERVATION_EVENTS):
+                    self.put(decision, now)
+                    progressed = True
+                    continue
                 job = state.jobs[decision.job_id]
                 before = job.state
                 self.put(decision, now)

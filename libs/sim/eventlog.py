@@ -12,8 +12,9 @@ job's last run is where the fold left it. From the final state:
   minus that run's start (``JobAllocated``), i.e. how long it really held its nodes;
 - the spec keeps every resource request (nodes, tasks, CPUs, memory, GPUs and type, partition, time
   limit, ``-w``/``-x``/``-C``/``--exclusive``) but not the workflow: array (each task is a job of its
-  own, so ``%P`` throttles are not replayed), dependencies, ``-H`` holds and begin times are dropped,
-  since their real release times are not requests a replay can honour;
+  own, so ``%P`` throttles are not replayed), dependencies, ``-H`` holds, begin times and advance
+  reservations (``--reservation``) are dropped, since their real release times and windows are not
+  requests a replay can honour;
 - jobs that never ran (cancelled or failed while pending) and jobs still pending or running when the
   log was exported are **skipped** (counted in ``LogWorkload.skipped``): they held nothing, or their
   run time is not known, and simulating them with their time limit would invent load;
@@ -94,7 +95,9 @@ def _units(job: Job) -> int:
 
 def _replayed_spec(spec: ev.JobSpec) -> ev.JobSpec:
     """The resource request of a spec, without the workflow the replay cannot honour."""
-    return msgspec.structs.replace(spec, array=None, dependencies=None, held=False, begin_time=None)
+    return msgspec.structs.replace(
+        spec, array=None, dependencies=None, held=False, begin_time=None, reservation=None
+    )
 
 
 def log_workload(entries: list[tuple[int, ev.Envelope]]) -> LogWorkload:

@@ -1,4 +1,5 @@
-"""The gateway: accepts job requests (submit, cancel, hold, release, update); appends the accepted as intents.
+"""The gateway: accepts job requests (submit, cancel, hold, release, update) and admins' reservation requests
+(``reservations.py``); appends the accepted as intents.
 
 Cycle of one request:
 1. take the caller from the request subject (bound to the authenticated connection);
@@ -26,6 +27,7 @@ from corral.schemas.codec import DecodeError, decode, encode
 from corral.services.gateway import control
 from corral.services.gateway.lookup import Found, JobLookup, task_of
 from corral.services.gateway.policy import check_policy, check_submit_count, resolve_qos, submit_limits
+from corral.services.gateway.reservations import Reservations
 from corral.services.gateway.validate import array_size, validate_spec
 
 MAX_TOKEN = 128
@@ -47,6 +49,7 @@ class Gateway:
         self.config = config
         self.admins = admins
         self.lookup = JobLookup(bus)
+        self.reservations = Reservations(bus, config, admins)
 
     async def submit(self, user: str, req: api.SubmitRequest) -> api.SubmitReply:
         """Validate and append JobSubmitted; a retry with the same token returns the same job id.
@@ -75,6 +78,7 @@ class Gateway:
         limits = submit_limits(spec, user, self.config)
         if limits:
             check_submit_count(limits, await self._live_jobs(user), array_size(spec))
+        await self.reservations.check_job(user, spec)
         with _tracer.start_as_current_span("submit", attributes={"corral.user": user}) as span:
             job_id = await self.bus.next_job_id(array_size(spec))
             span.set_attribute("corral.job_id", job_id)
@@ -285,6 +289,20 @@ async def main(ctx: Context) -> None:
         await serve(ctx.nc, "hold", api.HoldRequest, gateway.hold, queue="gateway"),
         await serve(ctx.nc, "release", api.ReleaseRequest, gateway.release, queue="gateway"),
         await serve(ctx.nc, "update", api.UpdateRequest, gateway.update, queue="gateway"),
+        await serve(
+            ctx.nc,
+            "create_reservation",
+            api.CreateReservationRequest,
+            gateway.reservations.create,
+            queue="gateway",
+        ),
+        await serve(
+            ctx.nc,
+            "delete_reservation",
+            api.DeleteReservationRequest,
+            gateway.reservations.delete,
+            queue="gateway",
+        ),
     ]
     await ctx.stop.wait()
     for sub in subs:

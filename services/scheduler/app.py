@@ -14,8 +14,10 @@ Cycle:
 Besides, a full pass runs every ``FULL_PASS_S`` and at the next begin time of a pending job
 (``Plan.wake_at``), so ``--begin`` jobs start on time without waiting for an event.
 
-It also answers ``jobs`` (squeue), ``nodes`` (sinfo), ``priority`` (sprio) and ``shares`` (sshare)
-from its state.
+It also answers ``jobs`` (squeue), ``nodes`` (sinfo), ``priority`` (sprio), ``shares`` (sshare) and
+``reservations`` (scontrol show reservation) from its state. Reservation decisions are appended like job
+decisions, conditional on the reservation name's subject (``corral.evt.resv.<name>.>``) not having
+changed since.
 """
 
 from __future__ import annotations
@@ -169,6 +171,9 @@ class Scheduler:
     async def publish(self, decision: Event) -> None:
         """Append one decision, conditional on the job not having changed since we saw it."""
         assert not isinstance(decision, ev.NodeRegistered | ev.NodeDown | ev.NodeUp)
+        if isinstance(decision, ev.RESERVATION_EVENTS):
+            await self.publish_reservation(decision)
+            return
         job_id = decision.job_id
         job = self.state.jobs[job_id]
         tag = type(decision).__struct_config__.tag
@@ -182,6 +187,24 @@ class Scheduler:
             )
         except AppendConflict:
             self.log.info("decision superseded by a newer event", job_id=job_id, decision=tag)
+            return
+        self.inflight = max(self.inflight, appended.seq)
+
+    async def publish_reservation(self, decision: ev.ReservationEvent) -> None:
+        """Append a reservation decision, conditional on no newer request for that name."""
+        name = decision.name
+        last = self.state.resv_seqs.get(name, 0)
+        tag = type(decision).__struct_config__.tag
+        try:
+            appended = await self.bus.append(
+                decision,
+                msg_id=f"resv:{name}:{tag}:{last}",
+                expect_last_seq=last,
+                expect_subject=subjects.resv_events(name),
+                correlation_id=name,
+            )
+        except AppendConflict:
+            self.log.info("reservation decision superseded", reservation=name, decision=tag)
             return
         self.inflight = max(self.inflight, appended.seq)
 
@@ -232,7 +255,11 @@ class Scheduler:
 
     async def nodes(self, user: str, req: api.NodesRequest) -> api.NodesReply:
         """sinfo."""
-        return views.nodes_reply(self.state, self.config, req)
+        return views.nodes_reply(self.state, self.config, req, time.time())
+
+    async def reservations(self, user: str, req: api.ReservationsRequest) -> api.ReservationsReply:
+        """scontrol show reservation."""
+        return views.reservations_reply(self.state, req, time.time())
 
     async def priority(self, user: str, req: api.PriorityRequest) -> api.PriorityReply:
         """sprio."""
@@ -262,6 +289,9 @@ async def main(ctx: Context) -> None:
         await serve(ctx.nc, "nodes", api.NodesRequest, scheduler.nodes, queue="scheduler"),
         await serve(ctx.nc, "priority", api.PriorityRequest, scheduler.priority, queue="scheduler"),
         await serve(ctx.nc, "shares", api.SharesRequest, scheduler.shares, queue="scheduler"),
+        await serve(
+            ctx.nc, "reservations", api.ReservationsRequest, scheduler.reservations, queue="scheduler"
+        ),
     ]
     tasks = [
         asyncio.create_task(scheduler.follow(ctx.stop)),

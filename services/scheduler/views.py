@@ -1,4 +1,4 @@
-"""What ``squeue`` and ``sinfo`` see: API views built from the scheduler's state (pure)."""
+"""What ``squeue``, ``sinfo`` and ``scontrol show reservation`` see: views of the scheduler's state (pure)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from corral.libs.core.limits import qos_name
 from corral.libs.core.plan import Backfill, FairShareAlgorithm, PartitionPolicy, Plan, Policy
 from corral.libs.core.preempt import PartitionPreemptMode, PreemptPolicy, PreemptType
 from corral.libs.core.priority import PriorityWeights
+from corral.libs.core.reservations import live
 from corral.libs.core.state import Job, Node, State, UsagePolicy, array_throttle
 from corral.libs.slurm import hostlist
 from corral.schemas import api
@@ -106,8 +107,46 @@ def node_state(node: Node) -> str:
     return "allocated" if full else "mixed"
 
 
-def nodes_reply(state: State, config: ClusterConfig, req: api.NodesRequest) -> api.NodesReply:
-    """Every configured node (registered or not) and every partition."""
+def _shown_state(node: Node, reserved: set[str]) -> str:
+    """A node's state for sinfo: ``reserved`` for an idle node an active reservation holds."""
+    state = node_state(node)
+    return "reserved" if state == "idle" and node.name in reserved else state
+
+
+def reservations_reply(state: State, req: api.ReservationsRequest, now: float) -> api.ReservationsReply:
+    """The reservations not over at ``now`` (only the named ones if any are), by name."""
+    out = []
+    for resv in live(state, now):
+        if req.names and resv.name not in req.names:
+            continue
+        out.append(
+            api.ReservationInfo(
+                name=resv.name,
+                start_time=resv.start_time,
+                end_time=resv.end_time,
+                nodes=list(resv.nodes),
+                gpus=sum(resv.gpus),
+                partition=resv.partition,
+                users=list(resv.users),
+                accounts=list(resv.accounts),
+                flags=list(resv.flags),
+                active=resv.start_time <= now,
+            )
+        )
+    return api.ReservationsReply(reservations=out)
+
+
+def nodes_reply(
+    state: State, config: ClusterConfig, req: api.NodesRequest, now: float | None = None
+) -> api.NodesReply:
+    """Every configured node (registered or not) and every partition.
+
+    An idle node that an active reservation holds whole shows ``reserved`` (sinfo's ``resv``) when ``now``
+    is given.
+    """
+    reserved = set()
+    if now is not None:
+        reserved = {n for r in live(state, now) if r.start_time <= now and not r.gpus for n in r.nodes}
     nodes = []
     for conf in config.nodes:
         parts = config.partitions_of(conf.name)
@@ -135,7 +174,9 @@ def nodes_reply(state: State, config: ClusterConfig, req: api.NodesRequest) -> a
         nodes.append(
             api.NodeInfo(
                 name=node.name,
-                state=node_state(node),
+                state="reserved"
+                if node_state(node) == "idle" and node.name in reserved
+                else node_state(node),
                 reason=node.reason,
                 cpus=node.cpus,
                 alloc_cpus=node.alloc_cpus,

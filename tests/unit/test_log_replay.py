@@ -123,3 +123,16 @@ def test_records_of_what_happened_carry_the_final_state() -> None:
     workload = log_workload(history().entries)
     assert isinstance(workload.actual[0], JobRecord)
     assert {r.state for r in workload.actual} == {"COMPLETED", "FAILED"}
+
+
+def test_a_job_that_ran_in_an_advance_reservation_replays_outside_it() -> None:
+    log = Log(*cluster(nodes=1, gpus=8))
+    log.add(submitted(1, job(gpus=8, nodes=1, partition="gpu", reservation="maint")), step=1.0)
+    log.add(allocated(1, {"gpu01": list(range(8))}), step=1.0)
+    log.add(exited(1, "gpu01"), step=10.0)
+    log.add(ev.JobCompleted(job_id=1, attempt=0), step=0.0)
+    workload = log_workload(log.entries)
+    assert [j.spec.reservation if j.spec else "?" for j in workload.jobs] == [None]
+    # The simulated cluster has no reservation: kept, the job would wait forever.
+    result = simulate(workload.jobs, log_cluster(workload.nodes), "easy")
+    assert [r.state for r in result.records] == ["COMPLETED"]
