@@ -116,6 +116,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     exclusive: bool = False  # --exclusive: whole nodes, all their CPUs, GPUs and memory, shared with no job
     gpus_per_task: int | None = None  # --gpus-per-task (gpus_per_node already holds tasks per node x this)
     cpus_per_gpu: int | None = None  # --cpus-per-gpu: CPUs per node = gpus_per_node x this (not with -c)
+    switches: int | None = None  # --switches=N: at most N topology blocks; None = any number
+    switches_wait_s: int | None = None  # --switches=N@T: wait at most T s for them (None: max_switch_wait)
+    segment: int | None = None  # --segment=N: nodes in segments of N, each inside one block; None = no rule
 
 
 class JobSubmitted(msgspec.Struct, frozen=True, tag="job_submitted", kw_only=True):

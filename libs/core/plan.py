@@ -42,6 +42,7 @@ from corral.libs.core.fair_share import (
 from corral.libs.core.placement import free_capacity, give_back, request_of
 from corral.libs.core.priority import ClusterSize, PriorityWeights, priority
 from corral.libs.core.state import Job, State, array_throttle
+from corral.libs.core.topology import in_force, switch_deadline
 from corral.schemas import api
 from corral.schemas import events as ev
 
@@ -74,6 +75,8 @@ class Policy:
     weights: PriorityWeights = field(
         default_factory=PriorityWeights
     )  # multifactor priority weights (all 0: FIFO)
+    blocks: dict[str, str] = field(default_factory=dict)  # topology: node -> block ([[blocks]])
+    max_switch_wait_s: int = 300  # max_switch_wait: the longest --switches binds a pending job
 
     @cached_property
     def default_partition(self) -> str:
@@ -110,7 +113,7 @@ class Plan:
     reasons: dict[int, str] = field(default_factory=dict)  # pending reason by job id
     priorities: dict[int, int] = field(default_factory=dict)  # priority of each pending job
     starts: dict[int, float] = field(default_factory=dict)  # planned start of jobs with a reservation
-    wake_at: float | None = None  # the earliest future begin time of a pending job (plan again then)
+    wake_at: float | None = None  # the earliest future begin time or --switches lapse (plan again then)
 
 
 def pending_order(job: Job) -> tuple[float, int]:
@@ -249,7 +252,7 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
         if job.state == "RUNNING" and job.run_exit is not None:
             for alloc in job.allocations:
                 give_back(free.get(alloc.node), alloc)
-    planner = Planner(free, now)
+    planner = Planner(free, now, policy.blocks)
     for job_id in state.active:
         job = state.jobs[job_id]
         if job.state == "RUNNING" and job.run_exit is None and job.start_time is not None:
@@ -278,7 +281,7 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
         if depth == 0 and partition in blocked:
             out.reasons[job.job_id] = "Priority"
             continue
-        req = request_of(job)
+        req = in_force(request_of(job), job, now, policy.max_switch_wait_s)
         limit_s = policy.time_limit(job)
         limit = INF if limit_s is None else float(limit_s)
         allocation = planner.start_now(partition, req, limit)
@@ -297,6 +300,8 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
                 running[job.array_job_id] = running.get(job.array_job_id, 0) + 1
             continue
         out.reasons[job.job_id] = "Priority" if partition in blocked else "Resources"
+        if req.switches is not None:
+            _wake(out, switch_deadline(job, policy.max_switch_wait_s))  # plan again when --switches lapses
         blocked.add(partition)
         if depth is not None and reserved.get(partition, 0) >= depth:
             continue
@@ -328,13 +333,19 @@ def _ineligible(state: State, now: float, pending: list[Job], out: Plan) -> set[
         if not needs_check(job):
             continue
         begin = job.spec.begin_time
-        if begin is not None and begin > now and (out.wake_at is None or begin < out.wake_at):
-            out.wake_at = begin
+        if begin is not None and begin > now:
+            _wake(out, begin)
         reason = pending_reason(state, job, now, singletons)
         if reason is not None:
             out.reasons[job.job_id] = reason
             waiting.add(job.job_id)
     return waiting
+
+
+def _wake(out: Plan, when: float | None) -> None:
+    """Ask the shell to plan again at ``when`` (the earliest such time wins)."""
+    if when is not None and (out.wake_at is None or when < out.wake_at):
+        out.wake_at = when
 
 
 def orders(state: State, policy: Policy) -> list[api.Order]:

@@ -190,4 +190,6 @@ def policy_of(config: ClusterConfig) -> Policy:
             max_age_s=float(sched.max_age_s),
             favor_small=sched.favor_small,
         ),
+        blocks=config.block_map(),
+        max_switch_wait_s=sched.max_switch_wait_s,
     )
