@@ -188,6 +188,9 @@ class JobInfo(msgspec.Struct, frozen=True, kw_only=True):
     array_job_id: int = 0  # the array's id for an array task (its first task's id), 0 otherwise
     array_task_id: int | None = None  # the task's index (SLURM_ARRAY_TASK_ID), None if not an array task
     array_throttle: int = 0  # the array's %P limit of running tasks, 0 = none
+    switches: int = 0  # --switches count (most topology blocks), 0 = none
+    switches_wait_s: int = 0  # how long the job waits for that count (capped by max_switch_wait)
+    segment: int = 0  # --segment size (nodes per block-local segment), 0 = none
 
 
 class JobsReply(msgspec.Struct, frozen=True, tag="jobs_reply", kw_only=True):

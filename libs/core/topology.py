@@ -31,6 +31,7 @@ from typing import TypeVar
 
 from corral.libs.core.placement import Free, Request, node_fits, pick
 from corral.libs.core.state import Job
+from corral.schemas.events import JobSpec
 
 T = TypeVar("T")
 
@@ -59,6 +60,11 @@ class Topology:
         return len(nodes) == size and all(n.idle for n in nodes)
 
 
+def switch_wait_s(spec: JobSpec, max_wait_s: int) -> int:
+    """How long a job waits for its ``--switches`` count: its ``@wait``, at most max_switch_wait."""
+    return max_wait_s if spec.switches_wait_s is None else min(spec.switches_wait_s, max_wait_s)
+
+
 def switch_deadline(job: Job, max_wait_s: int) -> float | None:
     """When a job's ``--switches`` stops binding (Slurm's wait4switch, capped by max_switch_wait).
 
@@ -68,8 +74,7 @@ def switch_deadline(job: Job, max_wait_s: int) -> float | None:
     spec = job.spec
     if spec.switches is None:
         return None
-    wait = max_wait_s if spec.switches_wait_s is None else min(spec.switches_wait_s, max_wait_s)
-    return max(job.submit_time, spec.begin_time or 0.0) + wait
+    return max(job.submit_time, spec.begin_time or 0.0) + switch_wait_s(spec, max_wait_s)
 
 
 def in_force(req: Request, job: Job, now: float, max_wait_s: int) -> Request:

@@ -10,6 +10,7 @@ from corral.libs.core.fair_share import Account, TresWeights, UserAssoc
 from corral.libs.core.plan import Backfill, FairShareAlgorithm, PartitionPolicy, Plan, Policy
 from corral.libs.core.priority import PriorityWeights
 from corral.libs.core.state import Job, Node, State, UsagePolicy, array_throttle
+from corral.libs.core.topology import switch_wait_s
 from corral.libs.slurm import hostlist
 from corral.schemas import api
 
@@ -61,6 +62,9 @@ def job_info(job: Job, outlook: Plan, policy: Policy, dependency: str = "") -> a
         array_job_id=job.array_job_id,
         array_task_id=job.array_task_id,
         array_throttle=array_throttle(job),
+        switches=spec.switches or 0,
+        switches_wait_s=0 if spec.switches is None else switch_wait_s(spec, policy.max_switch_wait_s),
+        segment=spec.segment or 0,
     )
 
 
