@@ -23,6 +23,10 @@ Example (``docs/configuration.md`` documents every key)::
     max_time = "1-00:00:00"
     default_time = "1:00:00"
 
+    [[blocks]]                      # topology: an NVLink domain or a leaf switch
+    name = "nvl1"
+    nodes = "gpu[01-02]"
+
 Errors are ``ConfigError`` naming the key and the fix; nothing is half-loaded.
 """
 
@@ -78,6 +82,14 @@ class PartitionConfig:
 
 
 @dataclass(frozen=True)
+class BlockConfig:
+    """A topology block: nodes that share an NVLink domain or a leaf switch."""
+
+    name: str  # block name
+    nodes: tuple[str, ...]  # member node names
+
+
+@dataclass(frozen=True)
 class SchedulerConfig:
     """Scheduling policy (Slurm's defaults where Slurm has one)."""
 
@@ -100,6 +112,7 @@ class SchedulerConfig:
     preempt_grace_time_s: float = 0.0  # GraceTime of partitions that do not set theirs (0: KillWait)
     weight_qos: int = 0  # PriorityWeightQOS
     default_qos: str = "normal"  # QOS of jobs without --qos in a partition without its own
+    max_switch_wait_s: int = 300  # max_switch_wait: the longest a job waits for its --switches count
 
 
 @dataclass(frozen=True)
@@ -122,6 +135,7 @@ class ClusterConfig:
     partitions: tuple[PartitionConfig, ...]  # every partition, in config order
     scheduler: SchedulerConfig = SchedulerConfig()  # scheduling policy
     accounts: tuple[AccountConfig, ...] = ()  # fair-share accounts (empty: every user is their own)
+    blocks: tuple[BlockConfig, ...] = ()  # topology blocks (a node in none is a block of its own)
 
     def default_account(self, user: str) -> str:
         """The account a job is charged to without -A: the first account listing the user, else the user."""
@@ -157,6 +171,10 @@ class ClusterConfig:
                 return node
         raise KeyError(name)
 
+    def block_map(self) -> dict[str, str]:
+        """Node name -> its block's name, for the nodes in a ``[[blocks]]`` table."""
+        return {node: block.name for block in self.blocks for node in block.nodes}
+
     def partitions_of(self, node: str) -> list[str]:
         """Names of the partitions a node belongs to."""
         return [p.name for p in self.partitions if node in p.nodes]
@@ -181,7 +199,7 @@ class ClusterConfig:
 _ASSOC_LIMITS = ("grp_gres", "grp_jobs", "max_jobs_per_user", "max_gres_per_user", "max_submit_jobs_per_user")
 
 _KEYS = {
-    "": {"cluster", "scheduler", "nodes", "partitions", "accounts", "qos"},
+    "": {"cluster", "scheduler", "nodes", "partitions", "accounts", "qos", "blocks"},
     "accounts": {"name", "parent", "shares", "users", *_ASSOC_LIMITS},
     "qos": {
         "name",
@@ -195,6 +213,7 @@ _KEYS = {
         "preempt_mode",
         "grace_time",
     },
+    "blocks": {"name", "nodes"},
     "scheduler": {
         "backfill",
         "backfill_window",
@@ -215,6 +234,7 @@ _KEYS = {
         "preempt_grace_time",
         "priority_weight_qos",
         "default_qos",
+        "max_switch_wait",
     },
     "cluster": {"name", "heartbeat_interval", "node_timeout", "kill_wait"},
     "nodes": {"names", "cpus", "memory", "gpus", "gpu_type", "features"},
@@ -417,7 +437,21 @@ def _scheduler(raw: Any) -> SchedulerConfig:
         preempt_grace_time_s=_grace(table.get("preempt_grace_time", 0), "scheduler.preempt_grace_time"),
         weight_qos=_nonnegative(table, "priority_weight_qos"),
         default_qos=_optional(table, "default_qos", where, str, NORMAL),
+        max_switch_wait_s=_max_switch_wait(table.get("max_switch_wait", 300)),
     )
+
+
+def _max_switch_wait(value: Any) -> int:
+    """Slurm's max_switch_wait: seconds (a number) or a Slurm duration; 0 drops --switches at once."""
+    where = "scheduler.max_switch_wait"
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ConfigError(f"{where}: must be >= 0 seconds, got {value}")
+        return value
+    parsed = _limit(value, where)
+    if parsed is None:
+        raise ConfigError(f"{where}: must be a duration, not UNLIMITED (Slurm's default is 300 s)")
+    return parsed
 
 
 def _nonnegative(table: dict[str, Any], key: str) -> int:
@@ -496,6 +530,41 @@ def _count(table: dict[str, Any], key: str, where: str, minimum: int = 0) -> int
     return value
 
 
+def _blocks(raw: Any, nodes: list[NodeConfig]) -> tuple[BlockConfig, ...]:
+    """Topology blocks: each names nodes that exist, and no node is in two blocks."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError("blocks: expected a list of [[blocks]] tables")
+    known = {n.name for n in nodes}
+    owner: dict[str, str] = {}
+    out: list[BlockConfig] = []
+    for i, entry in enumerate(raw):
+        where = f"blocks[{i}]"
+        table = _table(entry, where)
+        name = _require(table, "name", where, str)
+        if not valid_token(name):
+            raise ConfigError(f"{where}.name: {name!r} is not a valid block name (letters, digits, - _)")
+        if any(b.name == name for b in out):
+            raise ConfigError(f"{where}.name: block {name!r} is defined twice; give each block its own name")
+        try:
+            members = hostlist.expand(_require(table, "nodes", where, str))
+        except FormatError as exc:
+            raise ConfigError(f"{where}.nodes: {exc}") from None
+        if not members:
+            raise ConfigError(f'{where}.nodes: names no node; give a hostlist such as "gpu[01-04]"')
+        for node in members:
+            if node not in known:
+                raise ConfigError(f"{where}.nodes: {node} is not in any [[nodes]] table")
+            if node in owner:
+                raise ConfigError(
+                    f"{where}.nodes: {node} is already in block {owner[node]!r}; a node belongs to one block"
+                )
+            owner[node] = name
+        out.append(BlockConfig(name, tuple(members)))
+    return tuple(out)
+
+
 def parse_config(text: str, source: str = "<string>") -> ClusterConfig:
     """Parse and validate a cluster configuration."""
     # QOS parsing lives in its own module, which builds on this one's helpers.
@@ -517,6 +586,7 @@ def parse_config(text: str, source: str = "<string>") -> ClusterConfig:
         partitions=tuple(_partitions(doc.get("partitions"), nodes)),
         scheduler=_scheduler(doc.get("scheduler", {})),
         accounts=_accounts(doc.get("accounts")),
+        blocks=_blocks(doc.get("blocks"), nodes),
         heartbeat_interval_s=_seconds(cluster.get("heartbeat_interval", 2), "cluster.heartbeat_interval"),
         node_timeout_s=_seconds(cluster.get("node_timeout", 10), "cluster.node_timeout"),
         kill_wait_s=_seconds(cluster.get("kill_wait", 5), "cluster.kill_wait"),

@@ -197,6 +197,9 @@ class JobInfo(msgspec.Struct, frozen=True, kw_only=True):
     array_throttle: int = 0  # the array's %P limit of running tasks, 0 = none
     qos: str = ""  # the job's QOS (squeue %q)
     nice: int = 0  # the job's nice value (scontrol show job Nice=)
+    switches: int = 0  # --switches count (most topology blocks), 0 = none
+    switches_wait_s: int = 0  # how long the job waits for that count (capped by max_switch_wait)
+    segment: int = 0  # --segment size (nodes per block-local segment), 0 = none
 
 
 class JobsReply(msgspec.Struct, frozen=True, tag="jobs_reply", kw_only=True):

@@ -124,6 +124,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     qos: str | None = None  # -q/--qos; None = the partition's QOS, else the default QOS (resolved at submit)
     nice: int = 0  # --nice: subtracted from the priority; only an admin may give a negative value
     reservation: str | None = None  # --reservation: run only in this advance reservation; None = outside any
+    switches: int | None = None  # --switches=N: at most N topology blocks; None = any number
+    switches_wait_s: int | None = None  # --switches=N@T: wait at most T s for them (None: max_switch_wait)
+    segment: int | None = None  # --segment=N: nodes in segments of N, each inside one block; None = no rule
 
 
 class JobSubmitted(msgspec.Struct, frozen=True, tag="job_submitted", kw_only=True):

@@ -81,6 +81,8 @@ OPTIONS = OptionTable(
         Opt("qos", "q"),
         Opt("nice", optional=True),
         Opt("reservation"),
+        Opt("switches"),
+        Opt("segment"),
         flag("help", "h"),
         flag("usage"),
         flag("version", "V"),
@@ -91,10 +93,10 @@ OPTIONS = OptionTable(
             "mail-user comment priority time-min kill-on-invalid-dep ntasks-per-socket "
             "ntasks-per-core ntasks-per-gpu sockets-per-node cores-per-socket threads-per-core hint "
             "mincpus tmp gpu-bind gpu-freq cpu-freq get-user-env uid gid propagate profile container "
-            "container-id tres-per-task tres-bind network switches wckey acctg-freq test-only spread-job "
+            "container-id tres-per-task tres-bind network wckey acctg-freq test-only spread-job "
             "use-min-nodes export-file batch bb bbf thread-spec delay-boot mcs-label power reboot "
             "ignore-pbs gres-flags mem-bind cluster-constraint prefer contiguous extra resv-ports "
-            "segment wait-all-nodes stepmgr"
+            "wait-all-nodes stepmgr"
         ),
     ]
 )
@@ -234,6 +236,7 @@ def build_submission(
     gpus = _gpus(options, nodes, ntasks_per_node or -(-ntasks // nodes))
     cpus_per_gpu = _per_gpu(options, "cpus-per-gpu", "cpus-per-task", gpus.per_node)
     constraint = options.last("constraint")
+    switches, switches_wait = _switches(options.last("switches"))
     spec = JobSpec(
         name=options.last("job-name") or default_name,
         script=script,
@@ -268,6 +271,9 @@ def build_submission(
         qos=_qos(options.last("qos")),
         nice=_nice(options.last("nice")),
         reservation=options.last("reservation") or None,
+        switches=switches,
+        switches_wait_s=switches_wait,
+        segment=_segment(options.last("segment"), nodes),
     )
     return Submission(spec=spec, parsable=options.given("parsable"), warnings=tuple(warnings))
 
@@ -387,6 +393,35 @@ def _begin(value: str | None, now: float | None) -> float | None:
     if value is None:
         return None
     return parse_begin_time(value, time.time() if now is None else now, "--begin")
+
+
+def _switches(value: str | None) -> tuple[int | None, int | None]:
+    """``--switches=N[@T]``: at most N topology blocks, waiting at most T for them (a Slurm duration)."""
+    if value is None:
+        return None, None
+    count, at, wait = value.partition("@")
+    switches = parse_count(count, "--switches")
+    if not at:
+        return switches, None
+    if not wait.strip():
+        raise CliError(f'invalid --switches "{value}": give a wait after @, e.g. --switches=1@10:00')
+    seconds = parse_time_limit(wait, "--switches")
+    if seconds is None and wait.strip().lower() not in ("unlimited", "infinite", "-1"):
+        seconds = 0  # parse_time_limit reads 0 as "no limit"; a switch wait of 0 is no wait at all
+    return switches, seconds
+
+
+def _segment(value: str | None, nodes: int) -> int | None:
+    """``--segment=N``: the job's nodes in segments of N, each inside one topology block."""
+    if value is None:
+        return None
+    segment = parse_count(value, "--segment")
+    if nodes % segment:
+        raise CliError(
+            f"--segment={value}: the job's {nodes} nodes are not a multiple of the segment size; "
+            f"ask for a multiple of {segment} nodes (-N) or a segment size that divides {nodes}"
+        )
+    return segment
 
 
 def _requeue(options: ParsedArgs) -> bool:

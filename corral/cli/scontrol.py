@@ -326,7 +326,18 @@ def show_job(job: JobInfo, now: float, lookup: UserLookup, tz: tzinfo | None = N
         f"StdErr={output_path(job.stderr, job) if job.stderr else stdout}",
         "StdIn=/dev/null",
         f"StdOut={stdout}",
+        *_topology(job),
     ]
+
+
+def _topology(job: JobInfo) -> list[str]:
+    """Slurm's optional ``Switches=N@wait`` line (with ``SegmentSize=`` for --segment); none without them."""
+    parts = []
+    if job.switches:
+        parts.append(f"Switches={job.switches}@{format_elapsed_sacct(job.switches_wait_s)}")
+    if job.segment:
+        parts.append(f"SegmentSize={job.segment}")
+    return [" ".join(parts)] if parts else []
 
 
 def output_path(pattern: str, job: JobInfo) -> str:

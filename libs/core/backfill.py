@@ -20,7 +20,9 @@ its nodes only.
 Which nodes: a reservation prefers nodes that are busy now, leaving what is free now to backfill;
 a job started now prefers nodes whose free capacity is reserved later, after it ends (it fills a
 hole), over capacity nobody reserved (which a longer job could use). With one-unit nodes this is
-exactly EASY's "shadow time and extra processors" rule.
+exactly EASY's "shadow time and extra processors" rule. With topology blocks configured, the
+blocks come first (``topology.choose``: fewest blocks, best fit, ``--switches``, ``--segment``), and
+these preferences order the nodes within a block; a reservation obeys the same rules.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import bisect
 import math
 from dataclasses import dataclass, field, replace
 
-from corral.libs.core.placement import Free, Request, eligible, need, node_fits, pick, take
+from corral.libs.core.placement import Free, Request, eligible, need, node_fits, take
+from corral.libs.core.topology import Blocks, Topology, choose
 from corral.schemas.events import NodeAllocation
 
 INF = math.inf
@@ -116,8 +119,9 @@ class NodePlan:
 class Planner:
     """Capacity of every node over time, for one cycle."""
 
-    def __init__(self, free: dict[str, Free], now: float) -> None:
+    def __init__(self, free: dict[str, Free], now: float, blocks: Blocks | None = None) -> None:
         self.now = now
+        self.topology = Topology.of(blocks or {})  # node -> block (``topology.py``)
         self.nodes = {name: NodePlan(f) for name, f in free.items()}
         self._members: dict[str, list[NodePlan]] = {}
         self._totals: dict[str, list[int]] = {}  # partition -> [free CPUs, free GPUs] now
@@ -172,7 +176,7 @@ class Planner:
             return None
         fit = [n for n in fit if n.fits_during(req, self.now, end)]
         fit.sort(key=lambda n: (not n.fills_hole(end), len(n.free.gpus), n.free.cpus, n.free.name))
-        picked = pick(fit, req, lambda n: n.free.name) if len(fit) >= req.nodes else None
+        picked = choose(fit, req, self.topology, _free) if len(fit) >= req.nodes else None
         if picked is None:
             self._blocked.setdefault(shape, []).append((end, req.nodes))
             return None
@@ -211,7 +215,7 @@ class Planner:
             and (caps is None or caps.get(n, 0) >= need(self.nodes[n].free, req)[1])
             and self.nodes[n].fits_during(req, self.now, end, exempt=resv)
         ]
-        picked = pick(fit, req, lambda n: n.free.name)
+        picked = choose(fit, req, self.topology, _free)
         if picked is None:
             return None
         out = self._take(picked, req, end)
@@ -238,9 +242,13 @@ class Planner:
             able = [n for s, _, n in starts if s <= t and n.fits_during(req, t, t + limit)]
             # Busy-now nodes first: what is free now stays for backfill.
             able.sort(key=lambda n: (node_fits(n.free, req), n.free.name))
-            picked = pick(able, req, lambda n: n.free.name)
+            picked = choose(able, req, self.topology, _free)
             if picked is not None:
                 for node in picked:
                     node.holds.append((t, t + limit, *need(node.free, req)))
                 return t
         return None
+
+
+def _free(node: NodePlan) -> Free:
+    return node.free

@@ -83,6 +83,8 @@ class Request:
     features: tuple[str, ...] = ()  # -C: features a node must have (all of them, or any)
     any_feature: bool = False  # -C a|b: one of ``features`` is enough
     exclusive: bool = False  # --exclusive: idle nodes only, taken whole
+    switches: int | None = None  # --switches: at most this many topology blocks (None: any number)
+    segment: int = 1  # --segment: nodes go in groups of this many, each group inside one block
 
 
 def request_of(job: Job) -> Request:
@@ -108,6 +110,8 @@ def request_of_spec(spec: JobSpec) -> Request:
         features=tuple(spec.constraint.features) if spec.constraint else (),
         any_feature=spec.constraint.any_of if spec.constraint else False,
         exclusive=spec.exclusive,
+        switches=spec.switches,
+        segment=spec.segment or 1,
     )
 
 

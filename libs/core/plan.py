@@ -56,6 +56,7 @@ from corral.libs.core.placement import free_capacity, give_back, request_of
 from corral.libs.core.priority import ClusterSize, PriorityWeights, factors, total
 from corral.libs.core.qos import NORMAL, AssocLimits, QosPolicy
 from corral.libs.core.state import Job, State, array_throttle
+from corral.libs.core.topology import in_force, switch_deadline
 from corral.schemas import api
 from corral.schemas import events as ev
 
@@ -97,6 +98,9 @@ class Policy:
     qos: tuple[QosPolicy, ...] = ()  # configured QOS (``normal`` is always there, configured or not)
     default_qos: str = NORMAL  # QOS of jobs without --qos in a partition without its own QOS
     account_limits: tuple[AssocLimits, ...] = ()  # association limits, by account
+
+    blocks: dict[str, str] = field(default_factory=dict)  # topology: node -> block ([[blocks]])
+    max_switch_wait_s: int = 300  # max_switch_wait: the longest --switches binds a pending job
 
     @cached_property
     def qos_by_name(self) -> dict[str, QosPolicy]:
@@ -171,7 +175,7 @@ class Plan:
     reasons: dict[int, str] = field(default_factory=dict)  # pending reason by job id
     priorities: dict[int, int] = field(default_factory=dict)  # priority of each pending job
     starts: dict[int, float] = field(default_factory=dict)  # planned start of jobs with a reservation
-    wake_at: float | None = None  # the earliest future begin time of a pending job (plan again then)
+    wake_at: float | None = None  # the earliest future begin time or --switches lapse (plan again then)
 
 
 def pending_order(job: Job) -> tuple[float, int]:
@@ -334,7 +338,7 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
         if job.state == "RUNNING" and job.run_exit is not None:
             for alloc in job.allocations:
                 give_back(free.get(alloc.node), alloc)
-    planner = Planner(free, now)
+    planner = Planner(free, now, policy.blocks)
     for job_id in state.active:
         job = state.jobs[job_id]
         if job.state == "RUNNING" and job.run_exit is None and job.start_time is not None:
@@ -376,7 +380,7 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
         if depth == 0 and partition in blocked and job.spec.reservation is None:
             out.reasons[job.job_id] = "Priority"
             continue
-        req = request_of(job)
+        req = in_force(request_of(job), job, now, policy.max_switch_wait_s)
         limit_s = policy.time_limit(job)
         limit = INF if limit_s is None else float(limit_s)
         if job.spec.reservation is not None:
@@ -409,6 +413,8 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
         out.reasons[job.job_id] = "Resources" if top else "Priority"
         if maint and top and any(n in maint for n in planner.nodes_of(partition)):
             out.reasons[job.job_id] = reservations.MAINT_REASON
+        if req.switches is not None:
+            _wake(out, switch_deadline(job, policy.max_switch_wait_s))  # plan again when --switches lapses
         blocked.add(partition)
         if top and policy.preempt.preempt_type != "off" and job.job_id not in draining:
             victims = preempt.preempt_for(
@@ -455,13 +461,19 @@ def _ineligible(state: State, now: float, pending: list[Job], out: Plan) -> set[
         if not needs_check(job):
             continue
         begin = job.spec.begin_time
-        if begin is not None and begin > now and (out.wake_at is None or begin < out.wake_at):
-            out.wake_at = begin
+        if begin is not None and begin > now:
+            _wake(out, begin)
         reason = pending_reason(state, job, now, singletons)
         if reason is not None:
             out.reasons[job.job_id] = reason
             waiting.add(job.job_id)
     return waiting
+
+
+def _wake(out: Plan, when: float | None) -> None:
+    """Ask the shell to plan again at ``when`` (the earliest such time wins)."""
+    if when is not None and (out.wake_at is None or when < out.wake_at):
+        out.wake_at = when
 
 
 def orders(state: State, policy: Policy) -> list[api.Order]:

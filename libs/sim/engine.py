@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from corral.libs.config import ClusterConfig
 from corral.libs.core.eligibility import needs_check
 from corral.libs.core.fold import apply
-from corral.libs.core.placement import Request, could_ever_fit, free_capacity, request_of
+from corral.libs.core.placement import Request, free_capacity, request_of
 from corral.libs.core.plan import Backfill, PartitionPolicy, Policy, plan
 from corral.libs.core.state import Job, State
+from corral.libs.core.topology import fits_idle
 from corral.libs.sim.workload import SimJob
 from corral.schemas import events as ev
 from corral.schemas.codec import envelope
@@ -55,6 +56,7 @@ class SimCluster:
     nodes: tuple[ev.NodeRegistered, ...]  # registrations, in order
     partitions: tuple[PartitionPolicy, ...]  # the planner's partitions
     capacity: int  # total schedulable units (GPUs, or nodes for a GPU-less cluster)
+    blocks: tuple[tuple[str, str], ...] = ()  # topology: (node, block) pairs from [[blocks]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +112,7 @@ def config_cluster(config: ClusterConfig) -> SimCluster:
         PartitionPolicy(p.name, p is default, p.max_time_s, p.default_time_s) for p in config.partitions
     )
     gpus = sum(n.gpus for n in config.nodes)
-    return SimCluster(nodes, parts, gpus or len(nodes))
+    return SimCluster(nodes, parts, gpus or len(nodes), tuple(config.block_map().items()))
 
 
 def job_spec(job: SimJob) -> ev.JobSpec:
@@ -166,7 +168,8 @@ class _Run:
             job = Job(job_id=sim_job.id, user=sim_job.user, spec=spec, submit_time=sim_job.submit)
             key = (self.policy.partition_of(job), request_of(job))
             if key not in known:
-                known[key] = could_ever_fit([f for f in free.values() if key[0] in f.partitions], key[1])
+                members = [f for f in free.values() if key[0] in f.partitions]
+                known[key] = fits_idle(members, key[1], self.policy.blocks)
             if not known[key]:
                 raise SimError(
                     f"job {sim_job.id} ({spec.nodes} nodes, {spec.gpus_per_node} GPUs each) "
@@ -263,7 +266,11 @@ def simulate(
     default, plans without bound, as the textbook EASY and conservative algorithms do.
     """
     policy = Policy(
-        partitions=cluster.partitions, cluster="sim", backfill=backfill, backfill_window_s=window_s
+        partitions=cluster.partitions,
+        cluster="sim",
+        backfill=backfill,
+        backfill_window_s=window_s,
+        blocks=dict(cluster.blocks),
     )
     run = _Run(jobs, cluster, policy)
     run.check_fits()

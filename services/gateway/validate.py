@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from corral.libs.config import ClusterConfig
-from corral.libs.core.placement import Free, could_ever_fit, has_features, node_fits, request_of_spec
+from corral.libs.core.placement import Free, has_features, node_fits, request_of_spec
+from corral.libs.core.topology import block_sizes, fits_idle
 from corral.libs.errors import InvalidInput
 from corral.libs.slurm.array import array_indices
 from corral.libs.slurm.dependency import MAX_ITEMS
@@ -54,6 +56,7 @@ def validate_spec(spec: JobSpec, config: ClusterConfig) -> None:
         if value is not None:
             _positive(value, name)
     _validate_node_choice(spec)
+    _validate_topology(spec)
     _validate_partition(spec, config)
     _validate_dependencies(spec)
     array_size(spec)
@@ -105,6 +108,22 @@ def _validate_node_choice(spec: JobSpec) -> None:
         raise InvalidInput("constraint must name at least one feature", field="constraint")
 
 
+def _validate_topology(spec: JobSpec) -> None:
+    """--switches and --segment are well formed; the nodes split into whole segments."""
+    for name, value, minimum in (
+        ("switches", spec.switches, 1),
+        ("switches_wait_s", spec.switches_wait_s, 0),
+        ("segment", spec.segment, 1),
+    ):
+        if value is not None:
+            _positive(value, name, minimum)
+    if spec.segment is not None and spec.nodes % spec.segment:
+        raise InvalidInput(
+            f"--segment={spec.segment}: the job's {spec.nodes} nodes are not a multiple of the segment size",
+            field="segment",
+        )
+
+
 def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
     part = config.partition(spec.partition) if spec.partition else config.default_partition
     if part is None:
@@ -131,7 +150,9 @@ def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
         )
         for n in all_members
     ]
-    if could_ever_fit(idle, req):
+    # --switches may be dropped after its wait, so only --segment can keep a job from ever running.
+    blocks = config.block_map()
+    if fits_idle(idle, replace(req, switches=None), blocks):
         return
     # Name the first field that rules nodes out, then the first dimension no node can satisfy.
     member_names = {n.name for n in all_members}
@@ -182,6 +203,15 @@ def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
             f"job can never run: node {unfit[0]} (-w) cannot host one node of the job "
             "(Requested node configuration is not available)",
             field="nodelist",
+        )
+    if req.segment > 1 and fits_idle(idle, replace(req, switches=None, segment=1), blocks):
+        sizes = block_sizes(idle, req, blocks)
+        raise InvalidInput(
+            f"job can never run: --segment={req.segment} puts each {req.segment} nodes in one block; the "
+            f"blocks of partition {part.name} hold {sum(n // req.segment for n in sizes)} such segments "
+            f"(largest block: {sizes[0]} nodes that fit), the job needs {req.nodes // req.segment} "
+            "(Requested node configuration is not available)",
+            field="segment",
         )
     raise InvalidInput(
         f"job can never run: {req.nodes} nodes requested, partition {part.name} has {len(fitting)} that fit "

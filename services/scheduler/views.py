@@ -13,6 +13,7 @@ from corral.libs.core.preempt import PartitionPreemptMode, PreemptPolicy, Preemp
 from corral.libs.core.priority import PriorityWeights
 from corral.libs.core.reservations import live
 from corral.libs.core.state import Job, Node, State, UsagePolicy, array_throttle
+from corral.libs.core.topology import switch_wait_s
 from corral.libs.slurm import hostlist
 from corral.schemas import api
 from corral.schemas.events import PreemptMode
@@ -67,6 +68,9 @@ def job_info(job: Job, outlook: Plan, policy: Policy, dependency: str = "") -> a
         array_throttle=array_throttle(job),
         qos=qos_name(policy, job),
         nice=spec.nice,
+        switches=spec.switches or 0,
+        switches_wait_s=0 if spec.switches is None else switch_wait_s(spec, policy.max_switch_wait_s),
+        segment=spec.segment or 0,
     )
 
 
@@ -252,4 +256,6 @@ def policy_of(config: ClusterConfig) -> Policy:
         qos=config.qos,
         default_qos=sched.default_qos,
         account_limits=tuple(a.limits for a in config.accounts if a.limits is not None),
+        blocks=config.block_map(),
+        max_switch_wait_s=sched.max_switch_wait_s,
     )
