@@ -110,14 +110,44 @@ class NodePlan:
         """A job ending at ``end`` uses capacity reserved after it (rather than unreserved capacity)."""
         return any(start >= end for start, _, _, _, _ in self._holds(None))
 
+    def key(self) -> tuple[int, int, str]:
+        """The node's place in best-fit order: free GPUs, free CPUs, name."""
+        return (len(self.free.gpus), self.free.cpus, self.free.name)
+
+    def held(self) -> bool:
+        """Whether something is reserved on the node (its future is more than its releases)."""
+        return bool(self.holds or self.resv)
+
     def release(self, when: float, alloc: NodeAllocation) -> None:
         """Record that ``alloc`` gives its resources back at ``when``."""
         if when < INF:
             bisect.insort(self.releases, (when, alloc.cpus, len(alloc.gpus), alloc.mem_mb))
 
 
+class _Index:
+    """The nodes of one partition as ``start_now`` scans them: those without holds in best-fit order
+    (free GPUs, free CPUs, name: the ones that can fit a request follow its GPU count), the few with
+    holds apart (they need the full check)."""
+
+    def __init__(self, nodes: list[NodePlan]) -> None:
+        self.keys = sorted(n.key() for n in nodes if not n.held())
+        self.held = {n.free.name: n for n in nodes if n.held()}
+
+    def remove(self, key: tuple[int, int, str]) -> None:
+        """Take a key out of the best-fit order."""
+        del self.keys[bisect.bisect_left(self.keys, key)]
+
+
 class Planner:
-    """Capacity of every node over time, for one cycle."""
+    """Capacity of every node over time, for one cycle.
+
+    ``start_now`` finds nodes through a per-partition index (``_Index``) instead of checking every node:
+    the nodes without holds in best-fit order, scanned from the request's GPU count up and stopped once
+    enough fit, and the nodes with holds checked in full. The nodes it picks are the ones a full scan,
+    sorted by (fills a hole, free GPUs, free CPUs, name), would pick. Holds are added by ``reserve`` (which
+    moves the node to the held part of the index) or, for advance reservations, before the first
+    ``start_now`` of the cycle.
+    """
 
     def __init__(self, free: dict[str, Free], now: float, blocks: Blocks | None = None) -> None:
         self.now = now
@@ -134,6 +164,7 @@ class Planner:
         # shape ending no earlier and wanting no fewer nodes cannot fit either.
         self._blocked: dict[tuple[str, Request], list[tuple[float, int]]] = {}
         self._member_gpus: dict[tuple[str, str], int] = {}  # (reservation, node) -> GPUs its members took
+        self._index: dict[str, _Index] = {}  # partition -> its nodes for start_now (built on first use)
 
     def running(self, allocation: list[NodeAllocation], end: float) -> None:
         """A run that holds ``allocation`` until ``end`` (INF if unlimited)."""
@@ -170,6 +201,8 @@ class Planner:
         end = self.now + limit
         if any(end >= e and req.nodes >= n for e, n in self._blocked.get(shape, ())):
             return None
+        if self._indexed(req):
+            return self._start_indexed(partition, shape, req, end)
         fit = [n for n in self.members(partition) if node_fits(n.free, req)]
         self._fitting[shape] = len(fit)
         if len(fit) < req.nodes:
@@ -182,11 +215,74 @@ class Planner:
             return None
         return self._take(picked, req, end)
 
+    def _indexed(self, req: Request) -> bool:
+        """Whether ``start_now`` may use the index: no topology and no node list, so that the choice is
+        simply the first nodes in preference order."""
+        return (
+            not self.topology.blocks
+            and not req.nodelist
+            and req.segment <= 1
+            and (req.switches is None or req.switches >= req.nodes)
+        )
+
+    def _index_of(self, partition: str) -> _Index:
+        if partition not in self._index:
+            self._index[partition] = _Index(self.members(partition))
+        return self._index[partition]
+
+    def _start_indexed(
+        self, partition: str, shape: tuple[str, Request], req: Request, end: float
+    ) -> list[NodeAllocation] | None:
+        """``start_now`` through the partition's index (see the class docstring)."""
+        index = self._index_of(partition)
+        fillers: list[tuple[tuple[int, int, str], NodePlan]] = []  # held nodes it fits, filling a hole
+        others: list[tuple[tuple[int, int, str], NodePlan]] = []  # held nodes it fits, not filling one
+        fit_now = 0  # nodes it fits now, whatever the holds say
+        for node in index.held.values():
+            if node_fits(node.free, req):
+                fit_now += 1
+                if node.fits_during(req, self.now, end):
+                    (fillers if node.fills_hole(end) else others).append((node.key(), node))
+        fillers.sort(key=lambda r: r[0])
+        others.sort(key=lambda r: r[0])
+        chosen = [n for _, n in fillers[: req.nodes]]
+        # The plain nodes (no holds: fitting now means fitting throughout) merge with ``others`` in
+        # best-fit order; nodes with fewer free GPUs than the request come first and cannot fit.
+        keys, nodes, j = index.keys, self.nodes, 0
+        i = bisect.bisect_left(keys, (req.gpus,))
+        while len(chosen) < req.nodes and i < len(keys):
+            node = nodes[keys[i][2]]
+            i += 1
+            if not node_fits(node.free, req):
+                continue
+            while j < len(others) and others[j][0] < keys[i - 1] and len(chosen) < req.nodes:
+                chosen.append(others[j][1])
+                j += 1
+            if len(chosen) < req.nodes:
+                chosen.append(node)
+        chosen.extend(n for _, n in others[j : j + req.nodes - len(chosen)])
+        if len(chosen) < req.nodes:
+            # Every plain node that could host it was seen: remember why it failed, as the full scan does.
+            plain = len(chosen) - len(fillers) - len(others)
+            if plain + fit_now < req.nodes:
+                self._fitting[shape] = plain + fit_now
+            else:
+                self._blocked.setdefault(shape, []).append((end, req.nodes))
+            return None
+        return self._take(chosen, req, end)
+
     def _take(self, picked: list[NodePlan], req: Request, end: float) -> list[NodeAllocation]:
         """Allocate ``req`` on the picked nodes now, until ``end``."""
         out = []
         for node in sorted(picked, key=lambda n: n.free.name):
+            before = node.key()
             alloc = take(node.free, req)
+            if not node.held():
+                after = node.key()
+                for name, index in self._index.items():
+                    if name in node.free.partitions:
+                        index.remove(before)
+                        bisect.insort(index.keys, after)
             node.release(end, alloc)
             out.append(alloc)
             for name, totals in self._totals.items():
@@ -245,6 +341,11 @@ class Planner:
             picked = choose(able, req, self.topology, _free)
             if picked is not None:
                 for node in picked:
+                    if not node.held():
+                        for name, index in self._index.items():
+                            if name in node.free.partitions:
+                                index.remove(node.key())
+                                index.held[node.free.name] = node
                     node.holds.append((t, t + limit, *need(node.free, req)))
                 return t
         return None
