@@ -96,3 +96,5 @@ def test_an_urgent_job_preempts_a_scavenger_job_which_is_requeued(qos_cluster: C
     assert "start 1" in out and "done 1" in out and "done 0" not in out, out
     assert "Restarts=1" in cli("scontrol", "show", "job", str(scav)).stdout
     assert cli.wait_state(normal, ("COMPLETED",), timeout=40) == "COMPLETED|0:0"
+    # sacct shows each job's QOS as resolved at submit.
+    assert [cli.sacct(j, "QOS") for j in (scav, urgent, normal)] == ["scavenger", "urgent", "normal"]
