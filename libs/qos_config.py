@@ -51,8 +51,8 @@ def parse_qos(raw: Any) -> tuple[QosPolicy, ...]:
             raise ConfigError(f"{where}.name: {name!r} is not a valid QOS name (letters, digits, - _)")
         if any(q.name == name for q in out):
             raise ConfigError(f"{where}.name: QOS {name!r} is defined twice")
-        mode = _optional(table, "preempt_mode", where, str, "off")
-        if mode not in get_args(PreemptMode):
+        mode = _optional(table, "preempt_mode", where, str, None)
+        if mode is not None and mode not in get_args(PreemptMode):
             raise ConfigError(f"{where}.preempt_mode: {mode!r} is not one of off, requeue, cancel")
         out.append(
             QosPolicy(
@@ -64,17 +64,36 @@ def parse_qos(raw: Any) -> tuple[QosPolicy, ...]:
                 grp_gres=_count(table, "grp_gres", where),
                 max_wall_s=_limit(table["max_wall"], f"{where}.max_wall") if "max_wall" in table else None,
                 preempt=_string_list(table, "preempt", where),
-                preempt_mode=cast(PreemptMode, mode),
-                grace_time_s=_grace(table.get("grace_time", 0), f"{where}.grace_time"),
+                preempt_mode=cast(PreemptMode | None, mode),
+                grace_time_s=_grace(table["grace_time"], f"{where}.grace_time")
+                if "grace_time" in table
+                else None,
             )
         )
+    _check_preempt_lists(out)
     if not any(q.name == NORMAL for q in out):
         out.insert(0, QosPolicy(NORMAL))
     return tuple(out)
 
 
+def _check_preempt_lists(tables: list[QosPolicy]) -> None:
+    """Every QOS a ``preempt`` list names exists (``normal`` always does), and none names its own QOS."""
+    names = {NORMAL, *(q.name for q in tables)}
+    for i, qos in enumerate(tables):
+        for target in qos.preempt:
+            if target == qos.name:
+                raise ConfigError(
+                    f"qos[{i}].preempt: QOS {qos.name!r} cannot preempt itself; remove it from the list"
+                )
+            if target not in names:
+                raise ConfigError(
+                    f"qos[{i}].preempt: QOS {target!r} is not defined; add a [[qos]] table or use one of "
+                    f"{', '.join(sorted(names))}"
+                )
+
+
 def check_qos_references(config: ClusterConfig) -> None:
-    """Every QOS and account named by the scheduler, a partition or a QOS's preempt list exists."""
+    """Every QOS and account named by the scheduler or a partition exists (preempt lists: ``parse_qos``)."""
     names = {q.name for q in config.qos}
 
     def known(name: str, where: str) -> None:
@@ -85,11 +104,6 @@ def check_qos_references(config: ClusterConfig) -> None:
             )
 
     known(config.scheduler.default_qos, "scheduler.default_qos")
-    for i, qos in enumerate(config.qos):
-        for target in qos.preempt:
-            known(target, f"qos[{qos.name}].preempt")
-            if target == qos.name:
-                raise ConfigError(f"qos[{i}].preempt: QOS {qos.name!r} cannot preempt itself")
     accounts = {a.name for a in config.accounts}
     for i, part in enumerate(config.partitions):
         where = f"partitions[{i}]"

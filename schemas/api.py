@@ -393,6 +393,7 @@ class AcctJob(msgspec.Struct, frozen=True, kw_only=True):
     steps: list[AcctStep] = []  # steps, batch first
     array_job_id: int | None = None  # the array's id for an array task, None otherwise
     array_task_id: int | None = None  # the task's index for an array task, None otherwise
+    qos: str = ""  # the job's QOS ("" = submitted before jobs carried one)
 
 
 class AcctReply(msgspec.Struct, frozen=True, tag="acct_reply", kw_only=True):

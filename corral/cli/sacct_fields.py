@@ -79,6 +79,11 @@ def _array_task_id(job: AcctJob) -> str:
     return "" if job.array_task_id is None else str(job.array_task_id)
 
 
+def _timelimit_raw(job: AcctJob) -> str:
+    """TimelimitRaw: the limit in whole minutes (Slurm's unit, rounded up), or UNLIMITED."""
+    return "UNLIMITED" if job.time_limit_s is None else str(-(-job.time_limit_s // 60))
+
+
 def _column(title: str, width: int, job: _JobGetter, step: _StepGetter, right: bool = True) -> Column:
     return Column(title, width, right, job, step)
 
@@ -144,6 +149,8 @@ _ALL = [
     _column("ArrayJobID", 12, lambda j, c: _array_job_id(j), lambda j, s, c: _array_job_id(j)),
     _column("ArrayTaskID", 12, lambda j, c: _array_task_id(j), lambda j, s, c: _array_task_id(j)),
     _column("Reason", 20, lambda j, c: j.reason or "None", lambda j, s, c: ""),
+    _column("QOS", 10, lambda j, c: j.qos, lambda j, s, c: ""),
+    _column("TimelimitRaw", 12, lambda j, c: _timelimit_raw(j), lambda j, s, c: ""),
 ]
 
 #: Fields by lower-case name.
@@ -152,11 +159,11 @@ COLUMNS: dict[str, Column] = {column.title.lower(): column for column in _ALL}
 #: Slurm fields Corral does not print yet (lower case).
 _LATER = (
     "AllocTRES ReqTRES ReqMem ReqCPUS ReqNodes MaxRSS AveRSS MaxVMSize AveVMSize CPUTime CPUTimeRAW "
-    "TotalCPU UserCPU SystemCPU Group GID UID QOS QOSRAW Priority Cluster DerivedExitCode Comment "
+    "TotalCPU UserCPU SystemCPU Group GID UID QOSRAW Priority Cluster DerivedExitCode Comment "
     "Constraints Eligible Flags Layout Reservation ReservationId Suspended WCKey WCKeyID AssocID "
     "AdminComment BlockID Container ConsumedEnergy ConsumedEnergyRaw "
     "Extra FailedNode MaxDiskRead MaxDiskWrite MaxPages McsLabel Planned PlannedCPU PlannedCPURAW "
-    "StdErr StdIn StdOut SubmitLine TimelimitRaw TRESUsageInAve TRESUsageInMax TRESUsageInTot "
+    "StdErr StdIn StdOut SubmitLine TRESUsageInAve TRESUsageInMax TRESUsageInTot "
     "TRESUsageOutAve TRESUsageOutMax TRESUsageOutTot AveCPU MinCPU AveCPUFreq AveDiskRead "
     "AveDiskWrite AvePages HetJobID HetJobOffset"
 )

@@ -5,10 +5,12 @@ Pure and deterministic, like the rest of the core. Slurm's model, in Slurm's wor
 - ``PreemptPolicy.preempt_type`` (Slurm's PreemptType): ``off`` (preempt/none, the default),
   ``partition_prio`` (a pending job of a partition with a higher PriorityTier may preempt running jobs
   of partitions with a lower one, on the nodes the partitions share; never within a tier), or ``qos``
-  (the QOS's preempt list: ``qos_may_preempt``, which preempts nothing until QOS lands);
-- the victim's partition says what happens to it (``preempt_mode``, ``grace_time``), else the scheduler's
-  defaults: ``requeue`` (PENDING again, restart count + 1; a ``--no-requeue`` job is cancelled instead,
-  as in Slurm), ``cancel`` (it ends PREEMPTED) or, for a partition, ``off`` (never preempted);
+  (a pending job may preempt running jobs whose QOS its own QOS's ``preempt`` list names, of any
+  partition, on the nodes of the preemptor's partition; partition tiers then preempt nothing);
+- the victim says what happens to it: with ``partition_prio`` its run's partition (``preempt_mode``,
+  ``grace_time``), with ``qos`` its QOS (the same two keys), else the scheduler's defaults: ``requeue``
+  (PENDING again, restart count + 1; a ``--no-requeue`` job is cancelled instead, as in Slurm),
+  ``cancel`` (it ends PREEMPTED) or, set on the partition or QOS, ``off`` (never preempted);
 - a preemption is a decision (``JobPreempted``), then a kill order: SIGCONT+SIGTERM at once, SIGKILL after
   the grace time (KillWait when it is 0). The victim stays RUNNING until its exit is reported (or its
   node goes down); then ``conclusion`` requeues it or ends it PREEMPTED.
@@ -16,8 +18,9 @@ Pure and deterministic, like the rest of the core. Slurm's model, in Slurm's wor
 Who is preempted: only the first job of its partition that could not start (not held, not ineligible:
 those never reach the planner) preempts, and only if it would fit *now* once the victims are gone. The
 victim set is minimal (no victim can be spared) and chosen deterministically: candidates are ranked
-lowest tier first, then latest start, then highest id; the nodes to free are those whose victims are of
-the lowest tier, waste the fewest GPUs, are fewest and rank first, then by name. A run is preempted at
+least valuable first (``value``: the run's partition tier, or with ``qos`` the job's QOS priority), then
+latest start, then highest id; the nodes to free are those whose victims are of the lowest value, waste
+the fewest GPUs, are fewest and rank first, then by name. A run is preempted at
 most once, and while a job's victims drain it preempts nothing more: the planner counts their resources as
 released at ``decided + grace`` (``expected_end``), so the preemptor holds the reservation and starts in
 the cycle after the last victim's exit.
@@ -30,6 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from corral.libs.core.limits import qos_name, qos_of
 from corral.libs.core.placement import Free, Request, eligible, give_back, node_fits, pick
 from corral.libs.core.state import Job, State
 from corral.schemas import api
@@ -49,8 +53,8 @@ class PreemptPolicy:
     """How the scheduler preempts (``[scheduler]`` of the configuration)."""
 
     preempt_type: PreemptType = "off"  # PreemptType: off | partition_prio | qos
-    preempt_mode: ev.PreemptMode = "requeue"  # PreemptMode of partitions that do not set theirs
-    grace_time_s: float = 0.0  # GraceTime of partitions that do not set theirs (0: KillWait)
+    preempt_mode: ev.PreemptMode = "requeue"  # PreemptMode of partitions (or QOS) that do not set theirs
+    grace_time_s: float = 0.0  # GraceTime of partitions (or QOS) that do not set theirs (0: KillWait)
 
 
 def partition_may_preempt(policy: Policy, preemptor: Job, victim: Job) -> bool:
@@ -63,11 +67,10 @@ def partition_may_preempt(policy: Policy, preemptor: Job, victim: Job) -> bool:
 def qos_may_preempt(policy: Policy, preemptor: Job, victim: Job) -> bool:
     """preempt/qos: whether the preemptor's QOS lists the victim's QOS in its ``preempt`` list.
 
-    Always False for now: jobs carry no QOS yet (``JobSpec.qos`` and the ``[[qos]]`` table come with
-    the QOS work); with ``preempt_type = "qos"`` nothing is preempted until then. The QOS work fills in
-    this rule (and the QOS's ``preempt_mode``/``grace_time`` in ``terms``).
+    A QOS never lists itself (the configuration refuses it), so jobs of one QOS never preempt each other.
+    A QOS no longer configured preempts nothing (and is preempted by whoever still lists its name).
     """
-    return False
+    return qos_name(policy, victim) in qos_of(policy, preemptor).preempt
 
 
 def may_preempt(policy: Policy, preemptor: Job, victim: Job) -> bool:
@@ -82,14 +85,33 @@ def may_preempt(policy: Policy, preemptor: Job, victim: Job) -> bool:
 
 
 def terms(policy: Policy, victim: Job) -> tuple[PartitionPreemptMode, float]:
-    """(PreemptMode, GraceTime) of a victim: its run's partition's, else the scheduler's defaults."""
-    part = policy.by_name.get(victim.partition)
-    mode = part.preempt_mode if part is not None and part.preempt_mode is not None else None
-    grace = part.grace_time_s if part is not None and part.grace_time_s is not None else None
+    """(PreemptMode, GraceTime) of a victim, each its own source's else the scheduler's default.
+
+    The source is the victim's QOS with ``preempt_type = "qos"`` (Slurm: the preempted job's QOS), else
+    its run's partition (Slurm's partition PreemptMode applies to partition_prio only).
+    """
+    mode: PartitionPreemptMode | None
+    grace: float | None
+    if policy.preempt.preempt_type == "qos":
+        qos = qos_of(policy, victim)
+        mode, grace = qos.preempt_mode, qos.grace_time_s
+    else:
+        part = policy.by_name.get(victim.partition)
+        mode = part.preempt_mode if part is not None else None
+        grace = part.grace_time_s if part is not None else None
     return (
         mode if mode is not None else policy.preempt.preempt_mode,
         grace if grace is not None else policy.preempt.grace_time_s,
     )
+
+
+def value(policy: Policy, victim: Job) -> int:
+    """How valuable a victim's run is (the lowest is preempted first): its partition's PriorityTier, or
+    with ``preempt_type = "qos"`` its QOS's priority (Slurm ranks preempt/qos victims by QOS priority)."""
+    if policy.preempt.preempt_type == "qos":
+        return qos_of(policy, victim).priority
+    part = policy.by_name.get(victim.partition)
+    return part.tier if part is not None else 1
 
 
 def expected_end(job: Job, end: float) -> float:
@@ -154,7 +176,7 @@ def preempt_for(
     """
     nodes = {f.name: f for f in members if eligible(f, req)}
     ranked = _candidates(state, policy, job, nodes, spared)
-    chosen = _choose(nodes, req, ranked, {p.name: p.tier for p in policy.partitions})
+    chosen = _choose(nodes, req, ranked, lambda v: value(policy, v))
     out = []
     for victim in chosen:
         mode, grace = terms(policy, victim)
@@ -190,8 +212,7 @@ def _candidates(
             continue
         if may_preempt(policy, job, victim):
             out.append(victim)
-    tiers = {p.name: p.tier for p in policy.partitions}
-    out.sort(key=lambda v: (tiers.get(v.partition, 1), -(v.start_time or 0.0), -v.job_id))
+    out.sort(key=lambda v: (value(policy, v), -(v.start_time or 0.0), -v.job_id))
     return out
 
 
@@ -237,7 +258,9 @@ def _node_victims(node: Free, one_node: Request, on_node: list[Job]) -> list[Job
     return _minimal(gone, lambda g: _fits(alone, one_node, g))
 
 
-def _choose(nodes: dict[str, Free], req: Request, ranked: list[Job], tiers: dict[str, int]) -> list[Job]:
+def _choose(
+    nodes: dict[str, Free], req: Request, ranked: list[Job], worth: Callable[[Job], int]
+) -> list[Job]:
     """A minimal set of ``ranked`` whose removal lets ``req`` fit now, in rank order; [] if none does.
 
     Each node is costed on its own (the victims on it, in rank order, until one node of the request fits
@@ -259,7 +282,7 @@ def _choose(nodes: dict[str, Free], req: Request, ranked: list[Job], tiers: dict
             continue
         victims_of[name] = gone
         costs[name] = (
-            max((tiers.get(v.partition, 1) for v in gone), default=0),  # lowest tier first
+            max((worth(v) for v in gone), default=0),  # least valuable (lowest tier or QOS) first
             sum(len(a.gpus) for v in gone for a in v.allocations),  # fewest GPUs lost
             len(gone),  # fewest runs killed
             tuple(sorted(rank[v.job_id] for v in gone)),  # least valuable (latest start) first

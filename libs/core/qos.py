@@ -1,10 +1,12 @@
 """QOS and association limits as the pure core sees them (Slurm's sacctmgr QOS and association records).
 
-A QOS (quality of service) gives jobs a priority factor, limits on what one user or the whole QOS may
-run at once, a MaxWall, and the preemption settings (``preempt``, ``preempt_mode``, ``grace_time_s``:
-read by the preemption planner, not by the limits). A QOS named ``normal`` with no limits always
-exists, as in Slurm. Association limits sit on an account and count the running jobs of the account
-and of every account below it (``grp_*``), or of one user in the account (``max_*_per_user``).
+A QOS (quality of service) gives jobs a priority factor, limits on what one user or the whole QOS may run
+at once, a MaxWall, and the preemption settings read by the preemption planner with ``preempt_type =
+"qos"``: ``preempt`` (the QOS its jobs may preempt), and what happens to its own jobs when they are
+preempted (``preempt_mode``, ``grace_time_s``; None: the scheduler's defaults). A QOS named ``normal``
+with no limits always exists, as in Slurm. Association limits sit on an account and count the running
+jobs of the account and of every account below it (``grp_*``), or of one user in the account
+(``max_*_per_user``).
 
 Every limit is ``None`` when unlimited. GPU limits count GPUs (Slurm's ``gres/gpu`` TRES).
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-#: What a preemptor does to the jobs it preempts (Slurm's PreemptMode; ``off``: never preempt).
+#: What happens to a QOS's jobs when they are preempted (Slurm's PreemptMode; ``off``: never preempted).
 PreemptMode = Literal["off", "requeue", "cancel"]
 
 #: Slurm's default QOS, always present.
@@ -33,8 +35,8 @@ class QosPolicy:
     grp_gres: int | None = None  # GrpTRES=gres/gpu: GPUs of all running jobs of the QOS
     max_wall_s: int | None = None  # MaxWall: longest time limit of a job of the QOS
     preempt: tuple[str, ...] = ()  # Preempt: QOS whose jobs this QOS's jobs may preempt
-    preempt_mode: PreemptMode = "off"  # PreemptMode of the preempted jobs
-    grace_time_s: int = 0  # GraceTime: seconds between the preemption signal and the kill
+    preempt_mode: PreemptMode | None = None  # PreemptMode of its jobs when preempted (None: the default)
+    grace_time_s: int | None = None  # GraceTime of its preempted jobs, in seconds (None: the default)
 
     @property
     def limits_running(self) -> bool:

@@ -14,6 +14,9 @@ Job arrays: one row per task (a task is a job with its own id), inserted by one 
 array's submission: the task with the k-th smallest index gets the id ``job_id + k`` and records the
 array's id and its index (``sacct`` prints ``A_T``). A whole-array cancel request marks every task row.
 
+Updates: ``JobUpdated`` (``scontrol update`` of a pending job) rewrites a PENDING row's requested time
+limit and partition, as the fold does the spec; the allocation later overwrites both with the run's.
+
 Requeue semantics (Slurm-like, one row per job): a requeued job goes back to PENDING with its
 restart count + 1, its start time and node list cleared and the requeue reason as its reason;
 the batch step of the ended attempt stays, state REQUEUED, until the next allocation replaces it
@@ -46,6 +49,7 @@ class InsertJob(msgspec.Struct, frozen=True, kw_only=True):
     num_gpus: int  # GPUs requested (nodes * gpus_per_node)
     workdir: str  # submit directory
     array_tasks: list[int] = []  # an array's indices, ascending: task k is job ``job_id + k``; [] = one job
+    qos: str = ""  # the job's QOS as resolved at submit ("" = submitted before jobs carried one)
 
 
 class RequestCancel(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,7 +117,16 @@ class RequeueJob(msgspec.Struct, frozen=True, kw_only=True):
     reason: str  # RequeueReason
 
 
-Op = InsertJob | RequestCancel | StartRun | ExitBatch | EndJob | RequeueJob
+class UpdateJob(msgspec.Struct, frozen=True, kw_only=True):
+    """A pending job's time limit or partition changed (``scontrol update``): its row shows them."""
+
+    seq: int  # stream sequence of the event
+    job_id: int  # the job
+    time_limit_s: int | None  # the requested limit now (None = the partition's default)
+    partition: str  # the partition now, or the cluster's default
+
+
+Op = InsertJob | RequestCancel | StartRun | ExitBatch | EndJob | RequeueJob | UpdateJob
 
 #: The job state a JobFailed reason leads to (as in the scheduler's fold); FAILED otherwise.
 FAILED_STATE: dict[str, str] = {
@@ -208,6 +221,7 @@ def _op(seq: int, at: float, body: ev.Event, default_partition: str) -> Op | Non
                 num_gpus=spec.nodes * spec.gpus_per_node,
                 workdir=spec.workdir,
                 array_tasks=tasks,
+                qos=spec.qos or "",
             )
         case ev.JobCancelRequested(job_id=job_id, user=user, whole_array=whole_array):
             return RequestCancel(seq=seq, job_id=job_id, user=user, whole_array=whole_array)
@@ -233,6 +247,11 @@ def _op(seq: int, at: float, body: ev.Event, default_partition: str) -> Op | Non
             return _end(seq, job_id, attempt, at, "CANCELLED", 0, signal, cancelled_by=by)
         case ev.JobRequeued(job_id=job_id, attempt=attempt, reason=reason):
             return RequeueJob(seq=seq, job_id=job_id, attempt=attempt, end_time=at, reason=reason)
+        case ev.JobUpdated(job_id=job_id, time_limit_s=limit, partition=partition):
+            # The admin priority (and a hold by Priority=0) has no accounting column.
+            return UpdateJob(
+                seq=seq, job_id=job_id, time_limit_s=limit, partition=partition or default_partition
+            )
     # Run starts and node events change no accounting row.
     return None
 

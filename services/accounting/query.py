@@ -26,7 +26,7 @@ _BIGINT_MAX = 2**63 - 1
 _JOB_COLUMNS = (
     "job_id, name, user_name, account, partition, state, cancelled_by, exit_code, signal, submit_time,"
     " start_time, end_time, time_limit_s, num_nodes, num_cpus, num_gpus, node_list, restart_count,"
-    " workdir, reason, array_job_id, array_task_id"
+    " workdir, reason, array_job_id, array_task_id, qos"
 )
 _STEP_COLUMNS = (
     "job_id, step, name, state, exit_code, signal, start_time, end_time, node_list, num_cpus, num_tasks,"
@@ -131,6 +131,7 @@ def _job(row: Any, steps: list[AcctStep]) -> AcctJob:
         steps=steps,
         array_job_id=row["array_job_id"],
         array_task_id=row["array_task_id"],
+        qos=row["qos"],
     )
 
 

@@ -25,6 +25,7 @@ from corral.services.accounting.projection import (
     RequestCancel,
     RequeueJob,
     StartRun,
+    UpdateJob,
 )
 
 _PLACEHOLDER = re.compile(r"(?<!:):([a-z_]+)")
@@ -52,9 +53,9 @@ class _Statement:
 
 _INSERT_JOB = _Statement("""
 INSERT INTO jobs (job_id, name, user_name, account, partition, state, submit_time, time_limit_s,
-                  num_nodes, num_cpus, num_gpus, workdir, last_seq)
+                  num_nodes, num_cpus, num_gpus, workdir, last_seq, qos)
 VALUES (:job_id, :name, :user, :account, :partition, 'PENDING', :submit_time, :time_limit_s,
-        :num_nodes, :num_cpus, :num_gpus, :workdir, :seq)
+        :num_nodes, :num_cpus, :num_gpus, :workdir, :seq, :qos)
 ON CONFLICT (job_id) DO NOTHING
 """)
 
@@ -62,9 +63,9 @@ ON CONFLICT (job_id) DO NOTHING
 # nothing when any id of the block is taken (which also makes a replay a no-op).
 _INSERT_ARRAY = _Statement("""
 INSERT INTO jobs (job_id, name, user_name, account, partition, state, submit_time, time_limit_s,
-                  num_nodes, num_cpus, num_gpus, workdir, last_seq, array_job_id, array_task_id)
+                  num_nodes, num_cpus, num_gpus, workdir, last_seq, array_job_id, array_task_id, qos)
 SELECT :job_id + task.k - 1, :name, :user, :account, :partition, 'PENDING', :submit_time, :time_limit_s,
-       :num_nodes, :num_cpus, :num_gpus, :workdir, :seq, :job_id, task.idx
+       :num_nodes, :num_cpus, :num_gpus, :workdir, :seq, :job_id, task.idx, :qos
 FROM unnest(:array_tasks::integer[]) WITH ORDINALITY AS task(idx, k)
 WHERE NOT EXISTS (
     SELECT 1 FROM jobs
@@ -134,6 +135,13 @@ RETURNING job_id
 """)
 
 
+# As in the fold: only a pending job's spec changes (a running job keeps its run's limit and partition).
+_UPDATE_JOB = _Statement("""
+UPDATE jobs SET time_limit_s = :time_limit_s, partition = :partition, last_seq = :seq
+WHERE job_id = :job_id AND last_seq < :seq AND state = 'PENDING'
+""")
+
+
 async def lock_position(conn: Connection, consumer: str) -> int:
     """The consumer's position (0 if new), locked until the transaction ends."""
     await conn.execute(
@@ -183,6 +191,8 @@ async def apply_op(conn: Connection, op: Op) -> None:
         case RequeueJob():
             if await _run(conn, _REQUEUE_JOB, op):
                 await _run(conn, _END_BATCH, op, node=None, state="REQUEUED", exit_code=0, signal=0)
+        case UpdateJob():
+            await _run(conn, _UPDATE_JOB, op)
 
 
 async def _run(conn: Connection, statement: _Statement, op: Op, **extra: Any) -> bool:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import getpass
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from corral.libs.local_cluster import LocalCluster, ensure_resolvable
 
 BIN = Path(sys.executable).parent
 
@@ -55,3 +61,32 @@ class Cli:
                 return row
             time.sleep(0.3)
         raise AssertionError(f"job {job_id} did not reach {states} in {timeout}s (last: {row!r})")
+
+
+@contextmanager
+def own_cluster(root: Path, config: str, nodes: int, gpus_per_node: int) -> Iterator[Cli]:
+    """A local cluster of our own with configuration ``config``, started; a Cli that submits from ``root``."""
+    cluster = LocalCluster(root / "state", getpass.getuser(), nodes=nodes, gpus_per_node=gpus_per_node)
+    cluster.state_dir.mkdir(mode=0o700)
+    cluster.config_path.write_text(config)
+    parsed = cluster.prepare()
+    assert ensure_resolvable([n.name for n in parsed.nodes]) is None
+    cluster.start(ready_timeout=90)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
+    env["CORRAL_STATE_DIR"] = str(cluster.state_dir)
+    try:
+        yield Cli(env=env, workdir=root)
+    finally:
+        cluster.stop()
+
+
+def wait_for_line(path: Path, prefix: str, timeout: float = 30.0) -> str:
+    """The first line of ``path`` that starts with ``prefix``, once it is there."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if line.startswith(prefix):
+                    return line
+        time.sleep(0.2)
+    raise AssertionError(f"no {prefix!r} line in {path} after {timeout}s")

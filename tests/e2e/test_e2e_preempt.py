@@ -3,16 +3,10 @@ grace time) and starts once it is gone; the low-tier job is requeued (or ends PR
 
 from __future__ import annotations
 
-import getpass
-import os
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from e2e_cli import Cli
-
-from corral.libs.local_cluster import LocalCluster, ensure_resolvable
+from e2e_cli import Cli, own_cluster, wait_for_line
 
 pytestmark = pytest.mark.e2e
 
@@ -59,31 +53,8 @@ priority_tier = 2
 @pytest.fixture(scope="module")
 def tiered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
     """A one-node cluster whose partitions of three tiers share the node, with partition_prio preemption."""
-    root = tmp_path_factory.mktemp("preempt")
-    cluster = LocalCluster(root / "state", getpass.getuser(), nodes=1, gpus_per_node=2)
-    cluster.state_dir.mkdir(mode=0o700)
-    cluster.config_path.write_text(CONFIG)
-    config = cluster.prepare()
-    assert ensure_resolvable([n.name for n in config.nodes]) is None
-    cluster.start(ready_timeout=90)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
-    env["CORRAL_STATE_DIR"] = str(cluster.state_dir)
-    try:
-        yield Cli(env=env, workdir=root)
-    finally:
-        cluster.stop()
-
-
-def wait_for_line(path: Path, prefix: str, timeout: float = 30.0) -> str:
-    """The first line of ``path`` that starts with ``prefix``, once it is there."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if line.startswith(prefix):
-                    return line
-        time.sleep(0.2)
-    raise AssertionError(f"no {prefix!r} line in {path} after {timeout}s")
+    with own_cluster(tmp_path_factory.mktemp("preempt"), CONFIG, nodes=1, gpus_per_node=2) as cli:
+        yield cli
 
 
 #: The low-tier job: notes SIGTERM and keeps running in its first run (so it must be SIGKILLed after the

@@ -156,8 +156,12 @@ async def rig(servers: tuple[NatsServer, PostgresServer]) -> AsyncIterator[Rig]:
         await nc.close()
 
 
-def submitted(job: int, user: str = "alice", nodes: int = 1, name: str = "train") -> ev.JobSubmitted:
-    spec = ev.JobSpec(name=name, script="#!/bin/sh\n", workdir="/home/alice", nodes=nodes, gpus_per_node=2)
+def submitted(
+    job: int, user: str = "alice", nodes: int = 1, name: str = "train", qos: str | None = None
+) -> ev.JobSubmitted:
+    spec = ev.JobSpec(
+        name=name, script="#!/bin/sh\n", workdir="/home/alice", nodes=nodes, gpus_per_node=2, qos=qos
+    )
     return ev.JobSubmitted(job_id=ev.JobId(job), user=user, spec=spec)
 
 
@@ -422,11 +426,12 @@ async def test_migrations_apply_once_even_when_run_concurrently(rig: Rig) -> Non
     finally:
         for pool in pools:
             await pool.close()
-    assert sorted(applied) == [[], [], [1, 2]]
+    assert sorted(applied) == [[], [], [1, 2, 3]]
     assert again == []
     assert await rig.sql("SELECT version, name FROM schema_migrations ORDER BY version") == [
         (1, "accounting"),
         (2, "arrays"),
+        (3, "qos"),
     ]
 
 
@@ -490,6 +495,43 @@ async def test_array_tasks_are_rows_of_their_own(rig: Rig) -> None:
     assert isinstance(reply, AcctReply)
     assert [j.job_id for j in reply.jobs] == [12, 15]
     # Replaying onto the finished rows changes nothing.
+    before = await rig.dump()
+    await rig.stop()
+    await rig.execute("UPDATE consumer_positions SET last_seq = 0")
+    await rig.start()
+    await rig.caught_up()
+    assert await rig.dump() == before
+
+
+#: QOS as the submission carries it; scontrol update of pending jobs (limit, partition, and back to the
+#: default partition); an update after the start is ignored, as in the fold.
+UPDATE_SCENARIO: list[ev.Event] = [
+    ev.NodeRegistered(node=ev.NodeName("gpu01"), cpus=32, mem_mb=65536, gpus=8),
+    submitted(20, qos="scavenger"),
+    ev.JobUpdated(job_id=ev.JobId(20), by="root", time_limit_s=300, partition="debug"),
+    submitted(21, qos="high"),
+    ev.JobUpdated(job_id=ev.JobId(21), by="root", time_limit_s=900, partition="debug"),
+    ev.JobUpdated(job_id=ev.JobId(21), by="root", time_limit_s=1200, partition=None, priority=7),
+    allocated(21, 0, ["gpu01"]),
+    ev.JobUpdated(job_id=ev.JobId(21), by="root", time_limit_s=60, partition="debug"),  # running: ignored
+    submitted(22),
+]
+
+
+async def test_qos_and_scontrol_updates_are_projected(rig: Rig) -> None:
+    await rig.append(*UPDATE_SCENARIO)
+    await rig.start()
+    await rig.caught_up()
+    reply = await acct(rig, encode(AcctRequest(job_ids=[20, 21, 22])))
+    assert isinstance(reply, AcctReply)
+    assert [(j.job_id, j.state, j.partition, j.time_limit_s, j.qos) for j in reply.jobs] == [
+        (20, "PENDING", "debug", 300, "scavenger"),
+        (21, "RUNNING", "gpu", 600, "high"),
+        (22, "PENDING", "gpu", None, ""),
+    ]
+    rows = await rig.sql("SELECT job_id, time_limit_s, partition FROM jobs WHERE job_id = 21")
+    assert rows == [(21, 600, "gpu")]
+    # Replaying onto the rows changes nothing.
     before = await rig.dump()
     await rig.stop()
     await rig.execute("UPDATE consumer_positions SET last_seq = 0")

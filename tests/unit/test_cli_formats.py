@@ -249,6 +249,20 @@ def test_sacct_pending_and_running_jobs() -> None:
     ]
 
 
+def test_sacct_qos_and_timelimit_raw() -> None:
+    rows = [
+        acct_job(qos="high", time_limit_s=3601),
+        acct_job(job_id=6, qos="", time_limit_s=None, steps=[]),
+    ]
+    assert sacct_lines(["-P", "-o", "JobID,QOS,TimelimitRaw,Timelimit"], rows) == [
+        "JobID|QOS|TimelimitRaw|Timelimit",
+        "5|high|61|01:00:01",
+        "5.batch|||",
+        "6||UNLIMITED|UNLIMITED",
+    ]
+    assert sacct_lines(["-n", "-X", "-o", "qos%6"], rows[:1]) == ["  high "]
+
+
 def test_sacct_request_defaults_to_the_callers_jobs() -> None:
     now = T0
 

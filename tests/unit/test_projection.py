@@ -18,6 +18,7 @@ from corral.services.accounting.projection import (
     RequestCancel,
     RequeueJob,
     StartRun,
+    UpdateJob,
     batch_state,
     convert,
     plan_batch,
@@ -39,7 +40,11 @@ def log(*bodies: ev.Event) -> list[tuple[int, ev.Envelope]]:
 
 
 def submitted(
-    partition: str | None = None, nodes: int = 1, gpus_per_node: int = 0, array: ev.ArraySpec | None = None
+    partition: str | None = None,
+    nodes: int = 1,
+    gpus_per_node: int = 0,
+    array: ev.ArraySpec | None = None,
+    qos: str | None = None,
 ) -> ev.JobSubmitted:
     spec = ev.JobSpec(
         name="train",
@@ -53,6 +58,7 @@ def submitted(
         gpus_per_node=gpus_per_node,
         time_limit_s=3600,
         array=array,
+        qos=qos,
     )
     return ev.JobSubmitted(job_id=JOB, user="alice", spec=spec)
 
@@ -74,6 +80,7 @@ def insert(
     num_nodes: int = 1,
     num_gpus: int = 0,
     array_tasks: list[int] | None = None,
+    qos: str = "",
 ) -> InsertJob:
     return InsertJob(
         seq=seq,
@@ -89,6 +96,7 @@ def insert(
         num_gpus=num_gpus,
         workdir="/home/alice",
         array_tasks=array_tasks or [],
+        qos=qos,
     )
 
 
@@ -237,6 +245,26 @@ SEQUENCES: list[tuple[str, list[ev.Event], list[Op]]] = [
             insert(array_tasks=[0, 1]),
             msgspec.structs.replace(start(2), job_id=8),
             msgspec.structs.replace(end(3, "COMPLETED"), job_id=8),
+        ],
+    ),
+    (
+        "qos-as-resolved-at-submit",
+        [submitted(qos="scavenger"), submitted(array=parse_array("0-1"), qos="high")],
+        [insert(qos="scavenger"), insert(seq=2, array_tasks=[0, 1], qos="high")],
+    ),
+    (
+        "scontrol-update-of-limit-and-partition",
+        [
+            submitted(),
+            ev.JobUpdated(job_id=JOB, by="root", time_limit_s=600, partition="debug"),
+            ev.JobUpdated(job_id=JOB, by="root", time_limit_s=None, partition=None, priority=5),
+            allocated(),
+        ],
+        [
+            insert(),
+            UpdateJob(seq=2, job_id=JOB, time_limit_s=600, partition="debug"),
+            UpdateJob(seq=3, job_id=JOB, time_limit_s=None, partition="batch"),
+            start(4),
         ],
     ),
     (
