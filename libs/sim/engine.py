@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from corral.libs.config import ClusterConfig
 from corral.libs.core.eligibility import needs_check
@@ -169,7 +169,8 @@ class _Run:
             key = (self.policy.partition_of(job), request_of(job))
             if key not in known:
                 members = [f for f in free.values() if key[0] in f.partitions]
-                known[key] = fits_idle(members, key[1], self.policy.blocks)
+                # --switches always lapses (max_switch_wait): only the rest must fit, as at submit.
+                known[key] = fits_idle(members, replace(key[1], switches=None), self.policy.blocks)
             if not known[key]:
                 raise SimError(
                     f"job {sim_job.id} ({spec.nodes} nodes, {spec.gpus_per_node} GPUs each) "
