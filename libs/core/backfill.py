@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+
+import msgspec
 
 from corral.libs.core.placement import Free, Request, eligible, need, node_fits, take
 from corral.libs.core.topology import Blocks, Topology, choose
@@ -195,7 +197,7 @@ class Planner:
         cpus, gpus = self.totals(partition)
         if req.nodes * req.cpus > cpus or req.nodes * req.gpus > gpus:
             return None  # not even the partition's whole free capacity is enough: skip the node scan
-        shape = (partition, replace(req, nodes=0))
+        shape = (partition, msgspec.structs.replace(req, nodes=0))
         if self._fitting.get(shape, req.nodes) < req.nodes:
             return None
         end = self.now + limit

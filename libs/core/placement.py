@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+import msgspec
+
 from corral.libs.core.state import Job, Node
 from corral.schemas.events import JobSpec, NodeAllocation
 
@@ -69,9 +71,8 @@ def free_capacity(nodes: dict[str, Node]) -> dict[str, Free]:
     return out
 
 
-@dataclass(frozen=True)
-class Request:
-    """What one node of a job needs."""
+class Request(msgspec.Struct, frozen=True):
+    """What one node of a job needs (a struct, not a dataclass: one is built per pending job and cycle)."""
 
     nodes: int  # number of nodes
     gpus: int  # GPUs per node

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+import msgspec
+
 from corral.libs.core.limits import qos_name, qos_of
 from corral.libs.core.placement import Free, Request, eligible, give_back, node_fits, pick
 from corral.libs.core.state import Job, State
@@ -269,7 +271,7 @@ def _choose(
     if not ranked or _fits(nodes, req, ()) or not _fits(nodes, req, ranked):
         return []
     rank = {v.job_id: i for i, v in enumerate(ranked)}
-    one_node = dataclasses.replace(req, nodes=1, nodelist=())
+    one_node = msgspec.structs.replace(req, nodes=1, nodelist=())
     costs: dict[str, tuple[int, int, int, tuple[int, ...]]] = {}
     victims_of: dict[str, list[Job]] = {}
     by_node: dict[str, list[Job]] = {}

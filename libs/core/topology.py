@@ -26,8 +26,10 @@ possible number of blocks; the best-fit last step keeps that number.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TypeVar
+
+import msgspec
 
 from corral.libs.core.placement import Free, Request, node_fits, pick
 from corral.libs.core.state import Job
@@ -80,7 +82,7 @@ def switch_deadline(job: Job, max_wait_s: int) -> float | None:
 def in_force(req: Request, job: Job, now: float, max_wait_s: int) -> Request:
     """The request with its ``--switches`` dropped once the job has waited long enough for it."""
     deadline = switch_deadline(job, max_wait_s)
-    return replace(req, switches=None) if deadline is not None and now >= deadline else req
+    return msgspec.structs.replace(req, switches=None) if deadline is not None and now >= deadline else req
 
 
 def block_of(blocks: Blocks, node: str) -> tuple[bool, str]:

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+import msgspec
 
 from corral.libs.config import ClusterConfig
 from corral.libs.core.eligibility import needs_check
@@ -170,7 +172,9 @@ class _Run:
             if key not in known:
                 members = [f for f in free.values() if key[0] in f.partitions]
                 # --switches always lapses (max_switch_wait): only the rest must fit, as at submit.
-                known[key] = fits_idle(members, replace(key[1], switches=None), self.policy.blocks)
+                known[key] = fits_idle(
+                    members, msgspec.structs.replace(key[1], switches=None), self.policy.blocks
+                )
             if not known[key]:
                 raise SimError(
                     f"job {sim_job.id} ({spec.nodes} nodes, {spec.gpus_per_node} GPUs each) "

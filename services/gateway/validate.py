@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+
+import msgspec
 
 from corral.libs.config import ClusterConfig
 from corral.libs.core.placement import Free, has_features, node_fits, request_of_spec
@@ -152,7 +153,7 @@ def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
     ]
     # --switches may be dropped after its wait, so only --segment can keep a job from ever running.
     blocks = config.block_map()
-    if fits_idle(idle, replace(req, switches=None), blocks):
+    if fits_idle(idle, msgspec.structs.replace(req, switches=None), blocks):
         return
     # Name the first field that rules nodes out, then the first dimension no node can satisfy.
     member_names = {n.name for n in all_members}
@@ -204,7 +205,7 @@ def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
             "(Requested node configuration is not available)",
             field="nodelist",
         )
-    if req.segment > 1 and fits_idle(idle, replace(req, switches=None, segment=1), blocks):
+    if req.segment > 1 and fits_idle(idle, msgspec.structs.replace(req, switches=None, segment=1), blocks):
         sizes = block_sizes(idle, req, blocks)
         raise InvalidInput(
             f"job can never run: --segment={req.segment} puts each {req.segment} nodes in one block; the "
