@@ -29,7 +29,8 @@ comes from one, with the backfill mode and window the caller gives; else the def
 priority, no limits) on the cluster's partitions. As the gateway does at submit, a job without an
 account is charged to the first configured account that lists its user (else its user's own account).
 
-A job that can never fit its partition (even on an idle cluster) is a ``SimError`` before the run
+A job that can never fit its partition (even on an idle cluster, once a ``--switches`` wait lapsed) is a
+``SimError`` before the run
 starts; so is a schedule that stops with jobs still pending.
 """
 
@@ -49,7 +50,7 @@ from corral.libs.core.fold import apply
 from corral.libs.core.placement import Request, free_capacity, request_of
 from corral.libs.core.plan import Backfill, PartitionPolicy, Policy, plan
 from corral.libs.core.state import Job, State, UsagePolicy
-from corral.libs.core.topology import fits_idle
+from corral.libs.core.topology import fits_idle, in_force
 from corral.libs.policy import policy_of, usage_policy_of
 from corral.libs.sim.workload import SimJob
 from corral.schemas import events as ev
@@ -185,10 +186,12 @@ class _Run:
         """Refuse a job that could not run even on the idle cluster (it would block its queue forever)."""
         free = free_capacity(self.state.nodes)
         known: dict[tuple[str, Request], bool] = {}
+        wait = self.policy.max_switch_wait_s
         for sim_job in self.jobs:
             spec = self.spec_of(sim_job)
             job = Job(job_id=sim_job.id, user=sim_job.user, spec=spec, submit_time=sim_job.submit)
-            key = (self.policy.partition_of(job), request_of(job))
+            # A --switches count lapses after its wait (the core then places the job without it).
+            key = (self.policy.partition_of(job), in_force(request_of(job), job, math.inf, wait))
             if key not in known:
                 members = [f for f in free.values() if key[0] in f.partitions]
                 known[key] = fits_idle(members, key[1], self.policy.blocks)

@@ -247,3 +247,11 @@ def test_bad_overrides_are_one_line_errors(
     assert sim_main([str(trace), *[a.format(conf=conf) for a in args]]) == 1
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_a_switches_count_no_block_can_meet_lapses_after_its_wait() -> None:
+    # Two units, each a block of its own: --switches=1 for 2 nodes cannot be met; after its 3 s wait the
+    # core places the job without it, and the engine plans again then (nothing else happens at 13).
+    spec = ev.JobSpec(name="s", script="", workdir="/", nodes=2, ntasks=2, switches=1, switches_wait_s=3)
+    [record] = simulate([SimJob(1, 10, 5, 100, 2, spec=spec)], unit_cluster(2), "easy").records
+    assert (record.start, record.end, record.nodes) == (13, 18, ("u0001", "u0002"))
