@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -565,8 +566,11 @@ def _blocks(raw: Any, nodes: list[NodeConfig]) -> tuple[BlockConfig, ...]:
     return tuple(out)
 
 
-def parse_config(text: str, source: str = "<string>") -> ClusterConfig:
-    """Parse and validate a cluster configuration."""
+def parse_config(
+    text: str, source: str = "<string>", scheduler: Mapping[str, Any] | None = None
+) -> ClusterConfig:
+    """Parse and validate a cluster configuration; ``scheduler`` keys replace the file's ``[scheduler]``
+    ones before validation (``corral sim --set``)."""
     # QOS parsing lives in its own module, which builds on this one's helpers.
     from corral.libs.qos_config import check_qos_references, parse_qos
 
@@ -575,6 +579,8 @@ def parse_config(text: str, source: str = "<string>") -> ClusterConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
     _table(doc, "")
+    if scheduler:
+        doc["scheduler"] = {**_table(doc.get("scheduler", {}), "scheduler"), **scheduler}
     cluster = _table(doc.get("cluster", {}), "cluster")
     name = cluster.get("name", "corral")
     if not isinstance(name, str) or not valid_token(name):
@@ -602,13 +608,13 @@ def parse_config(text: str, source: str = "<string>") -> ClusterConfig:
     return config
 
 
-def load_config(path: Path) -> ClusterConfig:
-    """Read and validate the cluster configuration file."""
+def load_config(path: Path, scheduler: Mapping[str, Any] | None = None) -> ClusterConfig:
+    """Read and validate the cluster configuration file (``scheduler``: as for ``parse_config``)."""
     try:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read cluster config {path}: {exc.strerror}") from None
-    return parse_config(text, source=str(path))
+    return parse_config(text, source=str(path), scheduler=scheduler)
 
 
 def local_config_text(name: str, nodes: list[str], gpus_per_node: int, cpus: int, mem_mb: int) -> str:

@@ -4,12 +4,17 @@ It drives ``state.apply`` and ``plan.plan`` exactly as the scheduler service doe
 clock instead of NATS:
 
 1. build the cluster: one ``NodeRegistered`` per node, at the first submit time;
-2. take the next distinct event time ``now`` (the earliest run end or submit still to come);
+2. take the next distinct event time ``now``: the earliest run end or submit still to come, or the
+   last plan's ``wake_at`` (a begin time, a ``--switches`` wait that lapses, a reservation that starts)
+   if that comes first;
 3. apply the facts due then: ``RunExited(exit_code=0)`` from the batch node of each run ending now
    (by job id), then ``JobSubmitted`` for each job submitted now (by submit order, then id);
 4. cycle: ``plan(state, now, policy)``, apply its decisions as envelopes stamped ``now``, and again
    while the last cycle's decisions could let the next one decide more; each ``JobAllocated`` schedules
-   its run's end at ``now + min(run time, time limit)`` (a run cut by its limit exits as timed out).
+   its run's end at ``now + min(run time, time limit)`` (a run cut by its limit exits as timed out);
+   each ``JobPreempted`` (preemption on in the policy) ends its victim's run at ``now + grace`` if
+   that comes before its own end: the core then requeues the victim (it runs again, whole, when it is
+   placed again: its record is its last run) or ends it PREEMPTED;
    A cycle frees the resources of the runs it concludes before it places jobs, so after a cycle that
    only allocated and concluded, another could only decide more if an ended job releases a dependent
    (dependencies, singleton): without such jobs in the workload that second cycle is skipped;
@@ -18,13 +23,22 @@ clock instead of NATS:
 Why runs end through the log: the core concludes a run (``JobCompleted``) only after its node
 reports the exit, as in production, so the simulated schedule is the one the service would make.
 
-A job that can never fit its partition (even on an idle cluster) is a ``SimError`` before the run
+The policy is the configuration's whole policy (``libs/policy.py``: priority weights, fair share and
+its usage billing, partition tiers, QOS and association limits, blocks, preemption) when the cluster
+comes from one, with the backfill mode and window the caller gives; else the default policy (FIFO
+priority, no limits) on the cluster's partitions. As the gateway does at submit, a job without an
+account is charged to the first configured account that lists its user (else its user's own account).
+
+A job that can never fit its partition (even on an idle cluster, once a ``--switches`` wait lapsed) is a
+``SimError`` before the run
 starts; so is a schedule that stops with jobs still pending.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,8 +49,9 @@ from corral.libs.core.eligibility import needs_check
 from corral.libs.core.fold import apply
 from corral.libs.core.placement import Request, free_capacity, request_of
 from corral.libs.core.plan import Backfill, PartitionPolicy, Policy, plan
-from corral.libs.core.state import Job, State
-from corral.libs.core.topology import fits_idle
+from corral.libs.core.state import Job, State, UsagePolicy
+from corral.libs.core.topology import fits_idle, in_force
+from corral.libs.policy import policy_of, usage_policy_of
 from corral.libs.sim.workload import SimJob
 from corral.schemas import events as ev
 from corral.schemas.codec import envelope
@@ -59,6 +74,8 @@ class SimCluster:
     partitions: tuple[PartitionPolicy, ...]  # the planner's partitions
     capacity: int  # total schedulable units (GPUs, or nodes for a GPU-less cluster)
     blocks: tuple[tuple[str, str], ...] = ()  # topology: (node, block) pairs from [[blocks]]
+    policy: Policy | None = None  # the configuration's whole policy (None: the default on ``partitions``)
+    usage: UsagePolicy | None = None  # how the fold bills usage for fair share (None: the default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +113,8 @@ def unit_cluster(units: int) -> SimCluster:
 
 
 def config_cluster(config: ClusterConfig) -> SimCluster:
-    """The nodes and partitions of a cluster configuration; capacity in GPUs (nodes if none)."""
+    """The nodes, partitions and whole scheduling policy of a cluster configuration (the scheduler
+    service's, ``libs/policy.py``); capacity in GPUs (nodes if none)."""
     nodes = tuple(
         ev.NodeRegistered(
             node=n.name,
@@ -109,12 +127,10 @@ def config_cluster(config: ClusterConfig) -> SimCluster:
         )
         for n in config.nodes
     )
-    default = config.default_partition
-    parts = tuple(
-        PartitionPolicy(p.name, p is default, p.max_time_s, p.default_time_s) for p in config.partitions
-    )
+    policy = policy_of(config)
     gpus = sum(n.gpus for n in config.nodes)
-    return SimCluster(nodes, parts, gpus or len(nodes), tuple(config.block_map().items()))
+    blocks = tuple(policy.blocks.items())
+    return SimCluster(nodes, policy.partitions, gpus or len(nodes), blocks, policy, usage_policy_of(config))
 
 
 def job_spec(job: SimJob) -> ev.JobSpec:
@@ -142,10 +158,15 @@ class _Run:
     def __init__(self, jobs: Sequence[SimJob], cluster: SimCluster, policy: Policy) -> None:
         self.jobs = sorted(jobs, key=lambda j: (j.submit, j.id))
         self.policy = policy
-        self.state = State()
+        self.state = State() if cluster.usage is None else State(usage_policy=cluster.usage)
         self.seq = 0
         self.cycles = 0
-        self.ends: list[tuple[float, int]] = []  # heap of (run end, job id)
+        self.ends: list[tuple[float, int, int]] = []  # heap of (run end, job id, attempt)
+        self.wake: float | None = None  # the last plan's wake_at, if still to come
+        # The gateway's default account: the first account listing the user (else the user's own).
+        self.accounts: dict[str, str] = {}
+        for assoc in policy.associations:
+            self.accounts.setdefault(assoc.user, assoc.account)
         self.by_id = {j.id: j for j in self.jobs}
         self.starts: dict[int, tuple[float, tuple[str, ...]]] = {}  # job id -> (start, nodes)
         self.records: dict[int, JobRecord] = {}
@@ -165,10 +186,12 @@ class _Run:
         """Refuse a job that could not run even on the idle cluster (it would block its queue forever)."""
         free = free_capacity(self.state.nodes)
         known: dict[tuple[str, Request], bool] = {}
+        wait = self.policy.max_switch_wait_s
         for sim_job in self.jobs:
-            spec = job_spec(sim_job)
+            spec = self.spec_of(sim_job)
             job = Job(job_id=sim_job.id, user=sim_job.user, spec=spec, submit_time=sim_job.submit)
-            key = (self.policy.partition_of(job), request_of(job))
+            # A --switches count lapses after its wait (the core then places the job without it).
+            key = (self.policy.partition_of(job), in_force(request_of(job), job, math.inf, wait))
             if key not in known:
                 members = [f for f in free.values() if key[0] in f.partitions]
                 # --switches always lapses (max_switch_wait): only the rest must fit, as at submit.
@@ -181,30 +204,42 @@ class _Run:
                     f"can never run in partition {key[0]!r} of this cluster"
                 )
 
+    def spec_of(self, sim_job: SimJob) -> ev.JobSpec:
+        """The job's submission as the gateway records it (its default account resolved)."""
+        spec = job_spec(sim_job)
+        if self.accounts and spec.account is None and sim_job.user in self.accounts:
+            return msgspec.structs.replace(spec, account=self.accounts[sim_job.user])
+        return spec
+
     def run(self) -> None:
         """Steps 2-5 of the module docstring."""
         arrivals, i, n = self.jobs, 0, len(self.jobs)
         ends = self.ends
-        while i < n or ends:
-            now = float(arrivals[i].submit) if i < n else ends[0][0]
+        while i < n or ends or self.wake is not None:
+            now = float(arrivals[i].submit) if i < n else math.inf
             if ends and ends[0][0] < now:
                 now = ends[0][0]
+            if self.wake is not None and self.wake < now:
+                now = self.wake
             while ends and ends[0][0] == now:
-                _, job_id = heapq.heappop(ends)
-                self.exit(job_id, now)
+                _, job_id, attempt = heapq.heappop(ends)
+                self.exit(job_id, attempt, now)
             while i < n and arrivals[i].submit == now:
                 job = arrivals[i]
-                self.put(ev.JobSubmitted(job_id=job.id, user=job.user, spec=job_spec(job)), now)
+                self.put(ev.JobSubmitted(job_id=job.id, user=job.user, spec=self.spec_of(job)), now)
                 i += 1
             self.cycle(now)
         if self.state.active:
             stuck = list(self.state.active)[:5]
             raise SimError(f"the schedule stopped with {len(self.state.active)} jobs pending, e.g. {stuck}")
 
-    def exit(self, job_id: int, now: float) -> None:
-        """The batch node reports the end of a run."""
+    def exit(self, job_id: int, attempt: int, now: float) -> None:
+        """The batch node reports the end of a run (unless that run already ended: preempted earlier)."""
         job = self.state.jobs[job_id]
-        timed_out = self.by_id[job_id].run_time > now - (job.start_time or 0.0)
+        if job.restart_count != attempt or job.state != "RUNNING" or job.run_exit is not None:
+            return
+        # A preempted run is killed, not timed out, even if it had more to do.
+        timed_out = job.preempting is None and self.by_id[job_id].run_time > now - (job.start_time or 0.0)
         node = job.allocations[0].node
         body = ev.RunExited(
             job_id=job_id, attempt=job.restart_count, node=node, exit_code=0, timed_out=timed_out
@@ -216,7 +251,10 @@ class _Run:
         state, policy = self.state, self.policy
         while True:
             self.cycles += 1
-            decisions = plan(state, now, policy).decisions
+            outcome = plan(state, now, policy)
+            wake = outcome.wake_at
+            self.wake = wake if wake is not None and wake > now else None
+            decisions = outcome.decisions
             if not decisions:
                 return
             progressed = again = False
@@ -229,6 +267,12 @@ class _Run:
                 job = state.jobs[decision.job_id]
                 before = job.state
                 self.put(decision, now)
+                if isinstance(decision, ev.JobPreempted):
+                    # The victim stays RUNNING: its run ends after the grace (the preemptor waits for it).
+                    if job.preempting is not None and job.preempting.at == now:
+                        self.preempted(job, now)
+                        progressed = True
+                    continue
                 progressed = progressed or job.state != before
                 if isinstance(decision, ev.JobAllocated):
                     self.started(job, now)
@@ -251,7 +295,17 @@ class _Run:
         if job.time_limit_s is not None:
             run = min(run, job.time_limit_s)
         self.starts[job.job_id] = (now, tuple(a.node for a in job.allocations))
-        heapq.heappush(self.ends, (now + run, job.job_id))
+        heapq.heappush(self.ends, (now + run, job.job_id, job.restart_count))
+
+    def preempted(self, job: Job, now: float) -> None:
+        """A run is being preempted: it exits at the end of its grace, unless it ends before on its own."""
+        assert job.preempting is not None and job.start_time is not None
+        run = self.by_id[job.job_id].run_time
+        if job.time_limit_s is not None:
+            run = min(run, job.time_limit_s)
+        kill = now + job.preempting.grace_s
+        if kill < job.start_time + run:
+            heapq.heappush(self.ends, (kill, job.job_id, job.restart_count))
 
     def ended(self, job: Job, now: float) -> None:
         """A job reached a terminal state: record it."""
@@ -267,16 +321,20 @@ def simulate(
 ) -> SimResult:
     """Replay ``jobs`` on ``cluster`` with the core's planner; SimError if it cannot be done.
 
-    ``window_s`` bounds how far ahead reservations are planned (Slurm's bf_window); None, the
+    The policy is the cluster's (its configuration's, if any) with this ``backfill`` mode and
+    ``window_s``, which bounds how far ahead reservations are planned (Slurm's bf_window); None, the
     default, plans without bound, as the textbook EASY and conservative algorithms do.
     """
-    policy = Policy(
-        partitions=cluster.partitions,
-        cluster="sim",
-        backfill=backfill,
-        backfill_window_s=window_s,
-        blocks=dict(cluster.blocks),
-    )
+    if cluster.policy is not None:
+        policy = dataclasses.replace(cluster.policy, backfill=backfill, backfill_window_s=window_s)
+    else:
+        policy = Policy(
+            partitions=cluster.partitions,
+            cluster="sim",
+            backfill=backfill,
+            backfill_window_s=window_s,
+            blocks=dict(cluster.blocks),
+        )
     run = _Run(jobs, cluster, policy)
     run.check_fits()
     run.run()

@@ -11,10 +11,13 @@ job's last run is where the fold left it. From the final state:
   run time = end of its last run (its conclusion: ``JobCompleted``/``JobFailed``/``JobCancelled``)
   minus that run's start (``JobAllocated``), i.e. how long it really held its nodes;
 - the spec keeps every resource request (nodes, tasks, CPUs, memory, GPUs and type, partition, time
-  limit, ``-w``/``-x``/``-C``/``--exclusive``) but not the workflow: array (each task is a job of its
-  own, so ``%P`` throttles are not replayed), dependencies, ``-H`` holds, begin times and advance
-  reservations (``--reservation``) are dropped, since their real release times and windows are not
-  requests a replay can honour;
+  limit, ``-w``/``-x``/``-C``/``--exclusive``, account, QOS, nice) and its begin time (``--begin``: an
+  absolute time in the log's clock, which the simulator honours by planning again at the plan's
+  ``wake_at``), but not the rest of the workflow: array (each task is a job of its own, so ``%P``
+  throttles are not replayed), dependencies, ``-H`` holds and advance reservations (``--reservation``)
+  are dropped, since their real release times and windows are not requests a replay can honour (a
+  dependency may name a job that is not replayed; a hold's release is an operator's act; the
+  reservations themselves are not replayed);
 - jobs that never ran (cancelled or failed while pending) and jobs still pending or running when the
   log was exported are **skipped** (counted in ``LogWorkload.skipped``): they held nothing, or their
   run time is not known, and simulating them with their time limit would invent load;
@@ -94,10 +97,8 @@ def _units(job: Job) -> int:
 
 
 def _replayed_spec(spec: ev.JobSpec) -> ev.JobSpec:
-    """The resource request of a spec, without the workflow the replay cannot honour."""
-    return msgspec.structs.replace(
-        spec, array=None, dependencies=None, held=False, begin_time=None, reservation=None
-    )
+    """The resource request and begin time of a spec, without the workflow the replay cannot honour."""
+    return msgspec.structs.replace(spec, array=None, dependencies=None, held=False, reservation=None)
 
 
 def log_workload(entries: list[tuple[int, ev.Envelope]]) -> LogWorkload:

@@ -37,6 +37,7 @@ from corral.libs.core import plan as planner
 from corral.libs.core.fold import apply
 from corral.libs.core.state import State
 from corral.libs.errors import AppendConflict, TransientError
+from corral.libs.policy import policy_of, usage_policy_of
 from corral.libs.service import Context
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
@@ -58,8 +59,8 @@ class Scheduler:
         self.snapshot_seq = 0  # last_seq of the newest snapshot this process knows of
         self.bus = bus
         self.config = config
-        self.policy = views.policy_of(config)
-        self.state = State(usage_policy=views.usage_policy_of(config))
+        self.policy = policy_of(config)
+        self.state = State(usage_policy=usage_policy_of(config))
         self.epoch = epoch
         self.outlook = planner.Plan()  # the latest cycle's reasons, priorities and planned starts
         self.inflight = 0  # highest sequence of a decision we appended

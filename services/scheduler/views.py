@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 from corral.libs.config import ClusterConfig
 from corral.libs.core.eligibility import dependency_text
-from corral.libs.core.fair_share import Account, TresWeights, UserAssoc
 from corral.libs.core.limits import qos_name
-from corral.libs.core.plan import Backfill, FairShareAlgorithm, PartitionPolicy, Plan, Policy
-from corral.libs.core.preempt import PartitionPreemptMode, PreemptPolicy, PreemptType
-from corral.libs.core.priority import PriorityWeights
+from corral.libs.core.plan import Plan, Policy
 from corral.libs.core.reservations import live
-from corral.libs.core.state import Job, Node, State, UsagePolicy, array_throttle
+from corral.libs.core.state import Job, Node, State, array_throttle
 from corral.libs.core.topology import switch_wait_s
+
+# The policy is built in a lib the simulator shares; re-exported for the service's callers.
+from corral.libs.policy import policy_of as policy_of
+from corral.libs.policy import usage_policy_of as usage_policy_of
 from corral.libs.slurm import hostlist
 from corral.schemas import api
-from corral.schemas.events import PreemptMode
 
 #: How long an ended job stays visible to squeue (Slurm's MinJobAge).
 MIN_JOB_AGE_S = 300.0
@@ -205,57 +203,3 @@ def nodes_reply(
         if not req.partitions or p.name in req.partitions
     ]
     return api.NodesReply(nodes=sorted(nodes, key=lambda n: n.name), partitions=partitions)
-
-
-def usage_policy_of(config: ClusterConfig) -> UsagePolicy:
-    """How the fold bills runs, from the configuration."""
-    sched = config.scheduler
-    return UsagePolicy(
-        half_life_s=float(sched.half_life_s),
-        weights=TresWeights(cpu=sched.billing_cpu, gpu=sched.billing_gpu, mem_per_gb=sched.billing_mem_gb),
-    )
-
-
-def policy_of(config: ClusterConfig) -> Policy:
-    """The planner's policy from the cluster configuration."""
-    sched = config.scheduler
-    return Policy(
-        partitions=tuple(
-            PartitionPolicy(
-                p.name,
-                p is config.default_partition,
-                p.max_time_s,
-                p.default_time_s,
-                p.priority_tier,
-                cast(PartitionPreemptMode | None, p.preempt_mode),
-                p.grace_time_s,
-                qos=p.qos,
-            )
-            for p in config.partitions
-        ),
-        cluster=config.name,
-        backfill=cast(Backfill, sched.backfill),
-        backfill_window_s=sched.backfill_window_s,
-        accounts=tuple(Account(a.name, a.parent, a.shares) for a in config.accounts),
-        associations=tuple(UserAssoc(u, a.name) for a in config.accounts for u in a.users),
-        fairshare=cast(FairShareAlgorithm, sched.fairshare),
-        weights=PriorityWeights(
-            age=sched.weight_age,
-            fairshare=sched.weight_fairshare,
-            job_size=sched.weight_job_size,
-            partition=sched.weight_partition,
-            max_age_s=float(sched.max_age_s),
-            favor_small=sched.favor_small,
-            qos=sched.weight_qos,
-        ),
-        preempt=PreemptPolicy(
-            preempt_type=cast(PreemptType, sched.preempt_type),
-            preempt_mode=cast(PreemptMode, sched.preempt_mode),
-            grace_time_s=sched.preempt_grace_time_s,
-        ),
-        qos=config.qos,
-        default_qos=sched.default_qos,
-        account_limits=tuple(a.limits for a in config.accounts if a.limits is not None),
-        blocks=config.block_map(),
-        max_switch_wait_s=sched.max_switch_wait_s,
-    )
