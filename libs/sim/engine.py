@@ -194,10 +194,7 @@ class _Run:
             key = (self.policy.partition_of(job), in_force(request_of(job), job, math.inf, wait))
             if key not in known:
                 members = [f for f in free.values() if key[0] in f.partitions]
-                # --switches always lapses (max_switch_wait): only the rest must fit, as at submit.
-                known[key] = fits_idle(
-                    members, msgspec.structs.replace(key[1], switches=None), self.policy.blocks
-                )
+                known[key] = fits_idle(members, key[1], self.policy.blocks)
             if not known[key]:
                 raise SimError(
                     f"job {sim_job.id} ({spec.nodes} nodes, {spec.gpus_per_node} GPUs each) "
