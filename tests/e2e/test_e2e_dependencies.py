@@ -42,7 +42,8 @@ def test_afternotok_on_a_successful_job_is_never_satisfied(cli: Cli, wait_for: W
     waiting = cli.sbatch("#!/bin/sh\ntrue\n", f"--dependency=afternotok:{ok}")
     assert cli.wait_state(ok, ("COMPLETED", "FAILED")) == "COMPLETED|0:0"
     wait_for(lambda: reason(cli, waiting) == "DependencyNeverSatisfied", 15.0)
-    assert cli.sacct(waiting) == "PENDING|0:0"  # it stays pending, as in Slurm
+    # It stays pending, as in Slurm (accounting follows the log a moment later: wait for it).
+    wait_for(lambda: cli.sacct(waiting) == "PENDING|0:0", 15.0)
     assert cli("scancel", str(waiting)).returncode == 0
     cli.wait_state(waiting, ("CANCELLED",))
 
@@ -51,7 +52,7 @@ def test_a_held_job_runs_once_released(cli: Cli, wait_for: Waiter) -> None:
     job = cli.sbatch("#!/bin/sh\necho released\n", "-H")
     wait_for(lambda: reason(cli, job) == "JobHeldUser", 15.0)
     time.sleep(1.0)
-    assert cli.sacct(job) == "PENDING|0:0"
+    wait_for(lambda: cli.sacct(job) == "PENDING|0:0", 15.0)  # still pending (once accounting has it)
     out = cli("scontrol", "release", str(job))
     assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
     assert cli.wait_state(job, ("COMPLETED", "FAILED")) == "COMPLETED|0:0"
