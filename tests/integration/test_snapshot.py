@@ -82,11 +82,15 @@ async def test_a_corrupt_or_foreign_snapshot_falls_back_to_a_full_replay(bus: Bu
     assert used == 0 and state == await full_replay(bus)
     loaded, why = await snapshot.load(bus)
     assert loaded is None and "does not decode" in why
+    # Compressed, but not a snapshot inside.
+    await store.put(snapshot.NAME, snapshot.compress(b"\x93not a snapshot"))
+    loaded, why = await snapshot.load(bus)
+    assert loaded is None and "does not decode" in why
 
     # A well-formed snapshot whose anchor entry is not in this log (another cluster's, or a reset log).
     replayed = Scheduler(bus, parse_config(CONFIG))
     await replayed.rebuild(use_snapshot=False)
     foreign = snapshot.Snapshot(format=snapshot.FORMAT, event_id="not-this-log", state=replayed.state)
-    await store.put(snapshot.NAME, snapshot._encoder.encode(foreign))
+    await store.put(snapshot.NAME, snapshot.compress(snapshot._encoder.encode(foreign)))
     loaded, why = await snapshot.load(bus)
     assert loaded is None and "another log" in why
