@@ -1,11 +1,11 @@
 """Snapshots of the scheduler's state, so a restart replays only the tail of the log.
 
-A snapshot is the state (MessagePack, zlib-compressed at level 1: ~6x smaller, so a 1M-job snapshot reads in a
-fraction of the time; it carries the sequence of the last entry it applied) plus the event id of that entry, in the JetStream object store ``corral_snapshots`` under a versioned name. On start,
-a snapshot is used only if it decodes and the log still holds an entry with that sequence and event
-id (the log was not reset or replaced); otherwise the whole log is replayed. A snapshot can only
-ever make a start faster, never different: replaying the tail from it gives the state the full
-replay gives (tests check both).
+A snapshot is the state (MessagePack, zlib-compressed at level 1: about 6x smaller to store and read; the
+state carries the sequence of the last entry it applied) plus the event id of that entry, in the JetStream
+object store ``corral_snapshots`` under a versioned name. On start, a snapshot is used only if it decodes
+and the log still holds an entry with that sequence and event id (the log was not reset or replaced);
+otherwise the whole log is replayed. A snapshot can only ever make a start faster, never different:
+replaying the tail from it gives the state the full replay gives (tests check both).
 """
 
 from __future__ import annotations
