@@ -96,6 +96,7 @@ class SchedulerConfig:
 
     backfill: str = "easy"  # fifo | easy | conservative
     backfill_window_s: int | None = 86400  # bf_window: how far ahead reservations are planned
+    backfill_resolution_s: int = 60  # bf_resolution: run ends are planned on a grid of this many seconds
     weight_age: int = 0  # PriorityWeightAge
     weight_job_size: int = 0  # PriorityWeightJobSize
     weight_partition: int = 0  # PriorityWeightPartition
@@ -218,6 +219,7 @@ _KEYS = {
     "scheduler": {
         "backfill",
         "backfill_window",
+        "backfill_resolution",
         "priority_weight_age",
         "priority_weight_job_size",
         "priority_weight_partition",
@@ -409,6 +411,11 @@ def _scheduler(raw: Any) -> SchedulerConfig:
     if backfill not in ("fifo", "easy", "conservative"):
         raise ConfigError(f"scheduler.backfill: {backfill!r} is not one of fifo, easy, conservative")
     window = _limit(table.get("backfill_window", "1-00:00:00"), "scheduler.backfill_window")
+    resolution = _optional(table, "backfill_resolution", where, int, 60)
+    if not 0 <= resolution <= 3600:
+        raise ConfigError(
+            f"scheduler.backfill_resolution: must be 0 (exact) to 3600 seconds, got {resolution}"
+        )
     weights = {
         key: _optional(table, key, where, int, 0)
         for key in ("priority_weight_age", "priority_weight_job_size", "priority_weight_partition")
@@ -420,6 +427,7 @@ def _scheduler(raw: Any) -> SchedulerConfig:
     return SchedulerConfig(
         backfill=backfill,
         backfill_window_s=window,
+        backfill_resolution_s=resolution,
         weight_age=weights["priority_weight_age"],
         weight_job_size=weights["priority_weight_job_size"],
         weight_partition=weights["priority_weight_partition"],

@@ -12,6 +12,8 @@ One loop serves FIFO, EASY and conservative backfill; only the reservation depth
 The plan works per node on counts (CPUs, GPUs, memory): a running job or a job started in this
 cycle gives its resources back at ``start + time limit`` (never, if unlimited); a reservation holds
 resources over ``[start, start + limit)``. Exact GPU indices are chosen only when a job starts now.
+With a resolution (Slurm's bf_resolution) every planned duration is rounded up to its grid, so ends fall
+on a few distinct times from ``now``.
 
 Advance reservations (``reservations.py``) are holds too, kept apart in ``NodePlan.resv`` with their name:
 every job sees them except the members of that reservation (``exempt``), which ``start_in`` places on
@@ -151,8 +153,11 @@ class Planner:
     ``start_now`` of the cycle.
     """
 
-    def __init__(self, free: dict[str, Free], now: float, blocks: Blocks | None = None) -> None:
+    def __init__(
+        self, free: dict[str, Free], now: float, blocks: Blocks | None = None, resolution: int = 0
+    ) -> None:
         self.now = now
+        self.resolution = resolution  # bf_resolution: ends are planned on this grid from ``now`` (0: exact)
         self.topology = Topology.of(blocks or {})  # node -> block (``topology.py``)
         self.nodes = {name: NodePlan(f) for name, f in free.items()}
         self._members: dict[str, list[NodePlan]] = {}
@@ -170,10 +175,19 @@ class Planner:
 
     def running(self, allocation: list[NodeAllocation], end: float) -> None:
         """A run that holds ``allocation`` until ``end`` (INF if unlimited)."""
+        when = self.now + self.span(end - self.now) if end > self.now else self.now
         for alloc in allocation:
             node = self.nodes.get(alloc.node)
             if node is not None:
-                node.release(max(end, self.now), alloc)
+                node.release(when, alloc)
+
+    def span(self, seconds: float) -> float:
+        """A duration as the plan counts it: rounded up to the resolution (so that every planned end,
+        ``now`` + a span, falls on one grid and fewer distinct times need checking)."""
+        res = self.resolution
+        if res <= 0 or seconds == INF:
+            return seconds
+        return math.ceil(seconds / res) * res
 
     def members(self, partition: str) -> list[NodePlan]:
         """Nodes of a partition that are up, by name."""

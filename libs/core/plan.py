@@ -86,6 +86,7 @@ class Policy:
     cluster: str = "corral"  # cluster name
     backfill: Backfill = "easy"  # fifo | easy | conservative
     backfill_window_s: int | None = 86400  # how far ahead reservations are planned (Slurm bf_window)
+    backfill_resolution_s: int = 0  # bf_resolution: plan run ends on this grid of seconds (0: exact)
     accounts: tuple[Account, ...] = ()  # the fair-share account tree (empty: every user its own account)
     associations: tuple[UserAssoc, ...] = ()  # users' associations with accounts
     fairshare: FairShareAlgorithm = "fair_tree"  # fair_tree | classic
@@ -338,7 +339,7 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
         if job.state == "RUNNING" and job.run_exit is not None:
             for alloc in job.allocations:
                 give_back(free.get(alloc.node), alloc)
-    planner = Planner(free, now, policy.blocks)
+    planner = Planner(free, now, policy.blocks, policy.backfill_resolution_s)
     for job_id in state.active:
         job = state.jobs[job_id]
         if job.state == "RUNNING" and job.run_exit is None and job.start_time is not None:
@@ -382,7 +383,7 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
             continue
         req = in_force(request_of(job), job, now, policy.max_switch_wait_s)
         limit_s = policy.time_limit(job)
-        limit = INF if limit_s is None else float(limit_s)
+        limit = INF if limit_s is None else planner.span(float(limit_s))
         if job.spec.reservation is not None:
             allocation, why = reservations.start_member(planner, state, job, partition, req, limit, now)
             resv = state.reservations.get(job.spec.reservation)

@@ -136,3 +136,27 @@ def _at(body: ev.Event, when: float) -> ev.Envelope:
     from builders import env
 
     return env(body, at=when)
+
+
+@pytest.mark.parametrize(
+    ("resolution", "expected_started", "reserved_at"),
+    [(0, [], 30.0), (1, [], 30.0), (60, [3], 60.0), (7, [], 35.0)],
+    ids=["exact", "1s", "60s", "7s"],
+)
+def test_the_backfill_resolution_plans_ends_on_a_grid(
+    resolution: int, expected_started: list[int], reserved_at: float
+) -> None:
+    """bf_resolution: run ends are rounded up to the grid from now, so a job ending within one step of a
+    reservation counts as ending with it (Slurm's accuracy-for-speed trade)."""
+    log = Log(*cluster(nodes=1, gpus=8))
+    log.add(submitted(1, job(gpus=4, nodes=1, time_s=30)))
+    log.add(allocated(1, {"gpu01": [0, 1, 2, 3]}, time_s=30), step=0.0)
+    now = log.state.jobs[1].start_time or 0.0
+    log.add(
+        submitted(2, job(gpus=8, nodes=1, time_s=1000)),  # needs the whole node: reserved at job 1's end
+        submitted(3, job(gpus=4, nodes=1, time_s=50)),  # free GPUs now, but ends after job 1 would
+        step=0.0,
+    )
+    out = plan(log.state, now, dataclasses.replace(EASY, backfill_resolution_s=resolution))
+    assert started(out) == expected_started
+    assert out.starts[2] == now + reserved_at
