@@ -161,7 +161,7 @@ class Scheduler:
         async with self.lock:
             if self.inflight > self.state.last_seq:
                 return
-            decided = planner.plan(self.state, time.time(), self.policy, self.epoch)
+            decided = plan_paused(self.state, time.time(), self.policy, self.epoch)
             if decided.wake_at != self.outlook.wake_at:
                 self.rearm.set()
             self.outlook = decided
@@ -269,6 +269,18 @@ class Scheduler:
     async def shares(self, user: str, req: api.SharesRequest) -> api.SharesReply:
         """sshare."""
         return priority_views.shares_reply(self.state, self.policy, req, user, time.time())
+
+
+def plan_paused(state: State, now: float, policy: planner.Policy, epoch: int) -> planner.Plan:
+    """``plan()`` with the cyclic GC paused: a pass over a deep queue allocates (acyclic) objects by the
+    hundred thousand, and each collection they trigger would rescan the whole live heap."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return planner.plan(state, now, policy, epoch)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
