@@ -7,7 +7,7 @@ Everything lives in one state directory, so starting again on the same directory
     <state>/credentials/<user>.json  the local user's credentials (0600), found by the commands
     <state>/credentials/roles/      one credentials file per service role and agent (0600)
     <state>/nats/  <state>/postgres/  the servers' data
-    <state>/agents/<node>/          each agent's run records and job scripts
+    <state>/agents/<node>/          each agent's run records, job scripts and run status files
     <state>/logs/<service>.log      each process's JSON log
 """
 
@@ -217,6 +217,13 @@ class LocalCluster:
         p.proc.kill()
         p.proc.wait()
 
+    def terminate(self, name: str, timeout: float = 15.0) -> None:
+        """Stop a service process cleanly (SIGTERM) and wait for it; an agent leaves its jobs running."""
+        p = self.process(name)
+        assert p.proc is not None
+        p.proc.terminate()
+        p.proc.wait(timeout)
+
     def revive(self, name: str) -> None:
         """Start a killed service process again with the same command line."""
         p = self.process(name)
@@ -227,8 +234,14 @@ class LocalCluster:
         self.kill(name)
         self.revive(name)
 
-    def stop(self) -> None:
-        """Stop agents first (they kill their jobs), then services, then the servers."""
+    def stop(self, kill_jobs: bool = True) -> None:
+        """Stop agents first, then services, then the servers.
+
+        Agents stop without killing their jobs (slurmd's way: a restarted agent re-adopts them). Stopping the
+        whole local cluster kills them too unless ``kill_jobs`` is False: nothing of the cluster should keep
+        running on the machine once ``corral up`` has exited. They are marked killed, so the next start
+        reports them killed and the scheduler requeues them (a ``--no-requeue`` job ends NODE_FAIL).
+        """
         ordered = sorted(self.processes, key=lambda p: 0 if p.name.startswith("agent-") else 1)
         for group in (
             [p for p in ordered if p.name.startswith("agent-")],
@@ -245,11 +258,56 @@ class LocalCluster:
                 except subprocess.TimeoutExpired:
                     p.proc.kill()
                     p.proc.wait()
+            if kill_jobs and group and group[0].name.startswith("agent-"):
+                kill_wait = self.config.kill_wait_s if self.config else 5.0
+                kill_runs(self.state_dir / "agents", kill_wait)
         self.processes.clear()
         if self.postgres is not None:
             self.postgres.stop()
         if self.nats is not None:
             self.nats.stop()
+
+
+def kill_runs(agents_dir: Path, kill_wait: float) -> int:
+    """Kill the runs the node agents under ``agents_dir`` left running; returns how many.
+
+    Each run directory (``<node>/jobs/<job>.<attempt>/``) names its processes in ``pids`` (supervisor pid,
+    its start ticks, script pid = the job's process group) until its ``status`` is written; a ``killed``
+    file written first tells the agent to report the run killed. SIGCONT + SIGTERM to each job's process
+    group, SIGKILL to what is left after KillWait.
+    """
+    groups = []
+    for pids in agents_dir.glob("*/jobs/*/pids"):
+        run_dir = pids.parent
+        if (run_dir / "status").exists():
+            continue
+        try:
+            script_pid = int(pids.read_text().split()[2])
+        except (OSError, ValueError, IndexError):
+            continue
+        (run_dir / "killed").write_text("stopped with the local cluster\n")
+        groups.append(script_pid)
+        for sig in (signal.SIGCONT, signal.SIGTERM):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(script_pid, sig)
+    deadline = time.monotonic() + kill_wait
+    while groups and time.monotonic() < deadline:
+        groups = [g for g in groups if _group_alive(g)]
+        time.sleep(0.1)
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+    return len(groups)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def ensure_resolvable(names: list[str]) -> str | None:

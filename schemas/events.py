@@ -85,6 +85,14 @@ class Constraint(msgspec.Struct, frozen=True, kw_only=True):
     any_of: bool = False  # True: a node needs one of the features (``|``); False: all of them (``&``)
 
 
+class WarnSignal(msgspec.Struct, frozen=True, kw_only=True):
+    """``--signal=[B:]SIG@T``: a warning signal T seconds before the time limit, once per run."""
+
+    signum: int  # the signal's number (10 = SIGUSR1 on Linux)
+    seconds_before: int = 60  # T: seconds before the limit (Slurm's default 60)
+    batch_only: bool = False  # B: only the batch shell gets it; else every process of the job
+
+
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What a user asked for: everything needed to schedule and launch a batch job.
 
@@ -127,6 +135,7 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     switches: int | None = None  # --switches=N: at most N topology blocks; None = any number
     switches_wait_s: int | None = None  # --switches=N@T: wait at most T s for them (None: max_switch_wait)
     segment: int | None = None  # --segment=N: nodes in segments of N, each inside one block; None = no rule
+    warn_signal: WarnSignal | None = None  # --signal: warning signal before the time limit; None = none
 
 
 class JobSubmitted(msgspec.Struct, frozen=True, tag="job_submitted", kw_only=True):
@@ -256,6 +265,7 @@ class NodeRegistered(msgspec.Struct, frozen=True, tag="node_registered", kw_only
     partitions: list[str] = []  # partitions the node belongs to (from the cluster config)
     features: list[str] = []  # node features for --constraint
     boot_id: str = ""  # identifies one agent process lifetime
+    drain_reason: str = ""  # set: the node registers DRAINED (e.g. a GPU count mismatch); "" = usable
 
 
 class NodeDown(msgspec.Struct, frozen=True, tag="node_down", kw_only=True):

@@ -37,6 +37,7 @@ Usage: sbatch [OPTIONS...] [SCRIPT [ARGS...]]   (the script is read from stdin w
       --mem=SIZE              memory per node (500M, 8G)
       --gres=gpu[:TYPE][:N]   GPUs per node          --gpus-per-node=[TYPE:]N
       --requeue, --no-requeue allow or forbid requeueing after a node failure
+      --signal=[B:]SIG[@T]    send SIG T seconds (default 60) before the time limit (B: batch shell only)
   -d, --dependency=LIST       start after other jobs: after|afterok|afternotok|afterany:ID[:ID...],
                               joined by , (all of) or ? (any of); or singleton
   -H, --hold                  submit held (JobHeldUser) until 'scontrol release'

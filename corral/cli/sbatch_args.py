@@ -29,8 +29,9 @@ from corral.libs.slurm.dependency import parse_dependency
 from corral.libs.slurm.gres import parse_gpus_spec, parse_gres
 from corral.libs.slurm.hostlist import expand
 from corral.libs.slurm.memory import parse_memory
+from corral.libs.slurm.signals import parse_signal_option
 from corral.libs.slurm.timefmt import parse_begin_time, parse_time_limit
-from corral.schemas.events import ArraySpec, Dependencies, JobSpec, OpenMode
+from corral.schemas.events import ArraySpec, Dependencies, JobSpec, OpenMode, WarnSignal
 
 #: Largest batch script accepted, in bytes (Slurm's default max_script_size).
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
@@ -83,13 +84,14 @@ OPTIONS = OptionTable(
         Opt("reservation"),
         Opt("switches"),
         Opt("segment"),
+        Opt("signal"),
         flag("help", "h"),
         flag("usage"),
         flag("version", "V"),
         *unsupported(
             "oversubscribe/s licenses/L clusters/M wait/W distribution/m input/i verbose/v quiet/Q "
             "no-kill/k overcommit/O core-spec/S immediate/I extra-node-info/B nodefile/F "
-            "gpus-per-socket mem-per-cpu signal deadline mail-type "
+            "gpus-per-socket mem-per-cpu deadline mail-type "
             "mail-user comment priority time-min kill-on-invalid-dep ntasks-per-socket "
             "ntasks-per-core ntasks-per-gpu sockets-per-node cores-per-socket threads-per-core hint "
             "mincpus tmp gpu-bind gpu-freq cpu-freq get-user-env uid gid propagate profile container "
@@ -274,6 +276,7 @@ def build_submission(
         switches=switches,
         switches_wait_s=switches_wait,
         segment=_segment(options.last("segment"), nodes),
+        warn_signal=_warn_signal(options.last("signal")),
     )
     return Submission(spec=spec, parsable=options.given("parsable"), warnings=tuple(warnings))
 
@@ -379,6 +382,14 @@ def _nice(value: str | None) -> int:
 
 def _time_limit(value: str | None) -> int | None:
     return None if value is None else parse_time_limit(value, "--time")
+
+
+def _warn_signal(value: str | None) -> WarnSignal | None:
+    """``--signal=[{R|B}:]SIG[@T]``: the warning signal before the time limit."""
+    if value is None:
+        return None
+    sig = parse_signal_option(value, "--signal")
+    return WarnSignal(signum=sig.signum, seconds_before=sig.seconds_before, batch_only=sig.batch_only)
 
 
 def _dependencies(value: str | None) -> Dependencies | None:

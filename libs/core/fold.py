@@ -408,11 +408,13 @@ def _node_registered(state: State, seq: int, at: float, body: ev.NodeRegistered)
             gpu_type=body.gpu_type,
             partitions=list(body.partitions),
             features=list(body.features),
+            drain=body.drain_reason,
         )
         return
     node.cpus, node.mem_mb, node.gpus, node.gpu_type = body.cpus, body.mem_mb, body.gpus, body.gpu_type
     node.partitions, node.features = list(body.partitions), list(body.features)
     node.up, node.reason = True, ""
+    node.drain = body.drain_reason
 
 
 def _node_down(state: State, seq: int, at: float, body: ev.NodeDown) -> None:

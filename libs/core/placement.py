@@ -48,11 +48,11 @@ class Free:
 
 
 def free_capacity(nodes: dict[str, Node]) -> dict[str, Free]:
-    """Free capacity of every node that is up."""
+    """Free capacity of every node that is up and not drained."""
     out: dict[str, Free] = {}
     for name in sorted(nodes):
         node = nodes[name]
-        if not node.up:
+        if not node.up or node.drain:
             continue
         used = set(node.used_gpus)
         out[name] = Free(

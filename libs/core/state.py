@@ -110,6 +110,7 @@ class Node(msgspec.Struct, kw_only=True, omit_defaults=True):
     alloc_cpus: int = 0  # CPUs held by running jobs
     alloc_mem_mb: int = 0  # memory held by running jobs
     jobs: list[int] = []  # running jobs on the node, in allocation order
+    drain: str = ""  # why the node is drained (no new job is placed on it); "" = not drained
 
 
 class Orphan(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -1,14 +1,18 @@
 """The node agent (slurmd): registers its node, heartbeats, and runs the orders for its node.
 
 Cycle:
-1. register: append ``NodeRegistered`` with the node's inventory (from the cluster config);
-2. reconcile: runs recorded as launched but never reported are killed if still alive and reported
-   ``killed``, so the scheduler requeues them (the agent cannot supervise what it did not start);
+1. register: append ``NodeRegistered`` with the node's inventory (GPUs from NVML when a driver is present,
+   else from the cluster config); a GPU count that does not match the config registers the node drained;
+2. reconcile: runs recorded as launched but never reported are re-adopted: each batch script runs under a
+   detached supervisor (runner.py, supervisor.py) that outlives the agent, so a run still alive is supervised
+   again (time limit included) and one that ended meanwhile is reported with its exit status;
 3. heartbeat on ``corral.hb.<node>`` every interval (not an event);
 4. consume ``corral.work.<node>`` durably, in order: a launch starts the batch script (at most once
    per (job, attempt): the local record makes a redelivery a no-op; a launch older than an attempt
-   already seen is refused), a kill starts the kill sequence;
+   already seen is refused and reported), a kill starts the kill sequence;
 5. report ``RunStarted`` and, when the script ends, ``RunExited``.
+
+Stopping the agent (SIGTERM) leaves its jobs running; the next agent process re-adopts them.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pwd
 import signal
 import uuid
 from pathlib import Path
@@ -31,52 +36,72 @@ from corral.libs.settings import environment
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.schemas.codec import DecodeError, decode
-from corral.services.agent import runner
+from corral.services.agent import inventory, runner
+from corral.services.agent.jobenv import base_environment
 from corral.services.agent.records import Record, Records
 
 _tracer = telemetry.tracer(__name__)
+
+#: RunExited.launch_error of a launch refused because the node already ran a newer attempt of the job.
+STALE_ATTEMPT = "stale attempt: this node already ran a newer attempt of the job"
 
 
 class Agent:
     """The agent of one node."""
 
-    def __init__(self, bus: Bus, config: ClusterConfig, node: NodeConfig, state_dir: Path) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        config: ClusterConfig,
+        node: NodeConfig,
+        state_dir: Path,
+        detect_gpus: inventory.Detector = inventory.nvml_gpus,
+    ) -> None:
         self.bus = bus
+        self.detect_gpus = detect_gpus
         self.config = config
         self.node = node
         self.dir = state_dir
         self.records = Records(state_dir / "runs.jsonl")
         self.runs: dict[tuple[int, int], runner.Run] = {}
         self.tasks: set[asyncio.Task[None]] = set()
-        self.base_env = environment()
+        login = pwd.getpwuid(os.getuid())
+        self.base_env = base_environment(environment(), login.pw_name, login.pw_dir, login.pw_shell)
         self.log = telemetry.logger(node=node.name)
 
     # 1 ------------------------------------------------------------------------------------------
     async def register(self) -> None:
         """Announce the node's inventory."""
         boot = uuid.uuid4().hex
+        found = inventory.inventory(self.node, self.detect_gpus)
+        if found.drain_reason:
+            self.log.warning("registering drained", reason=found.drain_reason)
         await self.bus.append(
             ev.NodeRegistered(
                 node=ev.NodeName(self.node.name),
                 cpus=self.node.cpus,
                 mem_mb=self.node.mem_mb,
-                gpus=self.node.gpus,
-                gpu_type=self.node.gpu_type,
+                gpus=found.gpus,
+                gpu_type=found.gpu_type,
                 partitions=self.config.partitions_of(self.node.name),
                 features=list(self.node.features),
                 boot_id=boot,
+                drain_reason=found.drain_reason,
             ),
             msg_id=f"register:{self.node.name}:{boot}",
         )
 
     # 2 ------------------------------------------------------------------------------------------
     async def reconcile(self) -> None:
-        """Report runs a previous agent process launched and never reported."""
+        """Re-adopt the runs a previous agent process launched and never reported: a run whose supervisor is
+        alive is supervised again (time limit included); one that ended while the agent was down is
+        reported with its exit status; one whose supervisor vanished without a status is reported killed."""
         for rec in self.records.unfinished():
-            if rec.pid:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(rec.pid, signal.SIGKILL)
-            await self.report_exit(rec.job_id, rec.attempt, runner.Outcome(0, signal.SIGKILL, False, True))
+            run = runner.adopt(
+                rec, self.run_dir(rec.job_id, rec.attempt), self.records, self.config.kill_wait_s
+            )
+            self.log.info("run adopted", job_id=rec.job_id, attempt=rec.attempt, pid=run.pid)
+            self._supervise_in_background(run)
 
     # 3 ------------------------------------------------------------------------------------------
     async def heartbeat(self, stop: asyncio.Event) -> None:
@@ -109,7 +134,13 @@ class Agent:
         if self.records.get(*key) is not None:
             return  # a redelivered order: already done
         if self.records.latest_attempt(order.job_id) > order.attempt:
+            # Refused and reported, so the log shows it; the fold ignores the exit of a run that is not the
+            # job's current one, so it cannot disturb the newer attempt.
             self.log.warning("refusing launch of a stale attempt", job_id=order.job_id, attempt=order.attempt)
+            self.records.put(Record(job_id=order.job_id, attempt=order.attempt))
+            await self.report_exit(
+                order.job_id, order.attempt, runner.Outcome(1, 0, False, False), STALE_ATTEMPT
+            )
             return
         self.records.put(Record(job_id=order.job_id, attempt=order.attempt))
         with _tracer.start_as_current_span(
@@ -126,25 +157,33 @@ class Agent:
         ):
             await self._launch(order, key)
 
+    def run_dir(self, job_id: int, attempt: int) -> Path:
+        """Where a run's script, pids and status files live."""
+        return self.dir / "jobs" / f"{job_id}.{attempt}"
+
     async def _launch(self, order: api.LaunchOrder, key: tuple[int, int]) -> None:
-        run_dir = self.dir / "jobs" / f"{order.job_id}.{order.attempt}"
         try:
-            run = await runner.start(order, run_dir, self.base_env, self.config.kill_wait_s)
+            run = await runner.start(
+                order, self.run_dir(*key), self.base_env, self.records, self.config.kill_wait_s
+            )
         except runner.LaunchError as exc:
             self.log.warning("launch failed", job_id=order.job_id, error=str(exc))
             await self.report_exit(order.job_id, order.attempt, runner.Outcome(1, 0, False, False), str(exc))
             return
-        self.records.put(Record(job_id=order.job_id, attempt=order.attempt, pid=run.pid))
-        self.runs[key] = run
         await self._append(
             ev.RunStarted(
                 job_id=ev.JobId(order.job_id),
                 attempt=order.attempt,
                 node=ev.NodeName(self.node.name),
                 pid=run.pid,
-            )
+            ),
+            msg_id=f"start:{order.job_id}:{order.attempt}:{self.node.name}",
         )
         self.log.info("run started", job_id=order.job_id, attempt=order.attempt, pid=run.pid)
+        self._supervise_in_background(run)
+
+    def _supervise_in_background(self, run: runner.Run) -> None:
+        self.runs[run.key] = run
         task = asyncio.create_task(self._supervise(run))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -168,11 +207,10 @@ class Agent:
     # 5 ------------------------------------------------------------------------------------------
     async def _supervise(self, run: runner.Run) -> None:
         outcome = await run.wait()
-        self.runs.pop((run.order.job_id, run.order.attempt), None)
-        self.log.info(
-            "run exited", job_id=run.order.job_id, exit_code=outcome.exit_code, signal=outcome.signal
-        )
-        await self.report_exit(run.order.job_id, run.order.attempt, outcome)
+        self.runs.pop(run.key, None)
+        job_id, attempt = run.key
+        self.log.info("run exited", job_id=job_id, exit_code=outcome.exit_code, signal=outcome.signal)
+        await self.report_exit(job_id, attempt, outcome)
 
     async def report_exit(
         self, job_id: int, attempt: int, outcome: runner.Outcome, launch_error: str | None = None
@@ -187,10 +225,12 @@ class Agent:
             killed=outcome.killed,
             timed_out=outcome.timed_out,
             launch_error=launch_error,
+            oom=outcome.oom,
         )
         await self._append(body, msg_id=f"exit:{job_id}:{attempt}:{self.node.name}")
-        rec = self.records.get(job_id, attempt)
-        self.records.put(Record(job_id=job_id, attempt=attempt, pid=rec.pid if rec else 0, exited=True))
+        if self.records.get(job_id, attempt) is None:
+            self.records.put(Record(job_id=job_id, attempt=attempt))
+        self.records.update(job_id, attempt, exited=True)
 
     async def _append(self, body: ev.Event, msg_id: str | None = None) -> None:
         delay = 0.2
@@ -204,16 +244,11 @@ class Agent:
                 delay = min(delay * 2, 5.0)
 
     async def shutdown(self) -> None:
-        """Kill the node's runs and stop; they stay unreported, so the next start reports them
-        ``killed`` and the scheduler requeues them (nothing is lost, nothing is left running)."""
+        """Stop supervising and leave the runs running: their supervisors outlive the agent, and the next
+        agent process re-adopts them (reconcile). Nothing is killed, nothing is lost."""
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
-        for run in list(self.runs.values()):
-            run.kill()
-        for run in list(self.runs.values()):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(run.proc.wait(), self.config.kill_wait_s + 2)
 
 
 async def main(ctx: Context) -> None:

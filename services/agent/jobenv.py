@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os.path
+from collections.abc import Mapping
 
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.array import array_indices, index_step
@@ -13,6 +14,22 @@ NO_ARRAY_INDEX = "4294967294"
 #: Default output file of a job, and of an array task.
 DEFAULT_OUTPUT = "slurm-%j.out"
 DEFAULT_ARRAY_OUTPUT = "slurm-%A_%a.out"
+
+
+#: The agent's own variables a job gets: where the cluster is, so the commands inside a job find it (never
+#: the agent's credentials).
+AGENT_VARIABLES = ("CORRAL_STATE_DIR", "CORRAL_NATS_URL")
+#: PATH of a job whose exported environment has none (``--export=NONE``), as a login shell's default.
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def base_environment(agent_env: Mapping[str, str], user: str, home: str, shell: str) -> dict[str, str]:
+    """What every job starts from, under its exported environment: the user's login basics and where the
+    cluster is. Never the agent's own environment: with ``--export=NONE`` a job gets only this, the job's
+    variables and the ones it named."""
+    env = {"HOME": home, "USER": user, "LOGNAME": user, "SHELL": shell, "PATH": DEFAULT_PATH}
+    env.update({k: agent_env[k] for k in AGENT_VARIABLES if k in agent_env})
+    return env
 
 
 def tasks_per_node(ntasks: int, nodes: int, per_node: int | None) -> list[int]:

@@ -1,7 +1,10 @@
 """The agent's local record of the runs it launched: what makes a redelivered order a no-op.
 
-An append-only JSON-lines file in the agent's state directory; each line is one fact
-(``launched`` or ``exited``) about (job, attempt). It is read once at start.
+An append-only JSON-lines file in the agent's state directory; each line is the whole record of one
+(job, attempt) as of a fact (launch decided, supervisor started, warning signal sent, kill begun, exit
+reported); the last line of a run wins. Each line is fsynced before the agent acts on it, and a torn last
+line (a crash while writing) is skipped. It is read once at start: what the agent needs to re-adopt the
+runs whose supervisors outlived it (see runner.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,15 @@ class Record(msgspec.Struct, kw_only=True):
     attempt: int  # run
     pid: int = 0  # batch shell pid (0 if it never started)
     exited: bool = False  # its exit was reported
+    supervisor: int = 0  # pid of the run's supervisor (0: not known yet)
+    supervisor_start: int = 0  # the supervisor's start time in clock ticks since boot (guards pid reuse)
+    started_at: float = 0.0  # Unix time the script started
+    deadline: float | None = None  # Unix time of the run's time limit; None = unlimited
+    warn_signal: int = 0  # --signal's number (0: none)
+    warn_before_s: int = 0  # --signal's lead time before the deadline, seconds
+    warn_batch_only: bool = False  # --signal=B:...: to the batch shell only
+    warned: bool = False  # the --signal warning was delivered (once per run)
+    ending: str = ""  # why the agent is killing it: "killed" (an order) or "timed_out"; "" = not killing
 
 
 class Records:
@@ -51,6 +63,12 @@ class Records:
             fh.write(msgspec.json.encode(rec) + b"\n")
             fh.flush()
             os.fsync(fh.fileno())
+
+    def update(self, job_id: int, attempt: int, **changes: object) -> Record:
+        """Record a change of a known run durably; returns the new record."""
+        rec = msgspec.structs.replace(self.runs[(job_id, attempt)], **changes)
+        self.put(rec)
+        return rec
 
     def unfinished(self) -> list[Record]:
         """Runs that were launched and whose exit was never reported."""

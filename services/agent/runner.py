@@ -1,21 +1,42 @@
-"""Running one batch script as a real process and supervising it to its end.
+"""Running one batch script under its supervisor and supervising it to its end, across agent restarts.
 
-The script runs in its own session (process group) in the submit directory, with stdout/stderr
-to its output files. A kill (cancel, requeue, time limit, preemption) is SIGCONT + SIGTERM to the whole
-group, then SIGKILL after KillWait (after the grace time for a preemption that grants one).
+The agent does not run the script itself: it starts a detached supervisor (supervisor.py, Slurm's
+slurmstepd) in its own session, which starts the script in its own process group in the submit
+directory, waits for it and writes its exit status to ``<run dir>/status``. So the job outlives the agent;
+the agent supervises through its record (records.py: supervisor pid and start ticks, script pid = process
+group, start time, deadline, warning signal) and the status file, whether it started the run in this
+lifetime or re-adopts it after a restart.
+
+Time limit (Slurm's order): ``--signal`` SIG once, T seconds before the deadline (to the whole process group,
+or with ``B:`` to the batch shell only); at the deadline SIGCONT + SIGTERM to the process group, SIGKILL after
+KillWait. A kill on an order (cancel, requeue, preemption) is the same sequence (after the grace time for a
+preemption that grants one). Both are recorded before they start, so an agent restarted mid-sequence finishes
+it and reports the run ``killed`` / ``timed_out``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from corral.schemas.api import LaunchOrder
+from corral.services.agent import supervisor
 from corral.services.agent.jobenv import job_environment, output_paths
+from corral.services.agent.records import Record, Records
+
+#: How often an adopted run (not this process's child) is checked.
+POLL_S = 0.2
+#: A run directory's marker: the run was killed while its agent was down (reported ``killed``).
+KILLED_FILE = "killed"
+#: How long the supervisor may take to start the script and answer.
+HANDSHAKE_S = 30.0
 
 
 class LaunchError(Exception):
@@ -30,64 +51,166 @@ class Outcome:
     signal: int  # terminating signal
     timed_out: bool  # killed at its time limit
     killed: bool  # killed on an order
+    oom: bool = False  # the kernel's OOM killer ended it (only when known)
 
 
+# pure parts ----------------------------------------------------------------------------------------
+def deadline_of(started_at: float, time_limit_s: int | None) -> float | None:
+    """Unix time a run reaches its limit (None: unlimited)."""
+    return None if time_limit_s is None else started_at + time_limit_s
+
+
+def warn_at(rec: Record) -> float | None:
+    """When the ``--signal`` warning is due (None: none, or already sent); at once if T exceeds the limit."""
+    if not rec.warn_signal or rec.warned or rec.deadline is None:
+        return None
+    return max(rec.started_at, rec.deadline - rec.warn_before_s)
+
+
+def next_wakeup(rec: Record) -> float | None:
+    """The next moment the supervisor must act on its own: the warning, else the deadline."""
+    times = [t for t in (warn_at(rec), None if rec.ending else rec.deadline) if t is not None]
+    return min(times, default=None)
+
+
+def decode_status(data: bytes, rec: Record) -> Outcome:
+    """The outcome from a status file's bytes and the record's ending (killed / timed out)."""
+    status = json.loads(data)
+    return Outcome(
+        exit_code=int(status.get("exit_code", 0)),
+        signal=int(status.get("signal", 0)),
+        timed_out=rec.ending == "timed_out",
+        killed=rec.ending == "killed",
+        oom=bool(status.get("oom", False)),
+    )
+
+
+def vanished(rec: Record) -> Outcome:
+    """The outcome of a run whose supervisor is gone without writing a status: killed (SIGKILL)."""
+    return Outcome(
+        exit_code=0,
+        signal=int(signal.SIGKILL),
+        timed_out=rec.ending == "timed_out",
+        killed=rec.ending != "timed_out",
+    )
+
+
+def read_pids(run_dir: Path) -> tuple[int, int, int] | None:
+    """(supervisor pid, its start ticks, script pid) from the run directory, if the supervisor wrote them."""
+    try:
+        sup, ticks, pid = (int(x) for x in (run_dir / supervisor.PIDS_FILE).read_text().split())
+    except (OSError, ValueError):
+        return None
+    return sup, ticks, pid
+
+
+# the run -------------------------------------------------------------------------------------------
 class Run:
-    """One running batch script."""
+    """One run on this node, supervised through its record and status file."""
 
-    def __init__(self, order: LaunchOrder, proc: asyncio.subprocess.Process, kill_wait: float) -> None:
-        self.order = order
-        self.proc = proc
+    def __init__(
+        self,
+        rec: Record,
+        run_dir: Path,
+        records: Records,
+        kill_wait: float,
+        proc: asyncio.subprocess.Process | None = None,
+    ) -> None:
+        self.rec = rec
+        self.run_dir = run_dir
+        self.records = records
         self.kill_wait = kill_wait
-        self.timed_out = False
-        self.killed = False
+        self.proc = proc  # the supervisor, when this agent process started it (None: adopted)
+        self.ended = asyncio.Event()
         self._killing: asyncio.Task[None] | None = None
 
     @property
     def pid(self) -> int:
-        """Batch shell pid (= its process group id)."""
-        return self.proc.pid
+        """Batch shell pid (= the job's process group id)."""
+        return self.rec.pid
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """(job, attempt)."""
+        return (self.rec.job_id, self.rec.attempt)
+
+    def status(self) -> Outcome | None:
+        """The outcome from the status file, if the supervisor wrote it."""
+        try:
+            data = (self.run_dir / supervisor.STATUS_FILE).read_bytes()
+        except OSError:
+            return None
+        try:
+            return decode_status(data, self.rec)
+        except (ValueError, TypeError, AttributeError):
+            return None
+
+    def supervisor_alive(self) -> bool:
+        """The recorded supervisor process still exists (same pid and start time, not a zombie)."""
+        if self.proc is not None:
+            return self.proc.returncode is None
+        return supervisor.start_ticks(self.rec.supervisor) == self.rec.supervisor_start
+
+    async def _until_ended(self) -> None:
+        if self.proc is not None:
+            await self.proc.wait()
+            return
+        while self.supervisor_alive() and self.status() is None:
+            await asyncio.sleep(POLL_S)
+
+    async def wait(self) -> Outcome:
+        """Supervise to the end: deliver the warning signal, enforce the deadline; then the outcome."""
+        if self.rec.ending:  # an agent restarted in the middle of a kill sequence finishes it
+            self._start_kill(self.kill_wait)
+        done = asyncio.ensure_future(self._until_ended())
+        try:
+            while not done.done():
+                wake = next_wakeup(self.rec)
+                timeout = None if wake is None else max(wake - time.time(), 0.0)
+                await asyncio.wait({done}, timeout=timeout)
+                if not done.done():
+                    self._on_time(time.time())
+        finally:
+            done.cancel()
+        self.ended.set()
+        if self._killing is not None:
+            self._killing.cancel()
+        return self.status() or vanished(self.rec)
+
+    def _on_time(self, now: float) -> None:
+        due = warn_at(self.rec)
+        if due is not None and now >= due:
+            self.rec = self.records.update(*self.key, warned=True)
+            target = os.kill if self.rec.warn_batch_only else os.killpg
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                target(self.pid, self.rec.warn_signal)
+        if not self.rec.ending and self.rec.deadline is not None and now >= self.rec.deadline:
+            self.kill(timed_out=True)
+
+    def signal(self, signum: int, batch_only: bool = False) -> None:
+        """Send a signal to the job's processes (or its batch shell only)."""
+        target = os.kill if batch_only else os.killpg
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            target(self.pid, signum)
 
     def kill(self, *, timed_out: bool = False, grace_s: float | None = None) -> None:
         """Start the kill sequence once (later calls do nothing); ``grace_s`` replaces KillWait."""
-        if self._killing is not None or self.proc.returncode is not None:
+        if self._killing is not None or self.ended.is_set():
             return
-        self.timed_out, self.killed = timed_out, not timed_out
-        self._killing = asyncio.create_task(
-            self._kill_sequence(self.kill_wait if grace_s is None else grace_s)
-        )
+        self.rec = self.records.update(*self.key, ending="timed_out" if timed_out else "killed")
+        self._start_kill(self.kill_wait if grace_s is None else grace_s)
+
+    def _start_kill(self, wait: float) -> None:
+        if self._killing is None:
+            self._killing = asyncio.create_task(self._kill_sequence(wait))
 
     async def _kill_sequence(self, wait: float) -> None:
         for sig in (signal.SIGCONT, signal.SIGTERM):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, sig)
-        try:
-            await asyncio.wait_for(self.proc.wait(), wait)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, signal.SIGKILL)
-
-    async def wait(self) -> Outcome:
-        """Supervise to the end, enforcing the time limit."""
-        limit = self.order.time_limit_s
-        try:
-            if limit is None:
-                await self.proc.wait()
-            else:
-                await asyncio.wait_for(asyncio.shield(self.proc.wait()), limit)
-        except TimeoutError:
-            self.kill(timed_out=True)
-            await self.proc.wait()
-        # Anything the script left behind in its process group goes with it.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
-        code = self.proc.returncode or 0
-        return Outcome(
-            exit_code=code if code >= 0 else 0,
-            signal=-code if code < 0 else 0,
-            timed_out=self.timed_out,
-            killed=self.killed,
-        )
+            self.signal(sig)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.ended.wait(), wait)
+        if not self.ended.is_set():
+            self.signal(signal.SIGKILL)
 
 
 def _open_output(path: str, append: bool) -> int:
@@ -96,8 +219,10 @@ def _open_output(path: str, append: bool) -> int:
     return os.open(path, flags, 0o644)
 
 
-async def start(order: LaunchOrder, run_dir: Path, base_env: dict[str, str], kill_wait: float) -> Run:
-    """Start the batch script; LaunchError says why it could not be."""
+async def start(
+    order: LaunchOrder, run_dir: Path, base_env: dict[str, str], records: Records, kill_wait: float
+) -> Run:
+    """Start the batch script under its supervisor and record it; LaunchError says why it could not be."""
     spec = order.spec
     if not os.path.isdir(spec.workdir):
         raise LaunchError(f"cannot chdir to {spec.workdir}: no such directory")
@@ -114,19 +239,68 @@ async def start(order: LaunchOrder, run_dir: Path, base_env: dict[str, str], kil
         raise LaunchError(f"cannot open output file: {exc.strerror}: {exc.filename}") from None
     try:
         proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            supervisor.__file__,
+            str(run_dir),
+            str(out_fd),
+            str(err_fd),
+            spec.workdir,
             str(script),
             *spec.argv,
-            cwd=spec.workdir,
+            cwd=run_dir,
             env=job_environment(order, base_env, os.getuid()),
             stdin=asyncio.subprocess.DEVNULL,
-            stdout=out_fd,
-            stderr=err_fd,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
             start_new_session=True,
+            pass_fds=(out_fd, err_fd),
         )
     except OSError as exc:
-        raise LaunchError(f"cannot execute the batch script: {exc.strerror}") from None
+        raise LaunchError(f"cannot start the job's supervisor: {exc.strerror}") from None
     finally:
         os.close(out_fd)
         if err_fd != out_fd:
             os.close(err_fd)
-    return Run(order, proc, kill_wait)
+    assert proc.stdout is not None
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), HANDSHAKE_S)).decode().strip()
+    except TimeoutError:
+        line = "error the job's supervisor did not answer"
+    if not line.isdigit():
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise LaunchError(line.removeprefix("error ") or "the job's supervisor failed to start")
+    started_at = time.time()
+    warn = spec.warn_signal
+    rec = records.update(
+        order.job_id,
+        order.attempt,
+        pid=int(line),
+        supervisor=proc.pid,
+        supervisor_start=supervisor.start_ticks(proc.pid) or 0,
+        started_at=started_at,
+        deadline=deadline_of(started_at, order.time_limit_s),
+        warn_signal=warn.signum if warn else 0,
+        warn_before_s=warn.seconds_before if warn else 0,
+        warn_batch_only=warn.batch_only if warn else False,
+    )
+    return Run(rec, run_dir, records, kill_wait, proc)
+
+
+def adopt(rec: Record, run_dir: Path, records: Records, kill_wait: float) -> Run:
+    """The run of a record a previous agent process left unreported (its supervisor may be alive or not).
+
+    A record without a supervisor (the agent died between starting it and recording the handshake) is
+    completed from the supervisor's pids file. A ``killed`` file in the run directory (written by whoever
+    killed the run while the agent was down: ``corral up``'s stop) makes it a kill.
+    """
+    if not rec.supervisor:
+        pids = read_pids(run_dir)
+        if pids is not None:
+            sup, ticks, pid = pids
+            rec = records.update(rec.job_id, rec.attempt, supervisor=sup, supervisor_start=ticks, pid=pid)
+    if not rec.ending and (run_dir / KILLED_FILE).exists():
+        rec = records.update(rec.job_id, rec.attempt, ending="killed")
+    return Run(rec, run_dir, records, kill_wait)

@@ -103,6 +103,8 @@ def node_state(node: Node) -> str:
     """Slurm's node state name derived from usage and availability."""
     if not node.up:
         return "down"
+    if node.drain:
+        return "draining" if node.jobs else "drained"
     if not node.jobs:
         return "idle"
     full = node.alloc_cpus >= node.cpus or (node.gpus > 0 and len(node.used_gpus) >= node.gpus)
@@ -179,7 +181,7 @@ def nodes_reply(
                 state="reserved"
                 if node_state(node) == "idle" and node.name in reserved
                 else node_state(node),
-                reason=node.reason,
+                reason=node.reason or node.drain,
                 cpus=node.cpus,
                 alloc_cpus=node.alloc_cpus,
                 mem_mb=node.mem_mb,

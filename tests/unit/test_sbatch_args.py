@@ -371,7 +371,6 @@ ERROR_CASES: list[tuple[list[str], bytes, str]] = [
         'sbatch: error: Invalid nice value "2147483646": use a whole number between -2147483645 and '
         "2147483645",
     ),
-    (["--signal=USR1@90", "s.sh"], SCRIPT, "sbatch: error: option --signal is not supported by Corral yet"),
     (
         ["--mem-per-cpu=1G", "s.sh"],
         SCRIPT,
