@@ -57,6 +57,8 @@ USAGE = """\
 Usage: scontrol [OPTIONS...] COMMAND [ARGS...]
   hold JOBID[,JOBID...]       keep pending jobs from starting (JobHeldUser)
   release JOBID[,JOBID...]    let held jobs start again
+  requeue JOBID[,JOBID...]    kill running jobs and queue them again (same id, SLURM_RESTART_COUNT + 1)
+  requeuehold JOBID[,...]     requeue, held until released (a pending job is just held)
   update JobId=ID [TimeLimit=TIME] [Partition=NAME] [Priority=N]   change a pending job
   show job [JOBID]            every field of a job (all live jobs without JOBID)
   create reservation ReservationName=X StartTime=now Duration=1:00:00 Nodes=LIST|NodeCnt=N|TRES=gres/gpu=N
@@ -71,7 +73,7 @@ Usage: scontrol [OPTIONS...] COMMAND [ARGS...]
 #: Slurm's scontrol commands that Corral does not implement yet.
 LATER_COMMANDS = frozenset(
     {
-        "requeue", "requeuehold", "uhold", "suspend", "resume", "top", "notify", "reboot",
+        "uhold", "suspend", "resume", "top", "notify", "reboot",
         "reconfigure", "listpids", "ping", "shutdown", "takeover", "token", "wait_job",
         "write", "setdebug", "setdebugflags", "fsdampeningfactor", "cancel_reboot", "errnumstr",
         "getaddrs", "pidinfo", "power", "schedloglevel", "version",
@@ -111,7 +113,7 @@ def _scontrol(argv: list[str]) -> int:
     if not words:
         raise CliError("no command given: use hold, release or show (scontrol --help)")
     command, rest = words[0].lower(), words[1:]
-    if command in ("hold", "release"):
+    if command in ("hold", "release", "requeue", "requeuehold"):
         return _control(command, rest)
     if command == "show":
         return _show(rest, oneliner=args.given("oneliner"))
@@ -157,13 +159,16 @@ def _label(job_id: int, task: int | None) -> str:
 
 def _control(command: str, words: Sequence[str]) -> int:
     from corral.cli.client import find_cluster
-    from corral.schemas.api import ControlReply, HoldRequest, ReleaseRequest
+    from corral.schemas.api import ControlReply, HoldRequest, ReleaseRequest, RequeueRequest
 
     ids, tasks = split_refs(control_ids(words, command))
-    request: HoldRequest | ReleaseRequest = HoldRequest(job_ids=ids, tasks=tasks)
+    request: HoldRequest | ReleaseRequest | RequeueRequest = HoldRequest(job_ids=ids, tasks=tasks)
+    verb = command
     if command == "release":
         request = ReleaseRequest(job_ids=ids, tasks=tasks)
-    return _report(find_cluster().call(command, request, ControlReply))
+    elif command.startswith("requeue"):
+        request, verb = RequeueRequest(job_ids=ids, tasks=tasks, hold=command == "requeuehold"), "requeue"
+    return _report(find_cluster().call(verb, request, ControlReply))
 
 
 def _report(reply: ControlReply) -> int:

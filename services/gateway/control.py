@@ -43,7 +43,7 @@ def run_problem(latest: ev.Event | None) -> str | None:
     or None if it has one. A run that exited, or is being cancelled or preempted, is ending already."""
     if isinstance(latest, _LIVE):
         return None
-    if isinstance(latest, _ENDED | ev.RunExited | ev.JobCancelRequested | ev.JobPreempted):
+    if isinstance(latest, (*_ENDED, ev.RunExited, ev.JobCancelRequested, ev.JobPreempted)):
         return ALREADY_DONE
     return PENDING
 

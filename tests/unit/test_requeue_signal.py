@@ -10,6 +10,7 @@ from corral.libs.core.plan import orders, plan
 from corral.libs.core.state import encode_state
 from corral.schemas import api
 from corral.schemas import events as ev
+from corral.services.gateway import control
 
 pytestmark = pytest.mark.unit
 
@@ -144,3 +145,25 @@ def test_a_signal_for_a_pending_job_changes_nothing() -> None:
     log.add(submitted(1, job(nodes=1, gpus=16)))
     log.add(ev.JobSignalRequested(job_id=1, user="alice", signal=10, request_id="r1"))
     assert log.state.jobs[1].signals == []
+
+
+@pytest.mark.parametrize(
+    ("latest", "problem"),
+    [
+        (ev.JobAllocated(job_id=1, attempt=0, partition="gpu", allocations=[], time_limit_s=None), None),
+        (ev.RunStarted(job_id=1, attempt=0, node="gpu01", pid=1), None),
+        (ev.JobRequeueRequested(job_id=1, user="alice"), None),
+        (ev.JobSignalRequested(job_id=1, user="alice", signal=10, request_id="r"), None),
+        (ev.RunExited(job_id=1, attempt=0, node="gpu01", exit_code=0), control.ALREADY_DONE),
+        (ev.JobCancelRequested(job_id=1, user="alice"), control.ALREADY_DONE),
+        (ev.JobCompleted(job_id=1, attempt=0), control.ALREADY_DONE),
+        (ev.JobRequeued(job_id=1, attempt=0, reason="Requested"), control.PENDING),
+        (ev.JobHeld(job_id=1, by="alice"), control.PENDING),
+        (None, control.PENDING),
+    ],
+    ids=lambda v: type(v).__name__ if not isinstance(v, str | None) else str(v),
+)
+def test_the_gateway_requeues_and_signals_only_a_live_run(
+    latest: ev.Event | None, problem: str | None
+) -> None:
+    assert control.run_problem(latest) == problem
