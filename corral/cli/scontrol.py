@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from datetime import tzinfo
 from typing import TYPE_CHECKING
 
-from corral.cli import scontrol_resv
+from corral.cli import scontrol_nodes, scontrol_resv
 from corral.cli.errors import EXIT_FAILURE, CliError, error_line, run_command
 from corral.cli.jobrefs import JobRef, ids_of, job_label, named, parse_job_refs, split_job_list, split_refs
 from corral.cli.options import OptionTable, flag, parse_job_ids, unsupported, version_text
@@ -65,6 +65,8 @@ Usage: scontrol [OPTIONS...] COMMAND [ARGS...]
                    Users=a,b [Accounts=c] [PartitionName=p] [Flags=MAINT,IGNORE_JOBS]   (admins)
   delete ReservationName=X    delete a reservation (admins)
   show reservation [NAME]     every field of a reservation (all without NAME)
+  show node [NAME]            every field of a node (all without NAME)
+  show partition [NAME]       every field of a partition (all without NAME)
   show hostnames [LIST]       one host per line (LIST defaults to SLURM_JOB_NODELIST)
   show hostlist HOSTS         the compressed host list of comma-separated HOSTS
   -o, --oneliner              one line per record
@@ -82,7 +84,7 @@ LATER_COMMANDS = frozenset(
 #: Slurm's ``show`` entities that Corral does not implement yet.
 LATER_ENTITIES = frozenset(
     {
-        "node", "nodes", "partition", "partitions", "config", "step",
+        "config", "step",
         "steps", "assoc_mgr", "burstbuffer", "daemons", "federation", "frontend", "licenses", "topology",
         "aliases", "dwstat", "bbstat", "hostlistsorted",
     }
@@ -240,6 +242,8 @@ def _show(words: Sequence[str], *, oneliner: bool) -> int:
     entity, rest = words[0].lower(), list(words[1:])
     if entity in ("job", "jobs", "jobid"):
         return _show_jobs(rest, oneliner)
+    if entity in ("node", "nodes", "partition", "partitions"):
+        return scontrol_nodes.show(entity.rstrip("s"), rest, oneliner)
     if entity in ("reservation", "reservations", "res"):
         return scontrol_resv.show(rest, oneliner)
     if entity == "hostnames":
