@@ -301,9 +301,9 @@ def test_sacct_time_points(text: str, expected: float) -> None:
         (["-o", "AllocTRES"], "sacct field AllocTRES is not supported by Corral yet"),
         (["-o", "JobName%x"], 'invalid --format field "JobName%x": give a width as JobName%30'),
         (["-S", "yesterday"], None),
-        (["--json"], "option --json is not supported by Corral yet"),
+        (["--yaml"], "option --yaml is not supported by Corral yet"),
     ],
-    ids=["unknown field", "later field", "bad width", "bad time", "json"],
+    ids=["unknown field", "later field", "bad width", "bad time", "yaml"],
 )
 def test_sacct_refusals(argv: list[str], message: str | None) -> None:
     with pytest.raises(CliError) as info:

@@ -12,13 +12,15 @@ pytestmark = pytest.mark.unit
 
 REPLY = NodesReply(
     nodes=[
-        NodeInfo(name="gpu01", state="mixed", reason="", cpus=16, alloc_cpus=4, mem_mb=65536, alloc_mem_mb=1024,
-                 gpus=4, alloc_gpus=2, gpu_type="h100", partitions=["gpu"], features=["ib"]),
+        NodeInfo(name="gpu01", state="mixed", reason="", cpus=16, alloc_cpus=4, mem_mb=65536,
+                 alloc_mem_mb=1024, gpus=4, alloc_gpus=2, gpu_type="h100", partitions=["gpu"],
+                 features=["ib"]),
         NodeInfo(name="gpu02", state="down", reason="Not responding", cpus=16, alloc_cpus=0, mem_mb=65536,
                  alloc_mem_mb=0, gpus=0, alloc_gpus=0, gpu_type=None, partitions=["gpu"]),
     ],
     partitions=[
-        PartitionInfo(name="gpu", default=True, max_time_s=86400, default_time_s=3600, nodes=["gpu01", "gpu02"]),
+        PartitionInfo(name="gpu", default=True, max_time_s=86400, default_time_s=3600,
+                      nodes=["gpu01", "gpu02"]),
         PartitionInfo(name="empty", default=False, max_time_s=None, default_time_s=None, nodes=[]),
     ],
 )  # fmt: skip
