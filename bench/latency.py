@@ -6,7 +6,8 @@ in a temporary state directory, then:
 1. submits ``--jobs`` one-GPU jobs one at a time, each only after the previous one ended (so the cluster
    is idle), and measures submit -> start as ``RunStarted.occurred_at - JobSubmitted.occurred_at`` read from
    the log (both clocks are this machine's);
-2. times ``sbatch``, ``squeue``, ``sacct -j`` and ``scontrol show job`` as a user runs them (fresh process each time).
+2. times ``sbatch``, ``squeue``, ``sacct -j`` and ``scontrol show job`` as a user runs them
+   (fresh process each time).
 
 Prints a Markdown table; results are recorded in ``bench/RESULTS.md``.
 """
