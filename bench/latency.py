@@ -6,7 +6,8 @@ in a temporary state directory, then:
 1. submits ``--jobs`` one-GPU jobs one at a time, each only after the previous one ended (so the cluster
    is idle), and measures submit -> start as ``RunStarted.occurred_at - JobSubmitted.occurred_at`` read from
    the log (both clocks are this machine's);
-2. times ``sbatch``, ``squeue`` and ``sacct -j`` as a user runs them (fresh process each time).
+2. times ``sbatch``, ``squeue``, ``sacct -j`` and ``scontrol show job`` as a user runs them
+   (fresh process each time).
 
 Prints a Markdown table; results are recorded in ``bench/RESULTS.md``.
 """
@@ -102,13 +103,19 @@ def main() -> int:
                     break
                 time.sleep(0.02)
         lat = asyncio.run(latencies(cluster, ids))
-        timings: dict[str, list[float]] = {"sbatch": [], "squeue": [], "sacct -j": []}
+        timings: dict[str, list[float]] = {
+            "sbatch": [],
+            "squeue": [],
+            "sacct -j": [],
+            "scontrol show job": [],
+        }
         for _ in range(args.runs):
             timings["sbatch"].append(
                 run(["sbatch", "--parsable", "--gres=gpu:1"], env, work, stdin=SCRIPT)[0]
             )
             timings["squeue"].append(run(["squeue"], env, work)[0])
             timings["sacct -j"].append(run(["sacct", "-j", str(ids[-1])], env, work)[0])
+            timings["scontrol show job"].append(run(["scontrol", "show", "job", str(ids[-1])], env, work)[0])
         print("| metric | n | p50 | p95 | p99 |\n|---|---|---|---|---|")
         ms = [x * 1000 for x in lat]
         print(

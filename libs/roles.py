@@ -27,6 +27,8 @@ _GATEWAY_EVENTS = (
     "job_hold_requested",
     "job_release_requested",
     "job_update_requested",
+    "job_requeue_requested",
+    "job_signal_requested",
 )
 _GATEWAY_RESV_EVENTS = ("reservation_create_requested", "reservation_delete_requested")
 _SCHEDULER_RESV_EVENTS = ("reservation_created", "reservation_rejected", "reservation_deleted")

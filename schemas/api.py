@@ -11,7 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from corral.schemas.events import JobSpec, NodeAllocation
+from corral.schemas.events import JobSpec, NodeAllocation, SignalScope
 
 JobState = Literal[
     "PENDING",
@@ -38,6 +38,8 @@ VERBS: dict[str, str] = {
     "hold": "gateway",
     "release": "gateway",
     "update": "gateway",
+    "requeue": "gateway",
+    "signal": "gateway",
     "jobs": "scheduler",
     "nodes": "scheduler",
     "priority": "scheduler",
@@ -132,6 +134,23 @@ class UpdateRequest(msgspec.Struct, frozen=True, tag="update", kw_only=True):
     time_limit_s: int | None = None  # new TimeLimit in seconds
     partition: str | None = None  # new Partition
     priority: int | None = None  # new absolute Priority (admin only); 0 holds the job (JobHeldAdmin)
+
+
+class RequeueRequest(msgspec.Struct, frozen=True, tag="requeue", kw_only=True):
+    """scontrol requeue[hold]: kill running jobs and put them back in the queue under the same id."""
+
+    job_ids: list[int]  # jobs to requeue (an array's id: every task)
+    tasks: list[ArrayTasks] = []  # array tasks to requeue by index
+    hold: bool = False  # requeuehold: held once pending again (a pending job is just held)
+
+
+class SignalRequest(msgspec.Struct, frozen=True, tag="signal", kw_only=True):
+    """scancel -s SIG (a signal that does not cancel): signal running jobs without ending them."""
+
+    job_ids: list[int]  # jobs to signal (an array's id: every task)
+    tasks: list[ArrayTasks] = []  # array tasks to signal by index
+    signal: int  # signal number, 1-64
+    scope: SignalScope = "steps"  # steps (default) | batch (scancel -b) | full (scancel -f)
 
 
 class JobOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -471,6 +490,8 @@ Request = (
     | HoldRequest
     | ReleaseRequest
     | UpdateRequest
+    | RequeueRequest
+    | SignalRequest
     | PriorityRequest
     | SharesRequest
     | CreateReservationRequest
@@ -511,7 +532,19 @@ class KillOrder(msgspec.Struct, frozen=True, tag="kill", kw_only=True):
     grace_s: float | None = None  # seconds from SIGTERM to SIGKILL; None = the cluster's KillWait
 
 
-Order = LaunchOrder | KillOrder
+class SignalOrder(msgspec.Struct, frozen=True, tag="signal", kw_only=True):
+    """Send a signal to a run on this node without ending it (``scancel -s SIG``): to every process of
+    the run but its batch shell, to the batch shell only, or to both (``scope``)."""
+
+    job_id: int  # job
+    attempt: int  # run number
+    node: str  # the node
+    signal: int  # signal number
+    scope: SignalScope = "steps"  # steps: the run's processes but the batch shell; batch; full
+    request_id: str  # the signal request's id (one order per request and node)
+
+
+Order = LaunchOrder | KillOrder | SignalOrder
 
 
 def order_msg_id(order: Order) -> str:
@@ -521,5 +554,7 @@ def order_msg_id(order: Order) -> str:
     of a run is the one delivered, and the agent kills a run once anyway (a later kill of a run being
     killed changes nothing), so a cancel during a preemption's grace time waits for the same SIGKILL.
     """
+    if isinstance(order, SignalOrder):
+        return f"{order.job_id}:{order.attempt}:{order.node}:signal:{order.request_id}"
     kind = "launch" if isinstance(order, LaunchOrder) else "kill"
     return f"{order.job_id}:{order.attempt}:{order.node}:{kind}"

@@ -37,6 +37,11 @@ RequeueReason = Literal["NodeFail", "Requested", "Preempted"]
 #: PENDING again (restart count + 1); ``cancel``: it ends PREEMPTED.
 PreemptMode = Literal["requeue", "cancel"]
 
+#: What of a run a signal request (scancel -s) reaches, as in Slurm: ``steps`` = the job's steps (every
+#: process of the run but the batch shell, the default), ``batch`` = the batch shell only (``-b``),
+#: ``full`` = the batch shell and the steps (``-f``).
+SignalScope = Literal["steps", "batch", "full"]
+
 #: Kinds of job dependency (sbatch -d), with Slurm's meaning:
 #: after = the dependee started (or ended without starting), afterok = it COMPLETED,
 #: afternotok = it ended in any other terminal state, afterany = it ended,
@@ -235,6 +240,7 @@ class JobRequeued(msgspec.Struct, frozen=True, tag="job_requeued", kw_only=True)
     job_id: JobId  # the job
     attempt: int  # the run that ended
     reason: RequeueReason  # why
+    hold: bool = False  # requeued held (scontrol requeuehold): PENDING with JobHeldUser until released
 
 
 class JobPreempted(msgspec.Struct, frozen=True, tag="job_preempted", kw_only=True):
@@ -333,6 +339,29 @@ class JobUpdated(msgspec.Struct, frozen=True, tag="job_updated", kw_only=True):
     priority: int | None = None  # the admin-set priority now (None = computed; 0 = held by the admin)
 
 
+class JobRequeueRequested(msgspec.Struct, frozen=True, tag="job_requeue_requested", kw_only=True):
+    """Intent (gateway): the owner or an admin asked to requeue a running job (scontrol requeue[hold]).
+
+    The scheduler has the run killed (KillOrder reason "requeue") and concludes
+    ``JobRequeued(reason="Requested")`` once its exit is reported (or its node is down).
+    """
+
+    job_id: JobId  # the job to requeue
+    user: str  # who asked (authenticated)
+    hold: bool = False  # requeuehold: the job is held once it is PENDING again
+
+
+class JobSignalRequested(msgspec.Struct, frozen=True, tag="job_signal_requested", kw_only=True):
+    """Intent (gateway): the owner or an admin asked to signal a running job without ending it
+    (``scancel -s SIG``); the scheduler sends a ``SignalOrder`` to the run's nodes."""
+
+    job_id: JobId  # the job to signal
+    user: str  # who asked (authenticated)
+    signal: int  # the signal number
+    scope: SignalScope = "steps"  # what of the run gets it: steps | batch (scancel -b) | full (-f)
+    request_id: str  # unique per request (the order's message id), so two equal signals are two orders
+
+
 #: Reservation flags Corral implements (Slurm's names): MAINT = maintenance (may overlap other reservations,
 #: outsiders see ``ReqNodeNotAvail, Reserved for maintenance``); IGNORE_JOBS = created even if jobs run then.
 ReservationFlag = Literal["MAINT", "IGNORE_JOBS"]
@@ -428,6 +457,8 @@ Event = (
     | ReservationCreated
     | ReservationRejected
     | ReservationDeleted
+    | JobRequeueRequested
+    | JobSignalRequested
 )
 
 #: Every event class of the union, in declaration order.
@@ -456,6 +487,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ReservationCreated,
     ReservationRejected,
     ReservationDeleted,
+    JobRequeueRequested,
+    JobSignalRequested,
 )
 
 #: The events of reservations (on ``corral.evt.resv.<name>.<tag>``).

@@ -27,12 +27,16 @@ if TYPE_CHECKING:
 COMMAND = "sacct"
 DEFAULT_FIELDS = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
 BRIEF_FIELDS = "JobID,State,ExitCode"
+#: Slurm's ``--long`` fields that Corral records (its usage statistics, MaxRSS and the like, it does not).
+LONG_FIELDS = "JobID,JobIDRaw,JobName,Partition,NTasks,AllocCPUS,Elapsed,State,ExitCode"
 
 OPTIONS = OptionTable(
     [
         Opt("jobs", "j"),
         Opt("format", "o"),
         flag("brief", "b"),
+        flag("long", "l"),
+        flag("json"),
         flag("parsable2", "P"),
         flag("parsable", "p"),
         Opt("delimiter"),
@@ -51,7 +55,7 @@ OPTIONS = OptionTable(
         flag("usage"),
         flag("version", "V"),
         *unsupported(
-            "json yaml duplicates/D long/l allclusters/L clusters/M nodelist/N qos/q truncate/T "
+            "yaml duplicates/D allclusters/L clusters/M nodelist/N qos/q truncate/T "
             "timelimit-min/k timelimit-max/K nnodes/i ncpus/I wckeys/W associations/x gid/g group file/f "
             "completion/c noconvert units batch-script/B env-vars array verbose/v whole-hetjob local "
             "federation uid reason/R constraints/C fedr expand-patterns"
@@ -69,6 +73,8 @@ Usage: sacct [OPTIONS...]
   -u, --user=USERS        these users' jobs        -a, --allusers     everyone's jobs (default: mine)
   -A, --accounts=NAMES    -r, --partition=NAMES    --name=NAMES      -s, --state=STATES
   -S, --starttime=TIME    -E, --endtime=TIME       (YYYY-MM-DD[THH:MM[:SS]], now, now-2days, today)
+  -l, --long              Slurm's long field list (the fields Corral records)
+      --json              the jobs as Slurm's JSON (jobs[].job_id, name, state.current, exit_code, steps)
 """
 
 
@@ -91,6 +97,7 @@ class SacctArgs:
     start: str | None = None  # -S as given
     end: str | None = None  # -E as given
     help: str | None = None  # text to print instead of querying (--help, -e, --version)
+    json: bool = False  # --json: Slurm's JSON document instead of columns
 
     @property
     def job_ids(self) -> list[int]:
@@ -103,7 +110,8 @@ def parse_args(argv: Sequence[str]) -> SacctArgs:
     args = OPTIONS.parse(argv)
     if args.positionals:
         raise CliError(f"unrecognized argument '{args.positionals[0]}'")
-    formats = args.all("format") or [BRIEF_FIELDS if args.given("brief") else DEFAULT_FIELDS]
+    default = LONG_FIELDS if args.given("long") else BRIEF_FIELDS if args.given("brief") else DEFAULT_FIELDS
+    formats = args.all("format") or [default]
     parsable = "P" if args.given("parsable2") else "p" if args.given("parsable") else None
     help_text = None
     if args.given("help") or args.given("usage"):
@@ -128,6 +136,7 @@ def parse_args(argv: Sequence[str]) -> SacctArgs:
         start=args.last("starttime"),
         end=args.last("endtime"),
         help=help_text,
+        json=args.given("json"),
     )
 
 
@@ -253,6 +262,11 @@ def _sacct(argv: list[str]) -> int:
     now = time.time()
     cluster = find_cluster()
     reply = cluster.call("acct", acct_request(args, cluster.user, now), AcctReply)
+    if args.json:
+        from corral.cli.sacct_json import acct_json
+
+        sys.stdout.write(acct_json(select_jobs(reply.jobs, args), now, args.steps) + "\n")
+        return 0
     lines = render_acct(
         select_jobs(reply.jobs, args),
         args.columns,

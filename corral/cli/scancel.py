@@ -1,4 +1,10 @@
-"""``scancel``: cancel jobs by id, or the jobs matching filters (``--me -u -n -t -p -A``).
+"""``scancel``: cancel or signal jobs by id, or the jobs matching filters (``--me -u -n -t -p -A -q -w``).
+
+Without ``-s``, or with ``-s KILL`` and neither ``-b`` nor ``-f``, the jobs are cancelled (SIGTERM, SIGKILL
+after KillWait). Any other signal is delivered to the running jobs without changing their state, as in
+Slurm: to the job's steps (every process of the run but the batch shell), to the batch shell only with
+``-b/--batch``, or to both with ``-f/--full`` (the ``signal`` verb). Filters with a signal select only
+running jobs (a pending job has nothing to signal).
 
 Ids are ``N`` (a job, or every task of the array whose id it is), ``A_T`` (one array task) or ``A_[1-3]``
 (some tasks); the tasks go to the gateway by index.
@@ -21,14 +27,24 @@ from corral.cli.fields import parse_states
 from corral.cli.jobrefs import JobRef, ids_of, job_label, named, parse_job_refs, split_refs
 from corral.cli.options import Option as Opt
 from corral.cli.options import OptionTable, flag, unsupported, version_text
+from corral.libs.slurm import hostlist
+from corral.libs.slurm.errors import FormatError
 from corral.libs.slurm.signals import parse_signal_name
 
 if TYPE_CHECKING:
-    from corral.schemas.api import CancelReply, CancelRequest, JobInfo, JobsRequest
+    from corral.schemas.api import (
+        CancelReply,
+        CancelRequest,
+        ControlReply,
+        JobInfo,
+        JobsRequest,
+        SignalRequest,
+    )
+    from corral.schemas.events import SignalScope
 
 COMMAND = "scancel"
-#: Signals scancel accepts for now: each of them cancels the job (SIGTERM, SIGKILL after KillWait).
-CANCEL_SIGNALS = {"SIGTERM": 15, "SIGKILL": 9, "SIGINT": 2}
+#: The signal that cancels the job (without -b/-f), as in Slurm.
+SIGKILL = 9
 
 OPTIONS = OptionTable(
     [
@@ -39,14 +55,15 @@ OPTIONS = OptionTable(
         Opt("partition", "p"),
         Opt("account", "A"),
         Opt("signal", "s"),
+        Opt("qos", "q"),
+        Opt("nodelist", "w"),
+        flag("batch", "b"),
+        flag("full", "f"),
         flag("quiet", "Q"),
         flag("help"),
         flag("usage"),
         flag("version", "V"),
-        *unsupported(
-            "batch/b full/f interactive/i verbose/v nodelist/w reservation/R qos/q hurry/H clusters/M "
-            "wckey sibling cron/c ctld"
-        ),
+        *unsupported("interactive/i verbose/v reservation/R hurry/H clusters/M wckey sibling cron/c ctld"),
     ]
 )
 
@@ -55,7 +72,10 @@ Usage: scancel [OPTIONS...] [JOB_ID...]
       --me               my jobs                  -u, --user=USER       this user's jobs
   -n, --name=NAME        jobs with this name      -t, --state=STATES    PENDING,RUNNING (or PD,R)
   -p, --partition=NAMES  jobs in these partitions -A, --account=NAMES
-  -s, --signal=SIG       TERM, KILL or INT (all cancel the job)
+  -q, --qos=NAMES        jobs of these QOS        -w, --nodelist=HOSTS  jobs running on these nodes
+  -s, --signal=SIG       send SIG (name or number) to the running jobs' steps instead of cancelling
+                         (KILL cancels)
+  -b, --batch            signal only the batch shell  -f, --full    the batch shell and the steps
 """
 
 
@@ -70,7 +90,10 @@ class ScancelArgs:
     states: list[str] = field(default_factory=list)  # -t (long names)
     partitions: list[str] = field(default_factory=list)  # -p
     accounts: list[str] = field(default_factory=list)  # -A
-    signal: int = 15  # -s
+    qos: list[str] = field(default_factory=list)  # -q
+    nodes: list[str] = field(default_factory=list)  # -w (expanded)
+    signal: int | None = None  # -s; None: cancel
+    scope: SignalScope = "steps"  # -b: batch, -f: full
     help: str | None = None  # text to print instead (--help, --version)
 
     @property
@@ -81,7 +104,16 @@ class ScancelArgs:
     @property
     def filtered(self) -> bool:
         """True if any filter was given, so ids come from the ``jobs`` verb."""
-        return bool(self.users or self.me or self.names or self.states or self.partitions or self.accounts)
+        return bool(
+            self.users or self.me or self.names or self.states or self.partitions or self.accounts
+        ) or bool(self.qos or self.nodes)
+
+    @property
+    def signals(self) -> bool:
+        """True if the jobs are signalled rather than cancelled."""
+        if self.signal is None:
+            return self.scope != "steps"
+        return self.signal != SIGKILL or self.scope != "steps"
 
 
 def parse_args(argv: Sequence[str]) -> ScancelArgs:
@@ -100,7 +132,10 @@ def parse_args(argv: Sequence[str]) -> ScancelArgs:
         states=parse_states(args.items("state"), "--state"),
         partitions=args.items("partition"),
         accounts=args.items("account"),
+        qos=args.items("qos"),
+        nodes=_nodes(args.items("nodelist")),
         signal=_signal(args.last("signal")),
+        scope="full" if args.given("full") else "batch" if args.given("batch") else "steps",
         help=help_text,
     )
     if help_text is None and not parsed.jobs and not parsed.filtered:
@@ -108,13 +143,21 @@ def parse_args(argv: Sequence[str]) -> ScancelArgs:
     return parsed
 
 
-def _signal(text: str | None) -> int:
+def _signal(text: str | None) -> int | None:
     if text is None:
-        return CANCEL_SIGNALS["SIGTERM"]
-    signum = parse_signal_name(text, "--signal")
-    if signum not in CANCEL_SIGNALS.values():
-        raise CliError(f"option --signal={text} is not supported by Corral yet: use TERM, KILL or INT")
-    return signum
+        return None
+    try:
+        return parse_signal_name(text, "--signal")
+    except FormatError:
+        raise CliError(f"Invalid job signal: {text}") from None
+
+
+def _nodes(lists: list[str]) -> list[str]:
+    """The node names of ``-w`` host lists."""
+    try:
+        return [name for text in lists for name in hostlist.expand(text)]
+    except FormatError as exc:
+        raise CliError(f"invalid --nodelist: {exc}") from None
 
 
 def jobs_request(args: ScancelArgs, me: str) -> JobsRequest:
@@ -124,7 +167,9 @@ def jobs_request(args: ScancelArgs, me: str) -> JobsRequest:
     users = [*args.users, me] if args.me else list(args.users)
     if not users and not args.job_ids:
         users = [me]
-    return JobsRequest(job_ids=args.job_ids, users=users, partitions=args.partitions, states=args.states)
+    # A pending job has nothing to signal: with a signal, only running jobs are selected.
+    states = ["RUNNING"] if args.signals else args.states
+    return JobsRequest(job_ids=args.job_ids, users=users, partitions=args.partitions, states=states)
 
 
 def select_refs(jobs: Sequence[JobInfo], args: ScancelArgs) -> list[JobRef]:
@@ -137,8 +182,24 @@ def select_refs(jobs: Sequence[JobInfo], args: ScancelArgs) -> list[JobRef]:
         for job in jobs
         if (not args.names or job.name in args.names)
         and (not args.accounts or job.account in args.accounts)
+        and (not args.states or job.state in args.states)
+        and (not args.qos or job.qos in args.qos)
+        and (not args.nodes or bool(set(args.nodes) & set(_job_nodes(job))))
         and named(args.jobs, job.job_id, job.array_job_id, job.array_task_id)
     ]
+
+
+def _job_nodes(job: JobInfo) -> list[str]:
+    return hostlist.expand(job.node_list) if job.node_list else []
+
+
+def signal_request(refs: Sequence[JobRef], args: ScancelArgs) -> SignalRequest:
+    """One signal request for every job, array and array task named."""
+    from corral.schemas.api import SignalRequest
+
+    job_ids, tasks = split_refs(refs)
+    signum = SIGKILL if args.signal is None else args.signal
+    return SignalRequest(job_ids=job_ids, tasks=tasks, signal=signum, scope=args.scope)
 
 
 def cancel_request(refs: Sequence[JobRef]) -> CancelRequest:
@@ -149,7 +210,7 @@ def cancel_request(refs: Sequence[JobRef]) -> CancelRequest:
     return CancelRequest(job_ids=job_ids, tasks=tasks)
 
 
-def failure_lines(reply: CancelReply) -> list[str]:
+def failure_lines(reply: CancelReply | ControlReply) -> list[str]:
     """One ``Kill job error`` line per job that could not be cancelled (``A_T`` for an array task)."""
     return [
         error_line(
@@ -173,7 +234,7 @@ def _scancel(argv: list[str]) -> int:
         sys.stdout.write(args.help)
         return 0
     from corral.cli.client import find_cluster
-    from corral.schemas.api import CancelReply, JobsReply
+    from corral.schemas.api import CancelReply, ControlReply, JobsReply
 
     cluster = find_cluster()
     refs = args.jobs
@@ -182,7 +243,11 @@ def _scancel(argv: list[str]) -> int:
         refs = select_refs(jobs, args)
     if not refs:
         return 0
-    reply = cluster.call("cancel", cancel_request(refs), CancelReply)
+    reply: CancelReply | ControlReply
+    if args.signals:
+        reply = cluster.call("signal", signal_request(refs, args), ControlReply)
+    else:
+        reply = cluster.call("cancel", cancel_request(refs), CancelReply)
     failures = failure_lines(reply)
     for line in failures:
         print(line, file=sys.stderr)

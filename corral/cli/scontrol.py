@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from datetime import tzinfo
 from typing import TYPE_CHECKING
 
-from corral.cli import scontrol_resv
+from corral.cli import scontrol_nodes, scontrol_resv
 from corral.cli.errors import EXIT_FAILURE, CliError, error_line, run_command
 from corral.cli.jobrefs import JobRef, ids_of, job_label, named, parse_job_refs, split_job_list, split_refs
 from corral.cli.options import OptionTable, flag, parse_job_ids, unsupported, version_text
@@ -57,12 +57,16 @@ USAGE = """\
 Usage: scontrol [OPTIONS...] COMMAND [ARGS...]
   hold JOBID[,JOBID...]       keep pending jobs from starting (JobHeldUser)
   release JOBID[,JOBID...]    let held jobs start again
+  requeue JOBID[,JOBID...]    kill running jobs and queue them again (same id, SLURM_RESTART_COUNT + 1)
+  requeuehold JOBID[,...]     requeue, held until released (a pending job is just held)
   update JobId=ID [TimeLimit=TIME] [Partition=NAME] [Priority=N]   change a pending job
   show job [JOBID]            every field of a job (all live jobs without JOBID)
   create reservation ReservationName=X StartTime=now Duration=1:00:00 Nodes=LIST|NodeCnt=N|TRES=gres/gpu=N
                    Users=a,b [Accounts=c] [PartitionName=p] [Flags=MAINT,IGNORE_JOBS]   (admins)
   delete ReservationName=X    delete a reservation (admins)
   show reservation [NAME]     every field of a reservation (all without NAME)
+  show node [NAME]            every field of a node (all without NAME)
+  show partition [NAME]       every field of a partition (all without NAME)
   show hostnames [LIST]       one host per line (LIST defaults to SLURM_JOB_NODELIST)
   show hostlist HOSTS         the compressed host list of comma-separated HOSTS
   -o, --oneliner              one line per record
@@ -71,7 +75,7 @@ Usage: scontrol [OPTIONS...] COMMAND [ARGS...]
 #: Slurm's scontrol commands that Corral does not implement yet.
 LATER_COMMANDS = frozenset(
     {
-        "requeue", "requeuehold", "uhold", "suspend", "resume", "top", "notify", "reboot",
+        "uhold", "suspend", "resume", "top", "notify", "reboot",
         "reconfigure", "listpids", "ping", "shutdown", "takeover", "token", "wait_job",
         "write", "setdebug", "setdebugflags", "fsdampeningfactor", "cancel_reboot", "errnumstr",
         "getaddrs", "pidinfo", "power", "schedloglevel", "version",
@@ -80,7 +84,7 @@ LATER_COMMANDS = frozenset(
 #: Slurm's ``show`` entities that Corral does not implement yet.
 LATER_ENTITIES = frozenset(
     {
-        "node", "nodes", "partition", "partitions", "config", "step",
+        "config", "step",
         "steps", "assoc_mgr", "burstbuffer", "daemons", "federation", "frontend", "licenses", "topology",
         "aliases", "dwstat", "bbstat", "hostlistsorted",
     }
@@ -111,7 +115,7 @@ def _scontrol(argv: list[str]) -> int:
     if not words:
         raise CliError("no command given: use hold, release or show (scontrol --help)")
     command, rest = words[0].lower(), words[1:]
-    if command in ("hold", "release"):
+    if command in ("hold", "release", "requeue", "requeuehold"):
         return _control(command, rest)
     if command == "show":
         return _show(rest, oneliner=args.given("oneliner"))
@@ -157,13 +161,16 @@ def _label(job_id: int, task: int | None) -> str:
 
 def _control(command: str, words: Sequence[str]) -> int:
     from corral.cli.client import find_cluster
-    from corral.schemas.api import ControlReply, HoldRequest, ReleaseRequest
+    from corral.schemas.api import ControlReply, HoldRequest, ReleaseRequest, RequeueRequest
 
     ids, tasks = split_refs(control_ids(words, command))
-    request: HoldRequest | ReleaseRequest = HoldRequest(job_ids=ids, tasks=tasks)
+    request: HoldRequest | ReleaseRequest | RequeueRequest = HoldRequest(job_ids=ids, tasks=tasks)
+    verb = command
     if command == "release":
         request = ReleaseRequest(job_ids=ids, tasks=tasks)
-    return _report(find_cluster().call(command, request, ControlReply))
+    elif command.startswith("requeue"):
+        request, verb = RequeueRequest(job_ids=ids, tasks=tasks, hold=command == "requeuehold"), "requeue"
+    return _report(find_cluster().call(verb, request, ControlReply))
 
 
 def _report(reply: ControlReply) -> int:
@@ -235,6 +242,8 @@ def _show(words: Sequence[str], *, oneliner: bool) -> int:
     entity, rest = words[0].lower(), list(words[1:])
     if entity in ("job", "jobs", "jobid"):
         return _show_jobs(rest, oneliner)
+    if entity in ("node", "nodes", "partition", "partitions"):
+        return scontrol_nodes.show(entity.rstrip("s"), rest, oneliner)
     if entity in ("reservation", "reservations", "res"):
         return scontrol_resv.show(rest, oneliner)
     if entity == "hostnames":

@@ -33,11 +33,14 @@ OPTIONS = OptionTable(
         flag("noheader", "h"),
         Opt("format", "o"),
         flag("all", "a"),
+        Opt("states", "t"),
+        flag("list-reasons", "R"),
+        flag("summarize", "s"),
         flag("help"),
         flag("usage"),
         flag("version", "V"),
         *unsupported(
-            "Format/O list-reasons/R summarize/s states/t nodes/n exact/e responding/r dead/d iterate/i "
+            "Format/O nodes/n exact/e responding/r dead/d iterate/i "
             "clusters/M sort/S reservation/T verbose/v long/l json yaml federation local noconvert hide "
             "future/F"
         ),
@@ -49,8 +52,12 @@ Usage: sinfo [OPTIONS...]
   -N, --Node             one line per node and partition
   -p, --partition=NAMES  only these partitions
   -h, --noheader         no header line
-  -o, --format=FORMAT    %-fields: %P %a %l %D %t %T %N %C %G %c %m, widths like %.6D, %9P, %#N
+  -t, --states=STATES    only nodes in these states (idle,mix,alloc,down,drain,...)
+  -R, --list-reasons     why nodes are down or drained   -s, --summarize   node counts per partition
+  -o, --format=FORMAT    %-fields: %P %a %l %D %t %T %N %C %F %G %c %m %E, widths like %.6D, %9P, %#N
 """
+SUMMARIZE_FORMAT = "%9P %.5a %.10l %.16F  %N"
+REASONS_FORMAT = "%20E %N"
 
 #: (State, compact state) of a node, by the state the scheduler reports.
 NODE_STATES: dict[str, tuple[str, str]] = {
@@ -77,18 +84,26 @@ NODE_FIELDS: dict[str, tuple[str, Callable[[NodeInfo], str]]] = {
     "G": ("GRES", lambda n: format_node_gres(n.gpu_type, n.gpus)),
     "c": ("CPUS", lambda n: str(n.cpus)),
     "m": ("MEMORY", lambda n: str(n.mem_mb)),
+    "E": ("REASON", lambda n: n.reason or "none"),
 }
 #: Fields that sum up the nodes of a line.
 GROUP_FIELDS: dict[str, tuple[str, Callable[[Sequence[NodeInfo]], str]]] = {
     "D": ("NODES", lambda nodes: str(len(nodes))),
     "N": ("NODELIST", lambda nodes: hostlist.compress(n.name for n in nodes)),
     "C": ("CPUS(A/I/O/T)", lambda nodes: cpu_summary(nodes)),
+    "F": ("NODES(A/I/O/T)", lambda nodes: node_summary(nodes)),
 }
 _TITLES = {
     key: title for table in (PARTITION_FIELDS, NODE_FIELDS, GROUP_FIELDS) for key, (title, _) in table.items()
 }
 #: Letters Slurm has that Corral does not print yet.
-LATER_FIELDS = "AbBdeEfFgHhIkLMnOoRsSuUVwXYzZ"
+LATER_FIELDS = "AbBdefgHhIkLMnOoRsSuUVwXYzZ"
+#: What ``-t`` accepts for each node state the scheduler reports (Slurm's long and compact names).
+STATE_NAMES: dict[str, str] = {
+    "idle": "idle", "mix": "mixed", "mixed": "mixed", "alloc": "allocated", "allocated": "allocated",
+    "resv": "reserved", "reserved": "reserved", "down": "down", "drain": "drained", "drained": "drained",
+    "draining": "drained", "drng": "drained", "unk": "unknown", "unknown": "unknown",
+}  # fmt: skip
 
 
 def node_state(node: NodeInfo) -> tuple[str, str]:
@@ -108,6 +123,33 @@ def cpu_summary(nodes: Sequence[NodeInfo]) -> str:
             allocated += node.alloc_cpus
             idle += node.cpus - node.alloc_cpus
     return f"{allocated}/{idle}/{other}/{total}"
+
+
+def node_summary(nodes: Sequence[NodeInfo]) -> str:
+    """``%F``: allocated (or mixed)/idle/other/total nodes; down and drained nodes count as other."""
+    allocated = sum(1 for n in nodes if n.state in ("allocated", "mixed"))
+    idle = sum(1 for n in nodes if n.state in ("idle", "reserved"))
+    return f"{allocated}/{idle}/{len(nodes) - allocated - idle}/{len(nodes)}"
+
+
+def parse_node_states(items: Sequence[str]) -> set[str]:
+    """The node states of ``-t`` (as the scheduler reports them); CliError names an unknown one."""
+    states = set()
+    for item in items:
+        name = item.strip().lower().rstrip("*")
+        if name not in STATE_NAMES:
+            raise CliError(f"invalid node state specified: {item}")
+        states.add(STATE_NAMES[name])
+    return states
+
+
+def with_states(reply: NodesReply, states: set[str]) -> NodesReply:
+    """The reply without the nodes whose state is not one of ``states`` (all of them if empty)."""
+    if not states:
+        return reply
+    import msgspec
+
+    return msgspec.structs.replace(reply, nodes=[n for n in reply.nodes if n.state in states])
 
 
 def parse_format(text: str | None, node_oriented: bool) -> Layout:
@@ -134,11 +176,15 @@ def render_sinfo(
             continue
         members = [by_name[name] for name in partition.nodes if name in by_name]
         groups = [[node] for node in members] if node_oriented else _group(members, keys)
-        if not groups and not node_oriented:
+        if not groups and not node_oriented and not (set(keys) & NODE_ONLY):
             rows.append([_empty_value(key, partition) for key in keys])
         for group in groups:
             rows.append([_value(key, group, partition) for key in keys])
     return render_layout(layout, [_TITLES[key] for key in keys], rows, header=header)
+
+
+#: Fields that make a line about nodes: a partition without (matching) nodes gets no line for them.
+NODE_ONLY = frozenset({"E"})
 
 
 def _group(nodes: Sequence[NodeInfo], keys: Sequence[str]) -> list[list[NodeInfo]]:
@@ -178,12 +224,20 @@ def _sinfo(argv: list[str]) -> int:
         sys.stdout.write(USAGE if not args.given("version") else version_text() + "\n")
         return 0
     node_oriented = args.given("Node")
-    layout = parse_format(args.last("format"), node_oriented)
+    text = args.last("format")
+    if text is None and args.given("summarize"):
+        text = SUMMARIZE_FORMAT
+    if text is None and args.given("list-reasons"):
+        text = REASONS_FORMAT
+    layout = parse_format(text, node_oriented)
     partitions = args.items("partition")
+    states = parse_node_states(args.items("states"))
+    if args.given("list-reasons") and not states:
+        states = {"down", "drained", "unknown"}
     from corral.cli.client import find_cluster
     from corral.schemas.api import NodesReply, NodesRequest
 
-    reply = find_cluster().call("nodes", NodesRequest(partitions=partitions), NodesReply)
+    reply = with_states(find_cluster().call("nodes", NodesRequest(partitions=partitions), NodesReply), states)
     lines = render_sinfo(
         reply, layout, header=not args.given("noheader"), node_oriented=node_oriented, partitions=partitions
     )

@@ -22,6 +22,7 @@ from corral.libs.core.state import (
     Job,
     Node,
     Orphan,
+    PendingSignal,
     Preemption,
     RunExit,
     SpecChange,
@@ -112,6 +113,27 @@ def _cancel_requested(state: State, seq: int, at: float, body: ev.JobCancelReque
     for target in targets:
         if target.state in ("PENDING", "RUNNING") and target.cancel_by is None:
             target.cancel_by = body.user
+
+
+def _requeue_requested(state: State, seq: int, at: float, body: ev.JobRequeueRequested) -> None:
+    job = _job_for(state, seq, body.job_id)
+    # Only a live run that is not ending already: a cancelled, preempted or exited run is concluded as it is.
+    if job is None or job.state != "RUNNING" or job.run_exit is not None:
+        return
+    if job.cancel_by is not None or job.preempting is not None or job.requeue_by is not None:
+        return
+    job.requeue_by, job.requeue_hold = body.user, body.hold
+
+
+def _signal_requested(state: State, seq: int, at: float, body: ev.JobSignalRequested) -> None:
+    job = _job_for(state, seq, body.job_id)
+    # A signal is for the run that is live now; one that ended (or a pending job) gets none.
+    if job is None or job.state != "RUNNING" or job.run_exit is not None:
+        return
+    if any(s.request_id == body.request_id for s in job.signals):
+        return
+    signal = PendingSignal(request_id=body.request_id, signal=body.signal, scope=body.scope)
+    job.signals = [*job.signals, signal]
 
 
 def _control_requested(
@@ -337,6 +359,12 @@ def _end(state: State, job: Job, at: float, final: str) -> None:
     state.active.pop(job.job_id, None)
     job.state = final
     job.end_time = at
+    _run_over(job)
+
+
+def _run_over(job: Job) -> None:
+    """Forget what was asked of a run that is over (requeue, signals)."""
+    job.requeue_by, job.requeue_hold, job.signals = None, False, []
 
 
 def _completed(state: State, seq: int, at: float, body: ev.JobCompleted) -> None:
@@ -382,6 +410,9 @@ def _requeued(state: State, seq: int, at: float, body: ev.JobRequeued) -> None:
     job.run_started = False
     job.run_exit = None
     job.preempting = None
+    _run_over(job)
+    if body.hold:
+        job.held = "user"
 
 
 def _preempted(state: State, seq: int, at: float, body: ev.JobPreempted) -> None:
@@ -450,5 +481,7 @@ _HANDLERS: dict[type, Callable[[State, int, float, Any], None]] = {
     ev.JobUpdateRequested: _update_requested,
     ev.JobUpdated: _updated,
     ev.JobPreempted: _preempted,
+    ev.JobRequeueRequested: _requeue_requested,
+    ev.JobSignalRequested: _signal_requested,
     **RESERVATION_HANDLERS,
 }

@@ -192,6 +192,8 @@ def _conclude_exit(job: Job) -> ev.Event:
         return ev.JobCancelled(job_id=job.job_id, attempt=attempt, by=job.cancel_by, signal=run.signal or 15)
     if job.preempting is not None:
         return preempt.conclusion(job)
+    if job.requeue_by is not None:
+        return _requested_requeue(job)
     if run.killed:
         # Killed by its agent without a cancel (the agent restarted and lost it): like a node failure.
         if job.spec.requeue:
@@ -212,6 +214,13 @@ def _conclude_exit(job: Job) -> ev.Event:
             job_id=job.job_id, attempt=attempt, reason="NonZeroExitCode", exit_code=run.exit_code
         )
     return ev.JobCompleted(job_id=job.job_id, attempt=attempt)
+
+
+def _requested_requeue(job: Job) -> ev.JobRequeued:
+    """The conclusion of a run killed on ``scontrol requeue[hold]``."""
+    return ev.JobRequeued(
+        job_id=job.job_id, attempt=job.restart_count, reason="Requested", hold=job.requeue_hold
+    )
 
 
 def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
@@ -275,6 +284,8 @@ def _conclude(state: State, job: Job) -> ev.Event | None:
     if any(not state.nodes[a.node].up for a in job.allocations if a.node in state.nodes):
         if job.preempting is not None and job.cancel_by is None:
             return preempt.conclusion(job)
+        if job.requeue_by is not None and job.cancel_by is None:
+            return _requested_requeue(job)
         if job.spec.requeue and job.cancel_by is None:
             return ev.JobRequeued(job_id=job.job_id, attempt=job.restart_count, reason="NodeFail")
         return ev.JobFailed(job_id=job.job_id, attempt=job.restart_count, reason="NodeFail")
@@ -493,9 +504,34 @@ def orders(state: State, policy: Policy) -> list[api.Order]:
             )
         elif job.preempting is not None:
             out.append(preempt.kill_order(job))
+        elif job.requeue_by is not None:
+            out.append(
+                api.KillOrder(job_id=job.job_id, attempt=job.restart_count, node=batch, reason="requeue")
+            )
+        out.extend(signal_orders(job))
     for orphan in state.orphans:
         out.append(
             api.KillOrder(job_id=orphan.job_id, attempt=orphan.attempt, node=orphan.node, reason="requeue")
+        )
+    return out
+
+
+def signal_orders(job: Job) -> list[api.SignalOrder]:
+    """The signal orders of a running job's signal requests: to the batch node only for the batch shell
+    (``-b``), else to every node of the run (each agent signals what of the run it runs there)."""
+    out: list[api.SignalOrder] = []
+    for sig in job.signals:
+        nodes = job.allocations[:1] if sig.scope == "batch" else job.allocations
+        out.extend(
+            api.SignalOrder(
+                job_id=job.job_id,
+                attempt=job.restart_count,
+                node=alloc.node,
+                signal=sig.signal,
+                scope=sig.scope,
+                request_id=sig.request_id,
+            )
+            for alloc in nodes
         )
     return out
 

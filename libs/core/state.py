@@ -62,6 +62,14 @@ class Preemption(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     by_job: int  # the pending job it makes room for
 
 
+class PendingSignal(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A signal request for the current run (``scancel -s``); the scheduler sends it as a ``SignalOrder``."""
+
+    request_id: str  # the request's id (the order's message id)
+    signal: int  # the signal number
+    scope: ev.SignalScope = "steps"  # steps | batch (scancel -b) | full (scancel -f)
+
+
 class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One job as the scheduler knows it."""
 
@@ -92,6 +100,9 @@ class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     submit_seq: int = 0  # stream sequence of its JobSubmitted entry (the full spec, with the script)
     preempting: Preemption | None = None  # the current run is being preempted (JobPreempted), else None
     priority_override: int | None = None  # admin-set priority (scontrol update Priority=); None = computed
+    requeue_by: str | None = None  # the user who asked to requeue the current run (scontrol requeue)
+    requeue_hold: bool = False  # ... with requeuehold: held once PENDING again
+    signals: list[PendingSignal] = []  # signal requests for the current run (scancel -s), in log order
 
 
 class Node(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -118,13 +118,15 @@ class Agent:
         """Execute orders in order (the bus acks after this returns)."""
         for msg in msgs:
             try:
-                order = decode(msg.data, api.LaunchOrder | api.KillOrder)
+                order = decode(msg.data, api.Order)
             except DecodeError as exc:
                 raise InvalidInput(f"malformed order: {exc}") from None
             if order.node != self.node.name:
                 raise InvalidInput(f"order for node {order.node} delivered to {self.node.name}")
             if isinstance(order, api.LaunchOrder):
                 await self.launch(order)
+            elif isinstance(order, api.SignalOrder):
+                self.signal(order)
             else:
                 await self.kill(order)
 
@@ -203,6 +205,19 @@ class Agent:
             await self.report_exit(
                 order.job_id, order.attempt, runner.Outcome(0, signal.SIGTERM, False, True)
             )
+
+    def signal(self, order: api.SignalOrder) -> None:
+        """Signal a live run (scancel -s) without ending it: its processes but the batch shell (its steps),
+        the batch shell only (``-b``) or both (``-f``). A run not live here gets nothing, as in Slurm."""
+        run = self.runs.get((order.job_id, order.attempt))
+        if run is None or run.ended.is_set():
+            return
+        pids = {"batch": [run.pid], "full": [run.pid], "steps": []}[order.scope]
+        if order.scope != "batch":
+            pids += [pid for pid in runner.group_members(run.pid) if pid != run.pid]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, order.signal)
 
     # 5 ------------------------------------------------------------------------------------------
     async def _supervise(self, run: runner.Run) -> None:

@@ -213,6 +213,23 @@ class Run:
             self.signal(signal.SIGKILL)
 
 
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live processes of a process group (from /proc; Linux)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # Fields after the command name (which may hold spaces and parentheses): state, ppid, pgrp, ...
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
 def _open_output(path: str, append: bool) -> int:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)

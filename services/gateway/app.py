@@ -10,6 +10,8 @@ Cycle of one request:
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -34,6 +36,8 @@ MAX_TOKEN = 128
 #: How long a submission waits for the scheduler's count of the user's jobs (MaxSubmitJobs).
 JOBS_TIMEOUT_S = 5.0
 MAX_CANCEL = 10_000
+#: The highest signal number (SIGRTMAX on Linux).
+MAX_SIGNAL = 64
 #: The highest priority an admin may set (Slurm's priorities are 32-bit; 0xfffffffe is NO_VAL).
 MAX_PRIORITY = 0xFFFFFFFD
 #: Slurm's reply to a dependency on a job that does not exist.
@@ -260,6 +264,82 @@ class Gateway:
             outcomes.append(api.CancelOutcome(job_id=target.job_id, error=error, array_task_id=target.index))
         return api.CancelReply(outcomes=outcomes)
 
+    async def requeue(self, user: str, req: api.RequeueRequest) -> api.ControlReply:
+        """Append JobRequeueRequested for each running job the caller may requeue (requeuehold of a pending
+        job holds it, as in Slurm). The reply comes at once: the kill and the requeue follow."""
+        return await self._each(
+            user,
+            req.job_ids,
+            req.tasks,
+            lambda job_id, found: self._requeue_one(user, job_id, found, req.hold),
+        )
+
+    async def _requeue_one(self, user: str, job_id: int, found: Found, hold: bool) -> str | None:
+        if not found.submitted.spec.requeue:
+            return control.REQUEUE_DISABLED  # --no-requeue, as Slurm refuses it
+        problem = control.run_problem(await self._latest(job_id))
+        if problem == control.PENDING and hold:
+            return await self._control_one(user, job_id, found, release=False)
+        if problem is not None:
+            return problem
+        await self.bus.append(
+            ev.JobRequeueRequested(job_id=ev.JobId(job_id), user=user, hold=hold),
+            correlation_id=str(job_id),
+            traceparent=found.envelope.meta.traceparent,
+        )
+        return None
+
+    async def signal(self, user: str, req: api.SignalRequest) -> api.ControlReply:
+        """Append JobSignalRequested for each running job the caller may signal (scancel -s)."""
+        if not 1 <= req.signal <= MAX_SIGNAL:
+            raise InvalidInput(f"signal must be 1-{MAX_SIGNAL}, not {req.signal}", field="signal")
+        return await self._each(
+            user, req.job_ids, req.tasks, lambda job_id, found: self._signal_one(user, job_id, found, req)
+        )
+
+    async def _signal_one(self, user: str, job_id: int, found: Found, req: api.SignalRequest) -> str | None:
+        problem = control.run_problem(await self._latest(job_id))
+        if problem is not None:
+            return problem
+        await self.bus.append(
+            ev.JobSignalRequested(
+                job_id=ev.JobId(job_id),
+                user=user,
+                signal=req.signal,
+                scope=req.scope,
+                request_id=uuid.uuid4().hex,
+            ),
+            correlation_id=str(job_id),
+            traceparent=found.envelope.meta.traceparent,
+        )
+        return None
+
+    async def _each(
+        self,
+        user: str,
+        job_ids: list[int],
+        tasks: list[api.ArrayTasks],
+        act: Callable[[int, Found], Awaitable[str | None]],
+    ) -> api.ControlReply:
+        """Apply ``act`` to every job a request names that the caller owns (every task of an array's id:
+        an error only if no task could be acted on)."""
+        outcomes = []
+        for target in await self._targets(job_ids, tasks):
+            error: str | None = control.INVALID_JOB
+            found = target.found
+            if found is not None and found.user != user and user not in self.admins:
+                error = control.DENIED
+            elif found is not None:
+                errors = [await act(job_id, found) for job_id in found.job_ids]
+                error = None if None in errors else errors[0]
+            outcomes.append(api.JobOutcome(job_id=target.job_id, error=error, array_task_id=target.index))
+        return api.ControlReply(outcomes=outcomes)
+
+    async def _latest(self, job_id: int) -> ev.Event | None:
+        """The newest event on the job's own subject."""
+        latest = await self.bus.last_entry(subjects.job_events(job_id))
+        return latest.envelope.body if latest and latest.envelope else None
+
     async def _cancel_one(self, user: str, found: Found) -> str | None:
         if found.user != user and user not in self.admins:
             raise Forbidden(f"Access/permission denied: job {found.job_id} belongs to {found.user}")
@@ -289,6 +369,8 @@ async def main(ctx: Context) -> None:
         await serve(ctx.nc, "hold", api.HoldRequest, gateway.hold, queue="gateway"),
         await serve(ctx.nc, "release", api.ReleaseRequest, gateway.release, queue="gateway"),
         await serve(ctx.nc, "update", api.UpdateRequest, gateway.update, queue="gateway"),
+        await serve(ctx.nc, "requeue", api.RequeueRequest, gateway.requeue, queue="gateway"),
+        await serve(ctx.nc, "signal", api.SignalRequest, gateway.signal, queue="gateway"),
         await serve(
             ctx.nc,
             "create_reservation",

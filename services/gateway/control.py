@@ -17,10 +17,12 @@ INVALID_JOB = "Invalid job id specified"
 DENIED = "Access/permission denied"
 NOT_PENDING = "Job is no longer pending execution"
 ALREADY_DONE = "Job/step already completing or completed"
+PENDING = "Job is pending execution"
+REQUEUE_DISABLED = "Requested operation is presently disabled"
 ARRAY_UPDATE = "Updating a whole job array is not supported by Corral yet: update its tasks by their job ids"
 
 _ENDED = (ev.JobCompleted, ev.JobFailed, ev.JobCancelled)
-_RUNNING = (ev.JobAllocated, ev.RunStarted, ev.RunExited)
+_RUNNING = (ev.JobAllocated, ev.RunStarted, ev.RunExited, ev.JobRequeueRequested, ev.JobSignalRequested)
 
 
 def phase_problem(latest: ev.Event | None) -> str | None:
@@ -30,6 +32,20 @@ def phase_problem(latest: ev.Event | None) -> str | None:
     if isinstance(latest, _RUNNING):
         return NOT_PENDING
     return None
+
+
+#: Newest entries of a job whose run is live (the intents that leave it running included).
+_LIVE = (ev.JobAllocated, ev.RunStarted, ev.JobRequeueRequested, ev.JobSignalRequested)
+
+
+def run_problem(latest: ev.Event | None) -> str | None:
+    """Why a job whose newest event is ``latest`` has no live run to requeue or signal (Slurm's wording),
+    or None if it has one. A run that exited, or is being cancelled or preempted, is ending already."""
+    if isinstance(latest, _LIVE):
+        return None
+    if isinstance(latest, (*_ENDED, ev.RunExited, ev.JobCancelRequested, ev.JobPreempted)):
+        return ALREADY_DONE
+    return PENDING
 
 
 def admin_hold(held: tuple[int, ev.Event] | None, released: tuple[int, ev.Event] | None) -> bool:

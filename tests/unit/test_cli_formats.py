@@ -301,9 +301,9 @@ def test_sacct_time_points(text: str, expected: float) -> None:
         (["-o", "AllocTRES"], "sacct field AllocTRES is not supported by Corral yet"),
         (["-o", "JobName%x"], 'invalid --format field "JobName%x": give a width as JobName%30'),
         (["-S", "yesterday"], None),
-        (["--json"], "option --json is not supported by Corral yet"),
+        (["--yaml"], "option --yaml is not supported by Corral yet"),
     ],
-    ids=["unknown field", "later field", "bad width", "bad time", "json"],
+    ids=["unknown field", "later field", "bad width", "bad time", "yaml"],
 )
 def test_sacct_refusals(argv: list[str], message: str | None) -> None:
     with pytest.raises(CliError) as info:
@@ -390,7 +390,7 @@ def test_sinfo_refuses_later_fields() -> None:
 
 def test_scancel_ids_and_options_in_any_order() -> None:
     args = scancel.parse_args(["12", "--signal=KILL", "13", "-s", "SIGINT"])
-    assert (args.job_ids, args.signal, args.filtered) == ([12, 13], 2, False)
+    assert (args.job_ids, args.signal, args.filtered, args.signals) == ([12, 13], 2, False, True)
 
 
 def test_scancel_filters_default_to_the_callers_jobs() -> None:
@@ -417,10 +417,10 @@ def test_scancel_failure_lines() -> None:
         ([], "No job identification provided"),
         (["abc"], "Invalid job id abc"),
         (["7_[3-1]"], "Invalid job id 7_[3-1]: a range N-M needs 0 <= N <= M"),
-        (["-s", "USR1", "5"], "option --signal=USR1 is not supported by Corral yet: use TERM, KILL or INT"),
-        (["-w", "gpu01"], "option --nodelist is not supported by Corral yet"),
+        (["-s", "BOGUS", "5"], "Invalid job signal: BOGUS"),
+        (["-R", "maint"], "option --reservation is not supported by Corral yet"),
     ],
-    ids=["nothing", "not a number", "bad array range", "other signal", "unsupported"],
+    ids=["nothing", "not a number", "bad array range", "bad signal", "unsupported"],
 )
 def test_scancel_refusals(argv: list[str], message: str) -> None:
     with pytest.raises(CliError) as info:

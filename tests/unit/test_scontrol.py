@@ -146,8 +146,8 @@ def test_failure_lines_name_each_job() -> None:
     [
         ([], "scontrol: error: no command given: use hold, release or show (scontrol --help)\n"),
         (["frobnicate"], "scontrol: error: invalid keyword: frobnicate\n"),
-        (["requeue", "5"], "scontrol: error: scontrol requeue is not supported by Corral yet\n"),
-        (["show", "node"], "scontrol: error: scontrol show node is not supported by Corral yet\n"),
+        (["suspend", "5"], "scontrol: error: scontrol suspend is not supported by Corral yet\n"),
+        (["show", "config"], "scontrol: error: scontrol show config is not supported by Corral yet\n"),
         (["show", "fish"], "scontrol: error: invalid entity: fish for keyword: show\n"),
         (["-M", "x", "show", "job"], "scontrol: error: option --clusters is not supported by Corral yet\n"),
     ],

@@ -1,0 +1,107 @@
+"""scontrol requeue from inside a job, and scancel --signal, against a local cluster of real processes."""
+
+from __future__ import annotations
+
+import pytest
+from e2e_cli import BIN, Cli, wait_for_line
+
+pytestmark = pytest.mark.e2e
+
+#: Requeues itself in its first run (scontrol must return 0 at once), is killed, and completes in its second;
+#: its output is appended across the runs. The requeue's SIGTERM may come before scontrol has exited (it
+#: goes to every process of the job): scontrol ignores it here so that its status is seen.
+REQUEUE_ITSELF = f"""#!/bin/bash
+#SBATCH -J rq --open-mode=append -o rq-%j.out -t 5:00
+echo "start $SLURM_RESTART_COUNT"
+if [ "$SLURM_RESTART_COUNT" = 0 ]; then
+  trap 'echo term; exit 0' TERM
+  ( trap '' TERM; {BIN}/scontrol requeue "$SLURM_JOB_ID"; echo "rc $?" )
+  sleep 120 &
+  wait
+  echo "done 0"
+fi
+echo "done $SLURM_RESTART_COUNT"
+"""
+
+
+def test_a_job_requeues_itself_and_reruns_with_the_same_id_and_appended_output(cli: Cli) -> None:
+    job = cli.sbatch(REQUEUE_ITSELF)
+    out = cli.workdir / f"rq-{job}.out"
+    assert wait_for_line(out, "rc") == "rc 0"
+    assert cli.wait_state(job, ("COMPLETED",), timeout=90) == "COMPLETED|0:0"
+    lines = out.read_text().splitlines()
+    # Its first run exited 0 on SIGTERM: a requested requeue is still a requeue.
+    assert lines == ["start 0", "rc 0", "term", "start 1", "done 1"], lines
+    shown = cli("scontrol", "show", "job", str(job)).stdout
+    assert "Restarts=1" in shown, shown
+
+
+def test_requeue_refusals_are_slurms(cli: Cli) -> None:
+    held = cli.sbatch("#!/bin/bash\nsleep 1\n", "-H")
+    out = cli("scontrol", "requeue", str(held))
+    assert (out.returncode, out.stderr) == (1, f"scontrol: error: Job is pending execution for job {held}\n")
+    fixed = cli.sbatch("#!/bin/bash\nsleep 120\n", "--no-requeue")
+    cli.wait_state(fixed, ("RUNNING",))
+    out = cli("scontrol", "requeue", str(fixed))
+    assert out.returncode == 1
+    assert out.stderr == f"scontrol: error: Requested operation is presently disabled for job {fixed}\n"
+    out = cli("scontrol", "requeue", "999999")
+    assert (out.returncode, out.stderr) == (1, "scontrol: error: Invalid job id specified for job 999999\n")
+    assert cli("scancel", str(held), str(fixed)).returncode == 0
+
+
+def test_requeuehold_requeues_the_job_held(cli: Cli) -> None:
+    job = cli.sbatch("#!/bin/bash\n#SBATCH -o rqh-%j.out\necho run $SLURM_RESTART_COUNT\nsleep 120\n")
+    cli.wait_state(job, ("RUNNING",))
+    assert cli("scontrol", "requeuehold", str(job)).returncode == 0
+    cli.wait_state(job, ("PENDING",), timeout=60)
+    squeue = cli("squeue", "-h", "-j", str(job), "-o", "%T %r").stdout.strip()
+    assert squeue == "PENDING JobHeldUser", squeue
+    assert cli("scontrol", "release", str(job)).returncode == 0
+    cli.wait_state(job, ("RUNNING",))
+    assert wait_for_line(cli.workdir / f"rqh-{job}.out", "run") == "run 1"
+    assert cli("scancel", str(job)).returncode == 0
+
+
+#: A batch shell with one child ("the step"); each notes the signals it gets. USR1 ends the child; USR2 ends
+#: the batch shell with status 3.
+SIGNALLED = """#!/bin/bash
+#SBATCH -o sig-%j.out -t 5:00
+trap 'echo batch-usr2; exit 3' USR2
+bash -c 'trap "echo step-usr1; exit 0" USR1; trap "echo step-usr2" USR2; while true; do sleep 0.1; done' &
+echo ready
+wait
+echo "after $?"
+"""
+
+
+def test_scancel_signal_reaches_the_steps_and_leaves_the_job_running(cli: Cli) -> None:
+    job = cli.sbatch(SIGNALLED)
+    out = cli.workdir / f"sig-{job}.out"
+    wait_for_line(out, "ready")
+    done = cli("scancel", "--signal=USR1", str(job))
+    assert (done.returncode, done.stderr) == (0, "")
+    # The batch shell did not get USR1 (it would have died of it): its child ended, then it did.
+    assert cli.wait_state(job, ("COMPLETED",), timeout=30) == "COMPLETED|0:0"
+    lines = out.read_text().splitlines()
+    assert "step-usr1" in lines and lines[-1] == "after 0", lines
+
+
+def test_scancel_batch_signals_only_the_batch_shell(cli: Cli) -> None:
+    job = cli.sbatch(SIGNALLED)
+    out = cli.workdir / f"sig-{job}.out"
+    wait_for_line(out, "ready")
+    assert cli("scancel", "-b", "-s", "USR2", str(job)).returncode == 0
+    assert cli.wait_state(job, ("FAILED",), timeout=30) == "FAILED|3:0"
+    assert "step-usr2" not in out.read_text()
+    assert "batch-usr2" in out.read_text()
+
+
+def test_scancel_signal_of_a_pending_job_is_an_error(cli: Cli) -> None:
+    held = cli.sbatch("#!/bin/bash\nsleep 1\n", "-H")
+    out = cli("scancel", "-s", "USR1", str(held))
+    assert out.returncode == 1
+    assert out.stderr == f"scancel: error: Kill job error on job id {held}: Job is pending execution\n"
+    # With filters, a signal selects running jobs only: the held job is not an error then.
+    assert cli("scancel", "-s", "USR1", "--me", "-n", "nothing-runs-by-this-name").returncode == 0
+    assert cli("scancel", str(held)).returncode == 0
