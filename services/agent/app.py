@@ -8,7 +8,8 @@ Cycle:
 4. consume ``corral.work.<node>`` durably, in order: a launch starts the batch script (at most once
    per (job, attempt): the local record makes a redelivery a no-op; a launch older than an attempt
    already seen is refused), a kill starts the kill sequence;
-5. report ``RunStarted`` and, when the script ends, ``RunExited``.
+5. report ``RunStarted`` and, when the script ends, ``RunExited``;
+6. answer ``srun``'s step requests (``steps.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from corral.schemas import events as ev
 from corral.schemas.codec import DecodeError, decode
 from corral.services.agent import runner
 from corral.services.agent.records import Record, Records
+from corral.services.agent.steps import Steps
 
 _tracer = telemetry.tracer(__name__)
 
@@ -127,7 +129,7 @@ class Agent:
             await self._launch(order, key)
 
     async def _launch(self, order: api.LaunchOrder, key: tuple[int, int]) -> None:
-        run_dir = self.dir / "jobs" / f"{order.job_id}.{order.attempt}"
+        run_dir = self.run_dir(order.job_id, order.attempt)
         try:
             run = await runner.start(order, run_dir, self.base_env, self.config.kill_wait_s)
         except runner.LaunchError as exc:
@@ -192,6 +194,15 @@ class Agent:
         rec = self.records.get(job_id, attempt)
         self.records.put(Record(job_id=job_id, attempt=attempt, pid=rec.pid if rec else 0, exited=True))
 
+    def running_order(self, job_id: int) -> api.LaunchOrder | None:
+        """The launch order of the job's run running on this node (its batch node), if any."""
+        runs = [run for (job, _), run in self.runs.items() if job == job_id]
+        return max(runs, key=lambda run: run.order.attempt).order if runs else None
+
+    def run_dir(self, job_id: int, attempt: int) -> Path:
+        """The directory of a run on this node (its script is there)."""
+        return self.dir / "jobs" / f"{job_id}.{attempt}"
+
     async def _append(self, body: ev.Event, msg_id: str | None = None) -> None:
         delay = 0.2
         while True:
@@ -227,6 +238,16 @@ async def main(ctx: Context) -> None:
     agent = Agent(ctx.bus, ctx.config, node, Path(state_dir))
     await agent.register()
     await agent.reconcile()
+    step_server = Steps(
+        ctx.bus.nc,
+        name,
+        Path(state_dir),
+        ctx.config.kill_wait_s,
+        agent.running_order,
+        agent.run_dir,
+        agent._append,
+    )
+    await step_server.start()
     tasks = [
         asyncio.create_task(agent.heartbeat(ctx.stop)),
         asyncio.create_task(
@@ -243,4 +264,5 @@ async def main(ctx: Context) -> None:
     ]
     await ctx.stop.wait()
     await asyncio.gather(*tasks, return_exceptions=True)
+    await step_server.stop()
     await agent.shutdown()
