@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import os
 import signal
 from collections.abc import Callable
@@ -142,6 +143,11 @@ class Steps:
             reply = ApiError(error=f"malformed step request: {exc}")
         except StepError as exc:
             reply = ApiError(error=str(exc), code=exc.code)
+        except Exception as exc:
+            self.log.exception("step request failed")
+            reply = ApiError(
+                error=f"node {self.node}: internal error ({type(exc).__name__})", code="internal"
+            )
         if msg.reply:
             with contextlib.suppress(Exception):
                 await msg.respond(msgspec.json.encode(reply))
@@ -192,7 +198,7 @@ class Steps:
         step = Coordinated(order=order, step_id=step_id, launch=launch, places=places)
         self.coordinated[(order.job_id, step_id)] = step
         sub = await self.nc.subscribe(
-            io_subject(order.user, launch.key, "exit", None) + ".*", cb=lambda m: self._on_exit(step, m)
+            io_subject(order.user, launch.key, "exit", None) + ".*", cb=functools.partial(self._on_exit, step)
         )
         # Peers get the order without the script and the submit-time environment (srun's counts).
         lean = msgspec.structs.replace(
@@ -310,7 +316,7 @@ class Steps:
         stdin_sub = None
         if proc.stdin is not None:
             stdin_sub = await self.nc.subscribe(
-                io_subject(local.user, local.key, "in"), cb=lambda m: _feed(proc, m)
+                io_subject(local.user, local.key, "in"), cb=functools.partial(_feed, proc)
             )
         pumps = [
             _pump(self.nc, stream, subject)
