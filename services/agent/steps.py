@@ -260,9 +260,12 @@ class Steps:
             job_env.update({"SLURM_JOB_GPUS": gpus, "CUDA_VISIBLE_DEVICES": gpus})
         for place in mine:
             env = steplayout.task_environment(job_env, place, places, step_id, launch)
-            self._spawn(self._run_task(local, order, step_id, launch, place, env))
+            # Started (and task 0's stdin subscribed) before the reply, so no stdin is lost.
+            started = await self._start_task(local, order, step_id, launch, place, env)
+            if started is not None:
+                self._spawn(self._supervise_task(local, place, *started))
 
-    async def _run_task(
+    async def _start_task(
         self,
         local: LocalStep,
         order: LaunchOrder,
@@ -270,9 +273,8 @@ class Steps:
         launch: StepLaunch,
         place: TaskPlace,
         env: dict[str, str],
-    ) -> None:
-        out_subject = io_subject(local.user, local.key, "out", place.task)
-        err_subject = io_subject(local.user, local.key, "err", place.task)
+    ) -> tuple[asyncio.subprocess.Process, Any] | None:
+        """Start one task; None if it could not be (its exit is reported at once)."""
         fds: list[int] = []
         try:
             stdout: int = asyncio.subprocess.PIPE
@@ -308,7 +310,7 @@ class Steps:
             await self._publish_exit(
                 local, TaskExit(task=place.task, node=self.node, exit_code=2, error=error)
             )
-            return
+            return None
         finally:
             for fd in fds:
                 os.close(fd)
@@ -318,6 +320,14 @@ class Steps:
             stdin_sub = await self.nc.subscribe(
                 io_subject(local.user, local.key, "in"), cb=functools.partial(_feed, proc)
             )
+        return proc, stdin_sub
+
+    async def _supervise_task(
+        self, local: LocalStep, place: TaskPlace, proc: asyncio.subprocess.Process, stdin_sub: Any
+    ) -> None:
+        """Stream a task's output to srun until it exits, then report its exit."""
+        out_subject = io_subject(local.user, local.key, "out", place.task)
+        err_subject = io_subject(local.user, local.key, "err", place.task)
         pumps = [
             _pump(self.nc, stream, subject)
             for stream, subject in ((proc.stdout, out_subject), (proc.stderr, err_subject))
