@@ -113,3 +113,14 @@ def test_bad_srun_options_fail_slurm_style(cli: Cli, argv: list[str], message: s
 def test_srun_step_larger_than_the_job_is_refused(cli: Cli) -> None:
     _job, _row, out = run_job(cli, "srun -N3 true\necho status=$?\n", "-N2")
     assert "status=1" in out and "Unable to create step" in out, out
+
+
+def test_salloc_runs_a_command_with_the_job_and_srun_inside_uses_it(cli: Cli) -> None:
+    command = f"echo job=$SLURM_JOB_ID nodes=$SLURM_JOB_NODELIST; {BIN}/srun -l hostname; exit 4"
+    result = cli("salloc", "-N2", "sh", "-c", command)
+    assert result.returncode == 4, result.stderr
+    first, *ranks = result.stdout.splitlines()
+    job = first.split()[0].removeprefix("job=")
+    assert first.endswith("nodes=node[1-2]") and sorted(line[:3] for line in ranks) == ["0: ", "1: "]
+    assert "Granted job allocation" in result.stderr
+    assert cli.wait_state(int(job), ("COMPLETED", "FAILED")) == "FAILED|4:0"
