@@ -7,7 +7,8 @@ in a temporary state directory, then:
    is idle), and measures submit -> start as ``RunStarted.occurred_at - JobSubmitted.occurred_at`` read from
    the log (both clocks are this machine's);
 2. times ``sbatch``, ``squeue``, ``sacct -j`` and ``scontrol show job`` as a user runs them
-   (fresh process each time).
+   (fresh process each time), and ``srun -N2 -n4 true`` inside a 2-node job and ``srun true``
+   outside one (allocation included).
 
 Prints a Markdown table; results are recorded in ``bench/RESULTS.md``.
 """
@@ -76,6 +77,24 @@ async def latencies(cluster: LocalCluster, job_ids: list[int]) -> list[float]:
     return [started[j] - submitted[j] for j in job_ids if j in started]
 
 
+def srun_in_job(env: dict[str, str], work: Path, runs: int) -> list[float]:
+    """Wall times of ``srun -N2 -n4 true`` measured inside a 2-node job (the job times its own steps)."""
+    bin_dir = Path(sys.executable).parent
+    script = (
+        f"#!/bin/bash\nexport PATH={bin_dir}:$PATH\nfor i in $(seq {runs}); do\n"
+        "  s=$(date +%s%N); srun -N2 -n4 true; e=$(date +%s%N); echo step $(( (e - s) / 1000 ))\ndone\n"
+    )
+    _, out = run(["sbatch", "--parsable", "-N2", "-n4", "-o", "srun-bench-%j.out"], env, work, stdin=script)
+    job = out.strip()
+    while True:
+        _, row = run(["sacct", "-j", job, "-X", "-n", "-P", "-o", "State"], env, work)
+        if row.strip() in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            break
+        time.sleep(0.2)
+    text = (work / f"srun-bench-{job}.out").read_text()
+    return [int(line.split()[1]) / 1e6 for line in text.splitlines() if line.startswith("step ")]
+
+
 def main() -> int:
     """Run the benchmark and print the results."""
     parser = argparse.ArgumentParser()
@@ -116,6 +135,9 @@ def main() -> int:
             timings["squeue"].append(run(["squeue"], env, work)[0])
             timings["sacct -j"].append(run(["sacct", "-j", str(ids[-1])], env, work)[0])
             timings["scontrol show job"].append(run(["scontrol", "show", "job", str(ids[-1])], env, work)[0])
+        timings["srun -N2 -n4 true (in a job)"] = srun_in_job(env, work, args.runs)
+        allocating = [run(["srun", "true"], env, work)[0] for _ in range(args.runs // 3)]
+        timings["srun true (allocates)"] = allocating
         print("| metric | n | p50 | p95 | p99 |\n|---|---|---|---|---|")
         ms = [x * 1000 for x in lat]
         print(

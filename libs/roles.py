@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from corral.libs.infra import NatsUser
-from corral.schemas import api, subjects
+from corral.schemas import api, steps, subjects
 
 ADMIN = "corral-admin"
 GATEWAY = "corral-gateway"
@@ -108,6 +108,11 @@ def agent_user(node: str, password: str) -> NatsUser:
         subjects.node_subject(node, "node_registered"),
         f"corral.evt.job.*.run_started.{node}",
         f"corral.evt.job.*.run_exited.{node}",
+        f"corral.evt.step.*.step_started.{node}",
+        f"corral.evt.step.*.step_exited.{node}",
+        # Steps (srun): asking peer agents as itself, and a step's output and task exits to its user.
+        steps.step_subject("*", role),
+        "corral.io.>",
         subjects.heartbeat_subject(node),
         subjects.DLQ_SUBJECTS,
         "$JS.API.INFO",
@@ -119,11 +124,18 @@ def agent_user(node: str, password: str) -> NatsUser:
         f"$JS.API.CONSUMER.MSG.NEXT.{durable}",
         f"$JS.ACK.{durable}.>",
     ]
-    return NatsUser(role, password, publish=publish, subscribe=[_inbox(role)], allow_responses=False)
+    # Step requests to this node from anyone (the agent checks the caller), stdin and task exits of steps.
+    subscribe = [_inbox(role), steps.step_subject(node, "*"), "corral.io.*.*.in", "corral.io.*.*.exit.*"]
+    return NatsUser(role, password, publish=publish, subscribe=subscribe, allow_responses=True)
 
 
 def user_user(name: str, password: str) -> NatsUser:
     """The NATS user of a person: the API on their own subject token, replies on their own inbox."""
     if not subjects.valid_token(name):
         raise ValueError(f"user name {name!r} cannot be a subject token (letters, digits, - _)")
-    return NatsUser(name, password, publish=[subjects.api_subject("*", name)], subscribe=[_inbox(name)])
+    if name.startswith("agent-") or name.startswith("corral-"):
+        raise ValueError(f"user name {name!r} is reserved for Corral's services")
+    # The API and steps (srun) as themselves; their steps' output, and stdin to their steps' task 0.
+    publish = [subjects.api_subject("*", name), steps.step_subject("*", name), f"corral.io.{name}.*.in"]
+    subscribe = [_inbox(name), f"corral.io.{name}.>"]
+    return NatsUser(name, password, publish=publish, subscribe=subscribe)

@@ -432,6 +432,36 @@ class ReservationDeleted(msgspec.Struct, frozen=True, tag="reservation_deleted",
     by: str  # the admin who asked
 
 
+class StepStarted(msgspec.Struct, frozen=True, tag="step_started", kw_only=True):
+    """Fact (agent of the job's batch node, which coordinates the step): a step of a run started (srun).
+
+    On ``corral.evt.step.<job>.step_started.<node>``, outside the job's subjects: step facts never move the
+    job subject's last sequence that the scheduler's decisions are conditional on.
+    """
+
+    job_id: JobId  # the job
+    attempt: int  # the run
+    step_id: int  # the step's number, from 0 per run (``N.0``, ``N.1``)
+    node: NodeName  # the reporting (batch) node
+    name: str  # step name (the command's base name, or srun -J)
+    nodes: list[NodeName]  # the step's nodes
+    ntasks: int  # tasks over all nodes
+    cpus: int = 0  # CPUs of the step's tasks (tasks x cpus per task)
+    gpus: int = 0  # GPUs bound to its tasks (0 when tasks share the node's GPUs)
+
+
+class StepExited(msgspec.Struct, frozen=True, tag="step_exited", kw_only=True):
+    """Fact (batch node's agent): every task of a step ended; the exit of the worst task."""
+
+    job_id: JobId  # the job
+    attempt: int  # the run
+    step_id: int  # the step
+    node: NodeName  # the reporting (batch) node
+    exit_code: int  # highest task exit code
+    signal: int = 0  # a terminating signal of a task, 0 if none
+    killed: bool = False  # the step was killed (Ctrl-C twice, or its run ended first)
+
+
 Event = (
     JobSubmitted
     | JobCancelRequested
@@ -459,6 +489,8 @@ Event = (
     | ReservationDeleted
     | JobRequeueRequested
     | JobSignalRequested
+    | StepStarted
+    | StepExited
 )
 
 #: Every event class of the union, in declaration order.
@@ -489,6 +521,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ReservationDeleted,
     JobRequeueRequested,
     JobSignalRequested,
+    StepStarted,
+    StepExited,
 )
 
 #: The events of reservations (on ``corral.evt.resv.<name>.<tag>``).

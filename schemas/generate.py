@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from corral.schemas import api, events
+from corral.schemas import api, events, steps
 
 SCHEMA_DIR = Path(__file__).parent / "jsonschema"
 
@@ -33,6 +33,8 @@ DOCUMENTS: dict[str, Any] = {
     | api.ReservationsReply
     | api.ApiError,
     "order.json": api.Order,
+    "step.json": steps.StepRequest | steps.StepLaunched | steps.StepDone,
+    "step-exit.json": steps.TaskExit,
 }
 
 

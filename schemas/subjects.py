@@ -5,6 +5,10 @@
   permissions can confine an agent to facts about its own node;
 - ``corral.evt.node.<node>.<tag>``: node facts (agent registration, health);
 - ``corral.evt.resv.<name>.<tag>``: advance reservations: intents (gateway) and decisions (scheduler);
+- ``corral.evt.step.<job>.<tag>.<node>``: job step facts (srun), by the job's batch node; not under the
+  job's subjects, so they never make a scheduler decision's expected last sequence stale;
+- ``corral.step.<node>.<caller>`` and ``corral.io.<user>.<key>.>``: step requests and I/O (core NATS,
+  ``corral.schemas.steps``);
 - ``corral.work.<node>``: per-node orders (launch, kill) in their own stream;
 - ``corral.hb.<node>``: heartbeats (core NATS, not persisted);
 - ``corral.api.v1.<verb>.<user>``: request/reply API; the last token is the caller's user name,
@@ -73,6 +77,8 @@ def event_subject(body: ev.Event) -> str:
         return job_subject(body.job_id, tag, body.node)
     if isinstance(body, ev.NodeRegistered | ev.NodeDown | ev.NodeUp):
         return node_subject(body.node, tag)
+    if isinstance(body, ev.StepStarted | ev.StepExited):
+        return f"corral.evt.step.{body.job_id}.{tag}.{body.node}"
     if isinstance(body, ev.RESERVATION_EVENTS):
         return resv_subject(body.name, tag)
     return job_subject(body.job_id, tag)

@@ -21,6 +21,10 @@ Requeue semantics (Slurm-like, one row per job): a requeued job goes back to PEN
 restart count + 1, its start time and node list cleared and the requeue reason as its reason;
 the batch step of the ended attempt stays, state REQUEUED, until the next allocation replaces it
 with the new attempt's batch step. Only the latest attempt's batch step is kept.
+
+Steps (srun): ``StepStarted`` inserts ``N.<step>`` for the job's running attempt, ``StepExited`` ends it;
+a job's conclusion or requeue ends its steps still running (CANCELLED) and a new allocation drops the
+numbered steps of older attempts, so sacct shows the latest attempt's steps, as Slurm does.
 """
 
 from __future__ import annotations
@@ -126,7 +130,35 @@ class UpdateJob(msgspec.Struct, frozen=True, kw_only=True):
     partition: str  # the partition now, or the cluster's default
 
 
-Op = InsertJob | RequestCancel | StartRun | ExitBatch | EndJob | RequeueJob | UpdateJob
+class StartStep(msgspec.Struct, frozen=True, kw_only=True):
+    """A step (srun) of the job's running attempt started: a new ``N.<step>`` row."""
+
+    seq: int  # stream sequence of the event
+    job_id: int  # the job
+    attempt: int  # the run
+    step: str  # the step number, as text
+    name: str  # step name
+    start_time: float  # Unix time it started
+    node_list: str  # compressed hostlist of its nodes
+    num_cpus: int  # CPUs of its tasks
+    num_tasks: int  # tasks
+    num_gpus: int  # GPUs bound to its tasks
+
+
+class EndStep(msgspec.Struct, frozen=True, kw_only=True):
+    """A step's tasks all ended: its row ends with the worst task's exit."""
+
+    seq: int  # stream sequence of the event
+    job_id: int  # the job
+    attempt: int  # the run
+    step: str  # the step number, as text
+    end_time: float  # Unix time
+    state: str  # COMPLETED, FAILED or CANCELLED
+    exit_code: int  # worst task's exit code
+    signal: int  # a terminating signal, 0 if none
+
+
+Op = InsertJob | RequestCancel | StartRun | ExitBatch | EndJob | RequeueJob | UpdateJob | StartStep | EndStep
 
 #: The job state a JobFailed reason leads to (as in the scheduler's fold); FAILED otherwise.
 FAILED_STATE: dict[str, str] = {
@@ -192,6 +224,13 @@ def batch_state(exit: ev.RunExited) -> str:
     return "COMPLETED"
 
 
+def step_state(exit: ev.StepExited) -> str:
+    """The state of a step that ended as ``exit`` reports."""
+    if exit.killed:
+        return "CANCELLED"
+    return "FAILED" if exit.exit_code != 0 or exit.signal != 0 else "COMPLETED"
+
+
 def node_list(nodes: list[str]) -> str:
     """The compressed hostlist of ``nodes`` (plain comma-joined if a name is not a valid host)."""
     try:
@@ -251,6 +290,30 @@ def _op(seq: int, at: float, body: ev.Event, default_partition: str) -> Op | Non
             # The admin priority (and a hold by Priority=0) has no accounting column.
             return UpdateJob(
                 seq=seq, job_id=job_id, time_limit_s=limit, partition=partition or default_partition
+            )
+        case ev.StepStarted():
+            return StartStep(
+                seq=seq,
+                job_id=body.job_id,
+                attempt=body.attempt,
+                step=str(body.step_id),
+                name=body.name,
+                start_time=at,
+                node_list=node_list(list(body.nodes)),
+                num_cpus=body.cpus,
+                num_tasks=body.ntasks,
+                num_gpus=body.gpus,
+            )
+        case ev.StepExited():
+            return EndStep(
+                seq=seq,
+                job_id=body.job_id,
+                attempt=body.attempt,
+                step=str(body.step_id),
+                end_time=at,
+                state=step_state(body),
+                exit_code=body.exit_code,
+                signal=body.signal,
             )
     # Run starts and node events change no accounting row.
     return None

@@ -19,12 +19,14 @@ import msgspec
 from corral.libs.store import Connection
 from corral.services.accounting.projection import (
     EndJob,
+    EndStep,
     ExitBatch,
     InsertJob,
     Op,
     RequestCancel,
     RequeueJob,
     StartRun,
+    StartStep,
     UpdateJob,
 )
 
@@ -142,6 +144,39 @@ WHERE job_id = :job_id AND last_seq < :seq AND state = 'PENDING'
 """)
 
 
+# A step of the attempt the job runs; a replayed or stale start changes nothing.
+_START_STEP = _Statement("""
+INSERT INTO steps (job_id, step, attempt, name, state, exit_code, signal, start_time, end_time,
+                   node_list, num_cpus, num_tasks, num_gpus, last_seq)
+SELECT :job_id, :step, :attempt, :name, 'RUNNING', 0, 0, :start_time, NULL,
+       :node_list, :num_cpus, :num_tasks, :num_gpus, :seq
+FROM jobs WHERE job_id = :job_id AND state = 'RUNNING' AND restart_count = :attempt
+ON CONFLICT (job_id, step) DO UPDATE SET
+    attempt = EXCLUDED.attempt, name = EXCLUDED.name, state = EXCLUDED.state,
+    exit_code = EXCLUDED.exit_code, signal = EXCLUDED.signal, start_time = EXCLUDED.start_time,
+    end_time = EXCLUDED.end_time, node_list = EXCLUDED.node_list, num_cpus = EXCLUDED.num_cpus,
+    num_tasks = EXCLUDED.num_tasks, num_gpus = EXCLUDED.num_gpus, last_seq = EXCLUDED.last_seq
+WHERE steps.last_seq < EXCLUDED.last_seq AND steps.attempt < EXCLUDED.attempt
+""")
+
+_END_STEP = _Statement("""
+UPDATE steps SET state = :state, end_time = :end_time, exit_code = :exit_code, signal = :signal,
+                 last_seq = :seq
+WHERE job_id = :job_id AND step = :step AND attempt = :attempt AND state = 'RUNNING' AND last_seq < :seq
+""")
+
+# The numbered steps still running when their run ends (their exit report was lost, or comes later).
+_END_RUN_STEPS = _Statement("""
+UPDATE steps SET state = 'CANCELLED', end_time = :end_time, last_seq = :seq
+WHERE job_id = :job_id AND step <> 'batch' AND attempt = :attempt AND state = 'RUNNING' AND last_seq < :seq
+""")
+
+# A new attempt starts with no numbered steps (sacct shows the latest attempt's).
+_DROP_OLD_STEPS = _Statement("""
+DELETE FROM steps WHERE job_id = :job_id AND step <> 'batch' AND attempt < :attempt
+""")
+
+
 async def lock_position(conn: Connection, consumer: str) -> int:
     """The consumer's position (0 if new), locked until the transaction ends."""
     await conn.execute(
@@ -183,16 +218,23 @@ async def apply_op(conn: Connection, op: Op) -> None:
             # The epoch check comes first, as in the fold: a fenced-off allocation changes nothing.
             if await _run(conn, _RAISE_EPOCH, op) and await _run(conn, _START_RUN, op):
                 await _run(conn, _WRITE_BATCH, op)
+                await _run(conn, _DROP_OLD_STEPS, op)
         case ExitBatch():
             await _run(conn, _END_BATCH, op)
         case EndJob():
             if await _run(conn, _END_JOB, op):
                 await _run(conn, _END_BATCH, op, node=None)
+                await _run(conn, _END_RUN_STEPS, op)
         case RequeueJob():
             if await _run(conn, _REQUEUE_JOB, op):
                 await _run(conn, _END_BATCH, op, node=None, state="REQUEUED", exit_code=0, signal=0)
+                await _run(conn, _END_RUN_STEPS, op)
         case UpdateJob():
             await _run(conn, _UPDATE_JOB, op)
+        case StartStep():
+            await _run(conn, _START_STEP, op)
+        case EndStep():
+            await _run(conn, _END_STEP, op)
 
 
 async def _run(conn: Connection, statement: _Statement, op: Op, **extra: Any) -> bool:

@@ -10,7 +10,8 @@ Cycle:
 4. consume ``corral.work.<node>`` durably, in order: a launch starts the batch script (at most once
    per (job, attempt): the local record makes a redelivery a no-op; a launch older than an attempt
    already seen is refused and reported), a kill starts the kill sequence;
-5. report ``RunStarted`` and, when the script ends, ``RunExited``.
+5. report ``RunStarted`` and, when the script ends, ``RunExited``;
+6. answer ``srun``'s step requests (``steps.py``).
 
 Stopping the agent (SIGTERM) leaves its jobs running; the next agent process re-adopts them.
 """
@@ -35,12 +36,16 @@ from corral.libs.service import Context
 from corral.libs.settings import environment
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
-from corral.schemas.codec import DecodeError, decode
+from corral.schemas.codec import DecodeError, decode, encode
 from corral.services.agent import inventory, runner
 from corral.services.agent.jobenv import base_environment
 from corral.services.agent.records import Record, Records
+from corral.services.agent.steps import Steps
 
 _tracer = telemetry.tracer(__name__)
+
+#: The launch order of a run, kept in its directory (for steps).
+ORDER_FILE = "order.json"
 
 #: RunExited.launch_error of a launch refused because the node already ran a newer attempt of the job.
 STALE_ATTEMPT = "stale attempt: this node already ran a newer attempt of the job"
@@ -172,6 +177,9 @@ class Agent:
             self.log.warning("launch failed", job_id=order.job_id, error=str(exc))
             await self.report_exit(order.job_id, order.attempt, runner.Outcome(1, 0, False, False), str(exc))
             return
+        # What steps (srun) need of the run later, even after an agent restart: its launch order.
+        with contextlib.suppress(OSError):
+            (self.run_dir(*key) / ORDER_FILE).write_bytes(encode(order))
         await self._append(
             ev.RunStarted(
                 job_id=ev.JobId(order.job_id),
@@ -247,6 +255,19 @@ class Agent:
             self.records.put(Record(job_id=job_id, attempt=attempt))
         self.records.update(job_id, attempt, exited=True)
 
+    def running_order(self, job_id: int) -> api.LaunchOrder | None:
+        """The launch order of the job's run running on this node (its batch node), if any: kept in the
+        run's directory at launch, so a run this agent re-adopted after a restart has it too."""
+        keys = [key for key in self.runs if key[0] == job_id]
+        if not keys:
+            return None
+        try:
+            data = (self.run_dir(*max(keys)) / ORDER_FILE).read_bytes()
+            order: api.LaunchOrder = decode(data, api.LaunchOrder)
+        except (OSError, DecodeError):
+            return None
+        return order
+
     async def _append(self, body: ev.Event, msg_id: str | None = None) -> None:
         delay = 0.2
         while True:
@@ -277,6 +298,16 @@ async def main(ctx: Context) -> None:
     agent = Agent(ctx.bus, ctx.config, node, Path(state_dir))
     await agent.register()
     await agent.reconcile()
+    step_server = Steps(
+        ctx.bus.nc,
+        name,
+        Path(state_dir),
+        ctx.config.kill_wait_s,
+        agent.running_order,
+        agent.run_dir,
+        agent._append,
+    )
+    await step_server.start()
     tasks = [
         asyncio.create_task(agent.heartbeat(ctx.stop)),
         asyncio.create_task(
@@ -293,4 +324,5 @@ async def main(ctx: Context) -> None:
     ]
     await ctx.stop.wait()
     await asyncio.gather(*tasks, return_exceptions=True)
+    await step_server.stop()
     await agent.shutdown()

@@ -152,6 +152,12 @@ def expand_pattern(pattern: str, order: LaunchOrder) -> str:
         "s": "batch",
         "%": "%",
     }
+    return expand(pattern, values, order.spec.workdir)
+
+
+def expand(pattern: str, values: dict[str, str], workdir: str) -> str:
+    """Replace ``%k`` (with an optional zero-padding width, ``%4j``) by ``values[k]``; relative results are
+    made absolute under ``workdir``. An unknown ``%k`` stays as it is."""
     out: list[str] = []
     i = 0
     while i < len(pattern):
@@ -170,7 +176,7 @@ def expand_pattern(pattern: str, order: LaunchOrder) -> str:
         out.append(ch)
         i += 1
     path = "".join(out)
-    return path if os.path.isabs(path) else os.path.join(order.spec.workdir, path)
+    return path if os.path.isabs(path) else os.path.join(workdir, path)
 
 
 def output_paths(order: LaunchOrder) -> tuple[str, str | None]:

@@ -1,0 +1,125 @@
+"""Job steps (``srun``): the interactive request/reply messages between ``srun`` and the agents.
+
+Steps are interactive, so they use core NATS, not the log:
+
+- ``corral.step.<node>.<caller>``: requests to a node's agent; the last token is the caller's NATS user (a
+  person, or a peer node's agent ``agent-<node>``), which the server's permissions bind to the connection.
+  ``srun`` talks only to the job's *batch node* (its first node), whose agent holds the run's launch order
+  and so knows the owner, the attempt and every node's GPUs: it checks the caller, numbers the step, lays out
+  the tasks and asks its peers (``StepTasks``) to start theirs.
+- ``corral.io.<user>.<key>.{out,err,exit}.<task>`` (agents -> srun) and ``corral.io.<user>.<key>.in``
+  (srun -> task 0): a step's output, task exits and stdin; ``key`` is a random token chosen by srun, so srun
+  subscribes before it asks for the step.
+
+The facts that last (the step started, the step ended) go to the log as ``StepStarted``/``StepExited``.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from corral.schemas.api import LaunchOrder
+from corral.schemas.events import OpenMode
+
+
+class StepLaunch(msgspec.Struct, frozen=True, tag="step_launch", kw_only=True):
+    """srun -> the batch node's agent: start a step of a running job."""
+
+    job_id: int  # the job (SLURM_JOB_ID)
+    key: str  # the step's I/O subject token, chosen by srun (random hex)
+    argv: list[str]  # the command and its arguments
+    cwd: str  # working directory of the tasks
+    environment: dict[str, str] = {}  # srun's environment, passed to every task (SLURM_* are recomputed)
+    name: str = ""  # step name (default: the command's base name)
+    ntasks: int | None = None  # -n; None = from -N/--ntasks-per-node, else one task per node
+    nodes: int | None = None  # -N; None = as many as the tasks need (at most all of the job's)
+    ntasks_per_node: int | None = None  # --ntasks-per-node
+    cpus_per_task: int = 1  # -c
+    gpus_per_task: int | None = None  # --gpus-per-task: each task its own GPU indices
+    stdout: str | None = None  # -o pattern (%j %J %t %N %n %s %x %u %%); None = to srun
+    stderr: str | None = None  # -e pattern; None = to srun (or with -o's file)
+    open_mode: OpenMode = "truncate"  # --open-mode of -o/-e files
+    stdin: bool = True  # forward srun's stdin to task 0 (else /dev/null)
+
+
+class TaskPlace(msgspec.Struct, frozen=True, kw_only=True):
+    """Where one task of a step runs."""
+
+    task: int  # SLURM_PROCID
+    node: str  # node name
+    node_index: int  # SLURM_NODEID (index of the node in the step)
+    local_id: int  # SLURM_LOCALID
+    gpus: list[int] = []  # GPU indices the task sees (CUDA_VISIBLE_DEVICES)
+
+
+class StepTasks(msgspec.Struct, frozen=True, tag="step_tasks", kw_only=True):
+    """Batch node's agent -> a peer agent: start your tasks of a step."""
+
+    launch: StepLaunch  # what srun asked for
+    order: LaunchOrder  # the run's launch order (spec without script and environment)
+    step_id: int  # the step's number
+    user: str  # the job's owner (the I/O subjects are under it)
+    tasks: list[TaskPlace]  # every task of the step, all nodes
+
+
+class StepSignal(msgspec.Struct, frozen=True, tag="step_signal", kw_only=True):
+    """srun (or the batch node's agent, to its peers) -> agent: signal every task of a step."""
+
+    job_id: int  # the job
+    step_id: int  # the step
+    signal: int  # signal number; SIGKILL starts the kill sequence (SIGCONT+SIGTERM, SIGKILL after KillWait)
+
+
+class AllocationRelease(msgspec.Struct, frozen=True, tag="allocation_release", kw_only=True):
+    """srun/salloc -> the batch node's agent: end an interactive allocation with this exit code."""
+
+    job_id: int  # the job (submitted by srun/salloc with the allocation placeholder script)
+    exit_code: int  # what the job ends with (0-255)
+
+
+StepRequest = StepLaunch | StepTasks | StepSignal | AllocationRelease
+
+
+class StepLaunched(msgspec.Struct, frozen=True, tag="step_launched", kw_only=True):
+    """Reply to StepLaunch/StepTasks: the step runs."""
+
+    step_id: int  # the step's number (N.<step_id> in sacct)
+    tasks: list[TaskPlace]  # every task, by task id
+
+
+class StepDone(msgspec.Struct, frozen=True, tag="step_done", kw_only=True):
+    """Reply to StepSignal/AllocationRelease: done."""
+
+
+class TaskExit(msgspec.Struct, frozen=True, kw_only=True):
+    """Payload of ``corral.io.<user>.<key>.exit.<task>``: how one task ended."""
+
+    task: int  # SLURM_PROCID
+    node: str  # where it ran
+    exit_code: int  # 0-255 (0 when killed by a signal)
+    signal: int = 0  # terminating signal, 0 if none
+    error: str = ""  # why it could not start, "" if it did
+
+
+def step_subject(node: str, caller: str) -> str:
+    """Request subject of a node's agent, called by ``caller`` (a user or ``agent-<node>``)."""
+    return f"corral.step.{node}.{caller}"
+
+
+def io_subject(user: str, key: str, kind: str, task: int | None = None) -> str:
+    """I/O subject of a step: kind out/err/exit (with the task) or in (task 0's stdin)."""
+    base = f"corral.io.{user}.{key}.{kind}"
+    return base if task is None else f"{base}.{task}"
+
+
+#: The batch script of an interactive allocation (srun outside a job, salloc): it runs nothing and ends,
+#: with the exit code the allocation is released with, when the agent writes that code into the FIFO
+#: ``release`` next to the script (``AllocationRelease``). Its first two lines mark it for the agent.
+ALLOCATION_SCRIPT = """\
+#!/bin/sh
+# corral: interactive allocation (srun/salloc); ends when the allocation is released
+fifo="$(dirname "$0")/release"
+mkfifo "$fifo" 2>/dev/null
+read -r code < "$fifo"
+exit "${code:-0}"
+"""
