@@ -414,6 +414,8 @@ class Steps:
             raise StepError(f"Step {request.job_id}.{request.step_id} is not running", "not_found")
         if step.order.user != caller:
             raise StepError("Access/permission denied", "forbidden")
+        if request.signal == 0:
+            return  # srun's liveness check: the step still runs
         if request.signal == signal.SIGKILL:
             step.killed = True
         self._signal_everywhere(step, request.signal)
