@@ -50,7 +50,8 @@ listen: "127.0.0.1:{port}"
 authorization {{
   users = [
     {{user: alice, password: "{alice}", permissions: {{
-      publish: {{allow: ["svc.*.alice", "io.alice.>"]}}, subscribe: {{allow: ["_INBOX_alice.>", "io.alice.>"]}}}}}}
+      publish: {{allow: ["svc.*.alice", "io.alice.>"]}},
+      subscribe: {{allow: ["_INBOX_alice.>", "io.alice.>"]}}}}}}
     {{user: svc, password: "{svc}", permissions: {{
       subscribe: {{allow: ["svc.>"]}}, publish: {{deny: [">"]}}, allow_responses: true}}}}
   ]
