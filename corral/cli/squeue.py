@@ -12,9 +12,10 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from corral.cli.errors import CliError, run_command
 from corral.cli.fields import FieldSpec, Layout, parse_layout, parse_states, render_layout, state_code
@@ -125,20 +126,19 @@ LONG_NAMES: dict[str, str] = {
 }  # fmt: skip
 
 
-@dataclass
-class SqueueArgs:
+class SqueueArgs(msgspec.Struct):
     """What an squeue command line asks for."""
 
     layout: Layout  # output format
     header: bool = True  # print the header line
-    jobs: list[JobRef] = field(default_factory=list)  # -j
-    users: list[str] = field(default_factory=list)  # -u
+    jobs: list[JobRef] = []  # -j
+    users: list[str] = []  # -u
     me: bool = False  # --me
-    partitions: list[str] = field(default_factory=list)  # -p
-    states: list[str] = field(default_factory=list)  # -t (long names); empty: the live states
+    partitions: list[str] = []  # -p
+    states: list[str] = []  # -t (long names); empty: the live states
     all_states: bool = False  # -t all
-    names: list[str] = field(default_factory=list)  # -n
-    accounts: list[str] = field(default_factory=list)  # -A
+    names: list[str] = []  # -n
+    accounts: list[str] = []  # -A
     pending_only: bool = False  # --start
     expand_arrays: bool = False  # -r: one row per array task
     help: bool = False  # --help / --usage

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import os
 import posixpath
-import secrets
 import socket
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -133,8 +131,7 @@ Usage: srun [OPTIONS...] COMMAND [ARGS...]
 """
 
 
-@dataclass(frozen=True)
-class SrunArgs:
+class SrunArgs(msgspec.Struct, frozen=True):
     """One srun command line."""
 
     options: ParsedArgs  # the options, in the order given
@@ -176,7 +173,7 @@ def step_launch(args: SrunArgs, environ: Mapping[str, str], cwd: str, inside: bo
     workdir = args.value("chdir") or cwd
     return StepLaunch(
         job_id=0,
-        key=secrets.token_hex(8),
+        key=os.urandom(8).hex(),
         argv=args.argv,
         cwd=workdir if posixpath.isabs(workdir) else posixpath.join(cwd, workdir),
         environment=dict(environ),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -716,11 +715,10 @@ def test_unsupported_short_option_names_the_long_one() -> None:
         TABLE.parse(["-M", "other"])
 
 
-@dataclasses.dataclass(frozen=True)
-class FlakyCluster(Cluster):
+class FlakyCluster(Cluster, frozen=True):
     """A cluster whose first submit times out; it records every request."""
 
-    requests: list[msgspec.Struct] = dataclasses.field(default_factory=list)
+    requests: list[msgspec.Struct] = msgspec.field(default_factory=list)  # every request, in order
 
     def call(self, verb: str, request: msgspec.Struct, reply_type: type[R]) -> R:
         self.requests.append(request)
