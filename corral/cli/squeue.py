@@ -51,6 +51,8 @@ OPTIONS = OptionTable(
         Opt("states", "t"),
         Opt("name", "n"),
         Opt("account", "A"),
+        Opt("nodelist", "w"),
+        Opt("qos", "q"),
         flag("start"),
         flag("long", "l"),
         flag("all", "a"),
@@ -60,7 +62,7 @@ OPTIONS = OptionTable(
         flag("version", "V"),
         *unsupported(
             "array-unique clusters/M federation hide iterate/i local licenses/L noconvert "
-            "nodelist/w qos/q reservation/R sibling sort/S steps/s verbose/v json yaml only-job-state "
+            "reservation/R sibling sort/S steps/s verbose/v json yaml only-job-state "
             "notme expand-patterns"
         ),
     ]
@@ -75,6 +77,7 @@ Usage: squeue [OPTIONS...]
   -u, --user=USERS       only these users           --me       only my jobs
   -j, --jobs=IDS         only these jobs        -p, --partition=NAMES
   -t, --states=STATES    PD,R,... or all        -n, --name=NAMES   -A, --account=NAMES
+  -w, --nodelist=HOSTS   only jobs on these nodes (hostlist, e.g. node[1-2])   -q, --qos=NAMES
       --start            pending jobs with their expected start time
   -r, --array            one row per array task (pending tasks are one A_[x-y%P] row otherwise)
 """
@@ -139,6 +142,8 @@ class SqueueArgs(msgspec.Struct):
     all_states: bool = False  # -t all
     names: list[str] = []  # -n
     accounts: list[str] = []  # -A
+    nodes: list[str] = []  # -w (expanded): only jobs with one of these nodes
+    qos: list[str] = []  # -q
     pending_only: bool = False  # --start
     expand_arrays: bool = False  # -r: one row per array task
     help: bool = False  # --help / --usage
@@ -176,11 +181,27 @@ def parse_args(argv: Sequence[str]) -> SqueueArgs:
         all_states=all_states,
         names=args.items("name"),
         accounts=args.items("account"),
+        nodes=_hosts(args.all("nodelist")),
+        qos=args.items("qos"),
         pending_only=args.given("start"),
         expand_arrays=args.given("array"),
         help=args.given("help") or args.given("usage"),
         version=args.given("version"),
     )
+
+
+def _hosts(values: Sequence[str]) -> list[str]:
+    """``-w`` values (hostlists) as node names; FormatError (printed as is) if one is malformed."""
+    from corral.libs.slurm import hostlist
+
+    return [name for value in values for name in hostlist.expand(value, "--nodelist")]
+
+
+def _on_nodes(job: JobInfo, nodes: Sequence[str]) -> bool:
+    """Whether the job holds any of these nodes (a pending job holds none)."""
+    from corral.libs.slurm import hostlist
+
+    return bool(job.node_list) and not set(hostlist.expand(job.node_list)).isdisjoint(nodes)
 
 
 def parse_long_layout(text: str) -> Layout:
@@ -223,6 +244,8 @@ def select_jobs(jobs: Sequence[JobInfo], args: SqueueArgs) -> list[JobInfo]:
         for job in jobs
         if (not args.names or job.name in args.names)
         and (not args.accounts or job.account in args.accounts)
+        and (not args.nodes or _on_nodes(job, args.nodes))
+        and (not args.qos or job.qos in args.qos)
         and (not args.pending_only or job.state == "PENDING")
         and named(args.jobs, job.job_id, job.array_job_id, job.array_task_id)
     ]

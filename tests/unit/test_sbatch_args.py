@@ -629,6 +629,47 @@ ERROR_CASES: list[tuple[list[str], bytes, str]] = [
         with_directives("#SBATCH -J 'open"),
         "sbatch: error: cannot read #SBATCH line 2: No closing quotation",
     ),
+    (
+        ["--signal=FOO@10", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --signal "FOO@10": use [{R|B}:]SIG[@SECONDS] '
+        "(e.g. USR1, SIGUSR1@90, B:TERM@120, 10@30)",
+    ),
+    (
+        ["--signal=USR1@x", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --signal "USR1@x": give @SECONDS as a whole number from 0 to 65535',
+    ),
+    (
+        ["s.sh"],
+        with_directives("#SBATCH --signal=Q:USR1"),
+        'sbatch: error: invalid --signal "Q:USR1": use [{R|B}:]SIG[@SECONDS] '
+        "(e.g. USR1, SIGUSR1@90, B:TERM@120, 10@30)",
+    ),
+    (["-D", "", "s.sh"], SCRIPT, 'sbatch: error: invalid --chdir "": give a directory'),
+    (["-o", "", "s.sh"], SCRIPT, 'sbatch: error: invalid --output "": give a file name pattern'),
+    (["--error=", "s.sh"], SCRIPT, 'sbatch: error: invalid --error "": give a file name pattern'),
+    (
+        ["--export=", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --export "": use ALL, NONE or [ALL,]NAME[=value],...',
+    ),
+    (["--test-only", "s.sh"], SCRIPT, "sbatch: error: option --test-only is not supported by Corral yet"),
+    (["--parsable=3", "s.sh"], SCRIPT, "sbatch: error: option '--parsable' doesn't allow an argument"),
+    (["--requeue=yes", "s.sh"], SCRIPT, "sbatch: error: option '--requeue' doesn't allow an argument"),
+    (["-J"], SCRIPT, "sbatch: error: option requires an argument -- 'J'"),
+    (["--wrap"], SCRIPT, "sbatch: error: option '--wrap' requires an argument"),
+    (
+        ["--dependency=afterok:x", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --dependency "afterok:x": use TYPE:JOBID[:JOBID...] items joined by , '
+        "(all of) or ? (any of), TYPE one of after, afterok, afternotok, afterany; or singleton",
+    ),
+    (
+        ["-w", "n[1-", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --nodelist "n[1-": brackets may not nest and must be balanced',
+    ),
 ]
 
 
