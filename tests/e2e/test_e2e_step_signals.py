@@ -135,3 +135,36 @@ def test_second_ctrl_c_within_a_second_kills_the_step(cli: Cli) -> None:
     assert proc.returncode == 128 + signal.SIGTERM, err
     for line in ready:
         assert not alive(int(line.split()[2])), f"task left running: {line}"
+
+
+def test_lost_task_exits_end_in_the_steps_recorded_end(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """srun's subscription is pointed elsewhere, so no output or exit of the step reaches it (as if lost):
+    its liveness check finds the step over at the agent and takes the exit from the step's accounting."""
+    import os
+
+    from corral.cli import srun_step
+    from corral.cli.client import find_cluster
+    from corral.libs import nats_request
+    from corral.schemas.steps import StepLaunch
+
+    job = cli.sbatch("#!/bin/sh\nsleep 60\n", "-N1")
+    try:
+        cli.wait_state(job, ("RUNNING",))
+        key = os.urandom(8).hex()
+        subscribe = nats_request.Connection.subscribe
+
+        def elsewhere(self: nats_request.Connection, subject: str, timeout: float = 10.0) -> None:
+            subscribe(self, subject.replace(key, "nobody-publishes-here"), timeout)
+
+        monkeypatch.setattr(nats_request.Connection, "subscribe", elsewhere)
+        monkeypatch.setattr(srun_step, "LIVENESS_S", 1.0)
+        launch = StepLaunch(
+            job_id=job, key=key, argv=["sh", "-c", "exit 3"], cwd=str(cli.workdir), stdin=False
+        )
+        node = cli("squeue", "-h", "-j", str(job), "-o", "%N").stdout.strip()
+        session = srun_step.StepSession(find_cluster(cli.env), node, launch, label=False, command="srun")
+        started = time.monotonic()
+        assert session.run() == 3
+        assert time.monotonic() - started < 20
+    finally:
+        cli("scancel", str(job))
