@@ -8,7 +8,6 @@ without flags, or a remote one through ``CORRAL_NATS_URL`` plus ``CORRAL_CREDENT
 from __future__ import annotations
 
 import os
-import secrets
 from pathlib import Path
 
 import msgspec
@@ -24,6 +23,8 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
 
 def new_password() -> str:
     """A fresh random secret."""
+    import secrets  # here: the commands only read credentials, and secrets costs them ~4 ms (hmac, random)
+
     return secrets.token_urlsafe(24)
 
 

@@ -5,6 +5,10 @@ importing nats-py and starting an asyncio loop costs more than the round trip it
 NATS text protocol (INFO, CONNECT, PING/PONG, SUB, PUB/HPUB, MSG/HMSG, -ERR) over one blocking socket and does
 one thing: publish a request with a reply inbox and wait for the answer. Services keep using nats-py.
 
+A connection can also subscribe to subjects, publish without a reply, and hand out the messages of its
+subscriptions one at a time (``next_message``): what ``srun`` needs to stream a step's output without
+nats-py. Messages of those subscriptions that arrive while a request waits for its reply are kept, in order.
+
 One exchange on the wire::
 
     S: INFO {...}                        C: CONNECT {...} / SUB <inbox>.* 1 / PING
@@ -25,14 +29,17 @@ TLS is not supported yet: ``tls://`` URLs and servers that require TLS raise Nat
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import select
 import socket
 import time
 import types
 
 __all__ = [
     "Connection",
+    "Message",
     "NatsConnectError",
     "NatsRequestError",
     "NoResponders",
@@ -108,6 +115,21 @@ class Reply:
 
     def __repr__(self) -> str:
         return f"Reply(data=<{len(self.data)} bytes>, headers={self.headers!r}, status={self.status!r})"
+
+
+class Message:
+    """One message of a subscription (``Connection.subscribe``)."""
+
+    __slots__ = ("data", "subject")
+
+    def __init__(self, subject: str, data: bytes) -> None:
+        # The subject it was published to.
+        self.subject = subject
+        # The payload (headers, if any, dropped).
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"Message(subject={self.subject!r}, data=<{len(self.data)} bytes>)"
 
 
 class _Server:
@@ -228,10 +250,12 @@ class _Reader:
             self._fill(deadline)
 
     def _fill(self, deadline: float) -> None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        remaining = max(0.0, deadline - time.monotonic())
+        # select, not a socket timeout: the socket's timeout stays the one for sending, and a deadline
+        # already past polls once (``Connection.next_message(0)``).
+        readable, _, _ = select.select([self._sock], [], [], remaining)
+        if not readable:
             raise TimeoutError
-        self._sock.settimeout(remaining)
         chunk = self._sock.recv(_RECV_SIZE)
         if not chunk:
             raise ConnectionError("the server closed the connection")
@@ -260,6 +284,8 @@ class Connection:
         self._inbox = f"{inbox_prefix}.{os.urandom(8).hex()}"
         self._seq = 0
         self._max_payload = 1 << 20
+        self._subjects: dict[bytes, str] = {}  # sid -> subject, of the subscriptions beyond the inbox
+        self._messages: collections.deque[Message] = collections.deque()  # received, not handed out yet
         deadline = time.monotonic() + timeout
         try:
             self._sock = socket.create_connection((server.host, server.port), timeout=timeout)
@@ -372,8 +398,11 @@ class Connection:
                 self._answer_control(line, deadline)
                 continue
             args = line.split()
+            if args[2] != _SID:
+                self._keep(args, body)
+                continue
             # A reply to an earlier request that timed out is dropped: each request has its own reply subject.
-            if args[1] != reply_to or args[2] != _SID:
+            if args[1] != reply_to:
                 continue
             if args[0].upper() == b"MSG":
                 return Reply(body, {})
@@ -383,6 +412,81 @@ class Connection:
             if status == 503 and not data:
                 raise NoResponders(subject)
             return Reply(data, headers, status)
+
+    def subscribe(self, subject: str, timeout: float = 10.0) -> None:
+        """Subscribe to ``subject`` (wildcards allowed); its messages come out of ``next_message``.
+
+        Waits for the server to confirm (PING/PONG), so a refused subscription raises PermissionDenied here.
+        """
+        _check_subject(subject, "subject")
+        sid = str(len(self._subjects) + 2).encode()
+        self._subjects[sid] = subject
+        deadline = time.monotonic() + timeout
+        try:
+            self._send(b"SUB %s %s\r\nPING\r\n" % (subject.encode(), sid), deadline)
+            while True:
+                line, body = self._reader.next_op(deadline)
+                if body is not None:
+                    self._keep(line.split(), body)
+                elif line.startswith(b"-ERR"):
+                    raise self._server_error(line)
+                elif line == b"PONG":
+                    return
+                else:
+                    self._answer_control(line, deadline)
+        except TimeoutError as exc:
+            raise RequestTimeout(f"SUB {subject}", timeout) from exc
+        except OSError as exc:
+            self.close()
+            raise NatsRequestError(f"lost the connection to {self._url}: {exc}") from exc
+
+    def publish(self, subject: str, payload: bytes, timeout: float = 10.0) -> None:
+        """Publish ``payload`` to ``subject`` without waiting (a -ERR about it surfaces later)."""
+        _check_subject(subject, "subject")
+        if len(payload) > self._max_payload:
+            raise NatsRequestError(f"message of {len(payload)} bytes exceeds max_payload {self._max_payload}")
+        try:
+            self._send(
+                b"PUB %s %d\r\n%s\r\n" % (subject.encode(), len(payload), payload), time.monotonic() + timeout
+            )
+        except TimeoutError as exc:
+            raise RequestTimeout(subject, timeout) from exc
+        except OSError as exc:
+            self.close()
+            raise NatsRequestError(f"lost the connection to {self._url}: {exc}") from exc
+
+    def next_message(self, timeout: float) -> Message | None:
+        """The next message of a subscription, waiting at most ``timeout`` seconds (0: only what has
+        arrived); None when none came. A -ERR from the server raises (PermissionDenied for a publish
+        that was refused); a lost connection raises NatsRequestError."""
+        deadline = time.monotonic() + timeout
+        try:
+            while not self._messages:
+                line, body = self._reader.next_op(deadline)
+                if body is not None:
+                    self._keep(line.split(), body)
+                elif line.startswith(b"-ERR"):
+                    raise self._server_error(line)
+                else:
+                    self._answer_control(line, deadline)
+        except TimeoutError:
+            return None
+        except OSError as exc:
+            self.close()
+            raise NatsRequestError(f"lost the connection to {self._url}: {exc}") from exc
+        return self._messages.popleft()
+
+    def fileno(self) -> int:
+        """The socket's descriptor, to wait on it with ``select`` beside other files; call
+        ``next_message(0)`` until it returns None before waiting (messages may be buffered already)."""
+        return self._sock.fileno()
+
+    def _keep(self, args: list[bytes], body: bytes) -> None:
+        """Queue a message of a subscription (not the inbox); other sids are dropped."""
+        if args[2] not in self._subjects:
+            return
+        data = body if args[0].upper() == b"MSG" else body[int(args[-2]) :]
+        self._messages.append(Message(args[1].decode("utf-8", "replace"), data))
 
     def _answer_control(self, line: bytes, deadline: float) -> None:
         """Handle PING, PONG, +OK and INFO; anything else is a protocol error."""

@@ -219,6 +219,7 @@ class JobInfo(msgspec.Struct, frozen=True, kw_only=True):
     switches: int = 0  # --switches count (most topology blocks), 0 = none
     switches_wait_s: int = 0  # how long the job waits for that count (capped by max_switch_wait)
     segment: int = 0  # --segment size (nodes per block-local segment), 0 = none
+    run_started: bool = False  # the batch node's agent started the current run (RunStarted): steps may begin
 
 
 class JobsReply(msgspec.Struct, frozen=True, tag="jobs_reply", kw_only=True):

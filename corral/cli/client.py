@@ -16,7 +16,6 @@ from __future__ import annotations
 import getpass
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
@@ -34,8 +33,7 @@ R = TypeVar("R")
 DEFAULT_TIMEOUT = 15.0
 
 
-@dataclass(frozen=True)
-class Cluster:
+class Cluster(msgspec.Struct, frozen=True):
     """A cluster to call, and who we are on it."""
 
     url: str  # nats://host:port

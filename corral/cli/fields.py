@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from corral.cli.errors import CliError
 
@@ -45,8 +46,7 @@ _STATE_BY_CODE = {code: name for name, code in STATE_CODES.items()}
 _FORMAT_FIELD = re.compile(r"%(?P<align>[.\-]?)(?P<width>#|[0-9]*)(?P<letter>[A-Za-z])")
 
 
-@dataclass(frozen=True, slots=True)
-class FieldSpec:
+class FieldSpec(msgspec.Struct, frozen=True):
     """One field of an output format."""
 
     key: str  # the field's letter (``%i``) or name (``JobID``)
@@ -56,8 +56,7 @@ class FieldSpec:
     suffix: str = ""  # literal text printed after the field
 
 
-@dataclass(frozen=True, slots=True)
-class Layout:
+class Layout(msgspec.Struct, frozen=True):
     """A parsed output format: leading literal text, then fields each followed by their own text."""
 
     prefix: str  # text before the first field

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from corral.cli.errors import CliError
 from corral.libs.slurm.array import parse_indices
@@ -23,8 +24,7 @@ if TYPE_CHECKING:
 _TASKS = re.compile(r"([0-9]{1,18})_(?:([0-9]{1,9})|\[([^\]]*)\])")
 
 
-@dataclass(frozen=True)
-class JobRef:
+class JobRef(msgspec.Struct, frozen=True):
     """A job, a whole array, or some tasks of an array, as named on a command line."""
 
     job_id: int  # the job's id, or the array's id

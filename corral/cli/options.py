@@ -14,13 +14,13 @@ silently ignored or called unknown. Errors are ``CliError`` with getopt's wordin
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 from corral.cli.errors import CliError
 
 
-@dataclass(frozen=True, slots=True)
-class Option:
+class Option(msgspec.Struct, frozen=True):
     """One option of a command."""
 
     name: str  # long name without dashes, e.g. "job-name"; also the key of its parsed values
@@ -45,13 +45,12 @@ def unsupported(names: str) -> list[Option]:
     return options
 
 
-@dataclass
-class ParsedArgs:
+class ParsedArgs(msgspec.Struct):
     """The options of one command line, in the order given, and its positionals."""
 
-    values: list[tuple[str, str]] = field(default_factory=list)  # (option name, value or "" for flags)
-    positionals: list[str] = field(default_factory=list)  # arguments that are not options
-    rest: list[str] = field(default_factory=list)  # after the first positional when parsing stops there
+    values: list[tuple[str, str]] = []  # (option name, value or "" for flags)
+    positionals: list[str] = []  # arguments that are not options
+    rest: list[str] = []  # after the first positional when parsing stops there
 
     def given(self, name: str) -> bool:
         """True if the option appeared at least once."""

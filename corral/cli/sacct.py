@@ -10,9 +10,10 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from corral.cli.errors import CliError, run_command
 from corral.cli.fields import parse_states
@@ -78,8 +79,7 @@ Usage: sacct [OPTIONS...]
 """
 
 
-@dataclass
-class SacctArgs:
+class SacctArgs(msgspec.Struct):
     """What an sacct command line asks for."""
 
     columns: list[Column]  # output fields with their widths
@@ -87,13 +87,13 @@ class SacctArgs:
     parsable: str | None = None  # None: fixed width; "P": --parsable2; "p": --parsable
     delimiter: str = "|"  # --delimiter
     steps: bool = True  # -X turns step rows off
-    jobs: list[JobRef] = field(default_factory=list)  # -j (an array's id: every task; A_T: one task)
-    users: list[str] = field(default_factory=list)  # -u
+    jobs: list[JobRef] = []  # -j (an array's id: every task; A_T: one task)
+    users: list[str] = []  # -u
     all_users: bool = False  # -a
-    accounts: list[str] = field(default_factory=list)  # -A
-    partitions: list[str] = field(default_factory=list)  # -r
-    names: list[str] = field(default_factory=list)  # --name
-    states: list[str] = field(default_factory=list)  # -s
+    accounts: list[str] = []  # -A
+    partitions: list[str] = []  # -r
+    names: list[str] = []  # --name
+    states: list[str] = []  # -s
     start: str | None = None  # -S as given
     end: str | None = None  # -E as given
     help: str | None = None  # text to print instead of querying (--help, -e, --version)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from corral.cli.errors import CliError
 from corral.cli.jobrefs import job_label
@@ -18,8 +18,7 @@ if TYPE_CHECKING:
     from corral.schemas.api import AcctJob, AcctStep
 
 
-@dataclass(frozen=True)
-class RowContext:
+class RowContext(msgspec.Struct, frozen=True):
     """What rows depend on besides the record: the clock, the time zone, and uid lookup."""
 
     now: float  # Unix time, for the elapsed time of running jobs
@@ -31,8 +30,7 @@ _JobGetter = Callable[["AcctJob", RowContext], str]
 _StepGetter = Callable[["AcctJob", "AcctStep", RowContext], str]
 
 
-@dataclass(frozen=True)
-class Column:
+class Column(msgspec.Struct, frozen=True):
     """One sacct field."""
 
     title: str  # Slurm's spelling, printed in the header
@@ -43,7 +41,7 @@ class Column:
 
     def resized(self, width: int) -> Column:
         """The same field with another width (``JobName%30``)."""
-        return dataclasses.replace(self, width=width)
+        return msgspec.structs.replace(self, width=width)
 
 
 def _elapsed(start: float | None, end: float | None, now: float) -> int:

@@ -18,7 +18,8 @@ import re
 import shlex
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from corral.cli.errors import CliError
 from corral.cli.options import Option as Opt
@@ -106,8 +107,7 @@ OPTIONS = OptionTable(
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-@dataclass(frozen=True)
-class Invocation:
+class Invocation(msgspec.Struct, frozen=True):
     """What the command line says before the script is read."""
 
     args: ParsedArgs  # the command-line options
@@ -120,8 +120,7 @@ class Invocation:
         return self.args.last("wrap")
 
 
-@dataclass(frozen=True)
-class Submission:
+class Submission(msgspec.Struct, frozen=True):
     """A job ready to submit, and how to report it."""
 
     spec: JobSpec  # the job
@@ -443,8 +442,7 @@ def _requeue(options: ParsedArgs) -> bool:
     return choice
 
 
-@dataclass(frozen=True)
-class _Gpus:
+class _Gpus(msgspec.Struct, frozen=True):
     """The job's GPUs as the options ask for them."""
 
     per_node: int  # GPUs on each node

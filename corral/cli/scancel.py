@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from corral.cli.errors import EXIT_FAILURE, CliError, error_line, run_command
 from corral.cli.fields import parse_states
@@ -79,19 +80,18 @@ Usage: scancel [OPTIONS...] [JOB_ID...]
 """
 
 
-@dataclass
-class ScancelArgs:
+class ScancelArgs(msgspec.Struct):
     """What an scancel command line asks for."""
 
-    jobs: list[JobRef] = field(default_factory=list)  # positional ids
-    users: list[str] = field(default_factory=list)  # -u
+    jobs: list[JobRef] = []  # positional ids
+    users: list[str] = []  # -u
     me: bool = False  # --me
-    names: list[str] = field(default_factory=list)  # -n
-    states: list[str] = field(default_factory=list)  # -t (long names)
-    partitions: list[str] = field(default_factory=list)  # -p
-    accounts: list[str] = field(default_factory=list)  # -A
-    qos: list[str] = field(default_factory=list)  # -q
-    nodes: list[str] = field(default_factory=list)  # -w (expanded)
+    names: list[str] = []  # -n
+    states: list[str] = []  # -t (long names)
+    partitions: list[str] = []  # -p
+    accounts: list[str] = []  # -A
+    qos: list[str] = []  # -q
+    nodes: list[str] = []  # -w (expanded)
     signal: int | None = None  # -s; None: cancel
     scope: SignalScope = "steps"  # -b: batch, -f: full
     help: str | None = None  # text to print instead (--help, --version)

@@ -34,13 +34,14 @@ OPTIONS = OptionTable(
         Opt("format", "o"),
         flag("all", "a"),
         Opt("states", "t"),
+        Opt("nodes", "n"),
         flag("list-reasons", "R"),
         flag("summarize", "s"),
         flag("help"),
         flag("usage"),
         flag("version", "V"),
         *unsupported(
-            "Format/O nodes/n exact/e responding/r dead/d iterate/i "
+            "Format/O exact/e responding/r dead/d iterate/i "
             "clusters/M sort/S reservation/T verbose/v long/l json yaml federation local noconvert hide "
             "future/F"
         ),
@@ -53,6 +54,7 @@ Usage: sinfo [OPTIONS...]
   -p, --partition=NAMES  only these partitions
   -h, --noheader         no header line
   -t, --states=STATES    only nodes in these states (idle,mix,alloc,down,drain,...)
+  -n, --nodes=HOSTS      only these nodes (hostlist, e.g. node[1-2])
   -R, --list-reasons     why nodes are down or drained   -s, --summarize   node counts per partition
   -o, --format=FORMAT    %-fields: %P %a %l %D %t %T %N %C %F %G %c %m %E, widths like %.6D, %9P, %#N
 """
@@ -152,6 +154,20 @@ def with_states(reply: NodesReply, states: set[str]) -> NodesReply:
     return msgspec.structs.replace(reply, nodes=[n for n in reply.nodes if n.state in states])
 
 
+def parse_nodes(hostlists: Sequence[str]) -> set[str]:
+    """The node names of ``-n`` hostlists; FormatError (printed as is) if one is malformed."""
+    return {name for text in hostlists for name in hostlist.expand(text, "--nodes")}
+
+
+def with_nodes(reply: NodesReply, names: set[str]) -> NodesReply:
+    """The reply with only these nodes (all of them if empty)."""
+    if not names:
+        return reply
+    import msgspec
+
+    return msgspec.structs.replace(reply, nodes=[n for n in reply.nodes if n.name in names])
+
+
 def parse_format(text: str | None, node_oriented: bool) -> Layout:
     """The layout of ``-o`` (or the default one)."""
     default = NODE_FORMAT if node_oriented else DEFAULT_FORMAT
@@ -232,12 +248,14 @@ def _sinfo(argv: list[str]) -> int:
     layout = parse_format(text, node_oriented)
     partitions = args.items("partition")
     states = parse_node_states(args.items("states"))
+    only_nodes = parse_nodes(args.all("nodes"))
     if args.given("list-reasons") and not states:
         states = {"down", "drained", "unknown"}
     from corral.cli.client import find_cluster
     from corral.schemas.api import NodesReply, NodesRequest
 
-    reply = with_states(find_cluster().call("nodes", NodesRequest(partitions=partitions), NodesReply), states)
+    reply = find_cluster().call("nodes", NodesRequest(partitions=partitions), NodesReply)
+    reply = with_nodes(with_states(reply, states), only_nodes)
     lines = render_sinfo(
         reply, layout, header=not args.given("noheader"), node_oriented=node_oriented, partitions=partitions
     )

@@ -12,9 +12,10 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from corral.cli.errors import CliError, run_command
 from corral.cli.fields import FieldSpec, Layout, parse_layout, parse_states, render_layout, state_code
@@ -50,6 +51,8 @@ OPTIONS = OptionTable(
         Opt("states", "t"),
         Opt("name", "n"),
         Opt("account", "A"),
+        Opt("nodelist", "w"),
+        Opt("qos", "q"),
         flag("start"),
         flag("long", "l"),
         flag("all", "a"),
@@ -59,7 +62,7 @@ OPTIONS = OptionTable(
         flag("version", "V"),
         *unsupported(
             "array-unique clusters/M federation hide iterate/i local licenses/L noconvert "
-            "nodelist/w qos/q reservation/R sibling sort/S steps/s verbose/v json yaml only-job-state "
+            "reservation/R sibling sort/S steps/s verbose/v json yaml only-job-state "
             "notme expand-patterns"
         ),
     ]
@@ -74,6 +77,7 @@ Usage: squeue [OPTIONS...]
   -u, --user=USERS       only these users           --me       only my jobs
   -j, --jobs=IDS         only these jobs        -p, --partition=NAMES
   -t, --states=STATES    PD,R,... or all        -n, --name=NAMES   -A, --account=NAMES
+  -w, --nodelist=HOSTS   only jobs on these nodes (hostlist, e.g. node[1-2])   -q, --qos=NAMES
       --start            pending jobs with their expected start time
   -r, --array            one row per array task (pending tasks are one A_[x-y%P] row otherwise)
 """
@@ -125,20 +129,21 @@ LONG_NAMES: dict[str, str] = {
 }  # fmt: skip
 
 
-@dataclass
-class SqueueArgs:
+class SqueueArgs(msgspec.Struct):
     """What an squeue command line asks for."""
 
     layout: Layout  # output format
     header: bool = True  # print the header line
-    jobs: list[JobRef] = field(default_factory=list)  # -j
-    users: list[str] = field(default_factory=list)  # -u
+    jobs: list[JobRef] = []  # -j
+    users: list[str] = []  # -u
     me: bool = False  # --me
-    partitions: list[str] = field(default_factory=list)  # -p
-    states: list[str] = field(default_factory=list)  # -t (long names); empty: the live states
+    partitions: list[str] = []  # -p
+    states: list[str] = []  # -t (long names); empty: the live states
     all_states: bool = False  # -t all
-    names: list[str] = field(default_factory=list)  # -n
-    accounts: list[str] = field(default_factory=list)  # -A
+    names: list[str] = []  # -n
+    accounts: list[str] = []  # -A
+    nodes: list[str] = []  # -w (expanded): only jobs with one of these nodes
+    qos: list[str] = []  # -q
     pending_only: bool = False  # --start
     expand_arrays: bool = False  # -r: one row per array task
     help: bool = False  # --help / --usage
@@ -176,11 +181,27 @@ def parse_args(argv: Sequence[str]) -> SqueueArgs:
         all_states=all_states,
         names=args.items("name"),
         accounts=args.items("account"),
+        nodes=_hosts(args.all("nodelist")),
+        qos=args.items("qos"),
         pending_only=args.given("start"),
         expand_arrays=args.given("array"),
         help=args.given("help") or args.given("usage"),
         version=args.given("version"),
     )
+
+
+def _hosts(values: Sequence[str]) -> list[str]:
+    """``-w`` values (hostlists) as node names; FormatError (printed as is) if one is malformed."""
+    from corral.libs.slurm import hostlist
+
+    return [name for value in values for name in hostlist.expand(value, "--nodelist")]
+
+
+def _on_nodes(job: JobInfo, nodes: Sequence[str]) -> bool:
+    """Whether the job holds any of these nodes (a pending job holds none)."""
+    from corral.libs.slurm import hostlist
+
+    return bool(job.node_list) and not set(hostlist.expand(job.node_list)).isdisjoint(nodes)
 
 
 def parse_long_layout(text: str) -> Layout:
@@ -223,6 +244,8 @@ def select_jobs(jobs: Sequence[JobInfo], args: SqueueArgs) -> list[JobInfo]:
         for job in jobs
         if (not args.names or job.name in args.names)
         and (not args.accounts or job.account in args.accounts)
+        and (not args.nodes or _on_nodes(job, args.nodes))
+        and (not args.qos or job.qos in args.qos)
         and (not args.pending_only or job.state == "PENDING")
         and named(args.jobs, job.job_id, job.array_job_id, job.array_task_id)
     ]

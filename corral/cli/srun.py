@@ -11,20 +11,18 @@ it to run, runs the step as above and releases the allocation with the step's ex
 COMPLETED (or FAILED with that code). ``-n -N -c --ntasks-per-node`` and ``SLURM_NTASKS``/``SLURM_NNODES``
 (Slurm's input variables) size the step.
 
-srun is long-lived and streams, so it uses nats-py (imported once the options are valid); option errors
-and the allocation use the fast synchronous client like the other commands.
+srun uses the synchronous NATS client like the other commands (``srun_step``: subscriptions, publish
+and a ``select`` loop), not nats-py and asyncio, whose import alone would double its start-up.
 """
 
 from __future__ import annotations
 
 import os
 import posixpath
-import secrets
 import socket
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -133,8 +131,7 @@ Usage: srun [OPTIONS...] COMMAND [ARGS...]
 """
 
 
-@dataclass(frozen=True)
-class SrunArgs:
+class SrunArgs(msgspec.Struct, frozen=True):
     """One srun command line."""
 
     options: ParsedArgs  # the options, in the order given
@@ -176,7 +173,7 @@ def step_launch(args: SrunArgs, environ: Mapping[str, str], cwd: str, inside: bo
     workdir = args.value("chdir") or cwd
     return StepLaunch(
         job_id=0,
-        key=secrets.token_hex(8),
+        key=os.urandom(8).hex(),
         argv=args.argv,
         cwd=workdir if posixpath.isabs(workdir) else posixpath.join(cwd, workdir),
         environment=dict(environ),
@@ -295,12 +292,15 @@ class Allocation:
         from corral.schemas.api import JobsReply, JobsRequest
 
         said_queued = False
+        started = time.monotonic()
         while True:
             reply = self.cluster.call(
                 "jobs", JobsRequest(job_ids=[self.job_id], include_finished=True), JobsReply
             )
             job = reply.jobs[0] if reply.jobs else None
-            if job is not None and job.state == "RUNNING" and job.node_list:
+            # RUNNING once allocated; run_started once the batch node's agent has the launch (before that
+            # it would refuse the step as not running there).
+            if job is not None and job.state == "RUNNING" and job.node_list and job.run_started:
                 if said_queued:
                     print(f"{self.command}: job {self.job_id} has been allocated resources", file=sys.stderr)
                 self.nodelist = job.node_list
@@ -311,7 +311,8 @@ class Allocation:
             if not said_queued and job is not None and job.state == "PENDING":
                 print(f"{self.command}: job {self.job_id} queued and waiting for resources", file=sys.stderr)
                 said_queued = True
-            time.sleep(0.1)
+            # Poll briskly at first (an idle cluster starts a job in tens of ms), gently after.
+            time.sleep(0.02 if time.monotonic() - started < 2 else 0.2)
 
     def _cancel(self) -> None:
         from corral.schemas.api import CancelReply, CancelRequest
@@ -359,12 +360,16 @@ def agent_call(cluster: Cluster, node: str, request: msgspec.Struct, reply_type:
 
 def run_step(cluster: Cluster, batch_node: str, launch: StepLaunch, args: SrunArgs) -> int:
     """Start the step, stream it to the terminal, and return the worst task's status."""
-    import asyncio
-
     from corral.cli.srun_step import StepSession
 
-    session = StepSession(cluster, batch_node, launch, label=args.options.given("label"), command=COMMAND)
-    return asyncio.run(session.run())
+    session = StepSession(
+        cluster,
+        batch_node,
+        launch,
+        label=args.options.given("label"),
+        command=COMMAND,
+    )
+    return session.run()
 
 
 if __name__ == "__main__":

@@ -1,39 +1,62 @@
 """One running step, seen from srun: ask the batch node's agent for it, stream it, forward stdin and
-Ctrl-C, and collect the task exits (asyncio and nats-py: srun lives as long as its step)."""
+Ctrl-C, and collect the task exits.
+
+One thread and one NATS connection (the synchronous client, ``libs/nats_request.py``: nats-py and asyncio
+would cost srun ~150 ms of start-up): srun subscribes to the step's I/O subjects, asks for the step, then
+waits with ``select`` on the connection, its stdin (forwarded to task 0) and a self-pipe that SIGINT wakes.
+
+A task's exit travels as a core NATS message, which can be lost. When nothing arrived for
+``LIVENESS_S`` seconds srun asks the batch node's agent whether the step still runs (``StepSignal`` with
+signal 0, which signals nothing); once the agent no longer knows it, the step is over, and the exits still
+missing are taken from the step's accounting record (its ``StepExited`` fact) or, failing that, reported lost.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
+import select
 import signal
 import sys
-import threading
+import time
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from corral.cli.errors import CliError
+from corral.cli.errors import CliError, warn
 from corral.cli.srun_io import Labeller, exit_message, step_status
+from corral.libs import nats_request
 from corral.schemas.api import ApiError
-from corral.schemas.steps import StepLaunch, StepLaunched, StepSignal, TaskExit, io_subject, step_subject
+from corral.schemas.steps import (
+    StepDone,
+    StepLaunch,
+    StepLaunched,
+    StepSignal,
+    TaskExit,
+    io_subject,
+    step_subject,
+)
 from corral.schemas.subjects import inbox_prefix
 
 if TYPE_CHECKING:
-    from nats.aio.client import Client
-    from nats.aio.msg import Msg
-
     from corral.cli.client import Cluster
 
 #: A second Ctrl-C within this many seconds kills the step (Slurm's srun).
 DOUBLE_INTERRUPT_S = 1.0
+#: Seconds without any message after which srun asks the agent whether the step still runs.
+LIVENESS_S = 5.0
 
 
 class StepSession:
     """One step from start to the last task's exit."""
 
     def __init__(
-        self, cluster: Cluster, batch_node: str, launch: StepLaunch, label: bool, command: str
+        self,
+        cluster: Cluster,
+        batch_node: str,
+        launch: StepLaunch,
+        label: bool,
+        command: str,
     ) -> None:
         self.cluster = cluster
         self.batch_node = batch_node
@@ -41,74 +64,102 @@ class StepSession:
         self.label = label
         self.command = command
         self.exits: dict[int, TaskExit] = {}
-        self.all_exited = asyncio.Event()
         self.ntasks = 0
         self.step_id = -1
         self.labeller = Labeller(1)
-        self.last_interrupt = 0.0
-        self.pending: list[Msg] = []  # output that arrived before the launch reply
+        self.interrupts: list[float] = []  # monotonic times of SIGINTs not handled yet
+        self.last_interrupt = -DOUBLE_INTERRUPT_S
 
-    async def run(self) -> int:
+    def run(self) -> int:
         """The step's status (the worst task's)."""
-        import nats
-
         user = self.cluster.user
         try:
-            nc = await nats.connect(
+            conn = nats_request.Connection(
                 self.cluster.url,
                 user=user,
                 password=self.cluster.credentials.password,
                 inbox_prefix=inbox_prefix(user),
-                name=f"srun-{os.getpid()}",
-                max_reconnect_attempts=3,
-                allow_reconnect=True,
-            )
-        except Exception as exc:
-            raise CliError(f"cannot connect to the cluster at {self.cluster.url}: {exc}") from None
-        try:
-            return await self._run(nc)
-        finally:
-            with contextlib.suppress(Exception):
-                await nc.close()
-
-    async def _run(self, nc: Client) -> int:
-        user, key = self.cluster.user, self.launch.key
-        await nc.subscribe(f"corral.io.{user}.{key}.>", cb=self._on_io)
-        try:
-            msg = await nc.request(
-                step_subject(self.batch_node, user),
-                msgspec.json.encode(self.launch),
                 timeout=self.cluster.timeout,
             )
-        except Exception as exc:
-            name = type(exc).__name__
-            raise CliError(f"the agent of node {self.batch_node} did not start the step ({name})") from None
-        reply = msgspec.json.decode(msg.data, type=StepLaunched | ApiError)
-        if isinstance(reply, ApiError):
-            raise CliError(reply.error)
+        except nats_request.NatsRequestError as exc:
+            raise CliError(str(exc)) from None
+        with conn:
+            try:
+                return self._run(conn)
+            except nats_request.NatsRequestError as exc:
+                raise CliError(f"step {self.launch.job_id}.{self.step_id}: {exc}") from None
+
+    def _run(self, conn: nats_request.Connection) -> int:
+        user, key = self.cluster.user, self.launch.key
+        conn.subscribe(f"corral.io.{user}.{key}.>")
+        reply = self._launch(conn)
         self.step_id, self.ntasks = reply.step_id, len(reply.tasks)
         self.labeller = Labeller(self.ntasks)
-        for early in self.pending:
-            self._handle(early)
-        self.pending.clear()
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGINT, lambda: asyncio.ensure_future(self._interrupt(nc)))
-        self._forward_stdin(nc, loop, io_subject(user, key, "in"))
-        await self.all_exited.wait()
-        loop.remove_signal_handler(signal.SIGINT)
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        old_wakeup = signal.set_wakeup_fd(wake_w)
+        old_handler = signal.signal(signal.SIGINT, lambda *_: self.interrupts.append(time.monotonic()))
+        try:
+            self._stream(conn, wake_r)
+        finally:
+            signal.signal(signal.SIGINT, old_handler)
+            signal.set_wakeup_fd(old_wakeup)
+            os.close(wake_r)
+            os.close(wake_w)
         for exit in sorted(self.exits.values(), key=lambda e: e.task):
             message = exit_message(exit)
             if message is not None:
                 print(f"{self.command}: error: {message}", file=sys.stderr)
         return step_status(list(self.exits.values()))
 
-    async def _on_io(self, msg: Msg) -> None:
-        if self.step_id < 0:
-            self.pending.append(msg)
-            return
-        self._handle(msg)
+    def _launch(self, conn: nats_request.Connection) -> StepLaunched:
+        subject = step_subject(self.batch_node, self.cluster.user)
+        try:
+            msg = conn.request(subject, msgspec.json.encode(self.launch), timeout=self.cluster.timeout)
+        except nats_request.NoResponders:
+            raise CliError(f"the agent of node {self.batch_node} is not answering") from None
+        except nats_request.NatsRequestError as exc:
+            name = type(exc).__name__
+            raise CliError(f"the agent of node {self.batch_node} did not start the step ({name})") from None
+        reply = msgspec.json.decode(msg.data, type=StepLaunched | ApiError)
+        if isinstance(reply, ApiError):
+            raise CliError(reply.error)
+        return reply
 
-    def _handle(self, msg: Msg) -> None:
+    def _stream(self, conn: nats_request.Connection, wake: int) -> None:
+        in_subject = io_subject(self.cluster.user, self.launch.key, "in")
+        stdin_open = self.launch.stdin
+        quiet_since = time.monotonic()
+        while len(self.exits) < self.ntasks:
+            msg = conn.next_message(0)
+            if msg is not None:
+                self._handle(msg)
+                quiet_since = time.monotonic()
+                continue
+            self._handle_interrupts(conn)
+            waiting = [conn.fileno(), wake] + ([0] if stdin_open else [])
+            timeout = max(0.0, quiet_since + LIVENESS_S - time.monotonic())
+            try:
+                readable, _, _ = select.select(waiting, [], [], timeout)
+            except ValueError:  # stdin was closed under us
+                readable, stdin_open = [], False
+            if wake in readable:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake, 512)
+            if 0 in readable:
+                try:
+                    data = os.read(0, 1 << 16)
+                except OSError:
+                    data = b""
+                conn.publish(in_subject, data)  # an empty message is end of file
+                stdin_open = bool(data)
+            if not readable and time.monotonic() - quiet_since >= LIVENESS_S:
+                if not self._step_alive(conn):
+                    self._fill_lost_exits()
+                    return
+                quiet_since = time.monotonic()
+
+    def _handle(self, msg: nats_request.Message) -> None:
         parts = msg.subject.split(".")
         if len(parts) != 6 or not parts[5].isdigit():
             return
@@ -118,8 +169,6 @@ class StepSession:
                 self.exits[task] = msgspec.json.decode(msg.data, type=TaskExit)
                 for stream in ("out", "err"):
                     self._write(stream, self.labeller.flush(task, stream) if self.label else b"")
-            if len(self.exits) >= self.ntasks:
-                self.all_exited.set()
         elif kind in ("out", "err"):
             self._write(kind, self.labeller.feed(task, kind, msg.data) if self.label else msg.data)
 
@@ -132,38 +181,60 @@ class StepSession:
             out.write(data)
             out.flush()
 
-    async def _interrupt(self, nc: Client) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        twice = now - self.last_interrupt < DOUBLE_INTERRUPT_S
-        self.last_interrupt = now
-        if twice:
-            print(f"{self.command}: forcing job termination", file=sys.stderr)
-            sig = signal.SIGKILL
-        else:
-            print(f"{self.command}: interrupt (one more within 1 sec to abort)", file=sys.stderr)
-            sig = signal.SIGINT
+    def _handle_interrupts(self, conn: nats_request.Connection) -> None:
+        """Forward the SIGINTs received: SIGINT to the tasks, or the kill when within a second of the last."""
+        while self.interrupts:
+            at = self.interrupts.pop(0)
+            twice = at - self.last_interrupt < DOUBLE_INTERRUPT_S
+            self.last_interrupt = at
+            if twice:
+                print(f"{self.command}: forcing job termination", file=sys.stderr)
+                sig = signal.SIGKILL
+            else:
+                print(f"{self.command}: interrupt (one more within 1 sec to abort)", file=sys.stderr)
+                sig = signal.SIGINT
+            with contextlib.suppress(nats_request.NatsRequestError):
+                self._signal(conn, sig)
+
+    def _signal(self, conn: nats_request.Connection, sig: int) -> StepDone | ApiError:
         request = StepSignal(job_id=self.launch.job_id, step_id=self.step_id, signal=sig)
-        with contextlib.suppress(Exception):
-            await nc.request(
-                step_subject(self.batch_node, self.cluster.user), msgspec.json.encode(request), timeout=5
-            )
+        reply = conn.request(
+            step_subject(self.batch_node, self.cluster.user), msgspec.json.encode(request), timeout=5
+        )
+        return msgspec.json.decode(reply.data, type=StepDone | ApiError)
 
-    def _forward_stdin(self, nc: Client, loop: asyncio.AbstractEventLoop, subject: str) -> None:
-        """Read stdin in a daemon thread (it may block forever on a terminal) and publish it to task 0;
-        an empty message tells the agent it ended."""
+    def _step_alive(self, conn: nats_request.Connection) -> bool:
+        """Whether the batch node's agent still runs the step (signal 0 signals nothing); an agent that
+        cannot be asked counts as alive (srun keeps waiting, as for a slow step)."""
+        try:
+            answer = self._signal(conn, 0)
+        except nats_request.NatsRequestError:
+            return True
+        return not (isinstance(answer, ApiError) and answer.code == "not_found")
 
-        def reader() -> None:
-            while True:
-                try:
-                    data = os.read(0, 1 << 16)
-                except OSError:
-                    data = b""
-                future = asyncio.run_coroutine_threadsafe(nc.publish(subject, data), loop)
-                with contextlib.suppress(Exception):
-                    future.result(timeout=10)
-                if not data:
-                    return
+    def _fill_lost_exits(self) -> None:
+        """The step is over but some exits never arrived: take the step's recorded end for them."""
+        missing = [t for t in range(self.ntasks) if t not in self.exits]
+        recorded = self._recorded_end()
+        tasks = ",".join(map(str, missing))
+        if recorded is None:
+            warn(self.command, f"the exit status of task(s) {tasks} was lost; counting them as failed")
+            code, sig = 1, 0
+        else:
+            code, sig = recorded
+        for task in missing:
+            self.exits[task] = TaskExit(task=task, node="?", exit_code=code, signal=sig)
 
-        if self.launch.stdin:
-            threading.Thread(target=reader, name="srun-stdin", daemon=True).start()
+    def _recorded_end(self) -> tuple[int, int] | None:
+        """(exit code, signal) of the step's accounting record once it ended; None if not recorded in time."""
+        from corral.schemas.api import AcctReply, AcctRequest
+
+        for _ in range(20):
+            with contextlib.suppress(CliError):
+                reply = self.cluster.call("acct", AcctRequest(job_ids=[self.launch.job_id]), AcctReply)
+                for job in reply.jobs:
+                    for step in job.steps:
+                        if step.step == str(self.step_id) and step.state != "RUNNING":
+                            return step.exit_code, step.signal
+            time.sleep(0.1)
+        return None

@@ -22,7 +22,8 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from corral.libs.slurm.errors import FormatError
 
@@ -37,8 +38,7 @@ _RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 _SEPARATORS = frozenset(", \t\n")
 
 
-@dataclass(frozen=True, slots=True)
-class _Range:
+class _Range(msgspec.Struct, frozen=True):
     """Numbers lo..hi, each printed zero-padded to width."""
 
     lo: int

@@ -180,6 +180,8 @@ class Agent:
         # What steps (srun) need of the run later, even after an agent restart: its launch order.
         with contextlib.suppress(OSError):
             (self.run_dir(*key) / ORDER_FILE).write_bytes(encode(order))
+        # Known as running here before RunStarted is out: srun may ask for a step as soon as it sees it.
+        self.runs[run.key] = run
         await self._append(
             ev.RunStarted(
                 job_id=ev.JobId(order.job_id),

@@ -383,7 +383,8 @@ class Steps:
         while not step.done.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(step.done.wait(), 0.5)
-            if not step.done.is_set() and self.orders(order.job_id) is not order:
+            current = None if step.done.is_set() else self.orders(order.job_id)
+            if not step.done.is_set() and (current is None or current.attempt != order.attempt):
                 # The run ended (or was replaced): its steps end with it, on every node.
                 step.killed = True
                 self._signal_everywhere(step, signal.SIGKILL)
@@ -414,6 +415,8 @@ class Steps:
             raise StepError(f"Step {request.job_id}.{request.step_id} is not running", "not_found")
         if step.order.user != caller:
             raise StepError("Access/permission denied", "forbidden")
+        if request.signal == 0:
+            return  # srun's liveness check: the step still runs
         if request.signal == signal.SIGKILL:
             step.killed = True
         self._signal_everywhere(step, request.signal)

@@ -69,6 +69,7 @@ def job_info(job: Job, outlook: Plan, policy: Policy, dependency: str = "") -> a
         switches=spec.switches or 0,
         switches_wait_s=0 if spec.switches is None else switch_wait_s(spec, policy.max_switch_wait_s),
         segment=spec.segment or 0,
+        run_started=running and job.run_started,
     )
 
 

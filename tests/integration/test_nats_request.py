@@ -1,6 +1,7 @@
 """The CLI's synchronous NATS client against a real nats-server with per-user permissions.
 
-The server has two users: ``alice`` (a CLI user: publishes ``svc.*.alice``, receives on ``_INBOX_alice.>``)
+The server has two users: ``alice`` (a CLI user: publishes ``svc.*.alice``, receives on ``_INBOX_alice.>``,
+publishes and subscribes ``io.alice.>`` as srun does its step's I/O)
 and ``svc`` (a service: subscribes ``svc.>``, publishes only responses). A nats-py responder in the test's
 event loop answers on a few subjects; the sync client runs in a thread so that the loop stays free.
 """
@@ -49,7 +50,8 @@ listen: "127.0.0.1:{port}"
 authorization {{
   users = [
     {{user: alice, password: "{alice}", permissions: {{
-      publish: {{allow: ["svc.*.alice"]}}, subscribe: {{allow: ["_INBOX_alice.>"]}}}}}}
+      publish: {{allow: ["svc.*.alice", "io.alice.>"]}},
+      subscribe: {{allow: ["_INBOX_alice.>", "io.alice.>"]}}}}}}
     {{user: svc, password: "{svc}", permissions: {{
       subscribe: {{allow: ["svc.>"]}}, publish: {{deny: [">"]}}, allow_responses: true}}}}
   ]
@@ -294,3 +296,52 @@ async def test_closed_connection_refuses_requests(alice_url: str) -> None:
 
     with pytest.raises(NatsRequestError, match="is closed"):
         await asyncio.to_thread(request_after_close)
+
+
+async def test_subscribe_publish_and_next_message(alice_url: str) -> None:
+    """srun's use: subscribe, publish, read messages in order; messages that arrive while a request waits
+    for its reply are kept for next_message; nothing pending gives None after the timeout."""
+
+    def stream() -> tuple[list[tuple[str, bytes]], bytes, object, float]:
+        with Connection(alice_url, inbox_prefix=INBOX) as conn:
+            conn.subscribe("io.alice.k1.>")
+            conn.publish("io.alice.k1.out.0", b"first")
+            conn.publish("io.alice.k1.err.1", b"")
+            conn.publish("io.alice.other", b"not subscribed")
+            reply = conn.request("svc.echo.alice", b"in between")
+            conn.publish("io.alice.k1.exit.0", b"x" * 70_000)  # more than one socket read
+            got = []
+            for _ in range(3):
+                msg = conn.next_message(5)
+                assert msg is not None
+                got.append((msg.subject, msg.data))
+            started = time.monotonic()
+            nothing = conn.next_message(0.2)
+            return got, reply.data, nothing, time.monotonic() - started
+
+    got, reply, nothing, waited = await asyncio.to_thread(stream)
+    assert got == [
+        ("io.alice.k1.out.0", b"first"),
+        ("io.alice.k1.err.1", b""),
+        ("io.alice.k1.exit.0", b"x" * 70_000),
+    ]
+    assert reply == b"in between"
+    assert nothing is None
+    assert 0.15 < waited < 2
+
+
+async def test_subscription_refused_and_publish_refused(alice_url: str) -> None:
+    def refused() -> tuple[type[BaseException], type[BaseException]]:
+        with Connection(alice_url, inbox_prefix=INBOX) as conn:
+            try:
+                conn.subscribe("io.bob.>")
+            except NatsRequestError as exc:
+                sub_error: type[BaseException] = type(exc)
+            conn.publish("io.bob.in", b"x")
+            try:
+                conn.next_message(2)
+            except NatsRequestError as exc:
+                return sub_error, type(exc)
+            raise AssertionError("a refused publish was not reported")
+
+    assert await asyncio.to_thread(refused) == (PermissionDenied, PermissionDenied)

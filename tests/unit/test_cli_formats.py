@@ -11,6 +11,7 @@ from corral.cli import sacct, scancel, sinfo, squeue
 from corral.cli.errors import CliError
 from corral.cli.jobrefs import JobRef
 from corral.cli.sacct_fields import parse_time_point
+from corral.libs.slurm.errors import FormatError
 from corral.schemas.api import (
     AcctJob,
     AcctStep,
@@ -138,6 +139,33 @@ def test_squeue_start_shows_pending_jobs_with_unknown_start() -> None:
         "                43       gpu    train    alice PD                 N/A      2 (null)               "
         "(Priority)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (["-w", "gpu01"], [42]),
+        (["--nodelist=gpu[02-03]"], [42, 44]),
+        (["-w", "gpu03", "-w", "gpu09"], [44]),
+        (["-w", "gpu09"], []),
+        (["-q", "high"], [44]),
+        (["--qos=normal,high"], [42, 43, 44]),
+        (["-w", "gpu01", "-q", "high"], []),
+    ],
+)
+def test_squeue_nodelist_and_qos_filters(argv: list[str], shown: list[int]) -> None:
+    jobs = [
+        job(qos="normal"),
+        pending(job_id=43, qos="normal"),
+        job(job_id=44, node_list="gpu03", qos="high"),
+    ]
+    args = squeue.parse_args(argv)
+    assert [j.job_id for j in squeue.select_jobs(jobs, args)] == shown
+
+
+def test_squeue_bad_nodelist() -> None:
+    with pytest.raises(FormatError, match=r'invalid --nodelist "gpu\[1-": '):
+        squeue.parse_args(["-w", "gpu[1-"])
 
 
 def test_squeue_request_filters() -> None:

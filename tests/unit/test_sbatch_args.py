@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -630,6 +629,47 @@ ERROR_CASES: list[tuple[list[str], bytes, str]] = [
         with_directives("#SBATCH -J 'open"),
         "sbatch: error: cannot read #SBATCH line 2: No closing quotation",
     ),
+    (
+        ["--signal=FOO@10", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --signal "FOO@10": use [{R|B}:]SIG[@SECONDS] '
+        "(e.g. USR1, SIGUSR1@90, B:TERM@120, 10@30)",
+    ),
+    (
+        ["--signal=USR1@x", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --signal "USR1@x": give @SECONDS as a whole number from 0 to 65535',
+    ),
+    (
+        ["s.sh"],
+        with_directives("#SBATCH --signal=Q:USR1"),
+        'sbatch: error: invalid --signal "Q:USR1": use [{R|B}:]SIG[@SECONDS] '
+        "(e.g. USR1, SIGUSR1@90, B:TERM@120, 10@30)",
+    ),
+    (["-D", "", "s.sh"], SCRIPT, 'sbatch: error: invalid --chdir "": give a directory'),
+    (["-o", "", "s.sh"], SCRIPT, 'sbatch: error: invalid --output "": give a file name pattern'),
+    (["--error=", "s.sh"], SCRIPT, 'sbatch: error: invalid --error "": give a file name pattern'),
+    (
+        ["--export=", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --export "": use ALL, NONE or [ALL,]NAME[=value],...',
+    ),
+    (["--test-only", "s.sh"], SCRIPT, "sbatch: error: option --test-only is not supported by Corral yet"),
+    (["--parsable=3", "s.sh"], SCRIPT, "sbatch: error: option '--parsable' doesn't allow an argument"),
+    (["--requeue=yes", "s.sh"], SCRIPT, "sbatch: error: option '--requeue' doesn't allow an argument"),
+    (["-J"], SCRIPT, "sbatch: error: option requires an argument -- 'J'"),
+    (["--wrap"], SCRIPT, "sbatch: error: option '--wrap' requires an argument"),
+    (
+        ["--dependency=afterok:x", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --dependency "afterok:x": use TYPE:JOBID[:JOBID...] items joined by , '
+        "(all of) or ? (any of), TYPE one of after, afterok, afternotok, afterany; or singleton",
+    ),
+    (
+        ["-w", "n[1-", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --nodelist "n[1-": brackets may not nest and must be balanced',
+    ),
 ]
 
 
@@ -716,11 +756,10 @@ def test_unsupported_short_option_names_the_long_one() -> None:
         TABLE.parse(["-M", "other"])
 
 
-@dataclasses.dataclass(frozen=True)
-class FlakyCluster(Cluster):
+class FlakyCluster(Cluster, frozen=True):
     """A cluster whose first submit times out; it records every request."""
 
-    requests: list[msgspec.Struct] = dataclasses.field(default_factory=list)
+    requests: list[msgspec.Struct] = msgspec.field(default_factory=list)  # every request, in order
 
     def call(self, verb: str, request: msgspec.Struct, reply_type: type[R]) -> R:
         self.requests.append(request)

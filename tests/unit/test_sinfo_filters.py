@@ -82,3 +82,26 @@ def test_sinfo_bad_state() -> None:
 
 def test_with_states_keeps_the_reply_when_no_filter() -> None:
     assert msgspec.structs.asdict(sinfo.with_states(REPLY, set())) == msgspec.structs.asdict(REPLY)
+
+
+@pytest.mark.parametrize(
+    ("hostlists", "expected"),
+    [
+        (["gpu01"], ["gpu* idle gpu01", "cpu idle gpu01"]),
+        (["gpu[02-03]"], ["gpu* mix gpu02", "gpu* down* gpu03"]),
+        (["gpu04", "gpu09"], ["gpu* drain gpu04"]),
+        (["gpu09"], []),
+    ],
+    ids=["one", "range", "two-options", "unknown"],
+)
+def test_sinfo_nodes_filter(hostlists: list[str], expected: list[str]) -> None:
+    reply = sinfo.with_nodes(REPLY, sinfo.parse_nodes(hostlists))
+    layout = sinfo.parse_format("%P %t %N", True)
+    assert sinfo.render_sinfo(reply, layout, header=False, node_oriented=True) == expected
+
+
+def test_sinfo_bad_nodes_hostlist() -> None:
+    from corral.libs.slurm.errors import FormatError
+
+    with pytest.raises(FormatError, match=r'invalid --nodes "gpu\[1-"'):
+        sinfo.parse_nodes(["gpu[1-"])
