@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 
 #: A second Ctrl-C within this many seconds kills the step (Slurm's srun).
 DOUBLE_INTERRUPT_S = 1.0
+#: Signals srun passes on to its step's tasks instead of dying of them, as Slurm's srun does: a
+#: ``scancel --signal`` or a ``--signal=SIG@T`` warning reaches the processes of the batch step, srun among
+#: them, and must get to the tasks (submitit's USR2, a trainer's TERM handler), on every node of the step.
+FORWARDED = (signal.SIGHUP, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
 
 
 class StepSession:
@@ -47,6 +51,8 @@ class StepSession:
         self.labeller = Labeller(1)
         self.last_interrupt = 0.0
         self.pending: list[Msg] = []  # output that arrived before the launch reply
+        self.held: list[int] = []  # signals that arrived before the step had an id, forwarded once it has
+        self.sending: set[asyncio.Future[None]] = set()  # forwarded signals on their way
 
     async def run(self) -> int:
         """The step's status (the worst task's)."""
@@ -72,6 +78,16 @@ class StepSession:
                 await nc.close()
 
     async def _run(self, nc: Client) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in FORWARDED:
+            loop.add_signal_handler(sig, self._forward_signal, nc, sig)
+        try:
+            return await self._step(nc, loop)
+        finally:
+            for sig in FORWARDED:
+                loop.remove_signal_handler(sig)
+
+    async def _step(self, nc: Client, loop: asyncio.AbstractEventLoop) -> int:
         user, key = self.cluster.user, self.launch.key
         await nc.subscribe(f"corral.io.{user}.{key}.>", cb=self._on_io)
         try:
@@ -91,7 +107,9 @@ class StepSession:
         for early in self.pending:
             self._handle(early)
         self.pending.clear()
-        loop = asyncio.get_running_loop()
+        for sig in self.held:
+            self._forward_signal(nc, sig)
+        self.held.clear()
         loop.add_signal_handler(signal.SIGINT, lambda: asyncio.ensure_future(self._interrupt(nc)))
         self._forward_stdin(nc, loop, io_subject(user, key, "in"))
         await self.all_exited.wait()
@@ -132,6 +150,22 @@ class StepSession:
             out.write(data)
             out.flush()
 
+    def _forward_signal(self, nc: Client, sig: int) -> None:
+        """Pass a signal srun got on to every task of the step (held until the step has an id)."""
+        if self.step_id < 0:
+            self.held.append(sig)
+            return
+        request = StepSignal(job_id=self.launch.job_id, step_id=self.step_id, signal=sig)
+        future = asyncio.ensure_future(self._send_signal(nc, request))
+        self.sending.add(future)
+        future.add_done_callback(self.sending.discard)
+
+    async def _send_signal(self, nc: Client, request: StepSignal) -> None:
+        with contextlib.suppress(Exception):
+            await nc.request(
+                step_subject(self.batch_node, self.cluster.user), msgspec.json.encode(request), timeout=5
+            )
+
     async def _interrupt(self, nc: Client) -> None:
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -143,11 +177,7 @@ class StepSession:
         else:
             print(f"{self.command}: interrupt (one more within 1 sec to abort)", file=sys.stderr)
             sig = signal.SIGINT
-        request = StepSignal(job_id=self.launch.job_id, step_id=self.step_id, signal=sig)
-        with contextlib.suppress(Exception):
-            await nc.request(
-                step_subject(self.batch_node, self.cluster.user), msgspec.json.encode(request), timeout=5
-            )
+        await self._send_signal(nc, StepSignal(job_id=self.launch.job_id, step_id=self.step_id, signal=sig))
 
     def _forward_stdin(self, nc: Client, loop: asyncio.AbstractEventLoop, subject: str) -> None:
         """Read stdin in a daemon thread (it may block forever on a terminal) and publish it to task 0;
