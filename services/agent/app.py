@@ -220,12 +220,10 @@ class Agent:
         run = self.runs.get((order.job_id, order.attempt))
         if run is None or run.ended.is_set():
             return
-        pids = {"batch": [run.pid], "full": [run.pid], "steps": []}[order.scope]
+        if order.scope != "steps":
+            run.signal(order.signal, batch_only=True)
         if order.scope != "batch":
-            pids += [pid for pid in runner.group_members(run.pid) if pid != run.pid]
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, order.signal)
+            run.signal_steps(order.signal)
 
     # 5 ------------------------------------------------------------------------------------------
     async def _supervise(self, run: runner.Run) -> None:
