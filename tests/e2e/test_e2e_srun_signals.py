@@ -13,8 +13,9 @@ SCRIPT = f"""#!/bin/bash
 #SBATCH -N2 -n2 -o sig-%j.out --open-mode=append -t 5:00
 export PATH="{BIN}:$PATH"
 echo ready
-srun -l -o 'task-%j-%t.out' bash -c 'trap "echo usr1 \\$SLURM_PROCID" USR1; trap "echo term \\$SLURM_PROCID" TERM
-  echo start $SLURM_RESTART_COUNT; for i in $(seq 30); do sleep 0.1; done; echo end $SLURM_PROCID'
+srun -l -o 'task-%j-%t.out' bash -c 'trap "echo usr1 \\$SLURM_PROCID" USR1
+  trap "echo term \\$SLURM_PROCID" TERM; echo start $SLURM_RESTART_COUNT
+  for i in $(seq 30); do sleep 0.1; done; echo end $SLURM_PROCID'
 echo "srun=$?"
 """
 
