@@ -141,6 +141,7 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     switches_wait_s: int | None = None  # --switches=N@T: wait at most T s for them (None: max_switch_wait)
     segment: int | None = None  # --segment=N: nodes in segments of N, each inside one block; None = no rule
     warn_signal: WarnSignal | None = None  # --signal: warning signal before the time limit; None = none
+    wckey: str | None = None  # --wckey: workload characterization key, recorded with the job; None = none
 
 
 class JobSubmitted(msgspec.Struct, frozen=True, tag="job_submitted", kw_only=True):

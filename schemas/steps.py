@@ -68,6 +68,7 @@ class StepSignal(msgspec.Struct, frozen=True, tag="step_signal", kw_only=True):
     job_id: int  # the job
     step_id: int  # the step
     signal: int  # signal number; SIGKILL starts the kill sequence (SIGCONT+SIGTERM, SIGKILL after KillWait)
+    attempt: int | None = None  # the step's run; None = the job's live run (srun does not know it)
 
 
 class AllocationRelease(msgspec.Struct, frozen=True, tag="allocation_release", kw_only=True):

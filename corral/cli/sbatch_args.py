@@ -86,6 +86,7 @@ OPTIONS = OptionTable(
         Opt("switches"),
         Opt("segment"),
         Opt("signal"),
+        Opt("wckey"),
         flag("help", "h"),
         flag("usage"),
         flag("version", "V"),
@@ -96,7 +97,7 @@ OPTIONS = OptionTable(
             "mail-user comment priority time-min kill-on-invalid-dep ntasks-per-socket "
             "ntasks-per-core ntasks-per-gpu sockets-per-node cores-per-socket threads-per-core hint "
             "mincpus tmp gpu-bind gpu-freq cpu-freq get-user-env uid gid propagate profile container "
-            "container-id tres-per-task tres-bind network wckey acctg-freq test-only spread-job "
+            "container-id tres-per-task tres-bind network acctg-freq test-only spread-job "
             "use-min-nodes export-file batch bb bbf thread-spec delay-boot mcs-label power reboot "
             "ignore-pbs gres-flags mem-bind cluster-constraint prefer contiguous extra resv-ports "
             "wait-all-nodes stepmgr"
@@ -276,6 +277,7 @@ def build_submission(
         switches_wait_s=switches_wait,
         segment=_segment(options.last("segment"), nodes),
         warn_signal=_warn_signal(options.last("signal")),
+        wckey=options.last("wckey") or None,
     )
     return Submission(spec=spec, parsable=options.given("parsable"), warnings=tuple(warnings))
 

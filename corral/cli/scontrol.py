@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -170,6 +171,11 @@ def _control(command: str, words: Sequence[str]) -> int:
         request = ReleaseRequest(job_ids=ids, tasks=tasks)
     elif command.startswith("requeue"):
         request, verb = RequeueRequest(job_ids=ids, tasks=tasks, hold=command == "requeuehold"), "requeue"
+        # A job usually requeues itself, and the requeue's kill sequence (SIGCONT+SIGTERM to every process
+        # of the job, scontrol included) can arrive before this process has exited: a requeue that was
+        # accepted must still be reported as such (exit 0), so SIGTERM waits until scontrol is done (the
+        # KillWait SIGKILL still ends it). Slurm's scontrol, in C, exits before its kill arrives.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     return _report(find_cluster().call(verb, request, ControlReply))
 
 

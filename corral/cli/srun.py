@@ -34,7 +34,7 @@ from corral.schemas.steps import ALLOCATION_SCRIPT, AllocationRelease, StepDone,
 
 if TYPE_CHECKING:
     from corral.cli.client import Cluster
-    from corral.schemas.events import JobSpec
+    from corral.schemas.events import JobSpec, OpenMode
 
 COMMAND = "srun"
 
@@ -158,6 +158,16 @@ def _count(args: SrunArgs, name: str, environ: Mapping[str, str], variable: str 
     return parse_count(text, f"--{name}") if text is not None else None
 
 
+def open_mode(option: str | None, variable: str | None) -> OpenMode:
+    """``--open-mode``, else ``SLURM_OPEN_MODE`` (sbatch's ``--open-mode`` in a job, ``a`` or ``t``), else
+    truncate. A bad option is refused, a variable that says neither is ignored."""
+    if option is not None:
+        if option not in ("append", "truncate"):
+            raise CliError(f'invalid --open-mode "{option}": use append or truncate')
+        return "append" if option == "append" else "truncate"
+    return "append" if (variable or "")[:1].lower() == "a" else "truncate"
+
+
 def step_launch(args: SrunArgs, environ: Mapping[str, str], cwd: str, inside: bool) -> StepLaunch:
     """The step request of a command line; inside a job ``SLURM_NTASKS``/``SLURM_NNODES`` are the
     defaults of ``-n``/``-N`` (Slurm's input variables), unless -N or --ntasks-per-node is given."""
@@ -167,9 +177,7 @@ def step_launch(args: SrunArgs, environ: Mapping[str, str], cwd: str, inside: bo
     ntasks = _count(args, "ntasks", environ, "SLURM_NTASKS" if inside and not sized else None)
     gpus_per_task = _count(args, "gpus-per-task", environ)
     cpus = _count(args, "cpus-per-task", environ) or 1
-    mode = args.value("open-mode") or "truncate"
-    if mode not in ("append", "truncate"):
-        raise CliError(f'invalid --open-mode "{mode}": use append or truncate')
+    mode = open_mode(args.value("open-mode"), environ.get("SLURM_OPEN_MODE"))
     workdir = args.value("chdir") or cwd
     return StepLaunch(
         job_id=0,
@@ -185,7 +193,7 @@ def step_launch(args: SrunArgs, environ: Mapping[str, str], cwd: str, inside: bo
         gpus_per_task=gpus_per_task,
         stdout=args.value("output"),
         stderr=args.value("error"),
-        open_mode="append" if mode == "append" else "truncate",
+        open_mode=mode,
         stdin=True,
     )
 

@@ -3,7 +3,9 @@ Ctrl-C, and collect the task exits.
 
 One thread and one NATS connection (the synchronous client, ``libs/nats_request.py``: nats-py and asyncio
 would cost srun ~150 ms of start-up): srun subscribes to the step's I/O subjects, asks for the step, then
-waits with ``select`` on the connection, its stdin (forwarded to task 0) and a self-pipe that SIGINT wakes.
+waits with ``select`` on the connection, its stdin (forwarded to task 0) and a self-pipe that a signal wakes:
+SIGINT is Ctrl-C (twice within a second kills the step), the signals of ``FORWARDED`` are passed on to every
+task, as Slurm's srun does.
 
 A task's exit travels as a core NATS message, which can be lost. When nothing arrived for
 ``LIVENESS_S`` seconds srun asks the batch node's agent whether the step still runs (``StepSignal`` with
@@ -45,6 +47,10 @@ if TYPE_CHECKING:
 DOUBLE_INTERRUPT_S = 1.0
 #: Seconds without any message after which srun asks the agent whether the step still runs.
 LIVENESS_S = 5.0
+#: Signals srun passes on to its step's tasks instead of dying of them, as Slurm's srun does: a
+#: ``scancel --signal`` or a ``--signal=SIG@T`` warning reaches the processes of the batch step, srun among
+#: them, and must get to the tasks (submitit's USR2, a trainer's TERM handler), on every node of the step.
+FORWARDED = (signal.SIGHUP, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
 
 
 class StepSession:
@@ -68,6 +74,7 @@ class StepSession:
         self.step_id = -1
         self.labeller = Labeller(1)
         self.interrupts: list[float] = []  # monotonic times of SIGINTs not handled yet
+        self.forward: list[int] = []  # other signals received, to pass on to the tasks
         self.last_interrupt = -DOUBLE_INTERRUPT_S
 
     def run(self) -> int:
@@ -92,17 +99,19 @@ class StepSession:
     def _run(self, conn: nats_request.Connection) -> int:
         user, key = self.cluster.user, self.launch.key
         conn.subscribe(f"corral.io.{user}.{key}.>")
-        reply = self._launch(conn)
-        self.step_id, self.ntasks = reply.step_id, len(reply.tasks)
-        self.labeller = Labeller(self.ntasks)
+        # Signals are taken before the step is asked for, and handled in the loop once it has an id.
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         old_wakeup = signal.set_wakeup_fd(wake_w)
-        old_handler = signal.signal(signal.SIGINT, lambda *_: self.interrupts.append(time.monotonic()))
+        old_handlers = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, *FORWARDED)}
         try:
+            reply = self._launch(conn)
+            self.step_id, self.ntasks = reply.step_id, len(reply.tasks)
+            self.labeller = Labeller(self.ntasks)
             self._stream(conn, wake_r)
         finally:
-            signal.signal(signal.SIGINT, old_handler)
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
             signal.set_wakeup_fd(old_wakeup)
             os.close(wake_r)
             os.close(wake_w)
@@ -181,8 +190,18 @@ class StepSession:
             out.write(data)
             out.flush()
 
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if signum == signal.SIGINT:
+            self.interrupts.append(time.monotonic())
+        else:
+            self.forward.append(signum)
+
     def _handle_interrupts(self, conn: nats_request.Connection) -> None:
-        """Forward the SIGINTs received: SIGINT to the tasks, or the kill when within a second of the last."""
+        """Forward the signals received: SIGINT to the tasks, or the kill when within a second of the last;
+        the others (``FORWARDED``) as they are."""
+        while self.forward:
+            with contextlib.suppress(nats_request.NatsRequestError):
+                self._signal(conn, self.forward.pop(0))
         while self.interrupts:
             at = self.interrupts.pop(0)
             twice = at - self.last_interrupt < DOUBLE_INTERRUPT_S

@@ -222,12 +222,10 @@ class Agent:
         run = self.runs.get((order.job_id, order.attempt))
         if run is None or run.ended.is_set():
             return
-        pids = {"batch": [run.pid], "full": [run.pid], "steps": []}[order.scope]
+        if order.scope != "steps":
+            run.signal(order.signal, batch_only=True)
         if order.scope != "batch":
-            pids += [pid for pid in runner.group_members(run.pid) if pid != run.pid]
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, order.signal)
+            run.signal_steps(order.signal)
 
     # 5 ------------------------------------------------------------------------------------------
     async def _supervise(self, run: runner.Run) -> None:
@@ -259,9 +257,11 @@ class Agent:
 
     def running_order(self, job_id: int) -> api.LaunchOrder | None:
         """The launch order of the job's run running on this node (its batch node), if any: kept in the
-        run's directory at launch, so a run this agent re-adopted after a restart has it too."""
+        run's directory at launch, so a run this agent re-adopted after a restart has it too. A run whose
+        kill sequence has begun (cancel, time limit, requeue, preemption) is not running any more: its steps
+        end with it, as cancelled."""
         keys = [key for key in self.runs if key[0] == job_id]
-        if not keys:
+        if not keys or self.runs[max(keys)].rec.ending:
             return None
         try:
             data = (self.run_dir(*max(keys)) / ORDER_FILE).read_bytes()

@@ -94,6 +94,8 @@ def job_environment(order: LaunchOrder, base: dict[str, str], uid: int) -> dict[
             "SLURM_CLUSTER_NAME": order.cluster,
             "SLURM_GPUS_ON_NODE": str(len(order.allocations[0].gpus)),
             "ENVIRONMENT": "BATCH",
+            # sbatch's --open-mode, which srun takes as the default of its own (Slurm's a|t).
+            "SLURM_OPEN_MODE": "a" if spec.open_mode == "append" else "t",
         }
     )
     env.update(array_environment(order))

@@ -181,9 +181,11 @@ class Run:
         due = warn_at(self.rec)
         if due is not None and now >= due:
             self.rec = self.records.update(*self.key, warned=True)
-            target = os.kill if self.rec.warn_batch_only else os.killpg
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                target(self.pid, self.rec.warn_signal)
+            # Slurm's --signal: to the job's steps but not the batch shell; with B: to the batch shell only.
+            if self.rec.warn_batch_only:
+                self.signal(self.rec.warn_signal, batch_only=True)
+            else:
+                self.signal_steps(self.rec.warn_signal)
         if not self.rec.ending and self.rec.deadline is not None and now >= self.rec.deadline:
             self.kill(timed_out=True)
 
@@ -192,6 +194,14 @@ class Run:
         target = os.kill if batch_only else os.killpg
         with contextlib.suppress(ProcessLookupError, PermissionError):
             target(self.pid, signum)
+
+    def signal_steps(self, signum: int) -> None:
+        """Send a signal to every process of the job but its batch shell (Slurm's job steps: srun, which
+        passes it on to its tasks, and what the script started)."""
+        for pid in group_members(self.pid):
+            if pid != self.pid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signum)
 
     def kill(self, *, timed_out: bool = False, grace_s: float | None = None) -> None:
         """Start the kill sequence once (later calls do nothing); ``grace_s`` replaces KillWait."""

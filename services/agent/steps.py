@@ -114,8 +114,10 @@ class Steps:
         self.orders = orders  # job id -> launch order of its run running on this node, if any
         self.run_dir = run_dir  # (job, attempt) -> the run's directory (where its script is)
         self.append = append  # append an event to the log (retrying)
-        self.local: dict[tuple[int, int], LocalStep] = {}
-        self.coordinated: dict[tuple[int, int], Coordinated] = {}
+        # Steps by (job, attempt, step): a requeued job's new run numbers its steps from 0 again, and the
+        # old run's steps must not be confused with them (an old step's kill must not reach a new one).
+        self.local: dict[tuple[int, int, int], LocalStep] = {}
+        self.coordinated: dict[tuple[int, int, int], Coordinated] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.log = telemetry.logger(node=node)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -163,7 +165,7 @@ class Steps:
             return StepDone()
         if isinstance(request, StepSignal):
             if peer:
-                self._signal_local(request.job_id, request.step_id, request.signal)
+                self._signal_local(request.job_id, request.attempt, request.step_id, request.signal)
             else:
                 await self._signal_step(caller, request)
             return StepDone()
@@ -196,7 +198,7 @@ class Steps:
             raise StepError(f"Unable to create step for job {order.job_id}: {exc}") from None
         step_id = self._next_step_id(order.job_id, order.attempt)
         step = Coordinated(order=order, step_id=step_id, launch=launch, places=places)
-        self.coordinated[(order.job_id, step_id)] = step
+        self.coordinated[(order.job_id, order.attempt, step_id)] = step
         sub = await self.nc.subscribe(
             io_subject(order.user, launch.key, "exit", None) + ".*", cb=functools.partial(self._on_exit, step)
         )
@@ -211,7 +213,7 @@ class Steps:
         except StepError:
             self._signal_everywhere(step, signal.SIGKILL)
             await sub.unsubscribe()
-            self.coordinated.pop((order.job_id, step_id), None)
+            self.coordinated.pop((order.job_id, order.attempt, step_id), None)
             raise
         await self._start_local(lean, step_id, order.user, launch, places)
         self._spawn(self._watch(step, sub))
@@ -249,7 +251,7 @@ class Steps:
         if not mine:
             return
         local = LocalStep(user=user, key=launch.key)
-        self.local[(order.job_id, step_id)] = local
+        self.local[(order.job_id, order.attempt, step_id)] = local
         node_order = msgspec.structs.replace(order, node=self.node)
         alloc = next(a for a in order.allocations if a.node == self.node)
         job_env = job_environment(node_order, launch.environment, os.getuid())
@@ -383,7 +385,9 @@ class Steps:
         while not step.done.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(step.done.wait(), 0.5)
-            current = None if step.done.is_set() else self.orders(order.job_id)
+            current = (
+                None if step.done.is_set() else self.orders(order.job_id)
+            )  # decoded afresh: compare runs
             if not step.done.is_set() and (current is None or current.attempt != order.attempt):
                 # The run ended (or was replaced): its steps end with it, on every node.
                 step.killed = True
@@ -393,6 +397,9 @@ class Steps:
                 break
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
+        if not step.killed and self.orders(order.job_id) is None:
+            # Its tasks ended as their run was being killed (srun passes the run's SIGTERM on to them).
+            step.killed = True
         exits = list(step.exits.values())
         await self.append(
             ev.StepExited(
@@ -405,12 +412,15 @@ class Steps:
                 killed=step.killed,
             )
         )
-        self.coordinated.pop((order.job_id, step.step_id), None)
-        self.local.pop((order.job_id, step.step_id), None)
+        self.coordinated.pop((order.job_id, order.attempt, step.step_id), None)
+        self.local.pop((order.job_id, order.attempt, step.step_id), None)
 
     # 3 -------------------------------------------------------------------------------------------
     async def _signal_step(self, caller: str, request: StepSignal) -> None:
-        step = self.coordinated.get((request.job_id, request.step_id))
+        # srun names no attempt: its step belongs to the job's run live on this (batch) node.
+        order = self.orders(request.job_id)
+        attempt = order.attempt if request.attempt is None and order is not None else request.attempt
+        step = None if attempt is None else self.coordinated.get((request.job_id, attempt, request.step_id))
         if step is None:
             raise StepError(f"Step {request.job_id}.{request.step_id} is not running", "not_found")
         if step.order.user != caller:
@@ -422,8 +432,9 @@ class Steps:
         self._signal_everywhere(step, request.signal)
 
     def _signal_everywhere(self, step: Coordinated, sig: int) -> None:
-        self._signal_local(step.order.job_id, step.step_id, sig)
-        request = StepSignal(job_id=step.order.job_id, step_id=step.step_id, signal=sig)
+        order = step.order
+        self._signal_local(order.job_id, order.attempt, step.step_id, sig)
+        request = StepSignal(job_id=order.job_id, step_id=step.step_id, signal=sig, attempt=order.attempt)
         for peer in steplayout.step_nodes(step.places):
             if peer != self.node:
                 self._spawn(self._ask_peer_quietly(peer, request))
@@ -434,10 +445,13 @@ class Steps:
         except StepError as exc:
             self.log.warning("signal to a peer failed", peer=peer, error=str(exc))
 
-    def _signal_local(self, job_id: int, step_id: int, sig: int) -> None:
-        local = self.local.get((job_id, step_id))
-        if local is None:
-            return
+    def _signal_local(self, job_id: int, attempt: int | None, step_id: int, sig: int) -> None:
+        """Signal this node's tasks of a step of that run (of any run for ``attempt`` None: an old agent)."""
+        for (job, run, step), local in list(self.local.items()):
+            if (job, step) == (job_id, step_id) and attempt in (None, run):
+                self._signal_tasks(local, sig)
+
+    def _signal_tasks(self, local: LocalStep, sig: int) -> None:
         if sig == signal.SIGKILL:
             if not local.killing:
                 local.killing = True
