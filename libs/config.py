@@ -306,6 +306,11 @@ def _seconds(value: Any, where: str) -> float:
 
 
 def _limit(value: Any, where: str) -> int | None:
+    """A duration: a TOML number is seconds; a string is Slurm's format (a lone number there is minutes)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError(f"{where}: must be 0 or more seconds, got {value!r}")
+        return math.ceil(value)
     try:
         return parse_time_limit(str(value), field=where)
     except FormatError as exc:

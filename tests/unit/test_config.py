@@ -363,3 +363,13 @@ def test_scheduler_policy_keys() -> None:
 def test_bad_scheduler_policy_is_named(text: str, key: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(key)):
         parse_config(text + NODE)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("86400", 86400), ('"60"', 3600), ('"1-00:00:00"', 86400), ("90.5", 91), ('"UNLIMITED"', None)],
+    ids=["number-is-seconds", "string-number-is-minutes", "slurm-format", "fraction-rounds-up", "unlimited"],
+)
+def test_a_toml_number_is_seconds_and_a_string_is_slurms_format(value: str, seconds: int | None) -> None:
+    text = FULL + f"\n[scheduler]\nbackfill_window = {value}\n"
+    assert parse_config(text).scheduler.backfill_window_s == seconds
