@@ -1,9 +1,10 @@
-"""The scheduling cycle: ``plan(state, now, policy) -> Plan`` and ``orders(state, ...)``.
+"""The scheduling cycle: ``plan(state, now, policy) -> Plan``.
 
 Pure: the shell publishes the returned decisions and only then considers them applied, when they
 come back through the log and ``state.apply`` folds them. One cycle:
 
-1. conclude runs whose batch script exited (COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, CANCELLED);
+1. conclude runs whose batch script exited (COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, CANCELLED;
+   ``conclude.py``);
 2. conclude runs that lost a node (requeue if the job allows it, NODE_FAIL otherwise);
 3. cancel pending jobs whose cancel was requested; answer hold, release and update requests
    (``JobHeld``, ``JobReleased``, ``JobUpdated``; one decision per job and cycle, and such a job is
@@ -28,9 +29,7 @@ come back through the log and ``state.apply`` folds them. One cycle:
    live reservation holds its nodes (or GPUs) from outsiders over its window, and a job that asks for
    one (``--reservation``) is placed only inside it.
 
-``orders`` derives the per-node work the state still needs (launch the batch script of a new run,
-kill a cancelled or preempted run or an orphan); the shell republishes it after a restart with deterministic
-message ids, and agents keep a record so that a repeated order is a no-op.
+The per-node work the state still needs (launches, kills, signals) is derived apart, in ``orders.py``.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from typing import Literal
 
 from corral.libs.core import preempt, reservations
 from corral.libs.core.backfill import INF, Planner
+from corral.libs.core.conclude import answer_change, answer_control, conclusion_of
 from corral.libs.core.eligibility import Singletons, needs_check, pending_reason
 from corral.libs.core.fair_share import (
     Account,
@@ -184,45 +184,6 @@ def pending_order(job: Job) -> tuple[float, int]:
     return (job.submit_time, job.job_id)
 
 
-def _conclude_exit(job: Job) -> ev.Event:
-    run = job.run_exit
-    assert run is not None
-    attempt = job.restart_count
-    if job.cancel_by is not None:
-        return ev.JobCancelled(job_id=job.job_id, attempt=attempt, by=job.cancel_by, signal=run.signal or 15)
-    if job.preempting is not None:
-        return preempt.conclusion(job)
-    if job.requeue_by is not None:
-        return _requested_requeue(job)
-    if run.killed:
-        # Killed by its agent without a cancel (the agent restarted and lost it): like a node failure.
-        if job.spec.requeue:
-            return ev.JobRequeued(job_id=job.job_id, attempt=attempt, reason="NodeFail")
-        return ev.JobFailed(job_id=job.job_id, attempt=attempt, reason="NodeFail", signal=run.signal)
-    if run.launch_error is not None:
-        return ev.JobFailed(
-            job_id=job.job_id, attempt=attempt, reason="LaunchFailed", exit_code=1, message=run.launch_error
-        )
-    if run.timed_out:
-        return ev.JobFailed(job_id=job.job_id, attempt=attempt, reason="TimeLimit", signal=run.signal)
-    if run.oom:
-        return ev.JobFailed(job_id=job.job_id, attempt=attempt, reason="OutOfMemory", signal=run.signal)
-    if run.signal:
-        return ev.JobFailed(job_id=job.job_id, attempt=attempt, reason="RaisedSignal", signal=run.signal)
-    if run.exit_code:
-        return ev.JobFailed(
-            job_id=job.job_id, attempt=attempt, reason="NonZeroExitCode", exit_code=run.exit_code
-        )
-    return ev.JobCompleted(job_id=job.job_id, attempt=attempt)
-
-
-def _requested_requeue(job: Job) -> ev.JobRequeued:
-    """The conclusion of a run killed on ``scontrol requeue[hold]``."""
-    return ev.JobRequeued(
-        job_id=job.job_id, attempt=job.restart_count, reason="Requested", hold=job.requeue_hold
-    )
-
-
 def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
     """Decide what happens next. Deterministic in (state, now, policy, epoch)."""
     out = Plan()
@@ -230,12 +191,12 @@ def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
     for job_id in state.active:
         job = state.jobs[job_id]
         if job.state == "RUNNING":
-            conclusion = _conclude(state, job)
+            conclusion = conclusion_of(state, job)
             if conclusion is not None:
                 out.decisions.append(conclusion)
         elif job.cancel_by is not None:
             out.decisions.append(ev.JobCancelled(job_id=job.job_id, attempt=-1, by=job.cancel_by, signal=0))
-        elif (answer := _answer_control(job) or _answer_change(job)) is not None:
+        elif (answer := answer_control(job) or answer_change(job)) is not None:
             out.decisions.append(answer)
         else:
             pending.append(job)
@@ -243,53 +204,6 @@ def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
         out.decisions.extend(reservations.answer_requests(state, now, policy.default_partition))
     _schedule(state, now, policy, pending, out, epoch)
     return out
-
-
-def _answer_control(job: Job) -> ev.Event | None:
-    """The decision a pending job's hold or release request calls for; None if it changes nothing.
-
-    A user's hold is JobHeldUser, an admin's JobHeldAdmin; a user may release only a user hold.
-    """
-    control = job.control
-    if control is None:
-        return None
-    if control.release:
-        if job.held == "user" or (job.held and control.admin):
-            return ev.JobReleased(job_id=job.job_id, by=control.user)
-        return None
-    if not job.held or (control.admin and job.held == "user"):
-        return ev.JobHeld(job_id=job.job_id, by=control.user, admin=control.admin)
-    return None
-
-
-def _answer_change(job: Job) -> ev.Event | None:
-    """The JobUpdated a pending job's update requests call for (the gateway validated them)."""
-    change = job.change
-    if change is None:
-        return None
-    spec = job.spec
-    return ev.JobUpdated(
-        job_id=job.job_id,
-        by=change.user,
-        time_limit_s=change.time_limit_s if change.time_limit_s is not None else spec.time_limit_s,
-        partition=change.partition if change.partition is not None else spec.partition,
-        priority=change.priority if change.priority is not None else job.priority_override,
-    )
-
-
-def _conclude(state: State, job: Job) -> ev.Event | None:
-    """The conclusion a running job's facts call for, if any."""
-    if job.run_exit is not None:
-        return _conclude_exit(job)
-    if any(not state.nodes[a.node].up for a in job.allocations if a.node in state.nodes):
-        if job.preempting is not None and job.cancel_by is None:
-            return preempt.conclusion(job)
-        if job.requeue_by is not None and job.cancel_by is None:
-            return _requested_requeue(job)
-        if job.spec.requeue and job.cancel_by is None:
-            return ev.JobRequeued(job_id=job.job_id, attempt=job.restart_count, reason="NodeFail")
-        return ev.JobFailed(job_id=job.job_id, attempt=job.restart_count, reason="NodeFail")
-    return None
 
 
 def queue_order(state: State, now: float, policy: Policy, pending: list[Job]) -> list[tuple[Job, int]]:
@@ -486,74 +400,3 @@ def _wake(out: Plan, when: float | None) -> None:
     """Ask the shell to plan again at ``when`` (the earliest such time wins)."""
     if when is not None and (out.wake_at is None or when < out.wake_at):
         out.wake_at = when
-
-
-def orders(state: State, policy: Policy) -> list[api.Order]:
-    """Per-node work the state still needs, in a deterministic order."""
-    out: list[api.Order] = []
-    for job_id in state.active:
-        job = state.jobs[job_id]
-        if job.state != "RUNNING" or not job.allocations or job.run_exit is not None:
-            continue
-        batch = job.allocations[0].node
-        if not job.run_started:
-            out.append(launch_order(job, policy))
-        if job.cancel_by is not None:
-            out.append(
-                api.KillOrder(job_id=job.job_id, attempt=job.restart_count, node=batch, reason="cancel")
-            )
-        elif job.preempting is not None:
-            out.append(preempt.kill_order(job))
-        elif job.requeue_by is not None:
-            out.append(
-                api.KillOrder(job_id=job.job_id, attempt=job.restart_count, node=batch, reason="requeue")
-            )
-        out.extend(signal_orders(job))
-    for orphan in state.orphans:
-        out.append(
-            api.KillOrder(job_id=orphan.job_id, attempt=orphan.attempt, node=orphan.node, reason="requeue")
-        )
-    return out
-
-
-def signal_orders(job: Job) -> list[api.SignalOrder]:
-    """The signal orders of a running job's signal requests: to the batch node only for the batch shell
-    (``-b``), else to every node of the run (each agent signals what of the run it runs there)."""
-    out: list[api.SignalOrder] = []
-    for sig in job.signals:
-        nodes = job.allocations[:1] if sig.scope == "batch" else job.allocations
-        out.extend(
-            api.SignalOrder(
-                job_id=job.job_id,
-                attempt=job.restart_count,
-                node=alloc.node,
-                signal=sig.signal,
-                scope=sig.scope,
-                request_id=sig.request_id,
-            )
-            for alloc in nodes
-        )
-    return out
-
-
-def launch_order(job: Job, policy: Policy) -> api.LaunchOrder:
-    """The order that starts the batch script of a job's current run on its first node.
-
-    Its ``spec`` is the state's, without the script and the environment: the shell puts back the full
-    spec of the submission (the log entry at ``job.submit_seq``) before sending it.
-    """
-    return api.LaunchOrder(
-        job_id=job.job_id,
-        attempt=job.restart_count,
-        node=job.allocations[0].node,
-        user=job.user,
-        account=job.spec.account or job.user,
-        partition=job.partition,
-        spec=job.spec,
-        allocations=job.allocations,
-        time_limit_s=job.time_limit_s,
-        cluster=policy.cluster,
-        traceparent=job.traceparent,
-        array_job_id=job.array_job_id,
-        array_task_id=job.array_task_id,
-    )

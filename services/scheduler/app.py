@@ -35,6 +35,7 @@ from corral.libs.bus import Bus, LogEntry
 from corral.libs.config import ClusterConfig
 from corral.libs.core import plan as planner
 from corral.libs.core.fold import apply
+from corral.libs.core.orders import orders
 from corral.libs.core.state import State
 from corral.libs.errors import AppendConflict, TransientError
 from corral.libs.policy import policy_of, usage_policy_of
@@ -211,7 +212,7 @@ class Scheduler:
 
     async def send_orders(self) -> None:
         """Put the orders the state needs that this process has not sent yet."""
-        for order in planner.orders(self.state, self.policy):
+        for order in orders(self.state, self.policy):
             msg_id = api.order_msg_id(order)
             if msg_id in self.sent:
                 continue

@@ -17,7 +17,8 @@ from corral.cli.scontrol import show_job
 from corral.libs.bus import Bus, LogEntry
 from corral.libs.core.eligibility import dependency_status
 from corral.libs.core.fold import fold
-from corral.libs.core.plan import Plan, orders, plan
+from corral.libs.core.orders import orders
+from corral.libs.core.plan import Plan, plan
 from corral.libs.core.state import State, array_tasks, encode_state
 from corral.libs.errors import InvalidInput
 from corral.libs.slurm.array import (

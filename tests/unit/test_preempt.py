@@ -10,7 +10,8 @@ from builders import T0, Log, allocated, cluster, env, exited, job, numbered, se
 
 from corral.libs.config import ConfigError, parse_config
 from corral.libs.core.fold import fold
-from corral.libs.core.plan import PartitionPolicy, Plan, Policy, orders, plan
+from corral.libs.core.orders import orders
+from corral.libs.core.plan import PartitionPolicy, Plan, Policy, plan
 from corral.libs.core.preempt import PreemptPolicy
 from corral.libs.core.state import Preemption, encode_state
 from corral.schemas import api

@@ -6,7 +6,8 @@ import pytest
 from builders import Log, cluster, exited, job, policy, submitted
 
 from corral.libs.core.fold import fold
-from corral.libs.core.plan import orders, plan
+from corral.libs.core.orders import orders
+from corral.libs.core.plan import plan
 from corral.libs.core.state import encode_state
 from corral.schemas import api
 from corral.schemas import events as ev

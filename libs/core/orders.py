@@ -1,0 +1,88 @@
+"""Per-node work the state still needs: ``orders(state, policy)``.
+
+Derived from the state, never stored: the batch script of a new run to launch, a cancelled, preempted or
+requeued run to kill, an orphan to kill, a signal request to deliver. The shell republishes them after a
+restart with deterministic message ids, and agents keep a record so that a repeated order is a no-op.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from corral.libs.core import preempt
+from corral.libs.core.state import Job, State
+from corral.schemas import api
+
+if TYPE_CHECKING:
+    from corral.libs.core.plan import Policy
+
+
+def orders(state: State, policy: Policy) -> list[api.Order]:
+    """Per-node work the state still needs, in a deterministic order."""
+    out: list[api.Order] = []
+    for job_id in state.active:
+        job = state.jobs[job_id]
+        if job.state != "RUNNING" or not job.allocations or job.run_exit is not None:
+            continue
+        batch = job.allocations[0].node
+        if not job.run_started:
+            out.append(launch_order(job, policy))
+        if job.cancel_by is not None:
+            out.append(
+                api.KillOrder(job_id=job.job_id, attempt=job.restart_count, node=batch, reason="cancel")
+            )
+        elif job.preempting is not None:
+            out.append(preempt.kill_order(job))
+        elif job.requeue_by is not None:
+            out.append(
+                api.KillOrder(job_id=job.job_id, attempt=job.restart_count, node=batch, reason="requeue")
+            )
+        out.extend(signal_orders(job))
+    for orphan in state.orphans:
+        out.append(
+            api.KillOrder(job_id=orphan.job_id, attempt=orphan.attempt, node=orphan.node, reason="requeue")
+        )
+    return out
+
+
+def signal_orders(job: Job) -> list[api.SignalOrder]:
+    """The signal orders of a running job's signal requests: to the batch node only for the batch shell
+    (``-b``), else to every node of the run (each agent signals what of the run it runs there)."""
+    out: list[api.SignalOrder] = []
+    for sig in job.signals:
+        nodes = job.allocations[:1] if sig.scope == "batch" else job.allocations
+        out.extend(
+            api.SignalOrder(
+                job_id=job.job_id,
+                attempt=job.restart_count,
+                node=alloc.node,
+                signal=sig.signal,
+                scope=sig.scope,
+                request_id=sig.request_id,
+            )
+            for alloc in nodes
+        )
+    return out
+
+
+def launch_order(job: Job, policy: Policy) -> api.LaunchOrder:
+    """The order that starts the batch script of a job's current run on its first node.
+
+    Its ``spec`` is the state's, without the script and the environment: the shell puts back the full
+    spec of the submission (the log entry at ``job.submit_seq``) before sending it.
+    """
+    return api.LaunchOrder(
+        job_id=job.job_id,
+        attempt=job.restart_count,
+        node=job.allocations[0].node,
+        user=job.user,
+        account=job.spec.account or job.user,
+        partition=job.partition,
+        spec=job.spec,
+        allocations=job.allocations,
+        time_limit_s=job.time_limit_s,
+        cluster=policy.cluster,
+        traceparent=job.traceparent,
+        array_job_id=job.array_job_id,
+        array_task_id=job.array_task_id,
+    )
