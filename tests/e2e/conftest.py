@@ -6,9 +6,10 @@ import getpass
 import os
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
-from e2e_cli import Cli
+from e2e_cli import BIN, Cli
 
 from corral.libs.local_cluster import LocalCluster, ensure_resolvable
 
@@ -46,3 +47,15 @@ def wait_for() -> Callable[[Callable[[], bool], float], None]:
         raise AssertionError("condition not met in time")
 
     return waiter
+
+
+@pytest.fixture
+def slurm_env(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The test process as a user's shell on the cluster: Corral's commands first on PATH, in tmp_path."""
+    for name in list(os.environ):
+        if name.startswith(("SLURM_", "CORRAL_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("CORRAL_STATE_DIR", cli.env["CORRAL_STATE_DIR"])
+    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

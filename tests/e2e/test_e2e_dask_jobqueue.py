@@ -4,29 +4,16 @@ connects back to the scheduler in this process; closing the cluster scancels the
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
-from e2e_cli import BIN, Cli
+from e2e_cli import Cli
 
 dask_jobqueue = pytest.importorskip("dask_jobqueue")
 distributed = pytest.importorskip("distributed")
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def slurm_env(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The test process as a user's shell on the cluster: Corral's commands first on PATH, in tmp_path."""
-    for name in list(os.environ):
-        if name.startswith(("SLURM_", "CORRAL_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("CORRAL_STATE_DIR", cli.env["CORRAL_STATE_DIR"])
-    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def worker_jobs(cli: Cli) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_cli import BIN, Cli
+from e2e_cli import Cli
 
 submitit = pytest.importorskip("submitit")
 
@@ -23,17 +23,11 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def slurm_env(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The test process as a user's shell on the cluster: Corral's commands first on PATH, in tmp_path."""
-    for name in list(os.environ):
-        if name.startswith(("SLURM_", "CORRAL_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("CORRAL_STATE_DIR", cli.env["CORRAL_STATE_DIR"])
-    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    # The jobs unpickle this module's functions by reference: they import it from here.
+def slurm_env(slurm_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The shared ``slurm_env`` (conftest.py), and the jobs unpickle this module's functions by reference:
+    they import it from here."""
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return slurm_env
 
 
 def add(a: int, b: int) -> tuple[int, str]:
