@@ -534,14 +534,14 @@ class KillOrder(msgspec.Struct, frozen=True, tag="kill", kw_only=True):
 
 
 class SignalOrder(msgspec.Struct, frozen=True, tag="signal", kw_only=True):
-    """Send a signal to a run on this node without ending it (``scancel -s SIG``): to every process of
-    the run but its batch shell, to the batch shell only, or to both (``scope``)."""
+    """Send a signal to a run on this node without ending it (``scancel -s SIG``): to the tasks of its
+    steps, to the batch shell only, or to the batch shell, its children and the steps' tasks (``scope``)."""
 
     job_id: int  # job
     attempt: int  # run number
     node: str  # the node
     signal: int  # signal number
-    scope: SignalScope = "steps"  # steps: the run's processes but the batch shell; batch; full
+    scope: SignalScope = "steps"  # steps: the steps' tasks; batch: the batch shell; full: both + its children
     request_id: str  # the signal request's id (one order per request and node)
 
 

@@ -37,9 +37,9 @@ RequeueReason = Literal["NodeFail", "Requested", "Preempted"]
 #: PENDING again (restart count + 1); ``cancel``: it ends PREEMPTED.
 PreemptMode = Literal["requeue", "cancel"]
 
-#: What of a run a signal request (scancel -s) reaches, as in Slurm: ``steps`` = the job's steps (every
-#: process of the run but the batch shell, the default), ``batch`` = the batch shell only (``-b``),
-#: ``full`` = the batch shell and the steps (``-f``).
+#: What of a run a signal request (scancel -s) reaches, as in Slurm: ``steps`` = the tasks of the job's
+#: steps on every node (the default; not the batch shell nor what it started without srun), ``batch`` = the
+#: batch shell only (``-b``), ``full`` = the batch shell, every process it started and the steps (``-f``).
 SignalScope = Literal["steps", "batch", "full"]
 
 #: Kinds of job dependency (sbatch -d), with Slurm's meaning:
@@ -95,7 +95,7 @@ class WarnSignal(msgspec.Struct, frozen=True, kw_only=True):
 
     signum: int  # the signal's number (10 = SIGUSR1 on Linux)
     seconds_before: int = 60  # T: seconds before the limit (Slurm's default 60)
-    batch_only: bool = False  # B: only the batch shell gets it; else every process of the job
+    batch_only: bool = False  # B: only the batch shell gets it; else the tasks of the job's steps
 
 
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

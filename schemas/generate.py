@@ -33,7 +33,7 @@ DOCUMENTS: dict[str, Any] = {
     | api.ReservationsReply
     | api.ApiError,
     "order.json": api.Order,
-    "step.json": steps.StepRequest | steps.StepLaunched | steps.StepDone,
+    "step.json": steps.StepRequest | steps.StepLaunched | steps.StepDone | steps.StepPolled,
     "step-exit.json": steps.TaskExit,
 }
 

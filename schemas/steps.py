@@ -69,6 +69,16 @@ class StepSignal(msgspec.Struct, frozen=True, tag="step_signal", kw_only=True):
     step_id: int  # the step
     signal: int  # signal number; SIGKILL starts the kill sequence (SIGCONT+SIGTERM, SIGKILL after KillWait)
     attempt: int | None = None  # the step's run; None = the job's live run (srun does not know it)
+    raw: bool = False  # deliver SIGKILL as it is (scancel -f -s KILL), not as the kill sequence
+
+
+class StepPoll(msgspec.Struct, frozen=True, tag="step_poll", kw_only=True):
+    """Batch node's agent -> a peer agent: how have your tasks of a step ended so far? (Task exits travel on
+    core NATS and may be lost; the step's coordinator asks for those it is missing.)"""
+
+    job_id: int  # the job
+    attempt: int  # the step's run
+    step_id: int  # the step
 
 
 class AllocationRelease(msgspec.Struct, frozen=True, tag="allocation_release", kw_only=True):
@@ -78,7 +88,7 @@ class AllocationRelease(msgspec.Struct, frozen=True, tag="allocation_release", k
     exit_code: int  # what the job ends with (0-255)
 
 
-StepRequest = StepLaunch | StepTasks | StepSignal | AllocationRelease
+StepRequest = StepLaunch | StepTasks | StepSignal | StepPoll | AllocationRelease
 
 
 class StepLaunched(msgspec.Struct, frozen=True, tag="step_launched", kw_only=True):
@@ -90,6 +100,13 @@ class StepLaunched(msgspec.Struct, frozen=True, tag="step_launched", kw_only=Tru
 
 class StepDone(msgspec.Struct, frozen=True, tag="step_done", kw_only=True):
     """Reply to StepSignal/AllocationRelease: done."""
+
+
+class StepPolled(msgspec.Struct, frozen=True, tag="step_polled", kw_only=True):
+    """Reply to StepPoll: the exits of the node's tasks of that step that have ended."""
+
+    known: bool  # False: the node has no such step (its agent restarted, which kills its tasks)
+    exits: list[TaskExit] = []  # the node's tasks that have ended
 
 
 class TaskExit(msgspec.Struct, frozen=True, kw_only=True):

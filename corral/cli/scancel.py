@@ -2,9 +2,9 @@
 
 Without ``-s``, or with ``-s KILL`` and neither ``-b`` nor ``-f``, the jobs are cancelled (SIGTERM, SIGKILL
 after KillWait). Any other signal is delivered to the running jobs without changing their state, as in
-Slurm: to the job's steps (every process of the run but the batch shell), to the batch shell only with
-``-b/--batch``, or to both with ``-f/--full`` (the ``signal`` verb). Filters with a signal select only
-running jobs (a pending job has nothing to signal).
+Slurm: to the tasks of the job's steps (srun), to the batch shell only with ``-b/--batch``, or to the batch
+shell, what it started and the steps' tasks with ``-f/--full`` (the ``signal`` verb). Filters with a signal
+select only running jobs (a pending job has nothing to signal).
 
 Ids are ``N`` (a job, or every task of the array whose id it is), ``A_T`` (one array task) or ``A_[1-3]``
 (some tasks); the tasks go to the gateway by index.

@@ -71,6 +71,7 @@ class StepSession:
         self.command = command
         self.exits: dict[int, TaskExit] = {}
         self.ntasks = 0
+        self.nodes: dict[int, str] = {}  # task id -> its node, from the step's layout
         self.step_id = -1
         self.labeller = Labeller(1)
         self.interrupts: list[float] = []  # monotonic times of SIGINTs not handled yet
@@ -107,6 +108,7 @@ class StepSession:
         try:
             reply = self._launch(conn)
             self.step_id, self.ntasks = reply.step_id, len(reply.tasks)
+            self.nodes = {place.task: place.node for place in reply.tasks}
             self.labeller = Labeller(self.ntasks)
             self._stream(conn, wake_r)
         finally:
@@ -242,7 +244,7 @@ class StepSession:
         else:
             code, sig = recorded
         for task in missing:
-            self.exits[task] = TaskExit(task=task, node="?", exit_code=code, signal=sig)
+            self.exits[task] = TaskExit(task=task, node=self.nodes.get(task, "?"), exit_code=code, signal=sig)
 
     def _recorded_end(self) -> tuple[int, int] | None:
         """(exit code, signal) of the step's accounting record once it ended; None if not recorded in time."""

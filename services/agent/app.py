@@ -70,6 +70,7 @@ class Agent:
         self.records = Records(state_dir / "runs.jsonl")
         self.runs: dict[tuple[int, int], runner.Run] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        self.steps: Steps | None = None  # the node's step server (srun), attached before reconcile
         login = pwd.getpwuid(os.getuid())
         self.base_env = base_environment(environment(), login.pw_name, login.pw_dir, login.pw_shell)
         self.log = telemetry.logger(node=node.name)
@@ -196,6 +197,7 @@ class Agent:
 
     def _supervise_in_background(self, run: runner.Run) -> None:
         self.runs[run.key] = run
+        run.step_signaller = self._signal_steps_everywhere
         task = asyncio.create_task(self._supervise(run))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -217,15 +219,16 @@ class Agent:
             )
 
     def signal(self, order: api.SignalOrder) -> None:
-        """Signal a live run (scancel -s) without ending it: its processes but the batch shell (its steps),
-        the batch shell only (``-b``) or both (``-f``). A run not live here gets nothing, as in Slurm."""
+        """Signal a live run (scancel -s) without ending it, as Slurm does: the tasks of its steps on this
+        node (every node of the run gets the order), the batch shell only (``-b``), or the batch shell with
+        the processes of the script and the steps' tasks (``-f``). Nothing else: what a batch script started
+        without srun gets no signal unless ``-f``. A run not live here gets nothing."""
+        if order.scope != "batch" and self.steps is not None:
+            self.steps.signal_run(order.job_id, order.attempt, order.signal, everywhere=False)
         run = self.runs.get((order.job_id, order.attempt))
-        if run is None or run.ended.is_set():
+        if run is None or run.ended.is_set() or order.scope == "steps":
             return
-        if order.scope != "steps":
-            run.signal(order.signal, batch_only=True)
-        if order.scope != "batch":
-            run.signal_steps(order.signal)
+        run.signal(order.signal, batch_only=order.scope == "batch")
 
     # 5 ------------------------------------------------------------------------------------------
     async def _supervise(self, run: runner.Run) -> None:
@@ -254,6 +257,11 @@ class Agent:
         if self.records.get(job_id, attempt) is None:
             self.records.put(Record(job_id=job_id, attempt=attempt))
         self.records.update(job_id, attempt, exited=True)
+
+    def _signal_steps_everywhere(self, job_id: int, attempt: int, sig: int) -> None:
+        """The ``--signal`` warning of a run of this (batch) node: to its steps' tasks on every node."""
+        if self.steps is not None:
+            self.steps.signal_run(job_id, attempt, sig, everywhere=True)
 
     def running_order(self, job_id: int) -> api.LaunchOrder | None:
         """The launch order of the job's run running on this node (its batch node), if any: kept in the
@@ -298,8 +306,6 @@ async def main(ctx: Context) -> None:
         raise SystemExit(f"corral-agent: error: node {name!r} is not in {ctx.config.source}") from None
     state_dir = ctx.args.state_dir or ctx.settings.state_dir / "agents" / name
     agent = Agent(ctx.bus, ctx.config, node, Path(state_dir))
-    await agent.register()
-    await agent.reconcile()
     step_server = Steps(
         ctx.bus.nc,
         name,
@@ -309,6 +315,9 @@ async def main(ctx: Context) -> None:
         agent.run_dir,
         agent._append,
     )
+    agent.steps = step_server
+    await agent.register()
+    await agent.reconcile()
     await step_server.start()
     tasks = [
         asyncio.create_task(agent.heartbeat(ctx.stop)),

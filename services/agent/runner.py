@@ -7,11 +7,11 @@ the agent supervises through its record (records.py: supervisor pid and start ti
 group, start time, deadline, warning signal) and the status file, whether it started the run in this
 lifetime or re-adopts it after a restart.
 
-Time limit (Slurm's order): ``--signal`` SIG once, T seconds before the deadline (to the whole process group,
-or with ``B:`` to the batch shell only); at the deadline SIGCONT + SIGTERM to the process group, SIGKILL after
-KillWait. A kill on an order (cancel, requeue, preemption) is the same sequence (after the grace time for a
-preemption that grants one). Both are recorded before they start, so an agent restarted mid-sequence finishes
-it and reports the run ``killed`` / ``timed_out``.
+Time limit (Slurm's order): ``--signal`` SIG once, T seconds before the deadline (to the tasks of the run's
+steps on every node, or with ``B:`` to the batch shell only); at the deadline SIGCONT + SIGTERM to the
+process group, SIGKILL after KillWait. A kill on an order (cancel, requeue, preemption) is the same sequence
+(after the grace time for a preemption that grants one). Both are recorded before they start, so an agent
+restarted mid-sequence finishes it and reports the run ``killed`` / ``timed_out``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,6 +124,8 @@ class Run:
         self.proc = proc  # the supervisor, when this agent process started it (None: adopted)
         self.ended = asyncio.Event()
         self._killing: asyncio.Task[None] | None = None
+        # (job, attempt, signal) -> signal the run's step tasks everywhere; set by the agent (it has steps).
+        self.step_signaller: Callable[[int, int, int], None] | None = None
 
     @property
     def pid(self) -> int:
@@ -196,12 +199,10 @@ class Run:
             target(self.pid, signum)
 
     def signal_steps(self, signum: int) -> None:
-        """Send a signal to every process of the job but its batch shell (Slurm's job steps: srun, which
-        passes it on to its tasks, and what the script started)."""
-        for pid in group_members(self.pid):
-            if pid != self.pid:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signum)
+        """Send a signal to the tasks of the run's steps on every node (Slurm's ``--signal`` without ``B:``):
+        not the batch shell, nor what the script started itself; the agent's step server delivers it."""
+        if self.step_signaller is not None:
+            self.step_signaller(self.rec.job_id, self.rec.attempt, signum)
 
     def kill(self, *, timed_out: bool = False, grace_s: float | None = None) -> None:
         """Start the kill sequence once (later calls do nothing); ``grace_s`` replaces KillWait."""
@@ -221,23 +222,6 @@ class Run:
             await asyncio.wait_for(self.ended.wait(), wait)
         if not self.ended.is_set():
             self.signal(signal.SIGKILL)
-
-
-def group_members(pgid: int) -> list[int]:
-    """Pids of the live processes of a process group (from /proc; Linux)."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # Fields after the command name (which may hold spaces and parentheses): state, ppid, pgrp, ...
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
 
 
 def _open_output(path: str, append: bool) -> int:

@@ -10,6 +10,7 @@ coordinates each step of its runs:
 2. in the background: append ``StepStarted``; wait until every task has exited (or the run has ended,
    which kills the step on every node); append ``StepExited`` with the worst task's exit;
 3. ``StepSignal`` from the owner: signal the step's tasks on every node (SIGKILL = the kill sequence);
+   ``StepPoll`` from the coordinator: the exits of this node's tasks of a step (see below);
 4. ``AllocationRelease`` from the owner: end an interactive allocation (``ALLOCATION_SCRIPT``) with an
    exit code.
 
@@ -17,6 +18,11 @@ Every node runs its tasks as real processes, each in its own session, in the ste
 job's environment plus the task's (``steplayout.task_environment``); stdout/stderr go to srun on
 ``corral.io.<user>.<key>.{out,err}.<task>`` (or to ``-o/-e`` files), then the task's exit on ``.exit.<task>``;
 srun's stdin arrives for task 0 on ``corral.io.<user>.<key>.in`` (an empty message is end of file).
+
+Task exits are core NATS messages, which can be lost; the coordinator does not depend on them. It notes its
+own node's exits directly, and while exits are missing it polls each peer that owes some (``StepPoll``,
+every ``POLL_S``): a peer keeps a step's exits for ``KEEP_S`` after its last task ended, and a peer that no
+longer knows the step (its agent restarted, which killed its tasks) has them counted as killed.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ from corral.schemas.steps import (
     StepDone,
     StepLaunch,
     StepLaunched,
+    StepPoll,
+    StepPolled,
     StepRequest,
     StepSignal,
     StepTasks,
@@ -60,6 +68,10 @@ from corral.services.agent.jobenv import job_environment
 PEER_TIMEOUT = 10.0
 #: Seconds the agent tries to hand an interactive allocation its exit code.
 RELEASE_TIMEOUT = 10.0
+#: Seconds between the coordinator's polls of the peers whose task exits it is missing.
+POLL_S = 5.0
+#: Seconds a peer keeps the exits of a step whose tasks have all ended (for the coordinator's poll).
+KEEP_S = 60.0
 _CHUNK = 1 << 16
 
 
@@ -77,7 +89,10 @@ class LocalStep:
 
     user: str  # the job's owner (I/O subjects)
     key: str  # the step's I/O token
+    step: tuple[int, int, int]  # (job, attempt, step id)
+    ntasks: int  # how many of the step's tasks run on this node
     procs: dict[int, asyncio.subprocess.Process] = field(default_factory=dict)  # task id -> process
+    exits: dict[int, TaskExit] = field(default_factory=dict)  # task id -> exit, of this node's tasks
     killing: bool = False  # the kill sequence started
 
 
@@ -163,9 +178,16 @@ class Steps:
                 request.order, request.step_id, request.user, request.launch, request.tasks
             )
             return StepDone()
+        if isinstance(request, StepPoll):
+            if not peer:
+                raise StepError("Access/permission denied", "forbidden")
+            local = self.local.get((request.job_id, request.attempt, request.step_id))
+            return StepPolled(known=local is not None, exits=list(local.exits.values()) if local else [])
         if isinstance(request, StepSignal):
             if peer:
-                self._signal_local(request.job_id, request.attempt, request.step_id, request.signal)
+                self._signal_local(
+                    request.job_id, request.attempt, request.step_id, request.signal, request.raw
+                )
             else:
                 await self._signal_step(caller, request)
             return StepDone()
@@ -250,8 +272,10 @@ class Steps:
         mine = [p for p in places if p.node == self.node]
         if not mine:
             return
-        local = LocalStep(user=user, key=launch.key)
-        self.local[(order.job_id, order.attempt, step_id)] = local
+        local = LocalStep(
+            user=user, key=launch.key, step=(order.job_id, order.attempt, step_id), ntasks=len(mine)
+        )
+        self.local[local.step] = local
         node_order = msgspec.structs.replace(order, node=self.node)
         alloc = next(a for a in order.allocations if a.node == self.node)
         job_env = job_environment(node_order, launch.environment, os.getuid())
@@ -350,11 +374,22 @@ class Steps:
         )
 
     async def _publish_exit(self, local: LocalStep, exit: TaskExit) -> None:
+        local.exits[exit.task] = exit
+        coordinated = self.coordinated.get(local.step)
+        if coordinated is not None:
+            self._note_exit(coordinated, exit)  # this node coordinates the step: no round trip
+        elif len(local.exits) >= local.ntasks:
+            # A peer's part is over: keep the exits a while for the coordinator's poll, then forget it.
+            asyncio.get_running_loop().call_later(KEEP_S, self._forget, local)
         with contextlib.suppress(Exception):
             await self.nc.publish(
                 io_subject(local.user, local.key, "exit", exit.task), msgspec.json.encode(exit)
             )
             await self.nc.flush()
+
+    def _forget(self, local: LocalStep) -> None:
+        if self.local.get(local.step) is local:
+            del self.local[local.step]
 
     # 2 -------------------------------------------------------------------------------------------
     async def _on_exit(self, step: Coordinated, msg: Msg) -> None:
@@ -362,9 +397,37 @@ class Steps:
             exit = msgspec.json.decode(msg.data, type=TaskExit)
         except msgspec.DecodeError:
             return
-        step.exits[exit.task] = exit
+        self._note_exit(step, exit)
+
+    def _note_exit(self, step: Coordinated, exit: TaskExit) -> None:
+        if any(p.task == exit.task for p in step.places):
+            step.exits[exit.task] = exit
         if len(step.exits) >= len(step.places):
             step.done.set()
+
+    async def _poll_peers(self, step: Coordinated) -> None:
+        """Ask each peer that owes task exits for them; a peer that no longer knows the step lost its
+        tasks (an agent restart kills them): they count as killed."""
+        order = step.order
+        owed = sorted({p.node for p in step.places if p.task not in step.exits and p.node != self.node})
+        request = StepPoll(job_id=order.job_id, attempt=order.attempt, step_id=step.step_id)
+        for peer in owed:
+            try:
+                subject = step_subject(peer, f"agent-{self.node}")
+                msg = await self.nc.request(subject, msgspec.json.encode(request), timeout=PEER_TIMEOUT)
+                reply = msgspec.json.decode(msg.data, type=StepPolled | ApiError)
+            except Exception as exc:
+                self.log.warning("step poll failed", peer=peer, error=repr(exc))
+                continue
+            if isinstance(reply, ApiError):
+                self.log.warning("step poll refused", peer=peer, error=reply.error)
+                continue
+            for exit in reply.exits:
+                self._note_exit(step, exit)
+            if not reply.known:
+                for place in step.places:
+                    if place.node == peer and place.task not in step.exits:
+                        self._note_exit(step, _lost(place))
 
     async def _watch(self, step: Coordinated, sub: Any) -> None:
         order = step.order
@@ -382,9 +445,14 @@ class Steps:
                 gpus=sum(len(p.gpus) for p in step.places) if step.launch.gpus_per_task else 0,
             )
         )
+        loop = asyncio.get_running_loop()
+        next_poll = loop.time() + POLL_S
         while not step.done.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(step.done.wait(), 0.5)
+            if not step.done.is_set() and loop.time() >= next_poll:
+                await self._poll_peers(step)
+                next_poll = loop.time() + POLL_S
             current = (
                 None if step.done.is_set() else self.orders(order.job_id)
             )  # decoded afresh: compare runs
@@ -431,10 +499,25 @@ class Steps:
             step.killed = True
         self._signal_everywhere(step, request.signal)
 
-    def _signal_everywhere(self, step: Coordinated, sig: int) -> None:
+    def signal_run(self, job_id: int, attempt: int, sig: int, *, everywhere: bool) -> None:
+        """Signal the tasks of every step of a run (``scancel -s``, ``--signal``): this node's tasks, or with
+        ``everywhere`` (the batch node, which coordinates the run's steps) the tasks on every node. The
+        signal is delivered as it is: a SIGKILL here is ``scancel -f -s KILL``, not srun's kill sequence."""
+        if everywhere:
+            for (job, run, _), step in list(self.coordinated.items()):
+                if (job, run) == (job_id, attempt):
+                    self._signal_everywhere(step, sig, raw=True)
+            return
+        for (job, run, step_id), _ in list(self.local.items()):
+            if (job, run) == (job_id, attempt):
+                self._signal_local(job_id, attempt, step_id, sig, raw=True)
+
+    def _signal_everywhere(self, step: Coordinated, sig: int, raw: bool = False) -> None:
         order = step.order
-        self._signal_local(order.job_id, order.attempt, step.step_id, sig)
-        request = StepSignal(job_id=order.job_id, step_id=step.step_id, signal=sig, attempt=order.attempt)
+        self._signal_local(order.job_id, order.attempt, step.step_id, sig, raw)
+        request = StepSignal(
+            job_id=order.job_id, step_id=step.step_id, signal=sig, attempt=order.attempt, raw=raw
+        )
         for peer in steplayout.step_nodes(step.places):
             if peer != self.node:
                 self._spawn(self._ask_peer_quietly(peer, request))
@@ -445,14 +528,17 @@ class Steps:
         except StepError as exc:
             self.log.warning("signal to a peer failed", peer=peer, error=str(exc))
 
-    def _signal_local(self, job_id: int, attempt: int | None, step_id: int, sig: int) -> None:
+    def _signal_local(
+        self, job_id: int, attempt: int | None, step_id: int, sig: int, raw: bool = False
+    ) -> None:
         """Signal this node's tasks of a step of that run (of any run for ``attempt`` None: an old agent)."""
         for (job, run, step), local in list(self.local.items()):
             if (job, step) == (job_id, step_id) and attempt in (None, run):
-                self._signal_tasks(local, sig)
+                self._signal_tasks(local, sig, raw)
 
-    def _signal_tasks(self, local: LocalStep, sig: int) -> None:
-        if sig == signal.SIGKILL:
+    def _signal_tasks(self, local: LocalStep, sig: int, raw: bool = False) -> None:
+        """Signal a step's tasks here; srun's SIGKILL (not ``raw``) is the kill sequence."""
+        if sig == signal.SIGKILL and not raw:
             if not local.killing:
                 local.killing = True
                 self._spawn(self._kill_sequence(local))
@@ -509,6 +595,17 @@ class Steps:
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+def _lost(place: TaskPlace) -> TaskExit:
+    """The exit of a task whose node forgot the step: killed with its agent."""
+    return TaskExit(
+        task=place.task,
+        node=place.node,
+        exit_code=0,
+        signal=signal.SIGKILL,
+        error=f"node {place.node}: the task was lost (its agent restarted)",
+    )
 
 
 def _open(path: str, append: bool) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from agent_cluster import agent_cluster, launch_orders, republish, wait_until
-from e2e_cli import Cli
+from e2e_cli import BIN, Cli
 
 from corral.libs.local_cluster import LocalCluster
 from corral.schemas.codec import encode
@@ -90,6 +90,38 @@ def test_a_duplicate_launch_runs_nothing_twice(restart_cluster: tuple[LocalClust
     assert cli.wait_state(after, ("COMPLETED", "FAILED")) == "COMPLETED|0:0"
     assert marker.read_text() == "ran\n"
     assert cli.sacct(job) == "COMPLETED|0:0"
+
+
+def test_a_peer_agent_restart_ends_its_step_tasks_and_the_step(
+    restart_cluster: tuple[LocalCluster, Cli],
+) -> None:
+    """A step over both nodes: the batch node's task ends at once, the peer's runs on. The peer's agent
+    restarts, which kills its tasks (steps do not survive an agent restart) without any exit reaching
+    anyone: the batch node's agent learns it by polling the peer, and the step ends, long before its job."""
+    cluster, cli = restart_cluster
+    out = cli.workdir / "peer.out"
+    job = cli.sbatch(
+        f"#!/bin/bash\nexport PATH={BIN}:$PATH\n"
+        "srun -N2 -n2 bash -c 'echo $$ > peer-$SLURM_JOB_ID-$SLURM_NODEID\n"
+        "  [ $SLURM_NODEID = 0 ] || exec sleep 300'\n"
+        'echo "srun=$?"\n',
+        "-N2",
+        "-t",
+        "10:00",
+        "-o",
+        str(out),
+    )
+    pid_files = [cli.workdir / f"peer-{job}-{n}" for n in (0, 1)]
+    wait_until(lambda: all(f.exists() and f.read_text().strip() for f in pid_files), what="tasks started")
+    peer = cli("squeue", "-h", "-j", str(job), "-o", "%N").stdout.strip()
+    assert peer == "node[1-2]", peer
+    cluster.terminate("agent-node2")
+    cluster.revive("agent-node2")
+    assert cli.wait_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60) == "COMPLETED|0:0"
+    steps = cli("sacct", "-j", str(job), "-P", "-n", "-o", "JobID,State,ExitCode").stdout.split()
+    assert f"{job}.0|FAILED|0:9" in steps, steps
+    # srun exits as its worst task, killed by SIGKILL, whose exit it took from the step's record.
+    assert out.read_text().splitlines() == ["srun: error: node2: task 1: Killed by signal 9", "srun=137"]
 
 
 def test_stopping_the_local_cluster_kills_its_jobs(tmp_path: Path) -> None:

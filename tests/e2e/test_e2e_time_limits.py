@@ -1,5 +1,5 @@
-"""Time limits: --signal=[B:]SIG@T once T seconds before the limit, then SIGTERM to every process of the
-job, SIGKILL after KillWait; state TIMEOUT."""
+"""Time limits: --signal=[B:]SIG@T once T seconds before the limit (to the job's step tasks, or with B: to
+the batch shell), then SIGTERM to every process of the job, SIGKILL after KillWait; state TIMEOUT."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from agent_cluster import agent_cluster
-from e2e_cli import Cli
+from e2e_cli import BIN, Cli
 
 from corral.libs.local_cluster import LocalCluster
 
@@ -15,13 +15,18 @@ pytestmark = pytest.mark.e2e
 
 KILL_WAIT = 2
 
-# The batch shell and a child process log the signals they get (with seconds since the start) and ignore
-# TERM, so only the SIGKILL after KillWait ends them.
-SCRIPT = """#!/bin/bash
+# The batch shell, a step task (srun) and a plain child of the script log the signals they get (with
+# seconds since the start) and ignore TERM, so only the SIGKILL after KillWait ends them.
+LOGGER = (
+    't0=$1; trap "echo $2 USR1 \\$(echo \\"\\$(date +%s.%N) - $t0\\" | bc)" USR1; trap "" TERM; '
+    "while :; do sleep 0.1; done"
+)
+SCRIPT = f"""#!/bin/bash
+export PATH="{BIN}:$PATH"
 t0=$(date +%s.%N)
-now() { echo "$(date +%s.%N) - $t0" | bc; }
-bash -c 't0=$1; trap "echo child USR1 \\$(echo \\"\\$(date +%s.%N) - $t0\\" | bc)" USR1; trap "" TERM
-  while :; do sleep 0.1; done' child "$t0" &
+now() {{ echo "$(date +%s.%N) - $t0" | bc; }}
+srun bash -c '{LOGGER}' step "$t0" step &
+bash -c '{LOGGER}' child "$t0" child &
 trap 'echo batch USR1 $(now)' USR1
 trap 'echo batch TERM $(now)' TERM
 while :; do echo tick $(now); sleep 0.25; done
@@ -41,7 +46,7 @@ def events(text: str) -> list[tuple[str, float]]:
     out = []
     for line in text.splitlines():
         *what, at = line.split()
-        if what and what[0] in ("tick", "batch", "child"):
+        if what and what[0] in ("tick", "batch", "child", "step"):
             out.append((" ".join(what), float(at)))
     return out
 
@@ -60,14 +65,15 @@ def test_warning_signal_then_term_then_kill_and_timeout(
     usr1 = [at for what, at in seen if what == "batch USR1"]
     term = [at for what, at in seen if what == "batch TERM"]
     ticks = [at for what, at in seen if what == "tick"]
-    # Once, ~4 s before the 8 s limit: to the batch shell only with B:, else to every other process (Slurm).
-    warned = [at for what, at in seen if what == ("batch USR1" if batch_only else "child USR1")]
+    # Once, ~4 s before the 8 s limit: with B: to the batch shell only, else to the job's step tasks only
+    # (Slurm); a process the script started without srun gets it in neither case.
+    warned = [at for what, at in seen if what == ("batch USR1" if batch_only else "step USR1")]
     assert len(warned) == 1 and 3.0 <= warned[0] <= 5.5, seen
     assert len(usr1) == (1 if batch_only else 0), seen
+    assert [what for what, _ in seen if what == "step USR1"] == ([] if batch_only else ["step USR1"]), seen
+    assert not [what for what, _ in seen if what == "child USR1"], seen
     assert len(term) == 1 and 7.5 <= term[0] <= 9.5, seen  # at the limit
     # Still alive after TERM (it ignores it) until SIGKILL, KillWait later.
     assert KILL_WAIT - 0.6 <= ticks[-1] - term[0] <= KILL_WAIT + 1.0, seen
-    child = [at for what, at in seen if what == "child USR1"]
-    assert len(child) == (0 if batch_only else 1), seen
     # squeue shows a just-ended job for a while (Slurm's MinJobAge), as TO.
     assert cli("squeue", "-h", "-j", str(job), "-o", "%t").stdout.strip() in ("TO", "")
