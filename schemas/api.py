@@ -41,6 +41,7 @@ VERBS: dict[str, str] = {
     "requeue": "gateway",
     "signal": "gateway",
     "jobs": "scheduler",
+    "will_run": "scheduler",
     "nodes": "scheduler",
     "priority": "scheduler",
     "shares": "scheduler",
@@ -68,12 +69,33 @@ class SubmitRequest(msgspec.Struct, frozen=True, tag="submit", kw_only=True):
 
     token: str  # client-chosen idempotency token: a retry with the same token gets the same job id
     spec: JobSpec  # the job
+    test_only: bool = (
+        False  # sbatch --test-only: validate and estimate the start (WillRunReply), append nothing
+    )
 
 
 class SubmitReply(msgspec.Struct, frozen=True, tag="submitted", kw_only=True):
     """The job was accepted and appended to the log."""
 
     job_id: int  # the new job's id
+
+
+class WillRunRequest(msgspec.Struct, frozen=True, tag="will_run", kw_only=True):
+    """The gateway -> the scheduler, for ``sbatch --test-only``: when would this validated job start?"""
+
+    user: str  # who would submit it
+    spec: JobSpec  # the job, as the gateway would append it (partition, account and QOS resolved)
+
+
+class WillRunReply(msgspec.Struct, frozen=True, tag="will_run_reply", kw_only=True):
+    """The estimate for a job that was validated but not submitted (``sbatch --test-only``)."""
+
+    job_id: int  # the id it was planned under (about the id it would get)
+    start: float | None  # Unix time it would start (now: at once); None: not within the backfill window
+    nodes: list[str] = []  # the nodes it would get at once ([] if it would wait)
+    cpus: int = 0  # the CPUs it would be allocated
+    partition: str = ""  # its partition
+    reason: str = ""  # its pending reason if it would wait
 
 
 # --- cancel ---------------------------------------------------------------------------------------
@@ -484,6 +506,7 @@ class ReservationsReply(msgspec.Struct, frozen=True, tag="reservations_reply", k
 
 Request = (
     SubmitRequest
+    | WillRunRequest
     | CancelRequest
     | JobsRequest
     | NodesRequest

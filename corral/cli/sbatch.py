@@ -1,5 +1,8 @@
 """``sbatch``: submit a batch script; prints exactly ``Submitted batch job N`` (or ``N`` with ``--parsable``).
 
+With ``--test-only`` the job is validated as a submission would be and the scheduler's estimate of its start
+is printed on stderr in Slurm's words; nothing is submitted.
+
 The script is read and copied here, at submit time, so the caller may delete it as soon as sbatch
 returns. A submission carries a random token; the one retry after a timeout reuses it, so the gateway
 can tell a retry from a new job and a slow cluster never gets the job twice.
@@ -19,6 +22,7 @@ from corral.schemas.events import JobSpec
 
 if TYPE_CHECKING:
     from corral.cli.client import Cluster
+    from corral.schemas.api import WillRunReply
 
 COMMAND = "sbatch"
 
@@ -48,6 +52,7 @@ Usage: sbatch [OPTIONS...] [SCRIPT [ARGS...]]   (the script is read from stdin w
       --export=ALL|NONE|[ALL,]VAR[=VALUE],...   environment to export (default ALL)
       --wrap=COMMAND          run COMMAND in a /bin/sh script instead of a script file
       --parsable              print only the job id
+      --test-only             validate the job and tell when it would start; submit nothing
   -h, --help                  this help          -V, --version          version
 """
 
@@ -77,9 +82,43 @@ def _sbatch(argv: list[str]) -> int:
         warn(COMMAND, message)
     from corral.cli.client import find_cluster
 
+    if submission.test_only:
+        estimate = test_only(find_cluster(), submission.spec)
+        sys.stderr.write(f"{COMMAND}: {will_run_line(estimate)}\n")
+        return 0
     job_id = submit(find_cluster(), submission.spec)
     print(job_id if submission.parsable else f"Submitted batch job {job_id}")
     return 0
+
+
+def will_run_line(estimate: WillRunReply) -> str:
+    """Slurm's --test-only report: ``Job N to start at TIME using C processors on nodes L in partition P``."""
+    if estimate.start is None:
+        return (
+            f"Job {estimate.job_id} is not expected to start within the backfill window "
+            f"(Reason={estimate.reason or 'Resources'}) in partition {estimate.partition}"
+        )
+    from corral.libs.slurm.hostlist import compress
+    from corral.libs.slurm.timefmt import format_timestamp
+
+    nodes = f" on nodes {compress(estimate.nodes)}" if estimate.nodes else ""
+    return (
+        f"Job {estimate.job_id} to start at {format_timestamp(estimate.start)} using {estimate.cpus} "
+        f"processors{nodes} in partition {estimate.partition}"
+    )
+
+
+def test_only(cluster: Cluster, spec: JobSpec) -> WillRunReply:
+    """Have the job validated and its start estimated (``sbatch --test-only``); nothing is submitted."""
+    import uuid
+
+    from corral.schemas.api import SubmitRequest, WillRunReply
+
+    request = SubmitRequest(token=uuid.uuid4().hex, spec=spec, test_only=True)
+    try:
+        return cluster.call("submit", request, WillRunReply)
+    except CliError as exc:
+        raise CliError(f"Job submit/allocate failed: {exc.message}") from None
 
 
 def read_script(path: str | None) -> bytes:

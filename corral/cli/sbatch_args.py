@@ -70,6 +70,7 @@ OPTIONS = OptionTable(
         Opt("constraint", "C"),
         flag("exclusive"),
         flag("parsable"),
+        flag("test-only"),
         Opt("open-mode"),
         flag("requeue"),
         flag("no-requeue"),
@@ -97,7 +98,7 @@ OPTIONS = OptionTable(
             "mail-user comment priority time-min kill-on-invalid-dep ntasks-per-socket "
             "ntasks-per-core ntasks-per-gpu sockets-per-node cores-per-socket threads-per-core hint "
             "mincpus tmp gpu-bind gpu-freq cpu-freq get-user-env uid gid propagate profile container "
-            "container-id tres-per-task tres-bind network acctg-freq test-only spread-job "
+            "container-id tres-per-task tres-bind network acctg-freq spread-job "
             "use-min-nodes export-file batch bb bbf thread-spec delay-boot mcs-label power reboot "
             "ignore-pbs gres-flags mem-bind cluster-constraint prefer contiguous extra resv-ports "
             "wait-all-nodes stepmgr"
@@ -126,6 +127,7 @@ class Submission(msgspec.Struct, frozen=True):
 
     spec: JobSpec  # the job
     parsable: bool  # print only the id
+    test_only: bool = False  # --test-only: validate and estimate the start; submit nothing
     warnings: tuple[str, ...] = ()  # adjustments Slurm would also warn about
 
 
@@ -279,7 +281,12 @@ def build_submission(
         warn_signal=_warn_signal(options.last("signal")),
         wckey=options.last("wckey") or None,
     )
-    return Submission(spec=spec, parsable=options.given("parsable"), warnings=tuple(warnings))
+    return Submission(
+        spec=spec,
+        parsable=options.given("parsable"),
+        test_only=options.given("test-only"),
+        warnings=tuple(warnings),
+    )
 
 
 def export_environment(spec: str, environ: Mapping[str, str], warnings: list[str]) -> dict[str, str]:

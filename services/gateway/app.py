@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import msgspec
 import nats.errors
@@ -43,6 +44,7 @@ MAX_PRIORITY = 0xFFFFFFFD
 #: Slurm's reply to a dependency on a job that does not exist.
 DEPENDENCY_PROBLEM = "Job dependency problem"
 _tracer = telemetry.tracer(__name__)
+R = TypeVar("R", bound=msgspec.Struct)
 
 
 class Gateway:
@@ -55,11 +57,12 @@ class Gateway:
         self.lookup = JobLookup(bus)
         self.reservations = Reservations(bus, config, admins)
 
-    async def submit(self, user: str, req: api.SubmitRequest) -> api.SubmitReply:
+    async def submit(self, user: str, req: api.SubmitRequest) -> api.SubmitReply | api.WillRunReply:
         """Validate and append JobSubmitted; a retry with the same token returns the same job id.
 
         A job array is one entry: its block of ids is reserved with one compare-and-set on the counter,
-        and the reply is the first id (the array's id).
+        and the reply is the first id (the array's id). With ``test_only`` (sbatch --test-only) the job is
+        validated the same way, nothing is appended, and the reply is the scheduler's estimate of its start.
         """
         if not req.token or len(req.token) > MAX_TOKEN:
             raise InvalidInput(f"token must be 1-{MAX_TOKEN} characters", field="token")
@@ -83,6 +86,8 @@ class Gateway:
         if limits:
             check_submit_count(limits, await self._live_jobs(user), array_size(spec))
         await self.reservations.check_job(user, spec)
+        if req.test_only:
+            return await self._will_run(user, spec)
         with _tracer.start_as_current_span("submit", attributes={"corral.user": user}) as span:
             job_id = await self.bus.next_job_id(array_size(spec))
             span.set_attribute("corral.job_id", job_id)
@@ -106,18 +111,27 @@ class Gateway:
         has not folded yet, so a burst of concurrent submissions may overshoot the limit by those in flight.
         """
         request = api.JobsRequest(users=[user], states=["PENDING", "RUNNING"])
+        reply = await self._ask_scheduler("jobs", request, api.JobsReply, "cannot check MaxSubmitJobs")
+        return list(reply.jobs)
+
+    async def _will_run(self, user: str, spec: ev.JobSpec) -> api.WillRunReply:
+        """sbatch --test-only: the scheduler's estimate for the validated job (nothing is appended)."""
+        request = api.WillRunRequest(user=user, spec=spec)
+        return await self._ask_scheduler("will_run", request, api.WillRunReply, "cannot test the job")
+
+    async def _ask_scheduler(self, verb: str, request: msgspec.Struct, reply_type: type[R], what: str) -> R:
+        """Ask one of the scheduler's verbs as the gateway; a retryable error if it does not answer."""
         try:
             msg = await self.bus.nc.request(
-                subjects.api_subject("jobs", self.bus.actor), encode(request), timeout=JOBS_TIMEOUT_S
+                subjects.api_subject(verb, self.bus.actor), encode(request), timeout=JOBS_TIMEOUT_S
             )
-            reply = decode(msg.data, api.JobsReply | api.ApiError)
+            reply = decode(msg.data, reply_type | api.ApiError)
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError):
-            raise TransientError(
-                "cannot check MaxSubmitJobs: the scheduler did not answer in time; submit again"
-            ) from None
+            raise TransientError(f"{what}: the scheduler did not answer in time; submit again") from None
         if isinstance(reply, api.ApiError):
-            raise TransientError(f"cannot check MaxSubmitJobs: {reply.error}")
-        return list(reply.jobs)
+            raise TransientError(f"{what}: {reply.error}")
+        assert isinstance(reply, reply_type)
+        return reply
 
     async def _check_dependencies(self, spec: ev.JobSpec) -> None:
         """Refuse dependencies on jobs that were never submitted, as Slurm does."""

@@ -14,10 +14,10 @@ Cycle:
 Besides, a full pass runs every ``FULL_PASS_S`` and at the next begin time of a pending job
 (``Plan.wake_at``), so ``--begin`` jobs start on time without waiting for an event.
 
-It also answers ``jobs`` (squeue), ``nodes`` (sinfo), ``priority`` (sprio), ``shares`` (sshare) and
-``reservations`` (scontrol show reservation) from its state. Reservation decisions are appended like job
-decisions, conditional on the reservation name's subject (``corral.evt.resv.<name>.>``) not having
-changed since.
+It also answers ``jobs`` (squeue), ``will_run`` (sbatch --test-only, for the gateway), ``nodes`` (sinfo),
+``priority`` (sprio), ``shares`` (sshare) and ``reservations`` (scontrol show reservation) from its state.
+Reservation decisions are appended like job decisions, conditional on the reservation name's subject
+(``corral.evt.resv.<name>.>``) not having changed since.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections import OrderedDict
 
 import msgspec
 
-from corral.libs import telemetry
+from corral.libs import roles, telemetry
 from corral.libs.api_server import serve
 from corral.libs.bus import Bus, LogEntry
 from corral.libs.config import ClusterConfig
@@ -37,7 +37,8 @@ from corral.libs.core import plan as planner
 from corral.libs.core.fold import apply
 from corral.libs.core.orders import orders
 from corral.libs.core.state import State
-from corral.libs.errors import AppendConflict, TransientError
+from corral.libs.core.will_run import will_run
+from corral.libs.errors import AppendConflict, Forbidden, TransientError
 from corral.libs.policy import policy_of, usage_policy_of
 from corral.libs.service import Context
 from corral.schemas import api, subjects
@@ -255,6 +256,20 @@ class Scheduler:
         """squeue."""
         return views.jobs_reply(self.state, self.outlook, self.policy, req, time.time())
 
+    async def will_run(self, user: str, req: api.WillRunRequest) -> api.WillRunReply:
+        """sbatch --test-only, asked by the gateway once it validated the job: plan it hypothetically."""
+        if user != roles.GATEWAY:
+            raise Forbidden("Access/permission denied: use sbatch --test-only")
+        got = will_run(self.state, time.time(), self.policy, req.user, req.spec)
+        return api.WillRunReply(
+            job_id=got.job_id,
+            start=got.start,
+            nodes=got.nodes,
+            cpus=got.cpus,
+            partition=req.spec.partition or "",
+            reason=got.reason,
+        )
+
     async def nodes(self, user: str, req: api.NodesRequest) -> api.NodesReply:
         """sinfo."""
         return views.nodes_reply(self.state, self.config, req, time.time())
@@ -301,6 +316,7 @@ async def main(ctx: Context) -> None:
     subs = [
         await serve(ctx.nc, "jobs", api.JobsRequest, scheduler.jobs, queue="scheduler"),
         await serve(ctx.nc, "nodes", api.NodesRequest, scheduler.nodes, queue="scheduler"),
+        await serve(ctx.nc, "will_run", api.WillRunRequest, scheduler.will_run, queue="scheduler"),
         await serve(ctx.nc, "priority", api.PriorityRequest, scheduler.priority, queue="scheduler"),
         await serve(ctx.nc, "shares", api.SharesRequest, scheduler.shares, queue="scheduler"),
         await serve(

@@ -654,7 +654,7 @@ ERROR_CASES: list[tuple[list[str], bytes, str]] = [
         SCRIPT,
         'sbatch: error: invalid --export "": use ALL, NONE or [ALL,]NAME[=value],...',
     ),
-    (["--test-only", "s.sh"], SCRIPT, "sbatch: error: option --test-only is not supported by Corral yet"),
+    (["--test-only=1", "s.sh"], SCRIPT, "sbatch: error: option '--test-only' doesn't allow an argument"),
     (["--parsable=3", "s.sh"], SCRIPT, "sbatch: error: option '--parsable' doesn't allow an argument"),
     (["--requeue=yes", "s.sh"], SCRIPT, "sbatch: error: option '--requeue' doesn't allow an argument"),
     (["-J"], SCRIPT, "sbatch: error: option requires an argument -- 'J'"),

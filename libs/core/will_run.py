@@ -1,0 +1,54 @@
+"""When would a job start if it were submitted now? (``sbatch --test-only``, Slurm's will-run test.)
+
+Pure, like ``plan``: the answer is what the next cycle would decide with the hypothetical job in the queue
+at its own priority, planned with conservative backfill (every pending job gets its reservation) so that a
+job behind the top of its partition still gets a start time. The job is added to the state for the one
+call and removed again, whatever happens: the state is the same object afterwards, and nothing is
+appended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from corral.libs.core.fold import slim_spec
+from corral.libs.core.plan import Plan, Policy, plan
+from corral.libs.core.state import Job, State
+from corral.schemas import events as ev
+
+
+@dataclass(frozen=True)
+class WillRun:
+    """The estimate for one hypothetical job."""
+
+    job_id: int  # the id it was planned under (one past the highest id the state knows)
+    start: float | None  # when it would start (``now`` if at once); None: not within the backfill window
+    nodes: list[str]  # the nodes it would get at once ([] if it would wait: a reservation names no nodes)
+    reason: str  # its pending reason when it would not start at once ("" if it would)
+    cpus: int  # the CPUs it would be allocated (at once: its allocation's; else what it asks for)
+
+
+def will_run(state: State, now: float, policy: Policy, user: str, spec: ev.JobSpec) -> WillRun:
+    """Plan the state with the job added as submitted by ``user`` at ``now``; the state is left as it was."""
+    job_id = max(state.jobs, default=0) + 1
+    job = Job(
+        job_id=job_id, user=user, spec=slim_spec(spec), submit_time=now, held="user" if spec.held else ""
+    )
+    state.jobs[job_id] = job
+    state.active[job_id] = True
+    try:
+        outlook = plan(state, now, replace(policy, backfill="conservative"))
+    finally:
+        del state.jobs[job_id]
+        del state.active[job_id]
+    return _estimate(outlook, job, now)
+
+
+def _estimate(outlook: Plan, job: Job, now: float) -> WillRun:
+    for decision in outlook.decisions:
+        if isinstance(decision, ev.JobAllocated) and decision.job_id == job.job_id:
+            cpus = sum(a.cpus for a in decision.allocations)
+            return WillRun(job.job_id, now, [a.node for a in decision.allocations], "", cpus)
+    asked = job.spec.ntasks * job.spec.cpus_per_task
+    reason = outlook.reasons.get(job.job_id, "Resources")
+    return WillRun(job.job_id, outlook.starts.get(job.job_id), [], reason, asked)

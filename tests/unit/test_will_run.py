@@ -1,0 +1,53 @@
+"""sbatch --test-only: the start a job would get if it were submitted now, without changing the state."""
+
+from __future__ import annotations
+
+import pytest
+from builders import Log, allocated, cluster, job, policy, submitted
+
+from corral.libs.core.state import encode_state
+from corral.libs.core.will_run import will_run
+
+pytestmark = pytest.mark.unit
+
+
+def busy() -> tuple[Log, float]:
+    """Two 8-GPU nodes; job 1 holds gpu01 until t1 + 100; job 2 (both nodes) waits for it."""
+    log = Log(*cluster(nodes=2, gpus=8))
+    log.add(submitted(1, job(gpus=8, nodes=1, time_s=100)))
+    log.add(allocated(1, {"gpu01": list(range(8))}, time_s=100))
+    t1 = log.state.jobs[1].start_time or 0.0
+    log.add(submitted(2, job(gpus=8, nodes=2, time_s=1000)))
+    return log, t1
+
+
+@pytest.mark.parametrize(
+    ("spec", "starts_in", "nodes", "reason"),
+    [
+        # Fits on gpu02 and ends before job 2's reservation (t1 + 100): it would start at once.
+        (job(gpus=4, nodes=1, time_s=50), 0.0, ["gpu02"], ""),
+        # Would delay job 2: after job 2's run, planned conservatively (EASY would give no start).
+        (job(gpus=4, nodes=1, time_s=5000), 1100.0, [], "Priority"),
+        # Both nodes: after job 2 too.
+        (job(gpus=8, nodes=2, time_s=10), 1100.0, [], "Priority"),
+    ],
+    ids=["backfills-now", "after-the-queue", "whole-cluster"],
+)
+def test_the_estimate_is_what_the_next_cycle_would_decide(
+    spec: object, starts_in: float, nodes: list[str], reason: str
+) -> None:
+    log, t1 = busy()
+    now = log.state.now
+    before = encode_state(log.state)
+    got = will_run(log.state, now, policy(), "bob", spec)  # type: ignore[arg-type]
+    assert encode_state(log.state) == before  # the state is left as it was
+    assert got.job_id == 3
+    expected = now if starts_in == 0.0 else t1 + starts_in
+    assert got.start == pytest.approx(expected)
+    assert (got.nodes, got.reason) == (nodes, reason)
+
+
+def test_a_held_job_gets_no_start() -> None:
+    log, _ = busy()
+    got = will_run(log.state, log.state.now, policy(), "bob", job(gpus=1, nodes=1, time_s=10, held=True))
+    assert got.start is None and got.reason == "JobHeldUser"
