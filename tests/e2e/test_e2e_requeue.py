@@ -63,13 +63,13 @@ def test_requeuehold_requeues_the_job_held(cli: Cli) -> None:
     assert cli("scancel", str(job)).returncode == 0
 
 
-#: A batch shell with one child ("the step"); each notes the signals it gets. USR1 ends the child; USR2 ends
+#: A batch shell with one step (srun); each notes the signals it gets. USR1 ends the step's task; USR2 ends
 #: the batch shell with status 3.
-SIGNALLED = """#!/bin/bash
+SIGNALLED = f"""#!/bin/bash
 #SBATCH -o sig-%j.out -t 5:00
 trap 'echo batch-usr2; exit 3' USR2
-bash -c 'trap "echo step-usr1; exit 0" USR1; trap "echo step-usr2" USR2; while true; do sleep 0.1; done' &
-echo ready
+{BIN}/srun bash -c 'trap "echo step-usr1; exit 0" USR1; trap "echo step-usr2" USR2; echo ready
+  while true; do sleep 0.1; done' &
 wait
 echo "after $?"
 """
