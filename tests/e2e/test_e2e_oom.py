@@ -5,6 +5,7 @@ nothing it started survives it; and no cgroup of the cluster is left once it sto
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -117,6 +118,21 @@ def test_what_escaped_the_process_group_ends_with_the_run(oom_cluster: tuple[Loc
     assert cli.wait_state(job, ENDED, timeout=60) == "COMPLETED|0:0"
     (pid,) = job_lines(out, "escaped")
     wait_until(lambda: not Path(f"/proc/{pid}").exists(), timeout=10, what="the escaped sleep killed")
+
+
+def test_a_run_whose_supervisor_vanished_is_emptied_and_removed_by_its_agent(
+    oom_cluster: tuple[LocalCluster, Cli],
+) -> None:
+    cluster, cli = oom_cluster
+    out = cli.workdir / "orphan.out"
+    job = cli.sbatch("#!/bin/bash\necho script $$\nsleep 300\n", "--mem=100M", "--no-requeue", "-o", str(out))
+    pids = cluster.state_dir / "agents" / "node1" / "jobs" / f"{job}.0" / "pids"
+    wait_until(lambda: pids.exists() and out.exists() and "script" in out.read_text(), what="job running")
+    supervisor, _, script = (int(x) for x in pids.read_text().split())
+    os.kill(supervisor, signal.SIGKILL)
+    assert cli.wait_state(job, ENDED, timeout=60).startswith("NODE_FAIL")
+    wait_until(lambda: not Path(f"/proc/{script}").exists(), timeout=10, what="the script killed")
+    assert cluster_cgroups(cluster) == []
 
 
 def test_stopping_the_cluster_leaves_no_cgroup(oom_cluster: tuple[LocalCluster, Cli]) -> None:
