@@ -7,6 +7,8 @@ Example (``docs/configuration.md`` documents every key)::
     heartbeat_interval = 2          # seconds (or a Slurm time string: "0:02" = 2 s; "2" = 2 minutes)
     node_timeout = "0:10"           # SlurmdTimeout: heartbeats missing this long -> NodeDown
     kill_wait = "0:05"              # KillWait: SIGTERM -> SIGKILL
+    constrain_ram_space = true      # cgroup.conf's ConstrainRAMSpace: each run in a memory cgroup
+    cgroup_root = "corral"          # where run cgroups go, under the memory controller's hierarchy
 
     [[nodes]]
     names = "gpu[01-04]"            # a Slurm hostlist
@@ -155,6 +157,8 @@ class ClusterConfig:
     heartbeat_interval_s: float = 2.0  # agent heartbeat period
     node_timeout_s: float = 10.0  # SlurmdTimeout
     kill_wait_s: float = 5.0  # KillWait
+    constrain_ram_space: bool = False  # cgroup.conf ConstrainRAMSpace: confine each run to its memory
+    cgroup_root: str = "corral"  # run cgroups' directory, relative to the memory controller's hierarchy
     source: str = field(default="", compare=False)  # where it was read from
     qos: tuple[QosPolicy, ...] = (QosPolicy(NORMAL),)  # every QOS, ``normal`` always among them
 
@@ -239,7 +243,14 @@ _KEYS = {
         "default_qos",
         "max_switch_wait",
     },
-    "cluster": {"name", "heartbeat_interval", "node_timeout", "kill_wait"},
+    "cluster": {
+        "name",
+        "heartbeat_interval",
+        "node_timeout",
+        "kill_wait",
+        "constrain_ram_space",
+        "cgroup_root",
+    },
     "nodes": {"names", "cpus", "memory", "gpus", "gpu_type", "features"},
     "partitions": {
         "name",
@@ -315,6 +326,19 @@ def _limit(value: Any, where: str) -> int | None:
         return parse_time_limit(str(value), field=where)
     except FormatError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _cgroup_root(cluster: dict[str, Any]) -> str:
+    """``cluster.cgroup_root``: a relative path of names (letters, digits, - _), e.g. ``corral`` or
+    ``site/corral``; run cgroups are created in it, under the memory controller's hierarchy."""
+    value = _optional(cluster, "cgroup_root", "cluster", str, "corral")
+    parts = value.split("/")
+    if not all(valid_token(p) for p in parts):
+        raise ConfigError(
+            f"cluster.cgroup_root: {value!r} is not a relative path of names (letters, digits, - _) "
+            'separated by /, e.g. "corral"'
+        )
+    return str(value)
 
 
 def _nodes(raw: Any) -> list[NodeConfig]:
@@ -609,6 +633,8 @@ def parse_config(
         heartbeat_interval_s=_seconds(cluster.get("heartbeat_interval", 2), "cluster.heartbeat_interval"),
         node_timeout_s=_seconds(cluster.get("node_timeout", 10), "cluster.node_timeout"),
         kill_wait_s=_seconds(cluster.get("kill_wait", 5), "cluster.kill_wait"),
+        constrain_ram_space=_optional(cluster, "constrain_ram_space", "cluster", bool, False),
+        cgroup_root=_cgroup_root(cluster),
         source=source,
         qos=parse_qos(doc.get("qos")),
     )
@@ -634,7 +660,8 @@ def local_config_text(name: str, nodes: list[str], gpus_per_node: int, cpus: int
     """The configuration ``corral up`` writes for a local cluster of simulated GPU nodes."""
     names = hostlist.compress(nodes)
     return (
-        f'[cluster]\nname = "{name}"\nheartbeat_interval = 1\nnode_timeout = 6\nkill_wait = 3\n\n'
+        f'[cluster]\nname = "{name}"\nheartbeat_interval = 1\nnode_timeout = 6\nkill_wait = 3\n'
+        "constrain_ram_space = true\n\n"
         f'[[nodes]]\nnames = "{names}"\ncpus = {cpus}\nmemory = "{mem_mb}M"\n'
         f'gpus = {gpus_per_node}\ngpu_type = "sim"\n\n'
         f'[[partitions]]\nname = "gpu"\nnodes = "{names}"\ndefault = true\n'

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral.libs import roles
+from corral.libs import memcg, roles
 from corral.libs.bus import connect, declare
 from corral.libs.config import ClusterConfig, load_config, local_config_text
 from corral.libs.credentials import Credentials, new_password, read_credentials, write_credentials
@@ -274,7 +274,8 @@ def kill_runs(agents_dir: Path, kill_wait: float) -> int:
     Each run directory (``<node>/jobs/<job>.<attempt>/``) names its processes in ``pids`` (supervisor pid,
     its start ticks, script pid = the job's process group) until its ``status`` is written; a ``killed``
     file written first tells the agent to report the run killed. SIGCONT + SIGTERM to each job's process
-    group, SIGKILL to what is left after KillWait.
+    group, SIGKILL to what is left after KillWait. Then no run's memory cgroup (named in ``cgroup``) is left:
+    its supervisor removes it as the script ends; one still there a moment later is emptied and removed.
     """
     groups = []
     for pids in agents_dir.glob("*/jobs/*/pids"):
@@ -297,7 +298,23 @@ def kill_runs(agents_dir: Path, kill_wait: float) -> int:
     for group in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
+    remove_run_cgroups(agents_dir)
     return len(groups)
+
+
+def remove_run_cgroups(agents_dir: Path, wait: float = 3.0) -> None:
+    """Remove the memory cgroups the runs under ``agents_dir`` name that still exist, once their supervisors
+    had ``wait`` seconds to do it themselves (they read the OOM count first)."""
+    cgroups = set()
+    for marker in agents_dir.glob("*/jobs/*/cgroup"):
+        with contextlib.suppress(OSError):
+            cgroups.add(marker.read_text().strip())
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and any(os.path.isdir(c) for c in cgroups):
+        time.sleep(0.1)
+    for cgroup in cgroups:
+        if cgroup and os.path.isdir(cgroup):
+            memcg.remove(cgroup)
 
 
 def _group_alive(pgid: int) -> bool:

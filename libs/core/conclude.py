@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from corral.libs.core import preempt
 from corral.libs.core.state import Job, State
+from corral.libs.slurm.signals import OOM_SIGNAL
 from corral.schemas import events as ev
 
 
@@ -55,7 +56,8 @@ def exit_conclusion(job: Job) -> ev.Event:
     if run.timed_out:
         return ev.JobFailed(job_id=job.job_id, attempt=attempt, reason="TimeLimit", signal=run.signal)
     if run.oom:
-        return ev.JobFailed(job_id=job.job_id, attempt=attempt, reason="OutOfMemory", signal=run.signal)
+        # Slurm shows an OOM kill as ExitCode 0:125 whatever the batch shell's own status was.
+        return ev.JobFailed(job_id=job.job_id, attempt=attempt, reason="OutOfMemory", signal=OOM_SIGNAL)
     if run.signal:
         return ev.JobFailed(job_id=job.job_id, attempt=attempt, reason="RaisedSignal", signal=run.signal)
     if run.exit_code:

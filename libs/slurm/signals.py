@@ -15,6 +15,9 @@ import msgspec
 
 from corral.libs.slurm.errors import FormatError
 
+#: The terminating signal of an OOM-killed job as Slurm shows it (``ExitCode 0:125``): its dummy SIG_OOM (253)
+#: kept in a wait status's 7 signal bits.
+OOM_SIGNAL = 253 & 0x7F
 # Seconds before the limit when "@T" is omitted, as in Slurm.
 DEFAULT_SECONDS_BEFORE = 60
 # Slurm stores T in 16 bits.

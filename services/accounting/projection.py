@@ -34,6 +34,7 @@ import msgspec
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.array import array_indices
 from corral.libs.slurm.errors import FormatError
+from corral.libs.slurm.signals import OOM_SIGNAL
 from corral.schemas import events as ev
 
 
@@ -274,8 +275,9 @@ def _op(seq: int, at: float, body: ev.Event, default_partition: str) -> Op | Non
                 node=body.node,
                 end_time=at,
                 state=batch_state(body),
-                exit_code=body.exit_code,
-                signal=body.signal,
+                # An OOM-killed batch step shows Slurm's 0:125, as its job does.
+                exit_code=0 if body.oom else body.exit_code,
+                signal=OOM_SIGNAL if body.oom else body.signal,
             )
         case ev.JobCompleted(job_id=job_id, attempt=attempt):
             return _end(seq, job_id, attempt, at, "COMPLETED")

@@ -37,7 +37,7 @@ from corral.libs.settings import environment
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.schemas.codec import DecodeError, decode, encode
-from corral.services.agent import inventory, runner
+from corral.services.agent import confine, inventory, runner
 from corral.services.agent.jobenv import base_environment
 from corral.services.agent.records import Record, Records
 from corral.services.agent.steps import Steps
@@ -74,6 +74,7 @@ class Agent:
         login = pwd.getpwuid(os.getuid())
         self.base_env = base_environment(environment(), login.pw_name, login.pw_dir, login.pw_shell)
         self.log = telemetry.logger(node=node.name)
+        self.cgroups = confine.RunCgroups.probe(config, node, state_dir, self.log)
 
     # 1 ------------------------------------------------------------------------------------------
     async def register(self) -> None:
@@ -102,7 +103,12 @@ class Agent:
         """Re-adopt the runs a previous agent process launched and never reported: a run whose supervisor is
         alive is supervised again (time limit included); one that ended while the agent was down is
         reported with its exit status; one whose supervisor vanished without a status is reported killed."""
-        for rec in self.records.unfinished():
+        unfinished = self.records.unfinished()
+        # Cgroups of runs already reported (an agent that died while removing one) go now.
+        self.cgroups.sweep(
+            {c for r in unfinished if (c := confine.recorded_cgroup(self.run_dir(r.job_id, r.attempt)))}
+        )
+        for rec in unfinished:
             run = runner.adopt(
                 rec, self.run_dir(rec.job_id, rec.attempt), self.records, self.config.kill_wait_s
             )
@@ -170,12 +176,14 @@ class Agent:
         return self.dir / "jobs" / f"{job_id}.{attempt}"
 
     async def _launch(self, order: api.LaunchOrder, key: tuple[int, int]) -> None:
+        cgroup = self.cgroups.create(order, self.run_dir(*key))
         try:
             run = await runner.start(
-                order, self.run_dir(*key), self.base_env, self.records, self.config.kill_wait_s
+                order, self.run_dir(*key), self.base_env, self.records, self.config.kill_wait_s, cgroup
             )
         except runner.LaunchError as exc:
             self.log.warning("launch failed", job_id=order.job_id, error=str(exc))
+            await asyncio.to_thread(confine.release, self.run_dir(*key))
             await self.report_exit(order.job_id, order.attempt, runner.Outcome(1, 0, False, False), str(exc))
             return
         # What steps (srun) need of the run later, even after an agent restart: its launch order.
@@ -235,6 +243,9 @@ class Agent:
         outcome = await run.wait()
         self.runs.pop(run.key, None)
         job_id, attempt = run.key
+        # Its supervisor removes the run's cgroup; one that vanished (killed) leaves it to us.
+        if not await asyncio.to_thread(confine.release, run.run_dir):
+            self.log.warning("run cgroup not removed", job_id=job_id, attempt=attempt)
         self.log.info("run exited", job_id=job_id, exit_code=outcome.exit_code, signal=outcome.signal)
         await self.report_exit(job_id, attempt, outcome)
 
@@ -314,6 +325,7 @@ async def main(ctx: Context) -> None:
         agent.running_order,
         agent.run_dir,
         agent._append,
+        lambda job_id, attempt: agent.cgroups.of(agent.run_dir(job_id, attempt)),
     )
     agent.steps = step_server
     await agent.register()

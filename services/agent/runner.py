@@ -231,9 +231,15 @@ def _open_output(path: str, append: bool) -> int:
 
 
 async def start(
-    order: LaunchOrder, run_dir: Path, base_env: dict[str, str], records: Records, kill_wait: float
+    order: LaunchOrder,
+    run_dir: Path,
+    base_env: dict[str, str],
+    records: Records,
+    kill_wait: float,
+    cgroup: str | None = None,
 ) -> Run:
-    """Start the batch script under its supervisor and record it; LaunchError says why it could not be."""
+    """Start the batch script under its supervisor (in the memory cgroup ``cgroup``, if any: see
+    confine.py) and record it; LaunchError says why it could not be."""
     spec = order.spec
     if not os.path.isdir(spec.workdir):
         raise LaunchError(f"cannot chdir to {spec.workdir}: no such directory")
@@ -253,6 +259,7 @@ async def start(
             sys.executable,
             "-I",
             supervisor.__file__,
+            *([f"--cgroup={cgroup}"] if cgroup else []),
             str(run_dir),
             str(out_fd),
             str(err_fd),

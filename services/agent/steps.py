@@ -42,7 +42,7 @@ import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from corral.libs import telemetry
+from corral.libs import memcg, telemetry
 from corral.schemas import events as ev
 from corral.schemas.api import ApiError, LaunchOrder
 from corral.schemas.steps import (
@@ -121,6 +121,7 @@ class Steps:
         orders: Callable[[int], LaunchOrder | None],
         run_dir: Callable[[int, int], Path],
         append: Callable[[ev.Event], Any],
+        cgroup_of: Callable[[int, int], str | None] = lambda job_id, attempt: None,
     ) -> None:
         self.nc = nc
         self.node = node
@@ -129,6 +130,7 @@ class Steps:
         self.orders = orders  # job id -> launch order of its run running on this node, if any
         self.run_dir = run_dir  # (job, attempt) -> the run's directory (where its script is)
         self.append = append  # append an event to the log (retrying)
+        self.cgroup_of = cgroup_of  # (job, attempt) -> the memory cgroup of its run on this node, if any
         # Steps by (job, attempt, step): a requeued job's new run numbers its steps from 0 again, and the
         # old run's steps must not be confused with them (an old step's kill must not reach a new one).
         self.local: dict[tuple[int, int, int], LocalStep] = {}
@@ -303,6 +305,10 @@ class Steps:
         """Start one task; None if it could not be (its exit is reported at once)."""
         fds: list[int] = []
         try:
+            # The task joins its run's memory cgroup before exec (confine.py), so its OOM is the run's.
+            procs_fd = _procs_fd(self.cgroup_of(order.job_id, order.attempt))
+            if procs_fd is not None:
+                fds.append(procs_fd)
             stdout: int = asyncio.subprocess.PIPE
             stderr: int = asyncio.subprocess.PIPE
             append = launch.open_mode == "append"
@@ -328,6 +334,7 @@ class Steps:
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=True,
+                preexec_fn=None if procs_fd is None else functools.partial(memcg.join_self_quietly, procs_fd),
             )
         except OSError as exc:
             error = f"execve(): {launch.argv[0]}: {exc.strerror}"
@@ -606,6 +613,16 @@ def _lost(place: TaskPlace) -> TaskExit:
         signal=signal.SIGKILL,
         error=f"node {place.node}: the task was lost (its agent restarted)",
     )
+
+
+def _procs_fd(cgroup: str | None) -> int | None:
+    """A descriptor to join ``cgroup`` with; None without one (the task runs unconfined)."""
+    if cgroup is None:
+        return None
+    try:
+        return memcg.open_procs(cgroup)
+    except OSError:
+        return None
 
 
 def _open(path: str, append: bool) -> int:

@@ -13,17 +13,27 @@ loses no job). It is stdlib-only and run by file path with ``python -I``, so the
    group, and writes the exit status to ``<run dir>/status`` atomically (write + fsync + rename): the
    agent reads it, now or after a restart.
 
-Usage: ``python -I supervisor.py RUN_DIR STDOUT_FD STDERR_FD WORKDIR SCRIPT [ARGS...]``
+With ``--cgroup=PATH`` (a memory cgroup the agent made for the run, ``corral.libs.memcg``) the script joins
+it between fork and exec, so it and everything it forks are confined from the start; the supervisor stays
+outside (the OOM killer cannot take it, and it can remove the cgroup). After the script: every process
+left in the cgroup is killed, the OOM kill count is compared with the one at start (``oom``), the peak
+usage is read (``peak_bytes``), and the cgroup is removed, all before the status is written.
+
+Usage: ``python -I supervisor.py [--cgroup=PATH] RUN_DIR STDOUT_FD STDERR_FD WORKDIR SCRIPT [ARGS...]``
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
+from types import ModuleType
 
 #: The status file's name in the run directory.
 STATUS_FILE = "status"
@@ -31,33 +41,18 @@ STATUS_FILE = "status"
 PIDS_FILE = "pids"
 
 
-def oom_kills(events_text: str) -> int:
-    """The ``oom_kill`` count of a cgroup v2 ``memory.events`` file (0 if absent)."""
-    for line in events_text.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "oom_kill" and value.strip().isdigit():
-            return int(value)
-    return 0
-
-
-def own_cgroup_oom_kills() -> int | None:
-    """OOM kills in this process's cgroup v2, if the run has a cgroup of its own; None when unknown.
-
-    A run has its own cgroup when its supervisor was placed in one by the node's service manager
-    (``CORRAL_JOB_CGROUP=1``, e.g. systemd-run --scope); otherwise the count would mix other processes'
-    kills, so OOM is not reported (a SIGKILL alone does not prove it).
-    """
-    if os.environ.get("CORRAL_JOB_CGROUP") != "1":
-        return None
-    try:
-        with open("/proc/self/cgroup") as fh:
-            line = next((x for x in fh.read().splitlines() if x.startswith("0::")), None)
-        if line is None:
-            return None
-        with open(f"/sys/fs/cgroup{line[3:]}/memory.events") as fh:
-            return oom_kills(fh.read())
-    except OSError:
-        return None
+def load_memcg() -> ModuleType:
+    """``corral.libs.memcg`` loaded by file path (stdlib-only like this file; ``-I`` puts no package on the
+    path)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.normpath(os.path.join(here, "..", "..", "libs", "memcg.py"))
+    spec = importlib.util.spec_from_file_location("corral_memcg", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    # Its dataclass looks its module up in sys.modules.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def write_status(run_dir: str, status: dict[str, object]) -> None:
@@ -92,19 +87,62 @@ def write_pids(run_dir: str, script_pid: int) -> None:
     os.replace(tmp, os.path.join(run_dir, PIDS_FILE))
 
 
+def start_confined(cgroup: str, memcg: ModuleType) -> tuple[int | None, Callable[[], None] | None]:
+    """(descriptor on the cgroup's procs file, Popen's preexec_fn) to start the script in ``cgroup``;
+    (None, None) when the cgroup cannot be joined (the run goes on unconfined)."""
+    try:
+        fd: int = memcg.open_procs(cgroup)
+    except OSError:
+        return None, None
+    return fd, functools.partial(memcg.join_self, fd)
+
+
+def end_confined(cgroup: str, memcg: ModuleType, oom_before: int | None) -> dict[str, object]:
+    """Kill what is left in the run's cgroup, read what it tells, remove it: the status's cgroup part."""
+    # Leftovers that escaped the process group (setsid, double fork) still belong to the run.
+    for pid in memcg.members(cgroup):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    oom_after = memcg.oom_count(cgroup)
+    peak = memcg.peak_bytes(cgroup)
+    memcg.remove(cgroup)
+    status: dict[str, object] = {
+        "oom": oom_before is not None and oom_after is not None and oom_after > oom_before
+    }
+    if peak is not None:
+        status["peak_bytes"] = peak
+    return status
+
+
+def popen_script(
+    script: str, args: list[str], workdir: str, out_fd: str, err_fd: str, confine: Callable[[], None] | None
+) -> subprocess.Popen[bytes]:
+    """Start the batch script in its own process group (``confine``: joins its cgroup before exec)."""
+    return subprocess.Popen(
+        [script, *args],
+        cwd=workdir,
+        stdin=subprocess.DEVNULL,
+        stdout=int(out_fd),
+        stderr=int(err_fd),
+        process_group=0,
+        preexec_fn=confine,
+    )
+
+
 def main(argv: list[str]) -> int:
     """Run the script, hand its pid to the agent, wait, record the status."""
+    cgroup = argv.pop(0).removeprefix("--cgroup=") if argv and argv[0].startswith("--cgroup=") else None
     run_dir, out_fd, err_fd, workdir, script, *args = argv
-    oom_before = own_cgroup_oom_kills()
+    memcg = load_memcg() if cgroup else None
+    procs_fd, confine = (None, None) if memcg is None or cgroup is None else start_confined(cgroup, memcg)
+    oom_before = None if procs_fd is None or memcg is None else memcg.oom_count(cgroup)
     try:
-        proc = subprocess.Popen(
-            [script, *args],
-            cwd=workdir,
-            stdin=subprocess.DEVNULL,
-            stdout=int(out_fd),
-            stderr=int(err_fd),
-            process_group=0,
-        )
+        try:
+            proc = popen_script(script, args, workdir, out_fd, err_fd, confine)
+        except subprocess.SubprocessError:
+            # The script could not join its cgroup: it runs unconfined, and its OOM is unknown.
+            oom_before = None
+            proc = popen_script(script, args, workdir, out_fd, err_fd, None)
     except OSError as exc:
         sys.stdout.write(f"error cannot execute the batch script: {exc.strerror}\n")
         sys.stdout.flush()
@@ -113,6 +151,8 @@ def main(argv: list[str]) -> int:
         os.close(int(out_fd))
         if err_fd != out_fd:
             os.close(int(err_fd))
+        if procs_fd is not None:
+            os.close(procs_fd)
     write_pids(run_dir, proc.pid)
     sys.stdout.write(f"{proc.pid}\n")
     sys.stdout.flush()
@@ -123,12 +163,14 @@ def main(argv: list[str]) -> int:
     # What the script left in its process group goes with it (Slurm kills a step's leftovers too).
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    oom_after = own_cgroup_oom_kills()
-    oom = oom_before is not None and oom_after is not None and oom_after > oom_before
-    write_status(
-        run_dir,
-        {"exit_code": code if code >= 0 else 0, "signal": -code if code < 0 else 0, "oom": oom},
-    )
+    status: dict[str, object] = {
+        "exit_code": code if code >= 0 else 0,
+        "signal": -code if code < 0 else 0,
+        "oom": False,
+    }
+    if memcg is not None and cgroup is not None:
+        status.update(end_confined(cgroup, memcg, oom_before))
+    write_status(run_dir, status)
     return 0
 
 

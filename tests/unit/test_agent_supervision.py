@@ -19,7 +19,6 @@ from corral.services.agent import runner
 from corral.services.agent.inventory import inventory
 from corral.services.agent.jobenv import base_environment, job_environment
 from corral.services.agent.records import Record, Records
-from corral.services.agent.supervisor import oom_kills
 from corral.services.scheduler.views import node_state
 
 pytestmark = pytest.mark.unit
@@ -123,18 +122,6 @@ def test_status_file_decoding(status: dict[str, object], ending: str, expected: 
 )
 def test_a_vanished_supervisor_is_reported_killed(ending: str, expected: runner.Outcome) -> None:
     assert runner.vanished(rec(ending=ending)) == expected
-
-
-@pytest.mark.parametrize(
-    ("text", "count"),
-    [
-        ("low 0\nhigh 0\nmax 0\noom 1\noom_kill 2\noom_group_kill 0\n", 2),
-        ("low 0\nhigh 0\n", 0),
-        ("", 0),
-    ],
-)
-def test_oom_kill_count_of_memory_events(text: str, count: int) -> None:
-    assert oom_kills(text) == count
 
 
 def test_pids_file(tmp_path: Path) -> None:

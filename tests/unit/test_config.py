@@ -181,6 +181,31 @@ def test_cluster_defaults_without_cluster_table() -> None:
     )
 
 
+def test_memory_confinement_keys() -> None:
+    default = parse_config(NODE)
+    assert (default.constrain_ram_space, default.cgroup_root) == (False, "corral")
+    config = parse_config(
+        config_text(cluster=cluster(constrain_ram_space="true", cgroup_root='"site/corral"'))
+    )
+    assert (config.constrain_ram_space, config.cgroup_root) == (True, "site/corral")
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ({"constrain_ram_space": '"yes"'}, "cluster.constrain_ram_space: expected bool"),
+        ({"cgroup_root": '"/sys/fs/cgroup/memory"'}, "cluster.cgroup_root: '/sys/fs/cgroup/memory' is not"),
+        ({"cgroup_root": '"../up"'}, "cluster.cgroup_root: '../up' is not a relative path"),
+        ({"cgroup_root": '""'}, "cluster.cgroup_root: '' is not"),
+        ({"cgroup_root": "1"}, "cluster.cgroup_root: expected str"),
+    ],
+    ids=["not-a-bool", "absolute", "dot-dot", "empty", "not-a-string"],
+)
+def test_bad_memory_confinement_keys_are_named(keys: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_config(config_text(cluster=cluster(**keys)))
+
+
 def test_node_defaults() -> None:
     assert parse_config('[[nodes]]\nnames = "n1"\ncpus = 2\n').node("n1") == NodeConfig(
         "n1", 2, 1 * GB, 0, None, ()
@@ -332,6 +357,7 @@ def test_local_config_text_round_trips(
     assert config.nodes == tuple(NodeConfig(n, cpus, mem_mb, gpus, "sim", ()) for n in nodes)
     assert config.partitions == (PartitionConfig("gpu", tuple(nodes), True, None, None),)
     assert (config.heartbeat_interval_s, config.node_timeout_s, config.kill_wait_s) == (1.0, 6.0, 3.0)
+    assert config.constrain_ram_space  # corral up confines runs (its stop removes their cgroups)
 
 
 def test_scheduler_policy_keys() -> None:

@@ -195,7 +195,7 @@ EXITS = [
         exited(1, "gpu01", signal=9, oom=True),
         None,
         True,
-        ev.JobFailed(job_id=1, attempt=0, reason="OutOfMemory", signal=9),
+        ev.JobFailed(job_id=1, attempt=0, reason="OutOfMemory", signal=125),
         "oom",
     ),
     (

@@ -317,6 +317,12 @@ def test_batch_step_state_from_the_exit_report(facts: dict[str, Any], state: str
     assert batch_state(exited(**facts)) == state
 
 
+def test_an_oom_killed_batch_step_shows_slurms_exit_code() -> None:
+    # The batch shell exited 137 after its python was OOM-killed; Slurm shows the step as 0:125.
+    (op,) = convert(log(exited(exit_code=137, oom=True)))
+    assert op == batch_exit(1, "OUT_OF_MEMORY", exit_code=0, signal=125)
+
+
 def test_invalid_host_name_is_recorded_as_given() -> None:
     (op,) = convert(log(allocated(nodes=("gpu01", "bad name"))))
     assert isinstance(op, StartRun)
