@@ -1,11 +1,17 @@
-"""Health (slurmctld's node monitor): heartbeats in, ``NodeDown``/``NodeUp`` facts out.
+"""Health (slurmctld's node monitor): heartbeats and admin intents in, node facts out.
 
 Cycle:
-1. follow the node events of the log to know which nodes are registered and which are down;
-2. note the time of each node's latest heartbeat (``corral.hb.<node>``);
-3. every half timeout: a node that is up and silent for ``node_timeout`` becomes ``NodeDown``;
-   a down node that heartbeats again becomes ``NodeUp``. Appends are conditional on the node's
-   last event sequence, so several health replicas never report the same change twice.
+1. follow the node events of the log to know which nodes are registered and which are down, and which
+   admin drain/resume requests (``NodeDrainRequested``/``NodeResumeRequested``, from the gateway) are
+   not answered yet;
+2. once caught up with the log, answer each such request with ``NodeDrained``/``NodeResumed`` (tried
+   again whenever it is caught up again and at every check, until an answer lands);
+3. note the time of each node's latest heartbeat (``corral.hb.<node>``);
+4. every half timeout: a node that is up and silent for ``node_timeout`` becomes ``NodeDown``;
+   a down node that heartbeats again becomes ``NodeUp``.
+
+Every append is conditional on the node's last event sequence, so several health replicas never report
+the same change twice, and an answer computed from a stale view of the node is refused and tried again.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ class Health:
         self.up: dict[str, bool] = {}  # registered nodes: up?
         self.node_seq: dict[str, int] = {}  # last log sequence of each node's events
         self.seen: dict[str, float] = {}  # monotonic time of the latest heartbeat
+        self.requests: dict[str, ev.NodeDrainRequested | ev.NodeResumeRequested] = {}  # unanswered, newest
         self.started = time.monotonic()
         self.log = telemetry.logger()
 
@@ -46,10 +53,27 @@ class Health:
                 self.seen.setdefault(body.node, time.monotonic())
             elif isinstance(body, ev.NodeDown):
                 self.up[body.node] = False
-            if isinstance(body, ev.NodeRegistered | ev.NodeUp | ev.NodeDown):
+            elif isinstance(body, ev.NodeDrainRequested | ev.NodeResumeRequested):
+                self.requests[body.node] = body  # a newer request replaces an unanswered one
+            elif isinstance(body, ev.NodeDrained | ev.NodeResumed):
+                self.requests.pop(body.node, None)
+            if isinstance(body, ev.NODE_EVENTS):
+                # Every entry on the node's subjects moves the sequence appends are conditional on.
                 self.node_seq[body.node] = entry.seq
+            if entry.pending == 0:
+                # Caught up: what is still unanswered is (replaying, an answer would only lose its race).
+                for node in list(self.requests):
+                    await self.answer(node)
             if stop.is_set():
                 return
+
+    async def answer(self, node: str) -> None:
+        """Append the fact that answers the node's unanswered admin request, if it has one."""
+        request = self.requests.get(node)
+        if isinstance(request, ev.NodeDrainRequested):
+            await self._report(ev.NodeDrained(node=request.node, reason=request.reason, by=request.user))
+        elif isinstance(request, ev.NodeResumeRequested):
+            await self._report(ev.NodeResumed(node=request.node, by=request.user))
 
     async def on_heartbeat(self, msg: Msg) -> None:
         """Note a heartbeat."""
@@ -58,6 +82,8 @@ class Health:
 
     async def check(self) -> None:
         """Report nodes whose liveness changed."""
+        for node in list(self.requests):
+            await self.answer(node)  # one that lost a race to another entry of its node
         now = time.monotonic()
         for node, up in list(self.up.items()):
             silent = now - max(self.seen.get(node, self.started), self.started)
@@ -66,7 +92,7 @@ class Health:
             elif not up and silent < self.timeout:
                 await self._report(ev.NodeUp(node=ev.NodeName(node)))
 
-    async def _report(self, body: ev.NodeDown | ev.NodeUp) -> None:
+    async def _report(self, body: ev.NodeDown | ev.NodeUp | ev.NodeDrained | ev.NodeResumed) -> None:
         try:
             await self.bus.append(
                 body,
