@@ -5,7 +5,7 @@ Cycle:
    admin drain/resume requests (``NodeDrainRequested``/``NodeResumeRequested``, from the gateway) are
    not answered yet;
 2. once caught up with the log, answer each such request with ``NodeDrained``/``NodeResumed`` (tried
-   again whenever it is caught up again and at every check, until an answer lands);
+   again whenever it is caught up again and every half timeout, until an answer lands);
 3. note the time of each node's latest heartbeat (``corral.hb.<node>``);
 4. every half timeout: a node that is up and silent for ``node_timeout`` becomes ``NodeDown``;
    a down node that heartbeats again becomes ``NodeUp``.
@@ -41,6 +41,7 @@ class Health:
         self.node_seq: dict[str, int] = {}  # last log sequence of each node's events
         self.seen: dict[str, float] = {}  # monotonic time of the latest heartbeat
         self.requests: dict[str, ev.NodeDrainRequested | ev.NodeResumeRequested] = {}  # unanswered, newest
+        self.wake = asyncio.Event()  # set when there are requests to answer and the log is read to its end
         self.started = time.monotonic()
         self.log = telemetry.logger()
 
@@ -60,12 +61,23 @@ class Health:
             if isinstance(body, ev.NODE_EVENTS):
                 # Every entry on the node's subjects moves the sequence appends are conditional on.
                 self.node_seq[body.node] = entry.seq
-            if entry.pending == 0:
+            if entry.pending == 0 and self.requests:
                 # Caught up: what is still unanswered is (replaying, an answer would only lose its race).
-                for node in list(self.requests):
-                    await self.answer(node)
+                self.wake.set()
             if stop.is_set():
                 return
+
+    async def answer_requests(self, stop: asyncio.Event) -> None:
+        """Answer the unanswered admin requests whenever ``follow`` is caught up, and every half timeout.
+
+        A task of its own, so that reading the log never waits for an append's acknowledgement.
+        """
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), max(self.timeout / 2, 0.2))
+            self.wake.clear()
+            for node in list(self.requests):
+                await self.answer(node)
 
     async def answer(self, node: str) -> None:
         """Append the fact that answers the node's unanswered admin request, if it has one."""
@@ -82,8 +94,6 @@ class Health:
 
     async def check(self) -> None:
         """Report nodes whose liveness changed."""
-        for node in list(self.requests):
-            await self.answer(node)  # one that lost a race to another entry of its node
         now = time.monotonic()
         for node, up in list(self.up.items()):
             silent = now - max(self.seen.get(node, self.started), self.started)
@@ -99,7 +109,8 @@ class Health:
                 expect_last_seq=self.node_seq.get(body.node, 0),
                 expect_subject=f"corral.evt.node.{body.node}.>",
             )
-            self.log.info("node state change", node=body.node, event=type(body).__name__)
+            # Not ``event=``: structlog's message is its ``event`` argument (a TypeError that ended the task).
+            self.log.info("node state change", node=body.node, fact=type(body).__name__)
         except AppendConflict:
             pass  # someone else reported it, or the node re-registered: the log will tell us
         except TransientError as exc:
@@ -117,7 +128,11 @@ async def main(ctx: Context) -> None:
     """Run until stopped."""
     health = Health(ctx.bus, ctx.config)
     sub = await ctx.nc.subscribe(subjects.heartbeat_subject("*"), cb=health.on_heartbeat)
-    tasks = [asyncio.create_task(health.follow(ctx.stop)), asyncio.create_task(health.monitor(ctx.stop))]
+    tasks = [
+        asyncio.create_task(health.follow(ctx.stop)),
+        asyncio.create_task(health.answer_requests(ctx.stop)),
+        asyncio.create_task(health.monitor(ctx.stop)),
+    ]
     await ctx.stop.wait()
     for task in tasks:
         task.cancel()
