@@ -3,8 +3,9 @@
 - users may only call the API, on their own subject token, and read their own reply inbox;
 - an agent may only publish facts about its own node (its run facts carry the node in the
   subject), heartbeat as its node and consume its node's work;
-- only the scheduler may publish decisions and orders; only the gateway intents; only health
-  node liveness facts; the admin role may do anything (stream declaration, admin verbs).
+- only the scheduler may publish decisions and orders; only the gateway intents (admin node drain and
+  resume included); only health node liveness and drain facts; the admin role may do anything (stream
+  declaration, admin verbs).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ _GATEWAY_EVENTS = (
     "job_signal_requested",
 )
 _GATEWAY_RESV_EVENTS = ("reservation_create_requested", "reservation_delete_requested")
+_GATEWAY_NODE_EVENTS = ("node_drain_requested", "node_resume_requested")
+_HEALTH_NODE_EVENTS = ("node_down", "node_up", "node_drained", "node_resumed")
 _SCHEDULER_RESV_EVENTS = ("reservation_created", "reservation_rejected", "reservation_deleted")
 _SCHEDULER_EVENTS = (
     "job_allocated",
@@ -80,6 +83,7 @@ def service_user(role: str, password: str) -> NatsUser:
     if role == GATEWAY:
         publish += [subjects.job_subject("*", tag) for tag in _GATEWAY_EVENTS]
         publish += [subjects.resv_subject("*", tag) for tag in _GATEWAY_RESV_EVENTS]
+        publish += [subjects.node_subject("*", tag) for tag in _GATEWAY_NODE_EVENTS]
         publish += [f"$KV.{subjects.IDS_BUCKET}.>", f"$JS.API.STREAM.INFO.KV_{subjects.IDS_BUCKET}"]
         subscribe += _verbs("gateway")
         # The user's live jobs, from the scheduler, to enforce MaxSubmitJobs; sbatch --test-only's estimate.
@@ -91,7 +95,7 @@ def service_user(role: str, password: str) -> NatsUser:
         publish += [f"$JS.API.STREAM.PURGE.OBJ_{subjects.SNAPSHOT_BUCKET}"]
         subscribe += _verbs("scheduler")
     elif role == HEALTH:
-        publish += [subjects.node_subject("*", tag) for tag in ("node_down", "node_up")]
+        publish += [subjects.node_subject("*", tag) for tag in _HEALTH_NODE_EVENTS]
         subscribe += [subjects.heartbeat_subject("*")]
     elif role == ACCOUNTING:
         subscribe += _verbs("accounting")

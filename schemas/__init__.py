@@ -28,7 +28,8 @@ Who writes what (one writer per kind of event keeps replay deterministic):
   ``JobUpdated``, ``JobPreempted``;
 - an agent appends facts about runs on its own node: ``NodeRegistered``, ``RunStarted``,
   ``RunExited``;
-- health appends node facts: ``NodeDown``, ``NodeUp``.
+- health appends node facts: ``NodeDown``, ``NodeUp``, and answers the gateway's admin intents
+  ``NodeDrainRequested``/``NodeResumeRequested`` with ``NodeDrained``/``NodeResumed``.
 
 A *run* (attempt) is one allocation of a job, numbered from 0 (= ``SLURM_RESTART_COUNT``); every
 run fact carries (job id, attempt) and a fact for an older attempt changes nothing.
@@ -43,6 +44,16 @@ pending changes nothing; the scheduler's ``JobHeld``/``JobReleased``/``JobUpdate
 Node lifecycle::
 
     NodeRegistered --> UP (idle / mixed / allocated, derived) --NodeDown(reason)--> DOWN --NodeUp--> UP
+                        |  NodeDrained (admin: scontrol update State=DRAIN Reason=...)
+                        |  or NodeRegistered(drain_reason) (GPU count mismatch)
+                        v
+                     DRAINING (running jobs finish, nothing new) --last job ends--> DRAINED
+                        |                                                            |
+                        +--------------- NodeResumed (State=RESUME) -----------------+--> UP
+
+An admin drain and a registration drain are separate: a re-registration (agent restart) sets or clears
+only the registration's; ``NodeResumed`` clears both (a GPU mismatch drains again at the next
+registration). A down node may be drained too (it shows ``DOWN+DRAIN``).
 
 Heartbeats are not events; only state changes are.
 

@@ -49,6 +49,7 @@ VERBS: dict[str, str] = {
     "create_reservation": "gateway",
     "delete_reservation": "gateway",
     "reservations": "scheduler",
+    "update_node": "gateway",
 }
 
 
@@ -348,7 +349,7 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
     """One node's inventory and state."""
 
     name: str  # node name
-    state: str  # idle | mixed | allocated | reserved | down | drained | unknown
+    state: str  # idle | mixed | allocated | reserved | down | draining (jobs still run) | drained | unknown
     reason: str  # why down/drained ("" otherwise)
     cpus: int  # CPUs
     alloc_cpus: int  # allocated CPUs
@@ -359,6 +360,9 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
     gpu_type: str | None  # GPU model
     partitions: list[str]  # partitions it belongs to
     features: list[str] = []  # features
+    drained: bool = False  # a drain is set (admin or registration), whatever the state (DOWN+DRAIN)
+    reason_user: str = ""  # who set the reason: the admin of a drain, "" when Corral did
+    reason_time: float | None = None  # when the admin drained it (Unix seconds); None if not known
 
 
 class PartitionInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -504,6 +508,30 @@ class ReservationsReply(msgspec.Struct, frozen=True, tag="reservations_reply", k
     reservations: list[ReservationInfo]  # matches
 
 
+# --- update_node (scontrol update NodeName=) ----------------------------------------------------------
+
+#: What ``scontrol update NodeName= State=`` may set (UNDRAIN is sent as RESUME).
+NodeStateChange = Literal["DRAIN", "RESUME"]
+
+
+class NodeUpdateRequest(msgspec.Struct, frozen=True, tag="update_node", kw_only=True):
+    """scontrol update NodeName=LIST State=DRAIN Reason=... | State=RESUME (admins only).
+
+    The gateway appends one intent per node and waits (bounded) for health's ``NodeDrained`` or
+    ``NodeResumed`` of each, so that a job submitted after the reply never starts on a drained node.
+    """
+
+    nodes: list[str]  # the nodes (expanded hostlist), at least one
+    state: NodeStateChange  # DRAIN or RESUME
+    reason: str = ""  # Reason=: required for DRAIN
+
+
+class NodeUpdateReply(msgspec.Struct, frozen=True, tag="node_update_reply", kw_only=True):
+    """Every node of the request is drained (or resumed)."""
+
+    nodes: list[str]  # the nodes, as requested
+
+
 Request = (
     SubmitRequest
     | WillRunRequest
@@ -521,6 +549,7 @@ Request = (
     | CreateReservationRequest
     | DeleteReservationRequest
     | ReservationsRequest
+    | NodeUpdateRequest
 )
 
 

@@ -463,6 +463,54 @@ class StepExited(msgspec.Struct, frozen=True, tag="step_exited", kw_only=True):
     killed: bool = False  # the step was killed (Ctrl-C twice, or its run ended first)
 
 
+#: Longest reason an admin may give for draining a node (Slurm keeps reasons short, one line).
+MAX_NODE_REASON = 256
+
+
+class NodeDrainRequested(msgspec.Struct, frozen=True, tag="node_drain_requested", kw_only=True):
+    """Intent (gateway): an admin asked to drain a node (``scontrol update NodeName= State=DRAIN``).
+
+    Health answers it with ``NodeDrained``; the scheduler folds only the fact.
+    """
+
+    node: NodeName  # the node (one per entry: a hostlist is one intent per node)
+    user: str  # the admin who asked (authenticated)
+    reason: str  # Reason=, required, one line of at most MAX_NODE_REASON characters
+
+
+class NodeResumeRequested(msgspec.Struct, frozen=True, tag="node_resume_requested", kw_only=True):
+    """Intent (gateway): an admin asked to resume a drained node (``State=RESUME`` or ``UNDRAIN``).
+
+    Health answers it with ``NodeResumed``.
+    """
+
+    node: NodeName  # the node
+    user: str  # the admin who asked (authenticated)
+
+
+class NodeDrained(msgspec.Struct, frozen=True, tag="node_drained", kw_only=True):
+    """Fact (health): the node is drained by an admin: running jobs finish, no new job is placed on it.
+
+    Separate from a registration's ``drain_reason``: a re-registration (agent restart) keeps it; only
+    ``NodeResumed`` ends it. Draining a drained node again replaces the reason.
+    """
+
+    node: NodeName  # the node
+    reason: str  # the admin's Reason= (sinfo -R, scontrol show node)
+    by: str  # the admin who asked (shown as ``Reason=text [by@time]``)
+
+
+class NodeResumed(msgspec.Struct, frozen=True, tag="node_resumed", kw_only=True):
+    """Fact (health): an admin resumed the node: its admin drain and its registration drain end.
+
+    A registration drain (GPU count mismatch) comes back at the agent's next registration if the
+    mismatch is still there, as in Slurm.
+    """
+
+    node: NodeName  # the node
+    by: str  # the admin who asked
+
+
 Event = (
     JobSubmitted
     | JobCancelRequested
@@ -492,6 +540,10 @@ Event = (
     | JobSignalRequested
     | StepStarted
     | StepExited
+    | NodeDrainRequested
+    | NodeResumeRequested
+    | NodeDrained
+    | NodeResumed
 )
 
 #: Every event class of the union, in declaration order.
@@ -524,6 +576,24 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobSignalRequested,
     StepStarted,
     StepExited,
+    NodeDrainRequested,
+    NodeResumeRequested,
+    NodeDrained,
+    NodeResumed,
+)
+
+#: The events of nodes (on ``corral.evt.node.<node>.<tag>``).
+NODE_EVENTS = (
+    NodeRegistered,
+    NodeDown,
+    NodeUp,
+    NodeDrainRequested,
+    NodeResumeRequested,
+    NodeDrained,
+    NodeResumed,
+)
+NodeEvent = (
+    NodeRegistered | NodeDown | NodeUp | NodeDrainRequested | NodeResumeRequested | NodeDrained | NodeResumed
 )
 
 #: The events of reservations (on ``corral.evt.resv.<name>.<tag>``).

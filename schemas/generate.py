@@ -32,6 +32,7 @@ DOCUMENTS: dict[str, Any] = {
     | api.SharesReply
     | api.ReservationReply
     | api.ReservationsReply
+    | api.NodeUpdateReply
     | api.ApiError,
     "order.json": api.Order,
     "step.json": steps.StepRequest | steps.StepLaunched | steps.StepDone | steps.StepPolled,

@@ -3,7 +3,7 @@
 - ``corral.evt.job.<id>.<tag>``: job intents (gateway) and decisions (scheduler);
 - ``corral.evt.job.<id>.<tag>.<node>``: run facts, named by the reporting node so that NATS
   permissions can confine an agent to facts about its own node;
-- ``corral.evt.node.<node>.<tag>``: node facts (agent registration, health);
+- ``corral.evt.node.<node>.<tag>``: node facts (agent registration, health) and admin intents (drain, resume);
 - ``corral.evt.resv.<name>.<tag>``: advance reservations: intents (gateway) and decisions (scheduler);
 - ``corral.evt.step.<job>.<tag>.<node>``: job step facts (srun), by the job's batch node; not under the
   job's subjects, so they never make a scheduler decision's expected last sequence stale;
@@ -75,7 +75,7 @@ def event_subject(body: ev.Event) -> str:
     assert isinstance(tag, str)
     if isinstance(body, ev.RunStarted | ev.RunExited):
         return job_subject(body.job_id, tag, body.node)
-    if isinstance(body, ev.NodeRegistered | ev.NodeDown | ev.NodeUp):
+    if isinstance(body, ev.NODE_EVENTS):
         return node_subject(body.node, tag)
     if isinstance(body, ev.StepStarted | ev.StepExited):
         return f"corral.evt.step.{body.job_id}.{tag}.{body.node}"

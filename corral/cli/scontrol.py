@@ -12,6 +12,8 @@
   compress host lists locally (``LIST`` defaults to ``SLURM_JOB_NODELIST``);
 - ``scontrol create reservation ...``, ``delete ReservationName=X`` and ``show reservation[s] [X]``:
   advance reservations (``scontrol_resv.py``);
+- ``scontrol update NodeName=LIST State=DRAIN Reason=TEXT|RESUME`` (admins) and ``show node``:
+  ``scontrol_nodes.py``;
 - the other commands of Slurm's scontrol are refused by name as not supported by Corral yet.
 
 Commands and ``show`` entities are case-insensitive, as in Slurm. Rendering is pure: ``show_job``.
@@ -61,6 +63,7 @@ Usage: scontrol [OPTIONS...] COMMAND [ARGS...]
   requeue JOBID[,JOBID...]    kill running jobs and queue them again (same id, SLURM_RESTART_COUNT + 1)
   requeuehold JOBID[,...]     requeue, held until released (a pending job is just held)
   update JobId=ID [TimeLimit=TIME] [Partition=NAME] [Priority=N]   change a pending job
+  update NodeName=LIST State=DRAIN Reason=TEXT | State=RESUME     drain or resume nodes (admins)
   show job [JOBID]            every field of a job (all live jobs without JOBID)
   create reservation ReservationName=X StartTime=now Duration=1:00:00 Nodes=LIST|NodeCnt=N|TRES=gres/gpu=N
                    Users=a,b [Accounts=c] [PartitionName=p] [Flags=MAINT,IGNORE_JOBS]   (admins)
@@ -199,7 +202,7 @@ def update_request(words: Sequence[str]) -> UpdateRequest:
                 f"scontrol update {word}: use KEY=VALUE (JobId=, TimeLimit=, Partition=, Priority=)"
             )
         name = key.lower()
-        if name in ("nodename", "partitionname", "reservationname", "frontendname", "stepid"):
+        if name in ("partitionname", "reservationname", "frontendname", "stepid"):
             raise CliError(f"scontrol update {key}= is not supported by Corral yet")
         if name not in ("jobid", "timelimit", "partition", "priority"):
             raise CliError(f"scontrol update: changing {key} is not supported by Corral yet")
@@ -239,6 +242,9 @@ def _update(words: Sequence[str]) -> int:
     from corral.cli.client import find_cluster
     from corral.schemas.api import ControlReply
 
+    # As in Slurm, the key naming the record says what is updated: a node, or else a job.
+    if any(word.partition("=")[0].lower() in ("nodename", "node") for word in words):
+        return scontrol_nodes.update(words)
     return _report(find_cluster().call("update", update_request(words), ControlReply))
 
 

@@ -1,13 +1,20 @@
-"""``scontrol show node [NAME]`` and ``scontrol show partition [NAME]``: Slurm's key=value records.
+"""``scontrol show node|partition [NAME]`` (Slurm's key=value records) and ``scontrol update NodeName=``.
 
 Rendering is pure (``show_node``, ``show_partition``) over the ``nodes`` reply sinfo uses too; only the
-fields Corral knows are printed (no Arch, load, sockets or free memory it does not measure).
+fields Corral knows are printed (no Arch, load, sockets or free memory it does not measure). A drained
+node shows ``State=IDLE+DRAIN`` (``MIXED+DRAIN``/``ALLOCATED+DRAIN`` while jobs still run, ``DOWN*+DRAIN``)
+and an admin's reason as ``Reason=text [user@time]``, as Slurm does.
+
+``scontrol update NodeName=LIST State=DRAIN Reason=TEXT`` and ``State=RESUME|UNDRAIN`` (admins only): keys
+and states in any case; the request (pure: ``node_update_request``) goes to the gateway's ``update_node``
+verb, which answers once every node is drained or resumed. Prints nothing on success, as Slurm.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING
 
 from corral.cli.errors import CliError
@@ -17,7 +24,7 @@ from corral.libs.slurm.memory import format_memory
 from corral.libs.slurm.timefmt import format_elapsed_sacct
 
 if TYPE_CHECKING:
-    from corral.schemas.api import NodeInfo, NodesReply, PartitionInfo
+    from corral.schemas.api import NodeInfo, NodesReply, NodeUpdateRequest, PartitionInfo
 
 #: scontrol's State= of each node state the scheduler reports (``*``: not responding).
 NODE_STATE = {
@@ -26,20 +33,38 @@ NODE_STATE = {
     "allocated": "ALLOCATED",
     "reserved": "RESERVED",
     "down": "DOWN*",
-    "drained": "IDLE+DRAIN",
     "unknown": "UNKNOWN*",
 }
+#: Slurm's reason timestamp (``Reason=text [user@2024-05-01T10:00:00]``), local time.
+REASON_TIME = "%Y-%m-%dT%H:%M:%S"
 
 
 def _features(node: NodeInfo) -> str:
     return ",".join(node.features) or "(null)"
 
 
-def show_node(node: NodeInfo) -> list[str]:
+def node_state_text(node: NodeInfo) -> str:
+    """``State=`` of a node: its base state, ``+DRAIN`` when drained (IDLE, MIXED or ALLOCATED by usage)."""
+    if node.state not in ("drained", "draining"):
+        state = NODE_STATE.get(node.state, node.state.upper())
+        return state + "+DRAIN" if node.drained and node.state == "down" else state
+    if not node.alloc_cpus:
+        return "IDLE+DRAIN"
+    full = node.alloc_cpus >= node.cpus or (node.gpus > 0 and node.alloc_gpus >= node.gpus)
+    return "ALLOCATED+DRAIN" if full else "MIXED+DRAIN"
+
+
+def reason_text(node: NodeInfo, tz: tzinfo | None = None) -> str:
+    """``Reason=`` of a node: the reason, with ``[user@time]`` when an admin set it."""
+    if not node.reason_user or node.reason_time is None:
+        return node.reason
+    at = datetime.fromtimestamp(node.reason_time, tz).strftime(REASON_TIME)
+    return f"{node.reason} [{node.reason_user}@{at}]"
+
+
+def show_node(node: NodeInfo, tz: tzinfo | None = None) -> list[str]:
     """The lines of ``scontrol show node`` for one node (Slurm's keys, in Slurm's order)."""
-    state = NODE_STATE.get(node.state, node.state.upper())
-    if node.state == "drained" and node.alloc_cpus:
-        state = "MIXED+DRAIN"
+    state = node_state_text(node)
     gres = format_node_gres(node.gpu_type, node.gpus)
     cfg = f"cpu={node.cpus},mem={format_memory(node.mem_mb)},billing={node.cpus}"
     alloc = f"cpu={node.alloc_cpus},mem={format_memory(node.alloc_mem_mb)}" if node.alloc_cpus else ""
@@ -60,7 +85,7 @@ def show_node(node: NodeInfo) -> list[str]:
         f"AllocTRES={alloc}",
     ]
     if node.reason:
-        lines.append(f"Reason={node.reason}")
+        lines.append(f"Reason={reason_text(node, tz)}")
     return lines
 
 
@@ -108,4 +133,57 @@ def show(entity: str, words: Sequence[str], oneliner: bool) -> int:
         for lines in records(entity, words[0] if words else None, reply)
     ]
     sys.stdout.write("".join(out))
+    return 0
+
+
+#: What ``State=`` of ``scontrol update NodeName=`` asks for, by Slurm's name (UNDRAIN is a RESUME here).
+UPDATE_STATES = {"drain": "DRAIN", "resume": "RESUME", "undrain": "RESUME"}
+#: Slurm's other node states an admin may set, which Corral does not implement yet.
+LATER_STATES = frozenset(
+    {"down", "fail", "future", "idle", "noresp", "power_down", "power_down_asap", "power_down_force",
+     "power_up", "reboot", "cancel_reboot"}
+)  # fmt: skip
+#: Keys of ``scontrol update NodeName=`` Corral knows (``nodename``/``node`` name the nodes).
+UPDATE_KEYS = frozenset({"nodename", "node", "state", "reason"})
+
+
+def node_update_request(words: Sequence[str]) -> NodeUpdateRequest:
+    """The request of ``scontrol update NodeName=LIST State=DRAIN Reason=TEXT`` (or ``State=RESUME``)."""
+    from corral.schemas.api import NodeUpdateRequest
+
+    values: dict[str, str] = {}
+    for word in words:
+        key, eq, value = word.partition("=")
+        if not eq:
+            raise CliError(f"scontrol update {word}: use KEY=VALUE (NodeName=, State=, Reason=)")
+        name = key.lower()
+        if name not in UPDATE_KEYS:
+            raise CliError(f"scontrol update: changing {key} of a node is not supported by Corral yet")
+        values["nodename" if name == "node" else name] = value
+    names = hostlist.expand(values.get("nodename", ""), "NodeName")
+    if not names:
+        raise CliError("scontrol update needs NodeName=LIST (e.g. NodeName=node[1-2])")
+    text = values.get("state")
+    if text is None:
+        raise CliError("scontrol update NodeName= needs State=DRAIN Reason=TEXT or State=RESUME")
+    state = UPDATE_STATES.get(text.lower())
+    reason = values.get("reason", "").strip()
+    if text.lower() in ("drain", "down") and not reason:
+        raise CliError("You must specify a reason when DOWNING or DRAINING a node. Request denied")
+    if state is None and text.lower() in LATER_STATES:
+        raise CliError(
+            f"State={text} is not supported by Corral yet: use State=DRAIN (running jobs finish, "
+            "nothing new starts) or State=RESUME"
+        )
+    if state is None:
+        raise CliError(f"Invalid input: State={text}: use DRAIN, RESUME or UNDRAIN")
+    return NodeUpdateRequest(nodes=names, state="DRAIN" if state == "DRAIN" else "RESUME", reason=reason)
+
+
+def update(words: Sequence[str]) -> int:
+    """Carry out ``scontrol update NodeName=...``; silent on success, as Slurm."""
+    from corral.cli.client import find_cluster
+    from corral.schemas.api import NodeUpdateReply
+
+    find_cluster().call("update_node", node_update_request(words), NodeUpdateReply)
     return 0

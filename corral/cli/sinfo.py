@@ -56,10 +56,14 @@ Usage: sinfo [OPTIONS...]
   -t, --states=STATES    only nodes in these states (idle,mix,alloc,down,drain,...)
   -n, --nodes=HOSTS      only these nodes (hostlist, e.g. node[1-2])
   -R, --list-reasons     why nodes are down or drained   -s, --summarize   node counts per partition
-  -o, --format=FORMAT    %-fields: %P %a %l %D %t %T %N %C %F %G %c %m %E, widths like %.6D, %9P, %#N
+  -o, --format=FORMAT    %-fields: %P %a %l %D %t %T %N %C %F %G %c %m %E %u %H, widths like %.6D, %#N
 """
 SUMMARIZE_FORMAT = "%9P %.5a %.10l %.16F  %N"
-REASONS_FORMAT = "%20E %N"
+REASONS_FORMAT = "%20E %9u %19H %N"
+#: The states ``-R`` lists: every node with a reason (draining ones count as drained).
+REASON_STATES = frozenset({"down", "drained", "unknown"})
+#: Slurm's TIMESTAMP (``%H``) format, local time.
+TIMESTAMP = "%Y-%m-%dT%H:%M:%S"
 
 #: (State, compact state) of a node, by the state the scheduler reports.
 NODE_STATES: dict[str, tuple[str, str]] = {
@@ -87,6 +91,8 @@ NODE_FIELDS: dict[str, tuple[str, Callable[[NodeInfo], str]]] = {
     "c": ("CPUS", lambda n: str(n.cpus)),
     "m": ("MEMORY", lambda n: str(n.mem_mb)),
     "E": ("REASON", lambda n: n.reason or "none"),
+    "u": ("USER", lambda n: reason_user(n)),
+    "H": ("TIMESTAMP", lambda n: reason_timestamp(n)),
 }
 #: Fields that sum up the nodes of a line.
 GROUP_FIELDS: dict[str, tuple[str, Callable[[Sequence[NodeInfo]], str]]] = {
@@ -99,13 +105,27 @@ _TITLES = {
     key: title for table in (PARTITION_FIELDS, NODE_FIELDS, GROUP_FIELDS) for key, (title, _) in table.items()
 }
 #: Letters Slurm has that Corral does not print yet.
-LATER_FIELDS = "AbBdefgHhIkLMnOoRsSuUVwXYzZ"
+LATER_FIELDS = "AbBdefghIkLMnOoRsSUVwXYzZ"
 #: What ``-t`` accepts for each node state the scheduler reports (Slurm's long and compact names).
 STATE_NAMES: dict[str, str] = {
     "idle": "idle", "mix": "mixed", "mixed": "mixed", "alloc": "allocated", "allocated": "allocated",
     "resv": "reserved", "reserved": "reserved", "down": "down", "drain": "drained", "drained": "drained",
-    "draining": "drained", "drng": "drained", "unk": "unknown", "unknown": "unknown",
+    "draining": "draining", "drng": "draining", "unk": "unknown", "unknown": "unknown",
 }  # fmt: skip
+
+
+def reason_user(node: NodeInfo) -> str:
+    """``%u``: who set the node's reason: the admin of a drain, ``slurm`` for Corral's own, else Unknown."""
+    return node.reason_user or ("slurm" if node.reason else "Unknown")
+
+
+def reason_timestamp(node: NodeInfo) -> str:
+    """``%H``: when the node's reason was set (Slurm's ``2024-05-01T10:00:00``), Unknown if not known."""
+    if node.reason_time is None:
+        return "Unknown"
+    from datetime import datetime
+
+    return datetime.fromtimestamp(node.reason_time).strftime(TIMESTAMP)
 
 
 def node_state(node: NodeInfo) -> tuple[str, str]:
@@ -121,6 +141,10 @@ def cpu_summary(nodes: Sequence[NodeInfo]) -> str:
         total += node.cpus
         if node.state in ("down", "drained", "unknown"):
             other += node.cpus
+        elif node.state == "draining":
+            # Its jobs' CPUs are still allocated; the rest may not be used: other.
+            allocated += node.alloc_cpus
+            other += node.cpus - node.alloc_cpus
         else:
             allocated += node.alloc_cpus
             idle += node.cpus - node.alloc_cpus
@@ -146,12 +170,16 @@ def parse_node_states(items: Sequence[str]) -> set[str]:
 
 
 def with_states(reply: NodesReply, states: set[str]) -> NodesReply:
-    """The reply without the nodes whose state is not one of ``states`` (all of them if empty)."""
+    """The reply without the nodes whose state is not one of ``states`` (all of them if empty).
+
+    ``drained`` matches draining nodes too (Slurm's ``-t drain`` is the drain flag); ``draining`` only those.
+    """
     if not states:
         return reply
     import msgspec
 
-    return msgspec.structs.replace(reply, nodes=[n for n in reply.nodes if n.state in states])
+    wanted = set(states) | ({"draining"} if "drained" in states else set())
+    return msgspec.structs.replace(reply, nodes=[n for n in reply.nodes if n.state in wanted])
 
 
 def parse_nodes(hostlists: Sequence[str]) -> set[str]:
@@ -250,7 +278,7 @@ def _sinfo(argv: list[str]) -> int:
     states = parse_node_states(args.items("states"))
     only_nodes = parse_nodes(args.all("nodes"))
     if args.given("list-reasons") and not states:
-        states = {"down", "drained", "unknown"}
+        states = set(REASON_STATES)
     from corral.cli.client import find_cluster
     from corral.schemas.api import NodesReply, NodesRequest
 

@@ -18,6 +18,7 @@ from corral.libs.core.reservations import (
     expire_reservations,
 )
 from corral.libs.core.state import (
+    AdminDrain,
     HoldControl,
     Job,
     Node,
@@ -440,11 +441,13 @@ def _node_registered(state: State, seq: int, at: float, body: ev.NodeRegistered)
             partitions=list(body.partitions),
             features=list(body.features),
             drain=body.drain_reason,
+            admin_drain=state.early_drains.pop(body.node, None),
         )
         return
     node.cpus, node.mem_mb, node.gpus, node.gpu_type = body.cpus, body.mem_mb, body.gpus, body.gpu_type
     node.partitions, node.features = list(body.partitions), list(body.features)
     node.up, node.reason = True, ""
+    # Only the registration's own drain follows the registration: an admin drain outlives agent restarts.
     node.drain = body.drain_reason
 
 
@@ -462,6 +465,24 @@ def _node_up(state: State, seq: int, at: float, body: ev.NodeUp) -> None:
         node.up, node.reason = True, ""
 
 
+def _node_drained(state: State, seq: int, at: float, body: ev.NodeDrained) -> None:
+    drain = AdminDrain(reason=body.reason, by=body.by, at=at)
+    node = state.nodes.get(body.node)
+    if node is None:
+        # Drained before its agent ever registered: the drain waits for the registration.
+        state.early_drains[body.node] = drain
+        return
+    node.admin_drain = drain
+
+
+def _node_resumed(state: State, seq: int, at: float, body: ev.NodeResumed) -> None:
+    state.early_drains.pop(body.node, None)
+    node = state.nodes.get(body.node)
+    if node is not None:
+        # Both drains end, as Slurm's RESUME does; a GPU mismatch drains again at the next registration.
+        node.admin_drain, node.drain = None, ""
+
+
 _HANDLERS: dict[type, Callable[[State, int, float, Any], None]] = {
     ev.JobCancelRequested: _cancel_requested,
     ev.JobAllocated: _allocated,
@@ -474,6 +495,8 @@ _HANDLERS: dict[type, Callable[[State, int, float, Any], None]] = {
     ev.NodeRegistered: _node_registered,
     ev.NodeDown: _node_down,
     ev.NodeUp: _node_up,
+    ev.NodeDrained: _node_drained,
+    ev.NodeResumed: _node_resumed,
     ev.JobHoldRequested: _control_requested,
     ev.JobReleaseRequested: _control_requested,
     ev.JobHeld: _held,

@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import msgspec
 
-from corral.libs.core.state import Job, Node
+from corral.libs.core.state import Job, Node, State, drained
 from corral.schemas.events import JobSpec, NodeAllocation
 
 T = TypeVar("T")
@@ -48,11 +48,11 @@ class Free:
 
 
 def free_capacity(nodes: dict[str, Node]) -> dict[str, Free]:
-    """Free capacity of every node that is up and not drained."""
+    """Free capacity of every node that is up and not drained (by an admin or by its registration)."""
     out: dict[str, Free] = {}
     for name in sorted(nodes):
         node = nodes[name]
-        if not node.up or node.drain:
+        if not node.up or drained(node):
             continue
         used = set(node.used_gpus)
         out[name] = Free(
@@ -68,6 +68,16 @@ def free_capacity(nodes: dict[str, Node]) -> dict[str, Free]:
             total_cpus=node.cpus,
             total_gpus=node.gpus,
         )
+    return out
+
+
+def unavailable_nodes(state: State, job: Job) -> list[str]:
+    """The nodes the job names with ``-w`` that are down, drained or not registered (in its order)."""
+    out = []
+    for name in job.spec.nodelist:
+        node = state.nodes.get(name)
+        if node is None or not node.up or drained(node):
+            out.append(name)
     return out
 
 

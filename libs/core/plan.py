@@ -52,11 +52,12 @@ from corral.libs.core.fair_share import (
     user_key,
 )
 from corral.libs.core.limits import Limits, concluded_runs, qos_of
-from corral.libs.core.placement import free_capacity, give_back, request_of
+from corral.libs.core.placement import free_capacity, give_back, request_of, unavailable_nodes
 from corral.libs.core.priority import ClusterSize, PriorityWeights, factors, total
 from corral.libs.core.qos import NORMAL, AssocLimits, QosPolicy
 from corral.libs.core.state import Job, State, array_throttle
 from corral.libs.core.topology import in_force, switch_deadline
+from corral.libs.slurm import hostlist
 from corral.schemas import api
 from corral.schemas import events as ev
 
@@ -302,6 +303,12 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
         if limited is not None:
             out.reasons[job.job_id] = limited
             continue
+        # A job that names (-w) a down or drained node cannot start until it is back: it waits, like an
+        # ineligible job, without blocking or reserving for anyone (Slurm's ReqNodeNotAvail).
+        missing = unavailable_nodes(state, job)
+        if missing:
+            out.reasons[job.job_id] = f"ReqNodeNotAvail, UnavailableNodes:{hostlist.compress(missing)}"
+            continue
         partition = policy.partition_of(job)
         if depth == 0 and partition in blocked and job.spec.reservation is None:
             out.reasons[job.job_id] = "Priority"
@@ -363,7 +370,7 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
 def _decided_jobs(decisions: list[ev.Event]) -> Iterator[int]:
     """Ids of the jobs a cycle's decisions are about (reservation decisions are about none)."""
     for decision in decisions:
-        if not isinstance(decision, ev.NodeRegistered | ev.NodeDown | ev.NodeUp | ev.ReservationEvent):
+        if not isinstance(decision, ev.NodeEvent | ev.ReservationEvent):
             yield decision.job_id
 
 

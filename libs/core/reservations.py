@@ -10,7 +10,8 @@ the first entry after its end, the planner and the views ignore it from its end 
 
 Choosing the nodes (create):
 
-- ``Nodes=``: exactly those (every one registered);
+- ``Nodes=``: exactly those (every one registered; drained ones too, as an admin reserves a node to repair);
+- ``NodeCnt=N`` and ``TRES=gres/gpu=N`` never choose a down or drained node;
 - ``NodeCnt=N``: ``N`` nodes of the partition that are free over the window, idle ones first, then by name;
 - ``TRES=gres/gpu=N``: ``N`` GPUs of the partition, taken greedily from nodes idle now first, then from the
   nodes with the most GPUs free over the window, then by name; the other GPUs of those nodes stay usable.
@@ -35,7 +36,7 @@ from typing import Any
 
 from corral.libs.core.backfill import INF, Planner
 from corral.libs.core.placement import Request
-from corral.libs.core.state import Job, Node, State
+from corral.libs.core.state import Job, Node, State, drained
 from corral.schemas import events as ev
 
 #: Slurm's answers to a reservation request that cannot be carried out.
@@ -196,6 +197,7 @@ def create(
             n
             for n in members
             if n.up
+            and not drained(n)
             and (maint or _gpus_held(state, n.name, req.start_time, req.end_time) == 0)
             and (ignore_jobs or not _jobs_at(state, n, start))
         ]
@@ -233,7 +235,7 @@ def _choose_gpus(
     """``req.gpu_count`` GPUs over the partition's nodes: (nodes, GPUs on each), None if too few."""
     available: list[tuple[bool, int, str]] = []
     for node in members:
-        if not node.up or not node.gpus:
+        if not node.up or drained(node) or not node.gpus:
             continue
         held = 0 if maint else _gpus_held(state, node.name, req.start_time, req.end_time)
         if held is None:

@@ -105,6 +105,14 @@ class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     signals: list[PendingSignal] = []  # signal requests for the current run (scancel -s), in log order
 
 
+class AdminDrain(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An admin's drain of a node (``NodeDrained``), kept until ``NodeResumed``."""
+
+    reason: str  # the admin's Reason=
+    by: str  # the admin who asked
+    at: float  # when it was drained (the fact's time)
+
+
 class Node(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One node: inventory from registration, availability from health, usage from the runs."""
 
@@ -121,7 +129,8 @@ class Node(msgspec.Struct, kw_only=True, omit_defaults=True):
     alloc_cpus: int = 0  # CPUs held by running jobs
     alloc_mem_mb: int = 0  # memory held by running jobs
     jobs: list[int] = []  # running jobs on the node, in allocation order
-    drain: str = ""  # why the node is drained (no new job is placed on it); "" = not drained
+    drain: str = ""  # why its registration drained it (GPU count mismatch); "" = not drained by it
+    admin_drain: AdminDrain | None = None  # an admin's drain (survives re-registration); None = none
 
 
 class Orphan(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -161,6 +170,7 @@ class State(msgspec.Struct, kw_only=True):
         str, ev.ReservationCreateRequested | ev.ReservationDeleteRequested
     ] = {}  # unanswered reservation requests (the newest per name)
     resv_seqs: dict[str, int] = {}  # stream sequence of each reservation name's newest entry (concurrency)
+    early_drains: dict[str, AdminDrain] = {}  # admin drains of nodes not registered yet, by node name
 
 
 # Insertion order is the log order, so equal folds give equal bytes without sorting.
@@ -175,6 +185,16 @@ def encode_state(state: State) -> bytes:
 def decode_state(data: bytes) -> State:
     """Inverse of encode_state (for snapshots)."""
     return msgspec.json.decode(data, type=State)
+
+
+def drained(node: Node) -> bool:
+    """True if no new job may be placed on the node: an admin or its registration drained it."""
+    return bool(node.drain) or node.admin_drain is not None
+
+
+def drain_reason(node: Node) -> str:
+    """Why the node is drained (the admin's reason first), "" if it is not."""
+    return node.admin_drain.reason if node.admin_drain is not None else node.drain
 
 
 def array_tasks(state: State, array_job_id: int) -> list[Job]:

@@ -256,7 +256,7 @@ class _Run:
                 return
             progressed = again = False
             for decision in decisions:
-                assert not isinstance(decision, ev.NodeRegistered | ev.NodeDown | ev.NodeUp)
+                assert not isinstance(decision, ev.NodeEvent)
                 if isinstance(decision, ev.RESERVATION_EVENTS):
                     self.put(decision, now)
                     progressed = True

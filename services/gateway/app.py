@@ -1,5 +1,5 @@
-"""The gateway: accepts job requests (submit, cancel, hold, release, update) and admins' reservation requests
-(``reservations.py``); appends the accepted as intents.
+"""The gateway: accepts job requests (submit, cancel, hold, release, update), admins' reservation requests
+(``reservations.py``) and node drain/resume requests (``nodes.py``); appends the accepted as intents.
 
 Cycle of one request:
 1. take the caller from the request subject (bound to the authenticated connection);
@@ -29,6 +29,7 @@ from corral.schemas import events as ev
 from corral.schemas.codec import DecodeError, decode, encode
 from corral.services.gateway import control
 from corral.services.gateway.lookup import Found, JobLookup, task_of
+from corral.services.gateway.nodes import NodeUpdates
 from corral.services.gateway.policy import check_policy, check_submit_count, resolve_qos, submit_limits
 from corral.services.gateway.reservations import Reservations
 from corral.services.gateway.validate import array_size, validate_spec
@@ -56,6 +57,7 @@ class Gateway:
         self.admins = admins
         self.lookup = JobLookup(bus)
         self.reservations = Reservations(bus, config, admins)
+        self.node_updates = NodeUpdates(bus, config, admins)
 
     async def submit(self, user: str, req: api.SubmitRequest) -> api.SubmitReply | api.WillRunReply:
         """Validate and append JobSubmitted; a retry with the same token returns the same job id.
@@ -398,6 +400,9 @@ async def main(ctx: Context) -> None:
             api.DeleteReservationRequest,
             gateway.reservations.delete,
             queue="gateway",
+        ),
+        await serve(
+            ctx.nc, "update_node", api.NodeUpdateRequest, gateway.node_updates.update, queue="gateway"
         ),
     ]
     await ctx.stop.wait()

@@ -1,11 +1,17 @@
-"""Health (slurmctld's node monitor): heartbeats in, ``NodeDown``/``NodeUp`` facts out.
+"""Health (slurmctld's node monitor): heartbeats and admin intents in, node facts out.
 
 Cycle:
-1. follow the node events of the log to know which nodes are registered and which are down;
-2. note the time of each node's latest heartbeat (``corral.hb.<node>``);
-3. every half timeout: a node that is up and silent for ``node_timeout`` becomes ``NodeDown``;
-   a down node that heartbeats again becomes ``NodeUp``. Appends are conditional on the node's
-   last event sequence, so several health replicas never report the same change twice.
+1. follow the node events of the log to know which nodes are registered and which are down, and which
+   admin drain/resume requests (``NodeDrainRequested``/``NodeResumeRequested``, from the gateway) are
+   not answered yet;
+2. once caught up with the log, answer each such request with ``NodeDrained``/``NodeResumed`` (tried
+   again whenever it is caught up again and every half timeout, until an answer lands);
+3. note the time of each node's latest heartbeat (``corral.hb.<node>``);
+4. every half timeout: a node that is up and silent for ``node_timeout`` becomes ``NodeDown``;
+   a down node that heartbeats again becomes ``NodeUp``.
+
+Every append is conditional on the node's last event sequence, so several health replicas never report
+the same change twice, and an answer computed from a stale view of the node is refused and tried again.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ class Health:
         self.up: dict[str, bool] = {}  # registered nodes: up?
         self.node_seq: dict[str, int] = {}  # last log sequence of each node's events
         self.seen: dict[str, float] = {}  # monotonic time of the latest heartbeat
+        self.requests: dict[str, ev.NodeDrainRequested | ev.NodeResumeRequested] = {}  # unanswered, newest
+        self.wake = asyncio.Event()  # set when there are requests to answer and the log is read to its end
         self.started = time.monotonic()
         self.log = telemetry.logger()
 
@@ -46,10 +54,38 @@ class Health:
                 self.seen.setdefault(body.node, time.monotonic())
             elif isinstance(body, ev.NodeDown):
                 self.up[body.node] = False
-            if isinstance(body, ev.NodeRegistered | ev.NodeUp | ev.NodeDown):
+            elif isinstance(body, ev.NodeDrainRequested | ev.NodeResumeRequested):
+                self.requests[body.node] = body  # a newer request replaces an unanswered one
+            elif isinstance(body, ev.NodeDrained | ev.NodeResumed):
+                self.requests.pop(body.node, None)
+            if isinstance(body, ev.NODE_EVENTS):
+                # Every entry on the node's subjects moves the sequence appends are conditional on.
                 self.node_seq[body.node] = entry.seq
+            if entry.pending == 0 and self.requests:
+                # Caught up: what is still unanswered is (replaying, an answer would only lose its race).
+                self.wake.set()
             if stop.is_set():
                 return
+
+    async def answer_requests(self, stop: asyncio.Event) -> None:
+        """Answer the unanswered admin requests whenever ``follow`` is caught up, and every half timeout.
+
+        A task of its own, so that reading the log never waits for an append's acknowledgement.
+        """
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), max(self.timeout / 2, 0.2))
+            self.wake.clear()
+            for node in list(self.requests):
+                await self.answer(node)
+
+    async def answer(self, node: str) -> None:
+        """Append the fact that answers the node's unanswered admin request, if it has one."""
+        request = self.requests.get(node)
+        if isinstance(request, ev.NodeDrainRequested):
+            await self._report(ev.NodeDrained(node=request.node, reason=request.reason, by=request.user))
+        elif isinstance(request, ev.NodeResumeRequested):
+            await self._report(ev.NodeResumed(node=request.node, by=request.user))
 
     async def on_heartbeat(self, msg: Msg) -> None:
         """Note a heartbeat."""
@@ -66,14 +102,15 @@ class Health:
             elif not up and silent < self.timeout:
                 await self._report(ev.NodeUp(node=ev.NodeName(node)))
 
-    async def _report(self, body: ev.NodeDown | ev.NodeUp) -> None:
+    async def _report(self, body: ev.NodeDown | ev.NodeUp | ev.NodeDrained | ev.NodeResumed) -> None:
         try:
             await self.bus.append(
                 body,
                 expect_last_seq=self.node_seq.get(body.node, 0),
                 expect_subject=f"corral.evt.node.{body.node}.>",
             )
-            self.log.info("node state change", node=body.node, event=type(body).__name__)
+            # Not ``event=``: structlog's message is its ``event`` argument (a TypeError that ended the task).
+            self.log.info("node state change", node=body.node, fact=type(body).__name__)
         except AppendConflict:
             pass  # someone else reported it, or the node re-registered: the log will tell us
         except TransientError as exc:
@@ -91,7 +128,11 @@ async def main(ctx: Context) -> None:
     """Run until stopped."""
     health = Health(ctx.bus, ctx.config)
     sub = await ctx.nc.subscribe(subjects.heartbeat_subject("*"), cb=health.on_heartbeat)
-    tasks = [asyncio.create_task(health.follow(ctx.stop)), asyncio.create_task(health.monitor(ctx.stop))]
+    tasks = [
+        asyncio.create_task(health.follow(ctx.stop)),
+        asyncio.create_task(health.answer_requests(ctx.stop)),
+        asyncio.create_task(health.monitor(ctx.stop)),
+    ]
     await ctx.stop.wait()
     for task in tasks:
         task.cancel()

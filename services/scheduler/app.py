@@ -173,7 +173,7 @@ class Scheduler:
 
     async def publish(self, decision: Event) -> None:
         """Append one decision, conditional on the job not having changed since we saw it."""
-        assert not isinstance(decision, ev.NodeRegistered | ev.NodeDown | ev.NodeUp)
+        assert not isinstance(decision, ev.NodeEvent)
         if isinstance(decision, ev.RESERVATION_EVENTS):
             await self.publish_reservation(decision)
             return

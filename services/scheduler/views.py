@@ -7,7 +7,7 @@ from corral.libs.core.eligibility import dependency_text
 from corral.libs.core.limits import qos_name
 from corral.libs.core.plan import Plan, Policy
 from corral.libs.core.reservations import live
-from corral.libs.core.state import Job, Node, State, array_throttle
+from corral.libs.core.state import Job, Node, State, array_throttle, drain_reason, drained
 from corral.libs.core.topology import switch_wait_s
 
 # The policy is built in a lib the simulator shares; re-exported for the service's callers.
@@ -104,7 +104,7 @@ def node_state(node: Node) -> str:
     """Slurm's node state name derived from usage and availability."""
     if not node.up:
         return "down"
-    if node.drain:
+    if drained(node):
         return "draining" if node.jobs else "drained"
     if not node.jobs:
         return "idle"
@@ -176,13 +176,13 @@ def nodes_reply(
                 )
             )
             continue
+        # The reason shown is the admin's drain unless the node is down (its down reason comes first).
+        drain = node.admin_drain if node.up else None
         nodes.append(
             api.NodeInfo(
                 name=node.name,
-                state="reserved"
-                if node_state(node) == "idle" and node.name in reserved
-                else node_state(node),
-                reason=node.reason or node.drain,
+                state=_shown_state(node, reserved),
+                reason=node.reason or drain_reason(node),
                 cpus=node.cpus,
                 alloc_cpus=node.alloc_cpus,
                 mem_mb=node.mem_mb,
@@ -192,6 +192,9 @@ def nodes_reply(
                 gpu_type=node.gpu_type,
                 partitions=parts,
                 features=list(node.features),
+                drained=drained(node),
+                reason_user=drain.by if drain else "",
+                reason_time=drain.at if drain else None,
             )
         )
     partitions = [

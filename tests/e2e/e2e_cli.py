@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
 import subprocess
@@ -12,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from corral.libs import roles
 from corral.libs.local_cluster import LocalCluster, ensure_resolvable
 
 BIN = Path(sys.executable).parent
@@ -61,6 +63,15 @@ class Cli:
                 return row
             time.sleep(0.3)
         raise AssertionError(f"job {job_id} did not reach {states} in {timeout}s (last: {row!r})")
+
+
+def admin_cli(cli: Cli, cluster: LocalCluster) -> Cli:
+    """The commands run as the cluster's admin role (the gateway's ``--admin``)."""
+    assert cluster.nats is not None
+    env = dict(cli.env)
+    env["CORRAL_NATS_URL"] = cluster.nats.url
+    env["CORRAL_CREDENTIALS"] = str(cluster.role_credentials(roles.ADMIN))
+    return dataclasses.replace(cli, env=env)
 
 
 @contextmanager

@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import pytest
-from e2e_cli import Cli
+from e2e_cli import Cli, admin_cli
 
-from corral.libs import roles
 from corral.libs.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.e2e
 
 JOB = "#!/bin/sh\n#SBATCH --gres=gpu:4 -t 1:00\nsleep 4\n"
-
-
-def admin_cli(cli: Cli, cluster: LocalCluster) -> Cli:
-    """The commands run as the cluster's admin role (the gateway's ``--admin``)."""
-    assert cluster.nats is not None
-    env = dict(cli.env)
-    env["CORRAL_NATS_URL"] = cluster.nats.url
-    env["CORRAL_CREDENTIALS"] = str(cluster.role_credentials(roles.ADMIN))
-    return dataclasses.replace(cli, env=env)
 
 
 def squeue(cli: Cli, job: int) -> str:

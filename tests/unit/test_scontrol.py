@@ -195,7 +195,7 @@ def test_update_request(words: list[str], wanted: api.UpdateRequest) -> None:
         (["JobId=5"], "scontrol update: give TimeLimit=, Partition= or Priority= to change"),
         (["JobId=5", "Nice=10"], "scontrol update: changing Nice is not supported by Corral yet"),
         (["JobId=5", "Priority=-1"], "Priority=-1: give a whole number >= 0 (0 holds the job)"),
-        (["NodeName=gpu01", "State=DRAIN"], "scontrol update NodeName= is not supported by Corral yet"),
+        (["PartitionName=gpu", "State=UP"], "scontrol update PartitionName= is not supported by Corral yet"),
         (["JobId=5", "TimeLimit=+30"], "TimeLimit=+30 is not supported by Corral yet: give a time"),
         (
             ["JobId=5", "TimeLimit=UNLIMITED"],

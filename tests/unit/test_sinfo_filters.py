@@ -61,9 +61,9 @@ def test_sinfo_list_reasons() -> None:
     reasons = sinfo.with_states(REPLY, {"down", "drained", "unknown"})
     layout = sinfo.parse_format(sinfo.REASONS_FORMAT, False)
     assert sinfo.render_sinfo(reasons, layout) == [
-        "REASON               NODELIST",
-        "Not responding       gpu03",
-        "bad gpu              gpu04",
+        "REASON               USER      TIMESTAMP           NODELIST",
+        "Not responding       slurm     Unknown             gpu03",
+        "bad gpu              slurm     Unknown             gpu04",
     ]
 
 

@@ -1,0 +1,138 @@
+"""Admin drain and resume end to end: a drained node finishes its job and gets no new one until resumed,
+an agent restart keeps the drain, and only an admin may drain (bad requests append nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import nats.js.errors
+import pytest
+from agent_cluster import agent_cluster, wait_until
+from e2e_cli import Cli, admin_cli
+
+from corral.libs import roles
+from corral.libs.bus import connect
+from corral.libs.credentials import read_credentials
+from corral.libs.local_cluster import LocalCluster
+from corral.schemas import subjects
+
+pytestmark = pytest.mark.e2e
+
+#: A job that fills one node (2 GPUs each) for a few seconds.
+JOB = "#!/bin/sh\n#SBATCH --gres=gpu:2 -t 1:00\nsleep {seconds}\n"
+DRAIN = ["scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=e2e maintenance"]
+
+
+@pytest.fixture(scope="module")
+def drain_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Cli]]:
+    """A 2-node cluster whose agents can be restarted without the nodes being marked down."""
+    with agent_cluster(tmp_path_factory.mktemp("drain")) as pair:
+        yield pair
+
+
+def last_seq(cluster: LocalCluster, subject: str) -> int:
+    """Sequence of the newest log entry on ``subject`` (0 if none)."""
+
+    async def read() -> int:
+        nc = await connect(read_credentials(cluster.role_credentials(roles.ADMIN)), name="test")
+        try:
+            msg = await nc.jetstream().get_last_msg(subjects.EVENTS_STREAM, subject)
+            return int(msg.seq or 0)
+        except nats.js.errors.NotFoundError:
+            return 0
+        finally:
+            await nc.drain()
+
+    return asyncio.run(read())
+
+
+def node_states(cli: Cli) -> dict[str, str]:
+    rows = cli("sinfo", "-N", "-h", "-o", "%N %t").stdout.split("\n")
+    return dict(row.split() for row in rows if row.strip())
+
+
+def squeue(cli: Cli, job: int) -> str:
+    return cli("squeue", "-h", "-j", str(job), "-o", "%T|%r").stdout.strip()
+
+
+def node_of(cli: Cli, job: int) -> str:
+    return cli.sacct(job, "NodeList")
+
+
+def test_bad_and_unauthorised_requests_append_nothing(drain_cluster: tuple[LocalCluster, Cli]) -> None:
+    cluster, cli = drain_cluster
+    admin = admin_cli(cli, cluster)
+    cases = [
+        (cli, DRAIN, "Access/permission denied"),
+        (admin, ["scontrol", "update", "NodeName=node9", "State=DRAIN", "Reason=x"], "Invalid node name"),
+        (admin, ["scontrol", "update", "NodeName=node[1-", "State=DRAIN", "Reason=x"], "NodeName"),
+        (admin, ["scontrol", "update", "NodeName=node2", "State=DRAIN"], "You must specify a reason"),
+        (admin, ["scontrol", "update", "NodeName=node2", "State=bogus"], "Invalid input: State=bogus"),
+        (admin, ["scontrol", "update", "NodeName=node2", "State=RESUME"], "Invalid node state specified"),
+    ]
+    for who, argv, message in cases:
+        out = who(*argv)
+        assert out.returncode == 1 and message in out.stderr and out.stdout == "", (argv, out)
+        assert "Traceback" not in out.stderr
+    for node in ("node1", "node2", "node9"):
+        for tag in ("node_drain_requested", "node_resume_requested"):
+            assert last_seq(cluster, subjects.node_subject(node, tag)) == 0
+    assert node_states(cli) == {"node1": "idle", "node2": "idle"}
+
+
+def test_a_drained_node_finishes_its_job_and_gets_no_new_one_until_resumed(
+    drain_cluster: tuple[LocalCluster, Cli],
+) -> None:
+    cluster, cli = drain_cluster
+    admin = admin_cli(cli, cluster)
+    running = cli.sbatch(JOB.format(seconds=8), "-w", "node2")
+    cli.wait_state(running, ("RUNNING",))
+
+    drained = admin(*DRAIN)
+    assert drained.returncode == 0 and drained.stdout == "", drained
+    wait_until(lambda: node_states(cli).get("node2") == "drng", what="node2 draining")
+    shown = cli("scontrol", "show", "node", "node2").stdout
+    assert "State=ALLOCATED+DRAIN " in shown, shown
+    assert f"Reason=e2e maintenance [{roles.ADMIN}@" in shown, shown
+
+    # New jobs go to node1 only, one after the other; a job asking for node2 waits for it.
+    first = cli.sbatch(JOB.format(seconds=2))
+    second = cli.sbatch(JOB.format(seconds=2))
+    pinned = cli.sbatch(JOB.format(seconds=1), "-w", "node2")
+    wait_until(
+        lambda: squeue(cli, pinned) == "PENDING|ReqNodeNotAvail, UnavailableNodes:node2",
+        what="ReqNodeNotAvail",
+    )
+    assert cli.wait_state(running, ("COMPLETED", "FAILED")) == "COMPLETED|0:0"
+    for job in (first, second):
+        assert cli.wait_state(job, ("COMPLETED", "FAILED")) == "COMPLETED|0:0"
+        assert node_of(cli, job) == "node1"
+    wait_until(lambda: node_states(cli).get("node2") == "drain", what="node2 drained")
+    reasons = cli("sinfo", "-R", "-h").stdout
+    assert "e2e maintenance" in reasons and reasons.rstrip().endswith("node2"), reasons
+    wide = cli("sinfo", "-R", "-h", "-o", "%E|%u|%N").stdout
+    assert wide == f"e2e maintenance|{roles.ADMIN}|node2\n", wide
+
+    # An agent restart (a clean re-registration) keeps the admin drain.
+    registered = last_seq(cluster, subjects.node_subject("node2", "node_registered"))
+    cluster.terminate("agent-node2")
+    cluster.revive("agent-node2")
+    wait_until(
+        lambda: last_seq(cluster, subjects.node_subject("node2", "node_registered")) > registered,
+        what="node2 registered again",
+    )
+    assert squeue(cli, pinned).startswith("PENDING|ReqNodeNotAvail")
+    assert node_states(cli)["node2"] == "drain"
+
+    # Resumed: the waiting job runs there, and node2 takes new jobs again.
+    resumed = admin("scontrol", "update", "nodename=node2", "state=resume")
+    assert resumed.returncode == 0, resumed
+    assert cli.wait_state(pinned, ("COMPLETED", "FAILED")) == "COMPLETED|0:0"
+    assert node_of(cli, pinned) == "node2"
+    both = [cli.sbatch(JOB.format(seconds=4)) for _ in range(2)]
+    for job in both:
+        assert cli.wait_state(job, ("COMPLETED", "FAILED")) == "COMPLETED|0:0"
+    assert sorted(node_of(cli, job) for job in both) == ["node1", "node2"]
+    assert node_states(cli) == {"node1": "idle", "node2": "idle"}
+    assert "e2e maintenance" not in cli("sinfo", "-R").stdout
