@@ -2,7 +2,9 @@
 
 ``run(name, main)`` parses ``--credentials`` and ``--config`` (falling back to the settings from
 the environment), configures telemetry, connects to NATS with the role's credentials and runs
-``main(ctx)`` until SIGINT/SIGTERM sets ``ctx.stop``.
+``main(ctx)`` until SIGINT/SIGTERM sets ``ctx.stop``. A service's long-lived loops run under
+``run_until_stopped``: the first one that fails stops the service with a logged error and exit status 1,
+so a crashed loop is never a silently half-dead service (systemd's ``Restart=always`` restarts it).
 """
 
 from __future__ import annotations
@@ -36,6 +38,30 @@ class Context:
     args: argparse.Namespace  # parsed command line (service-specific flags included)
     settings: settings_mod.Settings  # environment settings
     stop: asyncio.Event = field(default_factory=asyncio.Event)  # set on SIGINT/SIGTERM
+
+
+async def run_until_stopped(stop: asyncio.Event, *loops: Coroutine[Any, Any, None]) -> None:
+    """Run a service's loops until ``stop`` is set; if one raises first, set ``stop``, end the others and
+    raise its error. Each loop is cancelled once the service stops (it may also return on its own when
+    it sees ``stop``)."""
+    tasks = [asyncio.create_task(loop) for loop in loops]
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        pending = {*tasks, stopper}
+        while not stop.is_set():
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            failed = [t for t in done if t is not stopper and not t.cancelled() and t.exception()]
+            if failed:
+                error = failed[0].exception()
+                assert error is not None
+                raise error
+            if not pending - {stopper}:
+                break
+    finally:
+        stop.set()
+        for task in (*tasks, stopper):
+            task.cancel()
+        await asyncio.gather(*tasks, stopper, return_exceptions=True)
 
 
 def parser(name: str) -> argparse.ArgumentParser:
@@ -97,18 +123,20 @@ async def _serve(
     task = asyncio.create_task(main(ctx))
     stopper = asyncio.create_task(ctx.stop.wait())
     log.info("started")
-    done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    status = 0
-    if task in done and task.exception() is not None:
-        log.error("service failed", exc_info=task.exception())
-        status = 1
+    await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
     ctx.stop.set()
     for t in (task, stopper):
         if not t.done():
-            try:
-                await asyncio.wait_for(t, timeout=10)
-            except (TimeoutError, asyncio.CancelledError):
-                t.cancel()
+            # Its error, if any, is reported below (a failed loop sets ``stop`` before main raises it).
+            with contextlib.suppress(Exception):
+                try:
+                    await asyncio.wait_for(t, timeout=10)
+                except (TimeoutError, asyncio.CancelledError):
+                    t.cancel()
+    status = 0
+    if task.done() and not task.cancelled() and task.exception() is not None:
+        log.error("service failed", exc_info=task.exception())
+        status = 1
     with contextlib.suppress(Exception):
         await nc.drain()
     log.info("stopped")

@@ -26,7 +26,7 @@ from corral.libs import telemetry
 from corral.libs.bus import Bus
 from corral.libs.config import ClusterConfig
 from corral.libs.errors import AppendConflict, TransientError
-from corral.libs.service import Context
+from corral.libs.service import Context, run_until_stopped
 from corral.schemas import events as ev
 from corral.schemas import subjects
 
@@ -128,13 +128,9 @@ async def main(ctx: Context) -> None:
     """Run until stopped."""
     health = Health(ctx.bus, ctx.config)
     sub = await ctx.nc.subscribe(subjects.heartbeat_subject("*"), cb=health.on_heartbeat)
-    tasks = [
-        asyncio.create_task(health.follow(ctx.stop)),
-        asyncio.create_task(health.answer_requests(ctx.stop)),
-        asyncio.create_task(health.monitor(ctx.stop)),
-    ]
-    await ctx.stop.wait()
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await sub.unsubscribe()
+    try:
+        await run_until_stopped(
+            ctx.stop, health.follow(ctx.stop), health.answer_requests(ctx.stop), health.monitor(ctx.stop)
+        )
+    finally:
+        await sub.unsubscribe()

@@ -40,7 +40,7 @@ from corral.libs.core.state import State
 from corral.libs.core.will_run import will_run
 from corral.libs.errors import AppendConflict, Forbidden, TransientError
 from corral.libs.policy import policy_of, usage_policy_of
-from corral.libs.service import Context
+from corral.libs.service import Context, run_until_stopped
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.schemas.codec import encode
@@ -323,13 +323,8 @@ async def main(ctx: Context) -> None:
             ctx.nc, "reservations", api.ReservationsRequest, scheduler.reservations, queue="scheduler"
         ),
     ]
-    tasks = [
-        asyncio.create_task(scheduler.follow(ctx.stop)),
-        asyncio.create_task(scheduler.ticker(ctx.stop)),
-    ]
-    await ctx.stop.wait()
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    for sub in subs:
-        await sub.unsubscribe()
+    try:
+        await run_until_stopped(ctx.stop, scheduler.follow(ctx.stop), scheduler.ticker(ctx.stop))
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()
