@@ -38,7 +38,7 @@ Usage: sbatch [OPTIONS...] [SCRIPT [ARGS...]]   (the script is read from stdin w
   -N, --nodes=N               number of nodes    -n, --ntasks=N         number of tasks
   -c, --cpus-per-task=N       CPUs per task          --ntasks-per-node=N tasks per node
   -t, --time=TIME             time limit (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)
-      --mem=SIZE              memory per node (500M, 8G)
+      --mem=SIZE              memory per node (500M, 8G)   --mem-per-cpu=SIZE, --mem-per-gpu=SIZE
       --gres=gpu[:TYPE][:N]   GPUs per node          --gpus-per-node=[TYPE:]N
       --requeue, --no-requeue allow or forbid requeueing after a node failure
       --signal=[B:]SIG[@T]    send SIG T seconds (default 60) before the time limit (B: batch shell only)

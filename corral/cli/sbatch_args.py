@@ -26,6 +26,7 @@ from corral.cli.options import Option as Opt
 from corral.cli.options import OptionTable, ParsedArgs, flag, parse_count, unsupported
 from corral.libs.slurm.array import parse_array
 from corral.libs.slurm.constraint import parse_constraint
+from corral.libs.slurm.cpus import cpus_per_node
 from corral.libs.slurm.dependency import parse_dependency
 from corral.libs.slurm.gres import parse_gpus_spec, parse_gres
 from corral.libs.slurm.hostlist import expand
@@ -64,6 +65,7 @@ OPTIONS = OptionTable(
         Opt("gpus", "G"),
         Opt("cpus-per-gpu"),
         Opt("mem-per-gpu"),
+        Opt("mem-per-cpu"),
         Opt("mem"),
         Opt("nodelist", "w"),
         Opt("exclude", "x"),
@@ -94,7 +96,7 @@ OPTIONS = OptionTable(
         *unsupported(
             "oversubscribe/s licenses/L clusters/M wait/W distribution/m input/i verbose/v quiet/Q "
             "no-kill/k overcommit/O core-spec/S immediate/I extra-node-info/B nodefile/F "
-            "gpus-per-socket mem-per-cpu deadline mail-type "
+            "gpus-per-socket deadline mail-type "
             "mail-user comment priority time-min kill-on-invalid-dep ntasks-per-socket "
             "ntasks-per-core ntasks-per-gpu sockets-per-node cores-per-socket threads-per-core hint "
             "mincpus tmp gpu-bind gpu-freq cpu-freq get-user-env uid gid propagate profile container "
@@ -239,6 +241,7 @@ def build_submission(
     nodes, ntasks, ntasks_per_node = _tasks(options, warnings, len(nodelist))
     gpus = _gpus(options, nodes, ntasks_per_node or -(-ntasks // nodes))
     cpus_per_gpu = _per_gpu(options, "cpus-per-gpu", "cpus-per-task", gpus.per_node)
+    cpus_per_task = parse_count(options.last("cpus-per-task", "1") or "", "--cpus-per-task")
     constraint = options.last("constraint")
     switches, switches_wait = _switches(options.last("switches"))
     spec = JobSpec(
@@ -252,11 +255,22 @@ def build_submission(
         open_mode=_open_mode(options.last("open-mode", "truncate") or ""),
         partition=_partition(options.last("partition")),
         account=options.last("account") or None,
-        cpus_per_task=parse_count(options.last("cpus-per-task", "1") or "", "--cpus-per-task"),
+        cpus_per_task=cpus_per_task,
         nodes=nodes,
         ntasks=ntasks,
         ntasks_per_node=ntasks_per_node,
-        mem_per_node_mb=_memory(options, gpus.per_node),
+        mem_per_node_mb=_memory(
+            options,
+            gpus.per_node,
+            cpus_per_node(
+                nodes,
+                ntasks,
+                ntasks_per_node,
+                cpus_per_task,
+                gpus.per_node,
+                None if cpus_per_gpu is None else parse_count(cpus_per_gpu, "--cpus-per-gpu"),
+            ),
+        ),
         gpus_per_node=gpus.per_node,
         gpu_type=gpus.type,
         time_limit_s=_time_limit(options.last("time")),
@@ -511,11 +525,18 @@ def _per_gpu(options: ParsedArgs, name: str, rival: str, gpus_per_node: int) -> 
     return text
 
 
-def _memory(options: ParsedArgs, gpus_per_node: int) -> int | None:
-    """Memory per node from ``--mem`` or ``--mem-per-gpu`` (GPUs per node times it)."""
+def _memory(options: ParsedArgs, gpus_per_node: int, cpus: int) -> int | None:
+    """Memory per node from ``--mem``, ``--mem-per-gpu`` (GPUs per node times it) or ``--mem-per-cpu``
+    (the CPUs the job takes per node, ``cpus``, times it); Slurm allows only one of them."""
+    given = [name for name in ("mem", "mem-per-cpu", "mem-per-gpu") if options.given(name)]
+    if len(given) > 1:
+        raise CliError("--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive")
     per_gpu = _per_gpu(options, "mem-per-gpu", "mem", gpus_per_node)
     if per_gpu is not None:
         return gpus_per_node * parse_memory(per_gpu, "--mem-per-gpu")
+    per_cpu = options.last("mem-per-cpu")
+    if per_cpu is not None:
+        return cpus * parse_memory(per_cpu, "--mem-per-cpu")
     mem = options.last("mem")
     return None if mem is None else parse_memory(mem, "--mem")
 

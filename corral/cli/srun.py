@@ -54,6 +54,7 @@ ALLOCATION_OPTIONS = frozenset(
         "gpus-per-node",
         "gpus",
         "mem",
+        "mem-per-cpu",
         "nodelist",
         "exclude",
         "constraint",
@@ -89,6 +90,7 @@ OPTIONS = OptionTable(
         _opt("cpus-per-gpu"),
         _opt("mem-per-gpu"),
         _opt("mem"),
+        _opt("mem-per-cpu"),
         _opt("nodelist", "w"),
         _opt("exclude", "x"),
         _opt("constraint", "C"),
@@ -106,7 +108,7 @@ OPTIONS = OptionTable(
         flag("version", "V"),
         *unsupported(
             "input/i kill-on-bad-exit/K distribution/m relative/r overcommit/O wait/W "
-            "signal dependency/d begin/b immediate/I hold/H nice pty multi-prog mem-per-cpu "
+            "signal dependency/d begin/b immediate/I hold/H nice pty multi-prog "
             "ntasks-per-gpu gpu-bind overlap exact whole het-group cpus-per-gpu-step slurmd-debug "
             "disable-status/X no-allocate/Z jobid core-spec/S threads/T"
         ),

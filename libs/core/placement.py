@@ -20,6 +20,7 @@ from typing import TypeVar
 import msgspec
 
 from corral.libs.core.state import Job, Node, State, drained
+from corral.libs.slurm.cpus import cpus_per_node
 from corral.schemas.events import JobSpec, NodeAllocation
 
 T = TypeVar("T")
@@ -106,10 +107,9 @@ def request_of(job: Job) -> Request:
 def request_of_spec(spec: JobSpec) -> Request:
     """Per-node needs of a spec (also what submit validation checks against idle nodes)."""
     nodes = max(spec.nodes, len(spec.nodelist), 1)
-    tasks_per_node = spec.ntasks_per_node or -(-max(spec.ntasks, 1) // nodes)
-    cpus = tasks_per_node * max(spec.cpus_per_task, 1)
-    if spec.cpus_per_gpu is not None and spec.gpus_per_node:
-        cpus = max(cpus, spec.gpus_per_node * spec.cpus_per_gpu)
+    cpus = cpus_per_node(
+        nodes, spec.ntasks, spec.ntasks_per_node, spec.cpus_per_task, spec.gpus_per_node, spec.cpus_per_gpu
+    )
     return Request(
         nodes=nodes,
         gpus=spec.gpus_per_node,

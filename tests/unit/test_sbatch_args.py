@@ -137,6 +137,10 @@ OPTION_CASES: list[tuple[list[str], bytes, str, Any]] = [
     (["--gpus-per-node=4", "s.sh"], SCRIPT, "cpus_per_gpu", None),
     (["--gpus-per-node=4", "--mem-per-gpu=10G", "s.sh"], SCRIPT, "mem_per_node_mb", 40 * 1024),
     (["-G", "4", "-N", "2", "--mem-per-gpu=100M", "s.sh"], SCRIPT, "mem_per_node_mb", 200),
+    # --mem-per-cpu: times the CPUs of the busiest node (tasks per node x cpus per task, or per GPU)
+    (["--mem-per-cpu=2G", "-n", "4", "-N", "2", "s.sh"], SCRIPT, "mem_per_node_mb", 4096),
+    (["--mem-per-cpu=1000M", "-n", "3", "-N", "2", "-c", "2", "s.sh"], SCRIPT, "mem_per_node_mb", 4000),
+    (["--mem-per-cpu=1G", "--gres=gpu:2", "--cpus-per-gpu=4", "s.sh"], SCRIPT, "mem_per_node_mb", 8192),
     (["--mem=8G", "s.sh"], SCRIPT, "mem_per_node_mb", 8192),
     (["--mem", "3584MB", "s.sh"], SCRIPT, "mem_per_node_mb", 3584),
     (["--mem=15GB", "s.sh"], SCRIPT, "mem_per_node_mb", 15360),
@@ -371,9 +375,15 @@ ERROR_CASES: list[tuple[list[str], bytes, str]] = [
         "2147483645",
     ),
     (
-        ["--mem-per-cpu=1G", "s.sh"],
+        ["--mem-per-cpu=1G", "--mem=2G", "s.sh"],
         SCRIPT,
-        "sbatch: error: option --mem-per-cpu is not supported by Corral yet",
+        "sbatch: error: --mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive",
+    ),
+    (
+        ["--mem-per-cpu=lots", "s.sh"],
+        SCRIPT,
+        'sbatch: error: invalid --mem-per-cpu "lots": use a whole number with an optional unit K, M, G, T '
+        "or P (e.g. 500M, 8G, 8GB, 3584MB)",
     ),
     (
         ["--array=0-1001", "s.sh"],
@@ -512,7 +522,7 @@ ERROR_CASES: list[tuple[list[str], bytes, str]] = [
     (
         ["--mem-per-gpu=1G", "--mem=4G", "-G", "1", "s.sh"],
         SCRIPT,
-        "sbatch: error: --mem-per-gpu and --mem are mutually exclusive",
+        "sbatch: error: --mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive",
     ),
     (
         ["--mem-per-gpu=1G", "s.sh"],
