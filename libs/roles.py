@@ -32,7 +32,7 @@ _GATEWAY_EVENTS = (
     "job_signal_requested",
 )
 _GATEWAY_RESV_EVENTS = ("reservation_create_requested", "reservation_delete_requested")
-_GATEWAY_NODE_EVENTS = ("node_drain_requested", "node_resume_requested")
+_GATEWAY_NODE_EVENTS = ("node_drain_requested", "node_resume_requested", "node_down_requested")
 _HEALTH_NODE_EVENTS = ("node_down", "node_up", "node_drained", "node_resumed")
 _SCHEDULER_RESV_EVENTS = ("reservation_created", "reservation_rejected", "reservation_deleted")
 _SCHEDULER_EVENTS = (

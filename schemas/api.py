@@ -363,6 +363,7 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
     drained: bool = False  # a drain is set (admin or registration), whatever the state (DOWN+DRAIN)
     reason_user: str = ""  # who set the reason: the admin of a drain, "" when Corral did
     reason_time: float | None = None  # when the admin drained it (Unix seconds); None if not known
+    admin_down: bool = False  # state down because an admin downed it (it responds: DOWN, not DOWN*)
 
 
 class PartitionInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -511,19 +512,20 @@ class ReservationsReply(msgspec.Struct, frozen=True, tag="reservations_reply", k
 # --- update_node (scontrol update NodeName=) ----------------------------------------------------------
 
 #: What ``scontrol update NodeName= State=`` may set (UNDRAIN is sent as RESUME).
-NodeStateChange = Literal["DRAIN", "RESUME"]
+NodeStateChange = Literal["DRAIN", "RESUME", "DOWN"]
 
 
 class NodeUpdateRequest(msgspec.Struct, frozen=True, tag="update_node", kw_only=True):
-    """scontrol update NodeName=LIST State=DRAIN Reason=... | State=RESUME (admins only).
+    """scontrol update NodeName=LIST State=DRAIN|DOWN Reason=... | State=RESUME (admins only).
 
-    The gateway appends one intent per node and waits (bounded) for health's ``NodeDrained`` or
-    ``NodeResumed`` of each, so that a job submitted after the reply never starts on a drained node.
+    The gateway appends one intent per node and waits (bounded) for health's ``NodeDrained``,
+    ``NodeDown`` or ``NodeResumed`` of each, so that a job submitted after the reply never starts on a
+    drained or downed node.
     """
 
     nodes: list[str]  # the nodes (expanded hostlist), at least one
-    state: NodeStateChange  # DRAIN or RESUME
-    reason: str = ""  # Reason=: required for DRAIN
+    state: NodeStateChange  # DRAIN, DOWN or RESUME
+    reason: str = ""  # Reason=: required for DRAIN and DOWN
 
 
 class NodeUpdateReply(msgspec.Struct, frozen=True, tag="node_update_reply", kw_only=True):

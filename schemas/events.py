@@ -276,10 +276,14 @@ class NodeRegistered(msgspec.Struct, frozen=True, tag="node_registered", kw_only
 
 
 class NodeDown(msgspec.Struct, frozen=True, tag="node_down", kw_only=True):
-    """Fact (health): the node stopped responding; its runs are lost."""
+    """Fact (health): the node stopped responding, or an admin downed it; its runs end (requeued or
+    NODE_FAIL). An admin's down (``by`` set) leaves the node's agent running: what still runs there is
+    killed through it, and the node stays down, whatever its heartbeats and registrations, until
+    ``NodeResumed``."""
 
     node: NodeName  # the node
-    reason: str  # e.g. "Not responding" (shown by sinfo -R)
+    reason: str  # e.g. "Not responding", or the admin's Reason= (shown by sinfo -R)
+    by: str = ""  # the admin who downed it (scontrol update State=DOWN); "" = it stopped responding
 
 
 class NodeUp(msgspec.Struct, frozen=True, tag="node_up", kw_only=True):
@@ -488,6 +492,17 @@ class NodeResumeRequested(msgspec.Struct, frozen=True, tag="node_resume_requeste
     user: str  # the admin who asked (authenticated)
 
 
+class NodeDownRequested(msgspec.Struct, frozen=True, tag="node_down_requested", kw_only=True):
+    """Intent (gateway): an admin asked to down a node (``scontrol update NodeName= State=DOWN``).
+
+    Health answers it with ``NodeDown(by=...)``; the scheduler folds only the fact.
+    """
+
+    node: NodeName  # the node (one per entry)
+    user: str  # the admin who asked (authenticated)
+    reason: str  # Reason=, required, one line of at most MAX_NODE_REASON characters
+
+
 class NodeDrained(msgspec.Struct, frozen=True, tag="node_drained", kw_only=True):
     """Fact (health): the node is drained by an admin: running jobs finish, no new job is placed on it.
 
@@ -544,6 +559,7 @@ Event = (
     | NodeResumeRequested
     | NodeDrained
     | NodeResumed
+    | NodeDownRequested
 )
 
 #: Every event class of the union, in declaration order.
@@ -580,6 +596,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     NodeResumeRequested,
     NodeDrained,
     NodeResumed,
+    NodeDownRequested,
 )
 
 #: The events of nodes (on ``corral.evt.node.<node>.<tag>``).
@@ -591,9 +608,17 @@ NODE_EVENTS = (
     NodeResumeRequested,
     NodeDrained,
     NodeResumed,
+    NodeDownRequested,
 )
 NodeEvent = (
-    NodeRegistered | NodeDown | NodeUp | NodeDrainRequested | NodeResumeRequested | NodeDrained | NodeResumed
+    NodeRegistered
+    | NodeDown
+    | NodeUp
+    | NodeDrainRequested
+    | NodeResumeRequested
+    | NodeDrained
+    | NodeResumed
+    | NodeDownRequested
 )
 
 #: The events of reservations (on ``corral.evt.resv.<name>.<tag>``).

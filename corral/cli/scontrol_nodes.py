@@ -5,9 +5,11 @@ fields Corral knows are printed (no Arch, load, sockets or free memory it does n
 node shows ``State=IDLE+DRAIN`` (``MIXED+DRAIN``/``ALLOCATED+DRAIN`` while jobs still run, ``DOWN*+DRAIN``)
 and an admin's reason as ``Reason=text [user@time]``, as Slurm does.
 
-``scontrol update NodeName=LIST State=DRAIN Reason=TEXT`` and ``State=RESUME|UNDRAIN`` (admins only): keys
-and states in any case; the request (pure: ``node_update_request``) goes to the gateway's ``update_node``
-verb, which answers once every node is drained or resumed. Prints nothing on success, as Slurm.
+``scontrol update NodeName=LIST State=DRAIN|DOWN Reason=TEXT`` and ``State=RESUME|UNDRAIN`` (admins only):
+keys and states in any case; the request (pure: ``node_update_request``) goes to the gateway's
+``update_node`` verb, which answers once every node is drained, downed or resumed. Prints nothing on
+success, as Slurm. A downed node's running jobs are requeued (or end NODE_FAIL) and their processes are
+killed through its agent; it stays DOWN (no ``*`` while it responds) until RESUME.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ def node_state_text(node: NodeInfo) -> str:
     """``State=`` of a node: its base state, ``+DRAIN`` when drained (IDLE, MIXED or ALLOCATED by usage)."""
     if node.state not in ("drained", "draining"):
         state = NODE_STATE.get(node.state, node.state.upper())
+        if node.state == "down" and node.admin_down:
+            state = "DOWN"  # downed by an admin, still responding: no "*"
         return state + "+DRAIN" if node.drained and node.state == "down" else state
     if not node.alloc_cpus:
         return "IDLE+DRAIN"
@@ -137,10 +141,10 @@ def show(entity: str, words: Sequence[str], oneliner: bool) -> int:
 
 
 #: What ``State=`` of ``scontrol update NodeName=`` asks for, by Slurm's name (UNDRAIN is a RESUME here).
-UPDATE_STATES = {"drain": "DRAIN", "resume": "RESUME", "undrain": "RESUME"}
+UPDATE_STATES = {"drain": "DRAIN", "down": "DOWN", "resume": "RESUME", "undrain": "RESUME"}
 #: Slurm's other node states an admin may set, which Corral does not implement yet.
 LATER_STATES = frozenset(
-    {"down", "fail", "future", "idle", "noresp", "power_down", "power_down_asap", "power_down_force",
+    {"fail", "future", "idle", "noresp", "power_down", "power_down_asap", "power_down_force",
      "power_up", "reboot", "cancel_reboot"}
 )  # fmt: skip
 #: Keys of ``scontrol update NodeName=`` Corral knows (``nodename``/``node`` name the nodes).
@@ -173,11 +177,15 @@ def node_update_request(words: Sequence[str]) -> NodeUpdateRequest:
     if state is None and text.lower() in LATER_STATES:
         raise CliError(
             f"State={text} is not supported by Corral yet: use State=DRAIN (running jobs finish, "
-            "nothing new starts) or State=RESUME"
+            "nothing new starts), State=DOWN (running jobs are requeued or end NODE_FAIL) or State=RESUME"
         )
     if state is None:
-        raise CliError(f"Invalid input: State={text}: use DRAIN, RESUME or UNDRAIN")
-    return NodeUpdateRequest(nodes=names, state="DRAIN" if state == "DRAIN" else "RESUME", reason=reason)
+        raise CliError(f"Invalid input: State={text}: use DRAIN, DOWN, RESUME or UNDRAIN")
+    return NodeUpdateRequest(
+        nodes=names,
+        state="DRAIN" if state == "DRAIN" else "DOWN" if state == "DOWN" else "RESUME",
+        reason=reason,
+    )
 
 
 def update(words: Sequence[str]) -> int:

@@ -131,6 +131,8 @@ def reason_timestamp(node: NodeInfo) -> str:
 def node_state(node: NodeInfo) -> tuple[str, str]:
     """(long, compact) state of a node; a drained node still running jobs is draining."""
     state = "draining" if node.state == "drained" and node.alloc_cpus > 0 else node.state
+    if state == "down" and node.admin_down:
+        return ("DOWN", "down")  # downed by an admin, still responding: no "*"
     return NODE_STATES.get(state, (state.upper(), state))
 
 

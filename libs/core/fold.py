@@ -299,7 +299,8 @@ def _release(state: State, job: Job) -> None:
     orphaned = None
     if job.allocations and job.run_exit is None:
         batch = state.nodes.get(job.allocations[0].node)
-        if batch is not None and batch.up:
+        # An admin's down leaves the node's agent running: what runs there is killed through it.
+        if batch is not None and (batch.up or batch.admin_down is not None):
             alloc = job.allocations[0]
             orphaned = batch.name
             state.orphans.append(
@@ -446,22 +447,30 @@ def _node_registered(state: State, seq: int, at: float, body: ev.NodeRegistered)
         return
     node.cpus, node.mem_mb, node.gpus, node.gpu_type = body.cpus, body.mem_mb, body.gpus, body.gpu_type
     node.partitions, node.features = list(body.partitions), list(body.features)
-    node.up, node.reason = True, ""
+    if node.admin_down is None:  # an admin's down outlives agent restarts, like an admin drain
+        node.up, node.reason = True, ""
     # Only the registration's own drain follows the registration: an admin drain outlives agent restarts.
     node.drain = body.drain_reason
 
 
 def _node_down(state: State, seq: int, at: float, body: ev.NodeDown) -> None:
     node = state.nodes.get(body.node)
-    if node is not None:
-        node.up, node.reason = False, body.reason
-        # Its runs are gone with it: nothing on it is left to kill.
-        _drop_orphans(state, lambda o: o.node == body.node)
+    if node is None:
+        return
+    node.up, node.reason = False, body.reason
+    if body.by:
+        # An admin's down: the agent still runs, so the node's runs become orphans to kill through it.
+        node.admin_down = AdminDrain(reason=body.reason, by=body.by, at=at)
+        return
+    node.admin_down = None
+    # Its runs are gone with it: nothing on it is left to kill.
+    _drop_orphans(state, lambda o: o.node == body.node)
 
 
 def _node_up(state: State, seq: int, at: float, body: ev.NodeUp) -> None:
     node = state.nodes.get(body.node)
-    if node is not None:
+    # Only a resume ends an admin's down, whatever the node's heartbeats say.
+    if node is not None and node.admin_down is None:
         node.up, node.reason = True, ""
 
 
@@ -481,6 +490,9 @@ def _node_resumed(state: State, seq: int, at: float, body: ev.NodeResumed) -> No
     if node is not None:
         # Both drains end, as Slurm's RESUME does; a GPU mismatch drains again at the next registration.
         node.admin_drain, node.drain = None, ""
+        if node.admin_down is not None:
+            # RESUME of an admin's down: up again (health reports it down if it does not heartbeat).
+            node.admin_down, node.up, node.reason = None, True, ""
 
 
 _HANDLERS: dict[type, Callable[[State, int, float, Any], None]] = {

@@ -131,6 +131,7 @@ class Node(msgspec.Struct, kw_only=True, omit_defaults=True):
     jobs: list[int] = []  # running jobs on the node, in allocation order
     drain: str = ""  # why its registration drained it (GPU count mismatch); "" = not drained by it
     admin_drain: AdminDrain | None = None  # an admin's drain (survives re-registration); None = none
+    admin_down: AdminDrain | None = None  # an admin's down (its agent still runs); None = not downed by one
 
 
 class Orphan(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

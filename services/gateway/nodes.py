@@ -1,19 +1,21 @@
-"""Admins' node drain and resume at the gateway (``scontrol update NodeName=LIST State=DRAIN|RESUME``).
+"""Admins' node drain, down and resume at the gateway (``scontrol update NodeName=LIST
+State=DRAIN|DOWN|RESUME``).
 
 Checks before anything is appended (pure: ``check_update``, ``resume_problem``): the caller is an admin
 (Slurm: ``Access/permission denied``), every node is configured (``Invalid node name specified``), a
-DRAIN has a one-line reason (Slurm: ``You must specify a reason when DOWNING or DRAINING a node. Request
-denied``), and a RESUME names only drained nodes (``Invalid node state specified``). A request with one
-bad node appends nothing.
+DRAIN or DOWN has a one-line reason (Slurm: ``You must specify a reason when DOWNING or DRAINING a node.
+Request denied``), a DOWN names only registered nodes, and a RESUME names only drained or downed nodes
+(``Invalid node state specified``). A request with one bad node appends nothing.
 
-Then one intent per node (``NodeDrainRequested``/``NodeResumeRequested`` on the node's subjects), and a
-bounded wait for health's answer (``NodeDrained``/``NodeResumed`` after the intent on the same node): once
+Then one intent per node (``NodeDrainRequested``/``NodeDownRequested``/``NodeResumeRequested`` on the
+node's subjects), and a bounded wait for health's answer (``NodeDrained``/``NodeDown``/``NodeResumed``
+after the intent on the same node): once
 the reply says done, the drain is in the log ahead of any job submitted later, so the scheduler, which
 folds the log in order, never starts such a job on the node. Without an answer in time the reply says
 so; the intents stay and health answers them when it runs.
 
-The gateway holds no state: whether a node is drained is read from its newest ``NodeDrained``,
-``NodeResumed`` and ``NodeRegistered`` entries.
+The gateway holds no state: whether a node is drained or downed is read from its newest ``NodeDrained``,
+``NodeDown``, ``NodeResumed`` and ``NodeRegistered`` entries.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def check_update(req: api.NodeUpdateRequest, config: ClusterConfig) -> None:
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise InvalidInput(f"{INVALID_NODE}: {shown} (sinfo -N lists the nodes)", field="NodeName")
-    if req.state == "DRAIN":
+    if req.state in ("DRAIN", "DOWN"):
         reason = req.reason.strip()
         if not reason:
             raise InvalidInput(NEED_REASON, field="Reason")
@@ -59,18 +61,25 @@ def check_update(req: api.NodeUpdateRequest, config: ClusterConfig) -> None:
 
 
 def resume_problem(
-    node: str, drained: LogEntry | None, resumed: LogEntry | None, registered: LogEntry | None
+    node: str,
+    drained: LogEntry | None,
+    resumed: LogEntry | None,
+    registered: LogEntry | None,
+    downed: LogEntry | None = None,
 ) -> str | None:
-    """Why ``node`` cannot be resumed (it is not drained), from its newest drain, resume and registration
-    entries; None if it may be."""
+    """Why ``node`` cannot be resumed (it is neither drained nor downed by an admin), from its newest
+    drain, resume, registration and down entries; None if it may be."""
     after = resumed.seq if resumed is not None else 0
     if drained is not None and drained.seq > after:
+        return None
+    down = downed.envelope.body if downed is not None and downed.envelope else None
+    if isinstance(down, ev.NodeDown) and down.by and downed is not None and downed.seq > after:
         return None
     # A registration drain (GPU count mismatch) since the last resume may be resumed too.
     body = registered.envelope.body if registered is not None and registered.envelope else None
     if isinstance(body, ev.NodeRegistered) and body.drain_reason and registered and registered.seq > after:
         return None
-    return f"{INVALID_STATE}: {node} is not drained (RESUME ends a DRAIN)"
+    return f"{INVALID_STATE}: {node} is not drained nor downed by an admin (RESUME ends a DRAIN or DOWN)"
 
 
 class NodeUpdates:
@@ -82,7 +91,7 @@ class NodeUpdates:
         self.admins = admins
 
     async def update(self, user: str, req: api.NodeUpdateRequest) -> api.NodeUpdateReply:
-        """Drain or resume every node of the request (admins only), or none if one is refused."""
+        """Drain, down or resume every node of the request (admins only), or none if one is refused."""
         if user not in self.admins:
             raise Forbidden(DENIED)
         check_update(req, self.config)
@@ -94,16 +103,26 @@ class NodeUpdates:
                     await self._last(node, "node_drained"),
                     await self._last(node, "node_resumed"),
                     await self._last(node, "node_registered"),
+                    await self._last(node, "node_down"),
                 )
                 if problem is not None:
                     raise InvalidInput(problem, field="State")
+        if req.state == "DOWN":
+            for node in nodes:
+                if await self._last(node, "node_registered") is None:
+                    raise InvalidInput(
+                        f"{INVALID_STATE}: {node} has never registered (start its agent first)",
+                        field="NodeName",
+                    )
         appended: list[tuple[str, int]] = []
         for node in nodes:
             intent: ev.Event = ev.NodeResumeRequested(node=ev.NodeName(node), user=user)
             if req.state == "DRAIN":
                 intent = ev.NodeDrainRequested(node=ev.NodeName(node), user=user, reason=req.reason.strip())
+            elif req.state == "DOWN":
+                intent = ev.NodeDownRequested(node=ev.NodeName(node), user=user, reason=req.reason.strip())
             appended.append((node, (await self.bus.append(intent, correlation_id=node)).seq))
-        answer = "node_drained" if req.state == "DRAIN" else "node_resumed"
+        answer = {"DRAIN": "node_drained", "DOWN": "node_down", "RESUME": "node_resumed"}[req.state]
         deadline = time.monotonic() + ANSWER_TIMEOUT_S
         for node, seq in appended:
             await self._wait(node, answer, seq, deadline)

@@ -1,14 +1,16 @@
 """Health (slurmctld's node monitor): heartbeats and admin intents in, node facts out.
 
 Cycle:
-1. follow the node events of the log to know which nodes are registered and which are down, and which
-   admin drain/resume requests (``NodeDrainRequested``/``NodeResumeRequested``, from the gateway) are
-   not answered yet;
-2. once caught up with the log, answer each such request with ``NodeDrained``/``NodeResumed`` (tried
-   again whenever it is caught up again and every half timeout, until an answer lands);
+1. follow the node events of the log to know which nodes are registered, which are down (and which of
+   those an admin downed), and which admin requests (``NodeDrainRequested``/``NodeDownRequested``/
+   ``NodeResumeRequested``, from the gateway) are not answered yet;
+2. once caught up with the log, answer each such request with ``NodeDrained``/``NodeDown(by=admin)``/
+   ``NodeResumed`` (tried again whenever it is caught up again and every half timeout, until an answer
+   lands);
 3. note the time of each node's latest heartbeat (``corral.hb.<node>``);
 4. every half timeout: a node that is up and silent for ``node_timeout`` becomes ``NodeDown``;
-   a down node that heartbeats again becomes ``NodeUp``.
+   a down node that heartbeats again becomes ``NodeUp`` — unless an admin downed it: only a resume
+   brings that one back.
 
 Every append is conditional on the node's last event sequence, so several health replicas never report
 the same change twice, and an answer computed from a stale view of the node is refused and tried again.
@@ -30,6 +32,8 @@ from corral.libs.service import Context, run_until_stopped
 from corral.schemas import events as ev
 from corral.schemas import subjects
 
+AdminRequest = ev.NodeDrainRequested | ev.NodeResumeRequested | ev.NodeDownRequested
+
 
 class Health:
     """Node liveness from heartbeats."""
@@ -40,7 +44,8 @@ class Health:
         self.up: dict[str, bool] = {}  # registered nodes: up?
         self.node_seq: dict[str, int] = {}  # last log sequence of each node's events
         self.seen: dict[str, float] = {}  # monotonic time of the latest heartbeat
-        self.requests: dict[str, ev.NodeDrainRequested | ev.NodeResumeRequested] = {}  # unanswered, newest
+        self.requests: dict[str, AdminRequest] = {}  # unanswered admin request of each node, the newest
+        self.admin_down: set[str] = set()  # nodes an admin downed (not brought up by heartbeats)
         self.wake = asyncio.Event()  # set when there are requests to answer and the log is read to its end
         self.started = time.monotonic()
         self.log = telemetry.logger()
@@ -50,14 +55,24 @@ class Health:
         async for entry in self.bus.read(1, subject="corral.evt.node.>", follow=True):
             body = entry.envelope.body if entry.envelope else None
             if isinstance(body, ev.NodeRegistered | ev.NodeUp):
-                self.up[body.node] = True
+                # The fold keeps an admin's down through registrations (and heartbeats): so does health.
+                self.up[body.node] = body.node not in self.admin_down
                 self.seen.setdefault(body.node, time.monotonic())
             elif isinstance(body, ev.NodeDown):
                 self.up[body.node] = False
-            elif isinstance(body, ev.NodeDrainRequested | ev.NodeResumeRequested):
+                if body.by:
+                    self.admin_down.add(body.node)
+                    self.requests.pop(body.node, None)
+                else:
+                    self.admin_down.discard(body.node)
+            elif isinstance(body, ev.NodeDrainRequested | ev.NodeResumeRequested | ev.NodeDownRequested):
                 self.requests[body.node] = body  # a newer request replaces an unanswered one
             elif isinstance(body, ev.NodeDrained | ev.NodeResumed):
                 self.requests.pop(body.node, None)
+                if isinstance(body, ev.NodeResumed) and body.node in self.admin_down:
+                    # Up again; the next check reports it down if it does not heartbeat.
+                    self.admin_down.discard(body.node)
+                    self.up[body.node] = True
             if isinstance(body, ev.NODE_EVENTS):
                 # Every entry on the node's subjects moves the sequence appends are conditional on.
                 self.node_seq[body.node] = entry.seq
@@ -86,6 +101,8 @@ class Health:
             await self._report(ev.NodeDrained(node=request.node, reason=request.reason, by=request.user))
         elif isinstance(request, ev.NodeResumeRequested):
             await self._report(ev.NodeResumed(node=request.node, by=request.user))
+        elif isinstance(request, ev.NodeDownRequested):
+            await self._report(ev.NodeDown(node=request.node, reason=request.reason, by=request.user))
 
     async def on_heartbeat(self, msg: Msg) -> None:
         """Note a heartbeat."""
@@ -96,6 +113,8 @@ class Health:
         """Report nodes whose liveness changed."""
         now = time.monotonic()
         for node, up in list(self.up.items()):
+            if node in self.admin_down:
+                continue  # down until an admin resumes it
             silent = now - max(self.seen.get(node, self.started), self.started)
             if up and silent > self.timeout:
                 await self._report(ev.NodeDown(node=ev.NodeName(node), reason="Not responding"))

@@ -176,8 +176,9 @@ def nodes_reply(
                 )
             )
             continue
-        # The reason shown is the admin's drain unless the node is down (its down reason comes first).
-        drain = node.admin_drain if node.up else None
+        # The reason shown is the admin's drain unless the node is down (its down reason comes first,
+        # with the admin who downed it).
+        drain = node.admin_drain if node.up else node.admin_down
         nodes.append(
             api.NodeInfo(
                 name=node.name,
@@ -195,6 +196,7 @@ def nodes_reply(
                 drained=drained(node),
                 reason_user=drain.by if drain else "",
                 reason_time=drain.at if drain else None,
+                admin_down=node.admin_down is not None,
             )
         )
     partitions = [

@@ -1,5 +1,6 @@
-"""Admin drain and resume end to end: a drained node finishes its job and gets no new one until resumed,
-an agent restart keeps the drain, and only an admin may drain (bad requests append nothing)."""
+"""Admin drain, down and resume end to end: a drained node finishes its job and gets no new one until
+resumed, a downed node's job is requeued and killed there, an agent restart keeps both, and only an admin
+may drain (bad requests append nothing)."""
 
 from __future__ import annotations
 
@@ -136,3 +137,58 @@ def test_a_drained_node_finishes_its_job_and_gets_no_new_one_until_resumed(
     assert sorted(node_of(cli, job) for job in both) == ["node1", "node2"]
     assert node_states(cli) == {"node1": "idle", "node2": "idle"}
     assert "e2e maintenance" not in cli("sinfo", "-R").stdout
+
+
+#: Writes its pid, then runs long; its second run (after the requeue) ends at once.
+REQUEUED = """#!/bin/bash
+#SBATCH --gres=gpu:2 -t 5:00 -o down-%j.out --open-mode=append
+echo "run $SLURM_RESTART_COUNT on $SLURMD_NODENAME"
+[ "$SLURM_RESTART_COUNT" = 0 ] || exit 0
+echo $$ > down-$SLURM_JOB_ID.pid
+exec sleep 300
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_downed_node_requeues_its_job_kills_it_and_stays_down_until_resumed(
+    drain_cluster: tuple[LocalCluster, Cli],
+) -> None:
+    cluster, cli = drain_cluster
+    admin = admin_cli(cli, cluster)
+    # node1 is busy, so the job starts on node2 (and may rerun anywhere).
+    blocker = cli.sbatch(JOB.format(seconds=300), "-w", "node1")
+    cli.wait_state(blocker, ("RUNNING",))
+    job = cli.sbatch(REQUEUED)
+    pid_file = cli.workdir / f"down-{job}.pid"
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "", what="the job started")
+    pid = int(pid_file.read_text())
+    assert cli("scancel", str(blocker)).returncode == 0
+    assert admin("scontrol", "update", "NodeName=node2", "State=DOWN").returncode == 1  # a reason is needed
+
+    downed = admin("scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=PSU swap")
+    assert downed.returncode == 0 and downed.stdout == "", downed
+    # Its job is requeued (the node is still there, so its process is killed through the agent) and
+    # reruns on node1; node2 stays down while its agent heartbeats and after the agent restarts.
+    wait_until(lambda: not alive(pid), what="the job's process on node2 killed")
+    assert cli.wait_state(job, ("COMPLETED", "FAILED", "NODE_FAIL")) == "COMPLETED|0:0"
+    assert (cli.workdir / f"down-{job}.out").read_text().splitlines() == ["run 0 on node2", "run 1 on node1"]
+    assert node_states(cli)["node2"] == "down"
+    shown = cli("scontrol", "show", "node", "node2").stdout
+    assert "State=DOWN " in shown and f"Reason=PSU swap [{roles.ADMIN}@" in shown, shown
+    cluster.terminate("agent-node2")
+    cluster.revive("agent-node2")
+    pinned = cli.sbatch(JOB.format(seconds=1), "-w", "node2")
+    wait_until(lambda: squeue(cli, pinned).startswith("PENDING|ReqNodeNotAvail"), what="pinned job waits")
+    assert node_states(cli)["node2"] == "down"
+
+    assert admin("scontrol", "update", "NodeName=node2", "State=RESUME").returncode == 0
+    assert cli.wait_state(pinned, ("COMPLETED", "FAILED")) == "COMPLETED|0:0"
+    assert node_of(cli, pinned) == "node2"
+    assert node_states(cli) == {"node1": "idle", "node2": "idle"}

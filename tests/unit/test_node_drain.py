@@ -12,6 +12,7 @@ from builders import T0, Log, allocated, cluster, cluster_config, exited, job, p
 from corral.cli import scontrol_nodes, sinfo
 from corral.cli.errors import CliError
 from corral.libs import roles
+from corral.libs.core.orders import orders
 from corral.libs.core.placement import free_capacity
 from corral.libs.core.plan import plan
 from corral.libs.core.state import AdminDrain, State, drain_reason, drained
@@ -61,8 +62,12 @@ def mismatch(node: str) -> ev.NodeRegistered:
             ["NodeName=gpu02", "State=RESUME", "Reason=fixed"],
             api.NodeUpdateRequest(nodes=["gpu02"], state="RESUME", reason="fixed"),
         ),
+        (
+            ["NodeName=gpu02", "State=down", "Reason=PSU failed"],
+            api.NodeUpdateRequest(nodes=["gpu02"], state="DOWN", reason="PSU failed"),
+        ),
     ],
-    ids=["drain", "any-case-hostlist", "resume", "undrain-key-order", "resume-with-reason"],
+    ids=["drain", "any-case-hostlist", "resume", "undrain-key-order", "resume-with-reason", "down"],
 )
 def test_node_update_request(words: list[str], wanted: api.NodeUpdateRequest) -> None:
     assert scontrol_nodes.node_update_request(words) == wanted
@@ -74,15 +79,14 @@ def test_node_update_request(words: list[str], wanted: api.NodeUpdateRequest) ->
         (["NodeName=gpu02", "State=DRAIN"], NEED_REASON),
         (["NodeName=gpu02", "State=DRAIN", "Reason=  "], NEED_REASON),
         (["NodeName=gpu02", "State=DOWN"], NEED_REASON),
-        (["NodeName=gpu02", "State=DOWN", "Reason=x"], "State=DOWN is not supported by Corral yet"),
         (["NodeName=gpu02", "State=IDLE"], "State=IDLE is not supported by Corral yet"),
-        (["NodeName=gpu02", "State=sleepy"], "Invalid input: State=sleepy: use DRAIN, RESUME or UNDRAIN"),
+        (["NodeName=gpu02", "State=sleepy"], "State=sleepy: use DRAIN, DOWN, RESUME or UNDRAIN"),
         (["NodeName=gpu02"], "needs State=DRAIN Reason=TEXT or State=RESUME"),
         (["NodeName=", "State=RESUME"], "scontrol update needs NodeName=LIST"),
         (["NodeName=gpu02", "Weight=5"], "changing Weight of a node is not supported by Corral yet"),
         (["NodeName=gpu02", "drain"], "scontrol update drain: use KEY=VALUE"),
     ],
-    ids=["no-reason", "blank-reason", "down-no-reason", "down", "idle", "junk-state", "no-state",
+    ids=["no-reason", "blank-reason", "down-no-reason", "idle", "junk-state", "no-state",
          "no-nodes", "other-key", "not-key-value"],
 )  # fmt: skip
 def test_node_update_refusals(words: list[str], message: str) -> None:
@@ -154,7 +158,25 @@ def test_resume_needs_a_drained_node(
     problem = resume_problem("gpu01", *entries)  # type: ignore[arg-type]
     assert (problem is None) == may, problem
     if not may:
-        assert problem == "Invalid node state specified: gpu01 is not drained (RESUME ends a DRAIN)"
+        assert problem == (
+            "Invalid node state specified: gpu01 is not drained nor downed by an admin "
+            "(RESUME ends a DRAIN or DOWN)"
+        )
+
+
+@pytest.mark.parametrize(
+    ("down", "resumed_at", "may"),
+    [
+        ((5, ev.NodeDown(node="gpu01", reason="PSU", by="root")), None, True),
+        ((5, ev.NodeDown(node="gpu01", reason="Not responding")), None, False),
+        ((5, ev.NodeDown(node="gpu01", reason="PSU", by="root")), 6, False),
+    ],
+    ids=["downed-by-an-admin", "not-responding", "resumed-since"],
+)
+def test_resume_ends_an_admins_down(down: tuple[int, ev.NodeDown], resumed_at: int | None, may: bool) -> None:
+    resumed = _entry(resumed_at, resume("gpu01")) if resumed_at else None
+    problem = resume_problem("gpu01", None, resumed, _entry(1, registered("gpu01")), _entry(*down))  # type: ignore[arg-type]
+    assert (problem is None) == may, problem
 
 
 # --- the fold -----------------------------------------------------------------------------------------
@@ -308,6 +330,50 @@ def test_node_state_views(bodies: list[ev.Event], state: str, scontrol: str) -> 
     info = _views(*bodies)["gpu02"]
     assert (info.state, scontrol_nodes.node_state_text(info)) == (state, scontrol)
     assert f"State={scontrol} " in " ".join(scontrol_nodes.show_node(info))
+
+
+def down(node: str, reason: str = "PSU failed", by: str = "root") -> ev.NodeDown:
+    return ev.NodeDown(node=node, reason=reason, by=by)
+
+
+def test_an_admins_down_requeues_the_job_and_kills_its_run_through_the_agent() -> None:
+    log = Log(*cluster(nodes=2))
+    log.add(submitted(1, job(nodes=1, gpus=8)), allocated(1, {"gpu02": list(range(8))}))
+    log.add(ev.RunStarted(job_id=1, attempt=0, node="gpu02", pid=42), down("gpu02"))
+    node = log.state.nodes["gpu02"]
+    assert (node.up, node.reason, node.admin_down) == (False, "PSU failed", AdminDrain(reason="PSU failed",
+            by="root", at=log.at))  # fmt: skip
+    out = plan(log.state, log.at, policy())
+    requeued = [d for d in out.decisions if isinstance(d, ev.JobRequeued)]
+    assert [d.job_id for d in requeued] == [1]
+    log.add(*out.decisions, step=0.0)
+    # The run may still run on the (responding) node: it is an orphan, killed through gpu02's agent.
+    kills = [o for o in orders(log.state, policy()) if isinstance(o, api.KillOrder)]
+    assert [(k.job_id, k.attempt, k.node) for k in kills] == [(1, 0, "gpu02")]
+    log.add(exited(1, "gpu02", signal=15, killed=True))
+    assert not log.state.orphans
+
+
+def test_an_admins_down_lasts_until_resume_whatever_the_agent_does() -> None:
+    log = Log(*cluster(nodes=2))
+    log.add(down("gpu02"), registered("gpu02"), ev.NodeUp(node="gpu02"))
+    assert not log.state.nodes["gpu02"].up and sorted(free_capacity(log.state.nodes)) == ["gpu01"]
+    log.add(resume("gpu02"))
+    node = log.state.nodes["gpu02"]
+    assert (node.up, node.reason, node.admin_down) == (True, "", None)
+    # A node that stops responding is down until it heartbeats again (NodeUp), as before.
+    log.add(ev.NodeDown(node="gpu02", reason="Not responding"), ev.NodeUp(node="gpu02"))
+    assert log.state.nodes["gpu02"].up
+
+
+def test_an_admins_down_shows_down_without_star_and_its_admin() -> None:
+    info = _views(down("gpu02", by="ops"))["gpu02"]
+    assert (info.state, info.admin_down, info.reason_user) == ("down", True, "ops")
+    assert scontrol_nodes.node_state_text(info) == "DOWN"
+    assert sinfo.node_state(info) == ("DOWN", "down")
+    assert scontrol_nodes.show_node(info, UTC)[-1] == "Reason=PSU failed [ops@2023-11-14T22:13:22]"
+    lost = _views(ev.NodeDown(node="gpu02", reason="Not responding"))["gpu02"]
+    assert (scontrol_nodes.node_state_text(lost), sinfo.node_state(lost)) == ("DOWN*", ("DOWN*", "down*"))
 
 
 def test_an_admin_reason_shows_its_user_and_time() -> None:
