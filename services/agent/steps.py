@@ -511,6 +511,8 @@ class Steps:
     def _stepd_alive(self, local: LocalStep) -> bool:
         if local.proc is not None:
             return local.proc.poll() is None  # (reaps it once it ended)
+        if local.pids is None:
+            local.pids = local.dir.pids()  # adopted before its supervisor had written them
         return local.pids is not None and stepdir.running(local.pids.stepd)
 
     async def _follow(self, local: LocalStep) -> None:
