@@ -537,13 +537,14 @@ class Steps:
                 dirty = await self._tail(local, files) or dirty
                 if not alive:
                     new += self._vanished_exits(local, {e.task for e in new})
-                if new or (dirty and loop.time() - saved_at >= SAVE_S):
+                if dirty and (new or loop.time() - saved_at >= SAVE_S):
                     await self._flush()
                     self._save(local)
                     saved_at, dirty = loop.time(), False
                 for exit in new:
                     await self._publish_exit(local, exit)
                 if new:
+                    await self._flush()  # one round trip for the exits seen together
                     self._save(local)
                 if len(local.exits) < local.ntasks:
                     with contextlib.suppress(TimeoutError):
@@ -639,7 +640,6 @@ class Steps:
             await self.nc.publish(
                 io_subject(local.user, local.key, "exit", exit.task), msgspec.json.encode(exit)
             )
-            await self.nc.flush()
 
     def _release_local(self, local: LocalStep) -> None:
         """This node's part is over. A peer keeps the exits a while for the coordinator's poll, then forgets
