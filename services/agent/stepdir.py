@@ -6,7 +6,7 @@
 =================  ============  ===================================================================
 file               written by    what
 =================  ============  ===================================================================
-``step.json``      agent (0600)  ``StepSpec``: this node's tasks (argv, cwd, environment, outputs)
+``step.spec``      agent (0600)  ``StepSpec`` (marshal): this node's tasks (argv, cwd, env, outputs)
 ``pids``           stepd         ``{"stepd": [pid, ticks], "tasks": {"<task>": [pid, ticks]}}``
 ``exit.<task>``    stepd         ``{"exit_code", "signal", "error"}``, by rename once the task ended
 ``out.<task>``     the task      its stdout when srun gets it (no ``-o``): the agent tails it
@@ -26,6 +26,7 @@ while the process recorded is the one running on that pid.
 from __future__ import annotations
 
 import contextlib
+import marshal
 import os
 import shutil
 from pathlib import Path
@@ -64,7 +65,7 @@ class TaskSpec(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class StepSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """``step.json``: this node's part of a step."""
+    """``step.spec``: this node's part of a step."""
 
     user: str  # the job's owner (I/O subjects)
     key: str  # the step's I/O token
@@ -72,7 +73,7 @@ class StepSpec(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int  # run
     step_id: int  # step
     tasks: list[TaskSpec]  # this node's tasks
-    cgroup: str | None = None  # the run's memory cgroup the tasks join, if any
+    cgroup_procs: str | None = None  # ``cgroup.procs`` of the run's memory cgroup the tasks join, if any
 
 
 class CoordRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -150,12 +151,15 @@ class StepDir:
             return None
 
     def write_spec(self, spec: StepSpec) -> None:
-        """``step.json``, 0600."""
-        self._write(stepd.SPEC_FILE, msgspec.json.encode(spec))
+        """``step.spec``, 0600: marshalled, the one format the supervisor reads without importing a module."""
+        self._write(stepd.SPEC_FILE, marshal.dumps(msgspec.to_builtins(spec)))
 
     def spec(self) -> StepSpec | None:
-        """``step.json``, if written."""
-        return self._read(stepd.SPEC_FILE, StepSpec)
+        """``step.spec``, if written."""
+        try:
+            return msgspec.convert(marshal.loads((self.path / stepd.SPEC_FILE).read_bytes()), StepSpec)
+        except (OSError, ValueError, EOFError, TypeError, msgspec.ValidationError):
+            return None
 
     def pids(self) -> StepPids | None:
         """``pids``, once the supervisor wrote it."""

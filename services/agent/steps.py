@@ -52,7 +52,7 @@ import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from corral.libs import telemetry
+from corral.libs import memcg, telemetry
 from corral.schemas import events as ev
 from corral.schemas.api import ApiError, LaunchOrder
 from corral.schemas.steps import (
@@ -351,7 +351,7 @@ class Steps:
             attempt=order.attempt,
             step_id=step_id,
             tasks=specs,
-            cgroup=self.cgroup_of(order.job_id, order.attempt),
+            cgroup_procs=_procs_file(self.cgroup_of(order.job_id, order.attempt)),
         )
         sdir.write_spec(spec)
         local = LocalStep(user=user, key=launch.key, step=key, tasks=[p.task for p in mine], dir=sdir)
@@ -449,7 +449,7 @@ class Steps:
         for task in local.tasks:
             path = local.dir.file(f"{stepd.EXIT_PREFIX}{task}")
             if not path.exists():
-                stepd.write_atomically(str(path), {"exit_code": 2, "signal": 0, "error": error})
+                stepd.write_atomically(str(path), stepd.exit_json(2, 0, error))
         local.wake.set()
 
     @staticmethod
@@ -907,3 +907,8 @@ def _vanished(task: int, node: str) -> TaskExit:
         signal=signal.SIGKILL,
         error=f"node {node}: the task's step supervisor vanished",
     )
+
+
+def _procs_file(cgroup: str | None) -> str | None:
+    """The ``cgroup.procs`` file a task writes itself into to join ``cgroup`` (None: no cgroup)."""
+    return None if cgroup is None else os.path.join(cgroup, memcg.PROCS)
