@@ -92,9 +92,12 @@ def test_a_duplicate_launch_runs_nothing_twice(restart_cluster: tuple[LocalClust
     assert cli.sacct(job) == "COMPLETED|0:0"
 
 
-def restart(cluster: LocalCluster, agent: str) -> None:
-    """Stop an agent (SIGTERM: its jobs and steps keep running) and start it again."""
-    cluster.terminate(agent)
+def restart(cluster: LocalCluster, agent: str, crash: bool = False) -> None:
+    """Stop an agent (SIGTERM, or SIGKILL as a crash: its jobs and steps keep running) and start it again."""
+    if crash:
+        cluster.kill(agent)
+    else:
+        cluster.terminate(agent)
     time.sleep(0.5)
     cluster.revive(agent)
 
@@ -151,10 +154,10 @@ LINES = 60  # each task prints one every 0.2 s: ~12 s
 
 
 def test_a_step_survives_restarts_of_both_its_agents(restart_cluster: tuple[LocalCluster, Cli]) -> None:
-    """``srun -N2 -n2`` whose tasks print a numbered line every 0.2 s: restart the peer's agent, then the
-    batch node's (the step's coordinator) while it runs. srun prints every line of both tasks (a restart may
-    repeat a few, none is lost), exits 0, the step completes, and ``scancel -s USR1`` after the restarts
-    reaches both tasks."""
+    """``srun -N2 -n2`` whose tasks print a numbered line every 0.2 s: the peer's agent crashes (SIGKILL)
+    and restarts, then the batch node's (the step's coordinator) restarts, while it runs. srun prints
+    every line of both tasks (a restart may repeat a few, none is lost), exits 0, the step completes, and
+    ``scancel -s USR1`` after the restarts reaches both tasks."""
     cluster, cli = restart_cluster
     out = cli.workdir / "both.out"
     job = cli.sbatch(
@@ -171,7 +174,7 @@ def test_a_step_survives_restarts_of_both_its_agents(restart_cluster: tuple[Loca
     )
     pids = task_pids(cli.workdir, job)
     wait_until(lambda: "1: t1 2" in out.read_text(), what="both tasks print")
-    restart(cluster, "agent-node2")
+    restart(cluster, "agent-node2", crash=True)
     time.sleep(1)
     restart(cluster, "agent-node1")
     time.sleep(1)
