@@ -218,6 +218,30 @@ def test_a_job_cancelled_after_agent_restarts_kills_its_step_tasks_on_both_nodes
     assert f"{job}.0|CANCELLED" in steps, steps
 
 
+def test_task_zero_reads_end_of_file_after_its_agent_restarts(
+    restart_cluster: tuple[LocalCluster, Cli],
+) -> None:
+    """srun's stdin reaches task 0 down a pipe its agent holds: a restarted agent no longer has it, and the
+    task reads end of file (documented), then goes on."""
+    cluster, cli = restart_cluster
+    out = cli.workdir / "stdin.out"
+    job = cli.sbatch(
+        f"#!/bin/bash\nexport PATH={BIN}:$PATH\n"
+        "srun -n1 bash -c 'cat; echo got-eof' < <(exec sleep 300)\n"
+        'echo "srun=$?"\n',
+        "-w",
+        "node1",
+        "-o",
+        str(out),
+    )
+    pids = cluster.state_dir / "agents" / "node1" / "stepd" / f"{job}.0.0" / "pids"
+    wait_until(pids.exists, what="the step started")
+    restart(cluster, "agent-node1")
+    # Long before srun's stdin (a sleep of 300 s) would have ended.
+    assert cli.wait_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=40) == "COMPLETED|0:0"
+    assert out.read_text().splitlines() == ["got-eof", "srun=0"]
+
+
 def test_stopping_the_local_cluster_kills_its_jobs(tmp_path: Path) -> None:
     with agent_cluster(tmp_path) as (cluster, cli):
         job = cli.sbatch(
