@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -24,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral.libs import memcg, roles
+from corral.libs import memcg, procstat, roles
 from corral.libs.bus import connect, declare
 from corral.libs.config import ClusterConfig, load_config, local_config_text
 from corral.libs.credentials import Credentials, new_password, read_credentials, write_credentials
@@ -291,6 +292,13 @@ def kill_runs(agents_dir: Path, kill_wait: float) -> int:
         for sig in (signal.SIGCONT, signal.SIGTERM):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(script_pid, sig)
+    # srun's tasks run under step supervisors of their own (outside the job's process group).
+    steps = step_task_groups(agents_dir)
+    for group in steps:
+        for sig in (signal.SIGCONT, signal.SIGTERM):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, sig)
+    groups += steps
     deadline = time.monotonic() + kill_wait
     while groups and time.monotonic() < deadline:
         groups = [g for g in groups if _group_alive(g)]
@@ -300,6 +308,21 @@ def kill_runs(agents_dir: Path, kill_wait: float) -> int:
             os.killpg(group, signal.SIGKILL)
     remove_run_cgroups(agents_dir)
     return len(groups)
+
+
+def step_task_groups(agents_dir: Path) -> list[int]:
+    """Process groups of the srun tasks still running under the agents' step supervisors: each step
+    directory (``<node>/stepd/<job>.<attempt>.<step>/``) names them in ``pids`` with their start ticks, so a
+    pid reused by another process is left alone."""
+    groups = []
+    for pids in agents_dir.glob("*/stepd/*/pids"):
+        try:
+            tasks = json.loads(pids.read_text())["tasks"]
+            recorded = [(int(pid), int(ticks)) for pid, ticks in tasks.values()]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        groups += [pid for pid, ticks in recorded if procstat.is_running(pid, ticks)]
+    return groups
 
 
 def remove_run_cgroups(agents_dir: Path, wait: float = 3.0) -> None:

@@ -105,7 +105,7 @@ class StepDone(msgspec.Struct, frozen=True, tag="step_done", kw_only=True):
 class StepPolled(msgspec.Struct, frozen=True, tag="step_polled", kw_only=True):
     """Reply to StepPoll: the exits of the node's tasks of that step that have ended."""
 
-    known: bool  # False: the node has no such step (its agent restarted, which kills its tasks)
+    known: bool  # False: the node has no such step (it never got it, or forgot it after its end)
     exits: list[TaskExit] = []  # the node's tasks that have ended
 
 

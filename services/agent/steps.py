@@ -14,15 +14,23 @@ coordinates each step of its runs:
 4. ``AllocationRelease`` from the owner: end an interactive allocation (``ALLOCATION_SCRIPT``) with an
    exit code.
 
-Every node runs its tasks as real processes, each in its own session, in the step's directory, with the
-job's environment plus the task's (``steplayout.task_environment``); stdout/stderr go to srun on
-``corral.io.<user>.<key>.{out,err}.<task>`` (or to ``-o/-e`` files), then the task's exit on ``.exit.<task>``;
-srun's stdin arrives for task 0 on ``corral.io.<user>.<key>.in`` (an empty message is end of file).
+Every node runs its tasks of a step under a detached supervisor of their own (``stepd.py``, one per step and
+node, Slurm's slurmstepd), so they outlive the agent. The agent writes the step's directory
+(``stepdir.py``: the tasks' argv, cwd, environment - the job's plus the task's,
+``steplayout.task_environment`` - and output files), starts the supervisor, which starts each task in its
+own session and records pids and exits there. The agent follows the step through those files: it tails
+the spool files (stdout/stderr when there are no ``-o/-e`` files) to srun on
+``corral.io.<user>.<key>.{out,err}.<task>``, then publishes each exit on ``.exit.<task>``; srun's stdin
+arrives for task 0 on ``corral.io.<user>.<key>.in`` (an empty message is end of file) and goes down a pipe
+this agent process holds (after an agent restart task 0 sees end of file). A restarted agent re-adopts every
+step directory (``start``): it tails on from its saved offsets, reports the exits not yet reported, and the
+batch node rebuilds the steps it coordinates and keeps watching them. Signals reach tasks by the process
+groups recorded on disk, checked against their start ticks.
 
 Task exits are core NATS messages, which can be lost; the coordinator does not depend on them. It notes its
 own node's exits directly, and while exits are missing it polls each peer that owes some (``StepPoll``,
-every ``POLL_S``): a peer keeps a step's exits for ``KEEP_S`` after its last task ended, and a peer that no
-longer knows the step (its agent restarted, which killed its tasks) has them counted as killed.
+every ``POLL_S``, and at once after a restart): a peer keeps a step's exits for ``KEEP_S`` after its last
+task ended (also across its restarts), and a peer that does not know the step has them counted as killed.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ import errno
 import functools
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,8 +71,17 @@ from corral.schemas.steps import (
     io_subject,
     step_subject,
 )
-from corral.services.agent import steplayout
+from corral.services.agent import stepd, stepdir, steplayout
 from corral.services.agent.jobenv import job_environment
+from corral.services.agent.stepdir import (
+    CoordRecord,
+    OutputTarget,
+    StepDir,
+    StepPids,
+    StepSpec,
+    TailState,
+    TaskSpec,
+)
 
 #: Seconds a peer agent may take to start its tasks.
 PEER_TIMEOUT = 10.0
@@ -72,6 +91,17 @@ RELEASE_TIMEOUT = 10.0
 POLL_S = 5.0
 #: Seconds a peer keeps the exits of a step whose tasks have all ended (for the coordinator's poll).
 KEEP_S = 60.0
+#: Seconds between looks at a step's spool and exit files (output latency; exits also wake it at once).
+TAIL_S = 0.02
+#: Seconds between saves of how far the output was published, while it flows.
+SAVE_S = 0.25
+#: Seconds a step's supervisor may take to start the tasks and answer.
+HANDSHAKE_S = 30.0
+#: Files of a step directory (stepdir.py) the coordinator's side uses.
+COORD_FILE = "coord.json"
+COORD_STARTED = "coord.started"
+COORD_EXITED = "coord.exited"
+KILLING_FILE = "killing"
 _CHUNK = 1 << 16
 
 
@@ -85,25 +115,39 @@ class StepError(Exception):
 
 @dataclass
 class LocalStep:
-    """This node's tasks of one step."""
+    """This node's tasks of one step: run by their supervisor (stepd.py), followed through its directory."""
 
     user: str  # the job's owner (I/O subjects)
     key: str  # the step's I/O token
     step: tuple[int, int, int]  # (job, attempt, step id)
-    ntasks: int  # how many of the step's tasks run on this node
-    procs: dict[int, asyncio.subprocess.Process] = field(default_factory=dict)  # task id -> process
-    exits: dict[int, TaskExit] = field(default_factory=dict)  # task id -> exit, of this node's tasks
+    tasks: list[int]  # this node's task ids
+    dir: StepDir  # where its supervisor and the agent keep what outlives the agent
+    pids: StepPids | None = None  # the supervisor's and the tasks' pids, once known
+    exits: dict[int, TaskExit] = field(default_factory=dict)  # task id -> exit, published
+    offsets: dict[str, int] = field(default_factory=dict)  # spool file -> bytes published
+    proc: subprocess.Popen[bytes] | None = None  # the supervisor, when this agent process started it
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  # the supervisor said a task ended
+    stdin_fd: int | None = None  # write end of task 0's stdin (srun's), held by this agent process
+    stdin_sub: Any = None  # the subscription feeding it
     killing: bool = False  # the kill sequence started
+    finished: asyncio.Event = field(default_factory=asyncio.Event)  # every exit published
+
+    @property
+    def ntasks(self) -> int:
+        """How many of the step's tasks run on this node."""
+        return len(self.tasks)
 
 
 @dataclass
 class Coordinated:
     """A step this (batch) node numbered and watches."""
 
-    order: LaunchOrder  # the run's launch order
+    order: LaunchOrder  # the run's launch order (without script and submit environment)
     step_id: int  # its number
     launch: StepLaunch  # what srun asked for
     places: list[TaskPlace]  # its tasks
+    dir: StepDir  # its directory (coordination record and markers)
+    resumed: bool = False  # rebuilt from its directory by a restarted agent
     exits: dict[int, TaskExit] = field(default_factory=dict)  # task id -> exit, as they arrive
     done: asyncio.Event = field(default_factory=asyncio.Event)  # every task exited
     killed: bool = False  # killed by srun (SIGKILL) or because the run ended
@@ -120,12 +164,13 @@ class Steps:
         kill_wait: float,
         orders: Callable[[int], LaunchOrder | None],
         run_dir: Callable[[int, int], Path],
-        append: Callable[[ev.Event], Any],
+        append: Callable[..., Any],  # (event, msg_id=...)
         cgroup_of: Callable[[int, int], str | None] = lambda job_id, attempt: None,
     ) -> None:
         self.nc = nc
         self.node = node
-        self.dir = state_dir / "steps"
+        self.dir = state_dir / "steps"  # step counters
+        self.root = state_dir / "stepd"  # step directories (stepdir.py)
         self.kill_wait = kill_wait
         self.orders = orders  # job id -> launch order of its run running on this node, if any
         self.run_dir = run_dir  # (job, attempt) -> the run's directory (where its script is)
@@ -138,9 +183,12 @@ class Steps:
         self.tasks: set[asyncio.Task[None]] = set()
         self.log = telemetry.logger(node=node)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     async def start(self) -> None:
-        """Answer step requests for this node."""
+        """Re-adopt the steps a previous agent process left, then answer step requests for this node."""
+        for sdir in StepDir.all(self.root):
+            await self._adopt(sdir)
         await self.nc.subscribe(step_subject(self.node, "*"), cb=self._on_request)
 
     def _spawn(self, coro: Any) -> None:
@@ -221,25 +269,35 @@ class Steps:
         except steplayout.StepLayoutError as exc:
             raise StepError(f"Unable to create step for job {order.job_id}: {exc}") from None
         step_id = self._next_step_id(order.job_id, order.attempt)
-        step = Coordinated(order=order, step_id=step_id, launch=launch, places=places)
-        self.coordinated[(order.job_id, order.attempt, step_id)] = step
-        sub = await self.nc.subscribe(
-            io_subject(order.user, launch.key, "exit", None) + ".*", cb=functools.partial(self._on_exit, step)
-        )
+        key = (order.job_id, order.attempt, step_id)
         # Peers get the order without the script and the submit-time environment (srun's counts).
         lean = msgspec.structs.replace(
             order, spec=msgspec.structs.replace(order.spec, script="", environment={})
         )
+        sdir = StepDir(self.root, key)
+        sdir.create()
+        # Recorded before anything starts: a restarted agent rebuilds the step from it and keeps watching.
+        sdir.write_coord(CoordRecord(order=lean, step_id=step_id, launch=launch, places=places))
+        step = Coordinated(order=lean, step_id=step_id, launch=launch, places=places, dir=sdir)
+        self.coordinated[key] = step
+        sub = await self.nc.subscribe(
+            io_subject(order.user, launch.key, "exit", None) + ".*", cb=functools.partial(self._on_exit, step)
+        )
         peers = [n for n in steplayout.step_nodes(places) if n != self.node]
         request = StepTasks(launch=launch, order=lean, step_id=step_id, user=order.user, tasks=places)
-        try:
-            await asyncio.gather(*(self._ask_peer(peer, request) for peer in peers))
-        except StepError:
+        # This node's supervisor starts while the peers start theirs (each costs an interpreter start).
+        results = await asyncio.gather(
+            self._start_local(lean, step_id, order.user, launch, places),
+            *(self._ask_peer(peer, request) for peer in peers),
+            return_exceptions=True,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
             self._signal_everywhere(step, signal.SIGKILL)
             await sub.unsubscribe()
-            self.coordinated.pop((order.job_id, order.attempt, step_id), None)
-            raise
-        await self._start_local(lean, step_id, order.user, launch, places)
+            self.coordinated.pop(key, None)
+            sdir.file(COORD_FILE).unlink(missing_ok=True)  # nothing to watch after a restart
+            raise errors[0]
         self._spawn(self._watch(step, sub))
         return StepLaunched(step_id=step_id, tasks=places)
 
@@ -272,12 +330,9 @@ class Steps:
         self, order: LaunchOrder, step_id: int, user: str, launch: StepLaunch, places: list[TaskPlace]
     ) -> None:
         mine = [p for p in places if p.node == self.node]
-        if not mine:
+        key = (order.job_id, order.attempt, step_id)
+        if not mine or key in self.local:
             return
-        local = LocalStep(
-            user=user, key=launch.key, step=(order.job_id, order.attempt, step_id), ntasks=len(mine)
-        )
-        self.local[local.step] = local
         node_order = msgspec.structs.replace(order, node=self.node)
         alloc = next(a for a in order.allocations if a.node == self.node)
         job_env = job_environment(node_order, launch.environment, os.getuid())
@@ -286,117 +341,318 @@ class Steps:
         job_env.update({"SLURM_CPUS_ON_NODE": str(alloc.cpus), "SLURM_GPUS_ON_NODE": str(len(alloc.gpus))})
         if gpus:
             job_env.update({"SLURM_JOB_GPUS": gpus, "CUDA_VISIBLE_DEVICES": gpus})
-        for place in mine:
-            env = steplayout.task_environment(job_env, place, places, step_id, launch)
-            # Started (and task 0's stdin subscribed) before the reply, so no stdin is lost.
-            started = await self._start_task(local, order, step_id, launch, place, env)
-            if started is not None:
-                self._spawn(self._supervise_task(local, place, *started))
+        sdir = StepDir(self.root, key)
+        sdir.create()
+        specs = [self._task_spec(sdir, order, step_id, launch, place, places, job_env) for place in mine]
+        spec = StepSpec(
+            user=user,
+            key=launch.key,
+            job_id=order.job_id,
+            attempt=order.attempt,
+            step_id=step_id,
+            tasks=specs,
+            cgroup_procs=_procs_file(self.cgroup_of(order.job_id, order.attempt)),
+        )
+        sdir.write_spec(spec)
+        local = LocalStep(user=user, key=launch.key, step=key, tasks=[p.task for p in mine], dir=sdir)
+        self.local[key] = local
+        # Started (and task 0's stdin subscribed) before the reply, so no stdin is lost.
+        await self._start_stepd(local, spec)
+        self._spawn(self._follow(local))
 
-    async def _start_task(
-        self,
-        local: LocalStep,
+    @staticmethod
+    def _task_spec(
+        sdir: StepDir,
         order: LaunchOrder,
         step_id: int,
         launch: StepLaunch,
         place: TaskPlace,
-        env: dict[str, str],
-    ) -> tuple[asyncio.subprocess.Process, Any] | None:
-        """Start one task; None if it could not be (its exit is reported at once)."""
-        fds: list[int] = []
+        places: list[TaskPlace],
+        job_env: dict[str, str],
+    ) -> TaskSpec:
+        """One task for the supervisor: output to the ``-o/-e`` files, else to spool files the agent tails."""
+        append = launch.open_mode == "append"
+
+        def target(pattern: str | None, kind: str) -> OutputTarget:
+            if pattern is None:
+                return OutputTarget(path=str(sdir.spool(kind, place.task)))
+            path = steplayout.expand_step_pattern(pattern, order, step_id, place, launch.cwd)
+            return OutputTarget(path=path, append=append)
+
+        stdout = target(launch.stdout, "out")
+        stderr = None if launch.stdout and not launch.stderr else target(launch.stderr, "err")
+        return TaskSpec(
+            task=place.task,
+            argv=list(launch.argv),
+            cwd=launch.cwd,
+            env=steplayout.task_environment(job_env, place, places, step_id, launch),
+            stdout=stdout,
+            stderr=stderr,
+            stdin=launch.stdin and place.task == 0,
+        )
+
+    async def _start_stepd(self, local: LocalStep, spec: StepSpec) -> None:
+        """Start the step's supervisor here and wait for its handshake. If it fails, every task gets an exit
+        file saying why (the follower reports them)."""
+        stdin_r = None
+        if any(t.stdin for t in spec.tasks):
+            stdin_r, local.stdin_fd = os.pipe()
+            os.set_blocking(local.stdin_fd, False)
+        log = os.open(local.dir.file("stepd.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        argv = [sys.executable, "-I", "-S", stepd.__file__, str(local.dir.path)]
         try:
-            # The task joins its run's memory cgroup before exec (confine.py), so its OOM is the run's.
-            procs_fd = _procs_fd(self.cgroup_of(order.job_id, order.attempt))
-            if procs_fd is not None:
-                fds.append(procs_fd)
-            stdout: int = asyncio.subprocess.PIPE
-            stderr: int = asyncio.subprocess.PIPE
-            append = launch.open_mode == "append"
-            if launch.stdout:
-                stdout = _open(
-                    steplayout.expand_step_pattern(launch.stdout, order, step_id, place, launch.cwd), append
-                )
-                fds.append(stdout)
-                stderr = stdout
-            if launch.stderr:
-                stderr = _open(
-                    steplayout.expand_step_pattern(launch.stderr, order, step_id, place, launch.cwd), append
-                )
-                fds.append(stderr)
-            stdin = (
-                asyncio.subprocess.PIPE if launch.stdin and place.task == 0 else asyncio.subprocess.DEVNULL
-            )
-            proc = await asyncio.create_subprocess_exec(
-                *launch.argv,
-                cwd=launch.cwd,
-                env=env,
-                stdin=stdin,
-                stdout=stdout,
-                stderr=stderr,
+            # Its own session: it outlives the agent, and no signal to the agent's group reaches it.
+            # (subprocess, not asyncio's: an asyncio subprocess transport kills its child when closed.)
+            local.proc = subprocess.Popen(
+                [*argv, *([str(stdin_r)] if stdin_r is not None else [])],
+                cwd=local.dir.path,
+                env={"PATH": os.defpath},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
                 start_new_session=True,
-                preexec_fn=None if procs_fd is None else functools.partial(memcg.join_self_quietly, procs_fd),
+                pass_fds=() if stdin_r is None else (stdin_r,),
             )
         except OSError as exc:
-            error = f"execve(): {launch.argv[0]}: {exc.strerror}"
-            if exc.filename == launch.cwd:
-                error = f"chdir({launch.cwd}): {exc.strerror}"
-            await self._publish_exit(
-                local, TaskExit(task=place.task, node=self.node, exit_code=2, error=error)
-            )
-            return None
+            self._fail_tasks(local, f"cannot start the step's supervisor: {exc.strerror}")
+            return
         finally:
-            for fd in fds:
-                os.close(fd)
-        local.procs[place.task] = proc
-        stdin_sub = None
-        if proc.stdin is not None:
-            stdin_sub = await self.nc.subscribe(
-                io_subject(local.user, local.key, "in"), cb=functools.partial(_feed, proc)
-            )
-        return proc, stdin_sub
-
-    async def _supervise_task(
-        self, local: LocalStep, place: TaskPlace, proc: asyncio.subprocess.Process, stdin_sub: Any
-    ) -> None:
-        """Stream a task's output to srun until it exits, then report its exit."""
-        out_subject = io_subject(local.user, local.key, "out", place.task)
-        err_subject = io_subject(local.user, local.key, "err", place.task)
-        pumps = [
-            _pump(self.nc, stream, subject)
-            for stream, subject in ((proc.stdout, out_subject), (proc.stderr, err_subject))
-            if stream is not None
-        ]
-        pumping = asyncio.gather(*pumps)
-        code = await proc.wait()
-        # Whatever the task left in its session goes with it (it would hold the output pipes open).
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        await pumping
-        if stdin_sub is not None:
-            with contextlib.suppress(Exception):
-                await stdin_sub.unsubscribe()
-        exit_code, sig = (code, 0) if code >= 0 else (0, -code)
-        await self._publish_exit(
-            local, TaskExit(task=place.task, node=self.node, exit_code=exit_code, signal=sig)
+            os.close(log)
+            if stdin_r is not None:
+                os.close(stdin_r)
+        assert local.proc.stdout is not None
+        reader = asyncio.StreamReader()
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), local.proc.stdout
         )
+        try:
+            line = (await asyncio.wait_for(reader.readline(), HANDSHAKE_S)).decode().strip()
+        except TimeoutError:
+            line = "error the step's supervisor did not answer"
+        if line != "ok":
+            transport.close()
+            with contextlib.suppress(ProcessLookupError):
+                local.proc.kill()
+            self._fail_tasks(local, line.removeprefix("error ") or "the step's supervisor failed")
+            return
+        local.pids = local.dir.pids()
+        self._spawn(self._listen(local, reader, transport))
+        if local.stdin_fd is not None:
+            local.stdin_sub = await self.nc.subscribe(
+                io_subject(local.user, local.key, "in"), cb=functools.partial(self._feed, local)
+            )
+
+    def _fail_tasks(self, local: LocalStep, error: str) -> None:
+        """Tasks that will never start: an exit file each (exit code 2, like a task that cannot exec)."""
+        self.log.warning("step supervisor failed", step=local.step, error=error)
+        for task in local.tasks:
+            path = local.dir.file(f"{stepd.EXIT_PREFIX}{task}")
+            if not path.exists():
+                stepd.write_atomically(str(path), stepd.exit_json(2, 0, error))
+        local.wake.set()
+
+    @staticmethod
+    async def _listen(local: LocalStep, reader: asyncio.StreamReader, transport: Any) -> None:
+        """Wake the follower whenever the supervisor says a task ended (until it exits or we stop)."""
+        try:
+            while await reader.readline():
+                local.wake.set()
+        finally:
+            transport.close()
+            local.wake.set()
+
+    async def _adopt(self, sdir: StepDir) -> None:
+        """Take up a step a previous agent process left: follow its tasks (alive or not), and if this node
+        coordinates it and its end is not recorded, watch it again."""
+        spec = sdir.spec()
+        coord = None if sdir.marked(COORD_EXITED) else sdir.coord()
+        local = None
+        if spec is not None:
+            state = sdir.tail_state()
+            local = LocalStep(
+                user=spec.user,
+                key=spec.key,
+                step=sdir.key,
+                tasks=[t.task for t in spec.tasks],
+                dir=sdir,
+                pids=sdir.pids(),
+                offsets=dict(state.offsets),
+            )
+            for task in state.reported:
+                local.exits[task] = sdir.exit_of(task, self.node) or _vanished(task, self.node)
+            self.local[sdir.key] = local
+        if coord is not None:
+            step = Coordinated(
+                order=coord.order,
+                step_id=coord.step_id,
+                launch=coord.launch,
+                places=coord.places,
+                dir=sdir,
+                resumed=True,
+            )
+            for exit in local.exits.values() if local is not None else ():
+                self._note_exit(step, exit)
+            self.coordinated[sdir.key] = step
+            sub = await self.nc.subscribe(
+                io_subject(coord.order.user, coord.launch.key, "exit", None) + ".*",
+                cb=functools.partial(self._on_exit, step),
+            )
+            self._spawn(self._watch(step, sub))
+        if local is None:
+            if coord is None:
+                sdir.remove()
+            return
+        self.log.info("step adopted", step=sdir.key, reported=len(local.exits), tasks=local.ntasks)
+        self._spawn(self._follow(local))
+        if sdir.marked(KILLING_FILE) and len(local.exits) < local.ntasks:
+            self._signal_tasks(local, signal.SIGKILL)  # finish the kill sequence it was in
+
+    def _stepd_alive(self, local: LocalStep) -> bool:
+        if local.proc is not None:
+            return local.proc.poll() is None  # (reaps it once it ended)
+        if local.pids is None:
+            local.pids = local.dir.pids()  # adopted before its supervisor had written them
+        return local.pids is not None and stepdir.running(local.pids.stepd)
+
+    async def _follow(self, local: LocalStep) -> None:
+        """Forward the tasks' spool output to srun, then each task's exit, until every exit is out; from
+        where the previous agent process stopped, if it was one. Offsets are saved only after the output
+        was flushed to NATS: a restart may repeat a little output, never lose any."""
+        loop = asyncio.get_running_loop()
+        files: dict[str, Any] = {}
+        saved_at = loop.time()
+        dirty = False
+        try:
+            while len(local.exits) < local.ntasks:
+                local.wake.clear()
+                # In this order: an exit file is written after its task ended, so once it is seen every
+                # byte of the task's output is in its spool file; a supervisor seen gone wrote all it will.
+                alive = self._stepd_alive(local)
+                new = [
+                    e
+                    for t in local.tasks
+                    if t not in local.exits and (e := local.dir.exit_of(t, self.node)) is not None
+                ]
+                dirty = await self._tail(local, files) or dirty
+                if not alive:
+                    new += self._vanished_exits(local, {e.task for e in new})
+                if dirty and (new or loop.time() - saved_at >= SAVE_S):
+                    await self._flush()
+                    self._save(local)
+                    saved_at, dirty = loop.time(), False
+                for exit in new:
+                    await self._publish_exit(local, exit)
+                if new:
+                    await self._flush()  # one round trip for the exits seen together
+                    self._save(local)
+                if len(local.exits) < local.ntasks:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(local.wake.wait(), TAIL_S)
+        finally:
+            for fh in files.values():
+                fh.close()
+        self._close_stdin(local)
+        if local.stdin_sub is not None:
+            with contextlib.suppress(Exception):
+                await local.stdin_sub.unsubscribe()
+        if local.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await asyncio.to_thread(local.proc.wait, 5)  # it exits right after the last exit
+        local.finished.set()
+        self._release_local(local)
+
+    def _vanished_exits(self, local: LocalStep, seen: set[int]) -> list[TaskExit]:
+        """The exits of tasks whose supervisor is gone without writing them: killed (what is left of them
+        is killed now, so that is true)."""
+        lost = [t for t in local.tasks if t not in local.exits and t not in seen]
+        pids = local.pids.tasks if local.pids is not None else {}
+        for task in lost:
+            if str(task) in pids and stepdir.running(pids[str(task)]):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pids[str(task)][0], signal.SIGKILL)
+        return [_vanished(task, self.node) for task in lost]
+
+    async def _tail(self, local: LocalStep, files: dict[str, Any]) -> bool:
+        """Publish what the spool files gained since the last look; True if anything."""
+        published = False
+        for task in local.tasks:
+            if task in local.exits:
+                continue
+            for kind in ("out", "err"):
+                name = f"{kind}.{task}"
+                fh = files.get(name)
+                if fh is None:
+                    try:
+                        fh = open(local.dir.file(name), "rb", buffering=0)  # noqa: SIM115 (kept open)
+                    except FileNotFoundError:
+                        continue  # -o/-e file instead, or not created yet
+                    fh.seek(local.offsets.get(name, 0))
+                    files[name] = fh
+                subject = io_subject(local.user, local.key, kind, task)
+                while chunk := fh.read(_CHUNK):
+                    with contextlib.suppress(Exception):
+                        await self.nc.publish(subject, chunk)
+                    local.offsets[name] = local.offsets.get(name, 0) + len(chunk)
+                    published = True
+        return published
+
+    async def _flush(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.nc.flush()
+
+    @staticmethod
+    def _save(local: LocalStep) -> None:
+        with contextlib.suppress(OSError):
+            local.dir.write_tail_state(TailState(offsets=local.offsets, reported=sorted(local.exits)))
+
+    async def _feed(self, local: LocalStep, msg: Msg) -> None:
+        """Write srun's stdin to task 0 (an empty message closes it)."""
+        fd = local.stdin_fd
+        if fd is None:
+            return
+        if not msg.data:
+            self._close_stdin(local)
+            return
+        data = msg.data
+        while data and local.stdin_fd == fd:
+            try:
+                data = data[os.write(fd, data) :]
+            except BlockingIOError:
+                await asyncio.sleep(0.01)  # the task reads slowly: the pipe is full
+            except OSError:
+                self._close_stdin(local)  # it closed its stdin, or ended
+                return
+
+    @staticmethod
+    def _close_stdin(local: LocalStep) -> None:
+        if local.stdin_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(local.stdin_fd)
+            local.stdin_fd = None
 
     async def _publish_exit(self, local: LocalStep, exit: TaskExit) -> None:
         local.exits[exit.task] = exit
         coordinated = self.coordinated.get(local.step)
         if coordinated is not None:
             self._note_exit(coordinated, exit)  # this node coordinates the step: no round trip
-        elif len(local.exits) >= local.ntasks:
-            # A peer's part is over: keep the exits a while for the coordinator's poll, then forget it.
-            asyncio.get_running_loop().call_later(KEEP_S, self._forget, local)
         with contextlib.suppress(Exception):
             await self.nc.publish(
                 io_subject(local.user, local.key, "exit", exit.task), msgspec.json.encode(exit)
             )
-            await self.nc.flush()
+
+    def _release_local(self, local: LocalStep) -> None:
+        """This node's part is over. A peer keeps the exits a while for the coordinator's poll, then forgets
+        the step; the coordinator forgets it once its end is recorded (see ``_watch``)."""
+        if local.dir.marked(COORD_EXITED):
+            self._forget(local)
+        elif not local.dir.file(COORD_FILE).exists():
+            asyncio.get_running_loop().call_later(KEEP_S, self._forget, local)
 
     def _forget(self, local: LocalStep) -> None:
         if self.local.get(local.step) is local:
             del self.local[local.step]
+            local.dir.remove()
 
     # 2 -------------------------------------------------------------------------------------------
     async def _on_exit(self, step: Coordinated, msg: Msg) -> None:
@@ -439,6 +695,39 @@ class Steps:
     async def _watch(self, step: Coordinated, sub: Any) -> None:
         order = step.order
         nodes = steplayout.step_nodes(step.places)
+        ids = f"{order.job_id}:{order.attempt}:{step.step_id}:{self.node}"
+        if not step.dir.marked(COORD_STARTED):
+            await self._append_step_started(step, nodes, ids)
+        await self._watch_until_done(step)
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+        if not step.killed and self.orders(order.job_id) is None:
+            # Its tasks ended as their run was being killed (srun passes the run's SIGTERM on to them).
+            step.killed = True
+        exits = list(step.exits.values())
+        await self.append(
+            ev.StepExited(
+                job_id=order.job_id,
+                attempt=order.attempt,
+                step_id=step.step_id,
+                node=self.node,
+                exit_code=max((e.exit_code for e in exits), default=0),
+                signal=max((e.signal for e in exits), default=signal.SIGKILL if step.killed else 0),
+                killed=step.killed,
+            ),
+            msg_id=f"step-exited:{ids}",  # once, also when a restarted agent appends it again
+        )
+        step.dir.mark(COORD_EXITED)
+        key = (order.job_id, order.attempt, step.step_id)
+        self.coordinated.pop(key, None)
+        local = self.local.get(key)
+        if local is None:
+            step.dir.remove()
+        elif local.finished.is_set():
+            self._forget(local)
+
+    async def _append_step_started(self, step: Coordinated, nodes: list[str], ids: str) -> None:
+        order = step.order
         await self.append(
             ev.StepStarted(
                 job_id=order.job_id,
@@ -450,10 +739,17 @@ class Steps:
                 ntasks=len(step.places),
                 cpus=len(step.places) * step.launch.cpus_per_task,
                 gpus=sum(len(p.gpus) for p in step.places) if step.launch.gpus_per_task else 0,
-            )
+            ),
+            msg_id=f"step-started:{ids}",
         )
+        step.dir.mark(COORD_STARTED)
+
+    async def _watch_until_done(self, step: Coordinated) -> None:
+        """Until every task exited: poll the peers that owe exits, kill the step if its run ended."""
+        order = step.order
         loop = asyncio.get_running_loop()
-        next_poll = loop.time() + POLL_S
+        # Resumed after a restart: the peers' exits published meanwhile were lost, ask at once.
+        next_poll = loop.time() + (0.0 if step.resumed else POLL_S)
         while not step.done.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(step.done.wait(), 0.5)
@@ -470,25 +766,6 @@ class Steps:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(step.done.wait(), self.kill_wait + 5)
                 break
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
-        if not step.killed and self.orders(order.job_id) is None:
-            # Its tasks ended as their run was being killed (srun passes the run's SIGTERM on to them).
-            step.killed = True
-        exits = list(step.exits.values())
-        await self.append(
-            ev.StepExited(
-                job_id=order.job_id,
-                attempt=order.attempt,
-                step_id=step.step_id,
-                node=self.node,
-                exit_code=max((e.exit_code for e in exits), default=0),
-                signal=max((e.signal for e in exits), default=signal.SIGKILL if step.killed else 0),
-                killed=step.killed,
-            )
-        )
-        self.coordinated.pop((order.job_id, order.attempt, step.step_id), None)
-        self.local.pop((order.job_id, order.attempt, step.step_id), None)
 
     # 3 -------------------------------------------------------------------------------------------
     async def _signal_step(self, caller: str, request: StepSignal) -> None:
@@ -550,21 +827,30 @@ class Steps:
                 local.killing = True
                 self._spawn(self._kill_sequence(local))
             return
-        for proc in local.procs.values():
+        self._signal_pids(local, sig)
+
+    def _live_tasks(self, local: LocalStep) -> list[int]:
+        """Process groups of this node's tasks of the step still running (pid and start ticks on disk)."""
+        if local.pids is None:
+            local.pids = local.dir.pids()
+        if local.pids is None:
+            return []
+        return [pid for pid, ticks in local.pids.tasks.values() if stepdir.running((pid, ticks))]
+
+    def _signal_pids(self, local: LocalStep, sig: int) -> None:
+        for pgid in self._live_tasks(local):
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, sig)
+                os.killpg(pgid, sig)
 
     async def _kill_sequence(self, local: LocalStep) -> None:
-        procs = list(local.procs.values())
-        for proc in procs:
-            for sig in (signal.SIGCONT, signal.SIGTERM):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, sig)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), self.kill_wait)
-        for proc in procs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+        local.dir.mark(KILLING_FILE)  # a restarted agent finishes it
+        for sig in (signal.SIGCONT, signal.SIGTERM):
+            self._signal_pids(local, sig)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.kill_wait
+        while loop.time() < deadline and not local.finished.is_set() and self._live_tasks(local):
+            await asyncio.sleep(0.05)
+        self._signal_pids(local, signal.SIGKILL)
 
     # 4 -------------------------------------------------------------------------------------------
     async def _release(self, order: LaunchOrder, request: AllocationRelease) -> None:
@@ -594,59 +880,35 @@ class Steps:
             return
 
     async def stop(self) -> None:
-        """Kill every task of this node's steps (the agent is stopping)."""
-        for local in list(self.local.values()):
-            for proc in local.procs.values():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+        """Stop following the steps and leave their tasks running: each runs under its supervisor, and the
+        next agent process re-adopts them (``start``). Task 0's stdin (a pipe held here) sees end of file."""
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
 def _lost(place: TaskPlace) -> TaskExit:
-    """The exit of a task whose node forgot the step: killed with its agent."""
+    """The exit of a task whose node forgot the step (it never got it, or forgot it long ago): killed."""
     return TaskExit(
         task=place.task,
         node=place.node,
         exit_code=0,
         signal=signal.SIGKILL,
-        error=f"node {place.node}: the task was lost (its agent restarted)",
+        error=f"node {place.node}: the task was lost (its node no longer knows the step)",
     )
 
 
-def _procs_fd(cgroup: str | None) -> int | None:
-    """A descriptor to join ``cgroup`` with; None without one (the task runs unconfined)."""
-    if cgroup is None:
-        return None
-    try:
-        return memcg.open_procs(cgroup)
-    except OSError:
-        return None
+def _vanished(task: int, node: str) -> TaskExit:
+    """The exit of a task whose supervisor is gone without recording it: killed."""
+    return TaskExit(
+        task=task,
+        node=node,
+        exit_code=0,
+        signal=signal.SIGKILL,
+        error=f"node {node}: the task's step supervisor vanished",
+    )
 
 
-def _open(path: str, append: bool) -> int:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC), 0o644)
-
-
-async def _pump(nc: Client, stream: asyncio.StreamReader, subject: str) -> None:
-    """Forward a task's output to srun, chunk by chunk, as it comes."""
-    while chunk := await stream.read(_CHUNK):
-        with contextlib.suppress(Exception):
-            await nc.publish(subject, chunk)
-
-
-async def _feed(proc: asyncio.subprocess.Process, msg: Msg) -> None:
-    """Write srun's stdin to task 0 (an empty message closes it)."""
-    stdin = proc.stdin
-    if stdin is None or stdin.is_closing():
-        return
-    try:
-        if msg.data:
-            stdin.write(msg.data)
-            await stdin.drain()
-        else:
-            stdin.close()
-    except (BrokenPipeError, ConnectionResetError):
-        pass
+def _procs_file(cgroup: str | None) -> str | None:
+    """The ``cgroup.procs`` file a task writes itself into to join ``cgroup`` (None: no cgroup)."""
+    return None if cgroup is None else os.path.join(cgroup, memcg.PROCS)

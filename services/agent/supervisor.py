@@ -41,18 +41,27 @@ STATUS_FILE = "status"
 PIDS_FILE = "pids"
 
 
-def load_memcg() -> ModuleType:
-    """``corral.libs.memcg`` loaded by file path (stdlib-only like this file; ``-I`` puts no package on the
+def load_lib(name: str) -> ModuleType:
+    """``corral.libs.<name>`` loaded by file path (stdlib-only like this file; ``-I`` puts no package on the
     path)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.normpath(os.path.join(here, "..", "..", "libs", "memcg.py"))
-    spec = importlib.util.spec_from_file_location("corral_memcg", path)
+    path = os.path.normpath(os.path.join(here, "..", "..", "libs", f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(f"corral_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    # Its dataclass looks its module up in sys.modules.
+    # A dataclass looks its module up in sys.modules.
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_memcg() -> ModuleType:
+    """``corral.libs.memcg`` loaded by file path."""
+    return load_lib("memcg")
+
+
+#: ``corral.libs.procstat.start_ticks``: a process's start time (None: gone or a zombie).
+start_ticks: Callable[[int | str], int | None] = load_lib("procstat").start_ticks
 
 
 def write_status(run_dir: str, status: dict[str, object]) -> None:
@@ -63,17 +72,6 @@ def write_status(run_dir: str, status: dict[str, object]) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, os.path.join(run_dir, STATUS_FILE))
-
-
-def start_ticks(pid: int | str) -> int | None:
-    """A process's start time in clock ticks since boot (``/proc/PID/stat`` field 22); None if it is gone
-    or a zombie. With the pid it names one process lifetime (pids are reused)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rpartition(")")[2].split()
-    except OSError:
-        return None
-    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 def write_pids(run_dir: str, script_pid: int) -> None:

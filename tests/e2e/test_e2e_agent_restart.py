@@ -1,5 +1,5 @@
-"""Agent restarts lose nothing: runs outlive their agent under their supervisor and are re-adopted;
-duplicate launches run nothing twice."""
+"""Agent restarts lose nothing: runs and srun steps outlive their agent under their supervisors and are
+re-adopted; duplicate launches run nothing twice."""
 
 from __future__ import annotations
 
@@ -92,18 +92,45 @@ def test_a_duplicate_launch_runs_nothing_twice(restart_cluster: tuple[LocalClust
     assert cli.sacct(job) == "COMPLETED|0:0"
 
 
-def test_a_peer_agent_restart_ends_its_step_tasks_and_the_step(
+def restart(cluster: LocalCluster, agent: str, crash: bool = False) -> None:
+    """Stop an agent (SIGTERM, or SIGKILL as a crash: its jobs and steps keep running) and start it again."""
+    if crash:
+        cluster.kill(agent)
+    else:
+        cluster.terminate(agent)
+    time.sleep(0.5)
+    cluster.revive(agent)
+
+
+def running(pid: int) -> bool:
+    """Whether a process runs (a zombie does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def task_pids(workdir: Path, job: int) -> list[int]:
+    """The pids the step's two tasks wrote (``pid-<job>-<task>``), once both are there."""
+    files = [workdir / f"pid-{job}-{t}" for t in (0, 1)]
+    wait_until(lambda: all(f.exists() and f.read_text().strip() for f in files), what="tasks started")
+    return [int(f.read_text()) for f in files]
+
+
+def test_a_peer_agent_restart_keeps_its_step_tasks_and_reports_their_end(
     restart_cluster: tuple[LocalCluster, Cli],
 ) -> None:
     """A step over both nodes: the batch node's task ends at once, the peer's runs on. The peer's agent
-    restarts, which kills its tasks (steps do not survive an agent restart) without any exit reaching
-    anyone: the batch node's agent learns it by polling the peer, and the step ends, long before its job."""
+    stops; its task outlives it (under its step supervisor), writes its last output and ends while no
+    agent runs there. The restarted agent finds both on disk: srun gets the output and the exit, the step
+    completes."""
     cluster, cli = restart_cluster
     out = cli.workdir / "peer.out"
     job = cli.sbatch(
         f"#!/bin/bash\nexport PATH={BIN}:$PATH\n"
-        "srun -N2 -n2 bash -c 'echo $$ > peer-$SLURM_JOB_ID-$SLURM_NODEID\n"
-        "  [ $SLURM_NODEID = 0 ] || exec sleep 300'\n"
+        "srun -N2 -n2 bash -c 'echo $$ > pid-$SLURM_JOB_ID-$SLURM_PROCID\n"
+        "  [ $SLURM_NODEID = 0 ] || { sleep 3; echo done-$SLURM_NODEID; }'\n"
         'echo "srun=$?"\n',
         "-N2",
         "-t",
@@ -111,24 +138,123 @@ def test_a_peer_agent_restart_ends_its_step_tasks_and_the_step(
         "-o",
         str(out),
     )
-    pid_files = [cli.workdir / f"peer-{job}-{n}" for n in (0, 1)]
-    wait_until(lambda: all(f.exists() and f.read_text().strip() for f in pid_files), what="tasks started")
-    peer = cli("squeue", "-h", "-j", str(job), "-o", "%N").stdout.strip()
-    assert peer == "node[1-2]", peer
+    _, peer_task = task_pids(cli.workdir, job)
     cluster.terminate("agent-node2")
+    wait_until(
+        lambda: not running(peer_task), timeout=20, what="the peer's task ended while its agent was down"
+    )
     cluster.revive("agent-node2")
     assert cli.wait_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60) == "COMPLETED|0:0"
     steps = cli("sacct", "-j", str(job), "-P", "-n", "-o", "JobID,State,ExitCode").stdout.split()
-    assert f"{job}.0|FAILED|0:9" in steps, steps
-    # srun exits as its worst task, killed by SIGKILL, whose exit it took from the step's record.
-    assert out.read_text().splitlines() == ["srun: error: node2: task 1: Killed by signal 9", "srun=137"]
+    assert f"{job}.0|COMPLETED|0:0" in steps, steps
+    assert out.read_text().splitlines() == ["done-1", "srun=0"]
+
+
+LINES = 60  # each task prints one every 0.2 s: ~12 s
+
+
+def test_a_step_survives_restarts_of_both_its_agents(restart_cluster: tuple[LocalCluster, Cli]) -> None:
+    """``srun -N2 -n2`` whose tasks print a numbered line every 0.2 s: the peer's agent crashes (SIGKILL)
+    and restarts, then the batch node's (the step's coordinator) restarts, while it runs. srun prints
+    every line of both tasks (a restart may repeat a few, none is lost), exits 0, the step completes, and
+    ``scancel -s USR1`` after the restarts reaches both tasks."""
+    cluster, cli = restart_cluster
+    out = cli.workdir / "both.out"
+    job = cli.sbatch(
+        f"#!/bin/bash\nexport PATH={BIN}:$PATH\n"
+        "srun -l -N2 -n2 bash -c 'echo $$ > pid-$SLURM_JOB_ID-$SLURM_PROCID\n"
+        '  trap "echo t$SLURM_PROCID usr1" USR1\n'
+        f"  for i in $(seq 1 {LINES}); do echo t$SLURM_PROCID $i; sleep 0.2; done'\n"
+        'echo "srun=$?"\n',
+        "-N2",
+        "-t",
+        "10:00",
+        "-o",
+        str(out),
+    )
+    pids = task_pids(cli.workdir, job)
+    wait_until(lambda: "1: t1 2" in out.read_text(), what="both tasks print")
+    restart(cluster, "agent-node2", crash=True)
+    time.sleep(1)
+    restart(cluster, "agent-node1")
+    time.sleep(1)
+    assert all(running(p) for p in pids), "the tasks outlived their agents"
+    assert cli("scancel", "-s", "USR1", str(job)).returncode == 0
+    assert cli.wait_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60) == "COMPLETED|0:0"
+    lines = out.read_text().splitlines()
+    assert lines[-1] == "srun=0", lines[-5:]
+    for task in (0, 1):
+        numbers = {
+            int(x.split()[-1]) for x in lines if x.startswith(f"{task}: t{task} ") and x.split()[-1].isdigit()
+        }
+        assert numbers == set(range(1, LINES + 1)), (task, sorted(set(range(1, LINES + 1)) - numbers))
+        assert f"{task}: t{task} usr1" in lines, lines
+    steps = cli("sacct", "-j", str(job), "-P", "-n", "-o", "JobID,State,ExitCode").stdout.split()
+    assert f"{job}.0|COMPLETED|0:0" in steps, steps
+
+
+def test_a_job_cancelled_after_agent_restarts_kills_its_step_tasks_on_both_nodes(
+    restart_cluster: tuple[LocalCluster, Cli],
+) -> None:
+    cluster, cli = restart_cluster
+    job = cli.sbatch(
+        f"#!/bin/bash\nexport PATH={BIN}:$PATH\n"
+        "srun -N2 -n2 bash -c 'echo $$ > pid-$SLURM_JOB_ID-$SLURM_PROCID; exec sleep 300'\n",
+        "-N2",
+        "-t",
+        "10:00",
+        "-o",
+        "cancelled.out",
+    )
+    pids = task_pids(cli.workdir, job)
+    restart(cluster, "agent-node1")
+    restart(cluster, "agent-node2")
+    time.sleep(1)
+    assert all(running(p) for p in pids)
+    assert cli("scancel", str(job)).returncode == 0
+    assert cli.wait_state(job, ("CANCELLED", "COMPLETED", "FAILED"), timeout=60).startswith("CANCELLED")
+    wait_until(lambda: not any(running(p) for p in pids), timeout=30, what="the step's tasks were killed")
+    steps = cli("sacct", "-j", str(job), "-P", "-n", "-o", "JobID,State").stdout.split()
+    assert f"{job}.0|CANCELLED" in steps, steps
+
+
+def test_task_zero_reads_end_of_file_after_its_agent_restarts(
+    restart_cluster: tuple[LocalCluster, Cli],
+) -> None:
+    """srun's stdin reaches task 0 down a pipe its agent holds: a restarted agent no longer has it, and the
+    task reads end of file (documented), then goes on."""
+    cluster, cli = restart_cluster
+    out = cli.workdir / "stdin.out"
+    job = cli.sbatch(
+        f"#!/bin/bash\nexport PATH={BIN}:$PATH\n"
+        "srun -n1 bash -c 'cat; echo got-eof' < <(exec sleep 300)\n"
+        'echo "srun=$?"\n',
+        "-w",
+        "node1",
+        "-o",
+        str(out),
+    )
+    pids = cluster.state_dir / "agents" / "node1" / "stepd" / f"{job}.0.0" / "pids"
+    wait_until(pids.exists, what="the step started")
+    restart(cluster, "agent-node1")
+    # Long before srun's stdin (a sleep of 300 s) would have ended.
+    assert cli.wait_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=40) == "COMPLETED|0:0"
+    assert out.read_text().splitlines() == ["got-eof", "srun=0"]
 
 
 def test_stopping_the_local_cluster_kills_its_jobs(tmp_path: Path) -> None:
     with agent_cluster(tmp_path) as (cluster, cli):
-        job = cli.sbatch("#!/bin/bash\nsleep 300\n", "-o", "stop.out")
+        job = cli.sbatch(
+            f"#!/bin/bash\nexport PATH={BIN}:$PATH\n"
+            "srun -N2 -n2 bash -c 'echo $$ > pid-$SLURM_JOB_ID-$SLURM_PROCID; exec sleep 300'\n",
+            "-N2",
+            "-o",
+            "stop.out",
+        )
         cli.wait_state(job, ("RUNNING",))
+        tasks = task_pids(cli.workdir, job)
         pids = next((cluster.state_dir / "agents").glob(f"*/jobs/{job}.0/pids"))
         script_pid = int(pids.read_text().split()[2])
     assert not Path(f"/proc/{script_pid}").exists()
+    assert not any(running(p) for p in tasks), "srun's tasks outlived corral up"
     assert (pids.parent / "killed").exists()

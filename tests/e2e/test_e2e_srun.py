@@ -124,3 +124,26 @@ def test_salloc_runs_a_command_with_the_job_and_srun_inside_uses_it(cli: Cli) ->
     assert first.endswith("nodes=node[1-2]") and sorted(line[:3] for line in ranks) == ["0: ", "1: "]
     assert "Granted job allocation" in result.stderr
     assert cli.wait_state(int(job), ("COMPLETED", "FAILED")) == "FAILED|4:0"
+
+
+def test_tasks_that_cannot_start_are_reported_slurm_style(cli: Cli) -> None:
+    """Each node's step supervisor reports a task it cannot start (no such command, no such directory, an
+    output file it cannot open) with exit code 2 and why; srun exits 2."""
+    body = (
+        "srun -N2 -n2 /no/such/command; echo srun=$?\n"
+        "srun -N2 -n2 -D /no/such/dir true; echo srun=$?\n"
+        "srun -n1 -o /proc/no/such/file true; echo srun=$?\n"
+    )
+    _job, row, out = run_job(cli, body, "-N2", "-n2")
+    assert row == "COMPLETED|0:0", out
+    lines = out.splitlines()
+    for task, node in ((0, "node1"), (1, "node2")):
+        assert (
+            f"srun: error: {node}: task {task}: execve(): /no/such/command: No such file or directory"
+            in lines
+        )
+        assert f"srun: error: {node}: task {task}: chdir(/no/such/dir): No such file or directory" in lines
+    assert any(line.startswith("srun: error: node1: task 0: open(/proc/no/such/file): ") for line in lines), (
+        out
+    )
+    assert [line for line in lines if line.startswith("srun=")] == ["srun=2"] * 3, out

@@ -1,0 +1,231 @@
+"""The per-step supervisor (slurmstepd for srun's tasks): runs one node's tasks of one step, outliving the
+agent.
+
+The agent starts one per (job, attempt, step) on each node that has tasks of the step, detached (its own
+session), stdlib-only and run by file path with ``python -I -S``, so neither the job's environment nor the
+agent's packages can break it, and an agent restart or upgrade does not touch the tasks. It:
+
+1. reads ``<step dir>/step.spec`` (0600, written by the agent: ``stepdir.StepSpec`` marshalled, which
+   needs no module to read): each task's argv,
+   working directory, environment and output files (the ``-o/-e`` files, else spool files in the step
+   directory that the agent tails), and the run's memory cgroup, if any;
+2. starts each task in its own session (its process group is what signals target); a task joins the
+   cgroup between fork and exec (writing to its ``cgroup.procs``, as ``corral.libs.memcg.join_self``); task
+   0 gets the descriptor named on the command
+   line as its stdin (a pipe the agent feeds with srun's stdin), the others ``/dev/null``; a task that
+   cannot be started gets its exit file at once (exit code 2 and why);
+3. writes ``pids`` (its own pid and start ticks, each task's pid and start ticks), then answers ``ok`` on
+   stdout: the agent's launch handshake;
+4. waits; as each task ends, kills what it left in its session and writes ``exit.<task>`` atomically
+   (``{"exit_code", "signal", "error"}``), then says ``exit <task>`` on stdout so that a listening agent
+   looks at once (an agent that is gone is not an error: a restarted one finds the files);
+5. exits when every task has ended.
+
+Usage: ``python -I -S stepd.py STEP_DIR [STDIN_FD]``
+"""
+
+from __future__ import annotations
+
+# Built-in modules only: each module imported costs every srun its share (json and signal pull in re and
+# enum, ~20 ms); so the spec is marshalled and the few files written are formatted here.
+import _signal  # type: ignore[import-not-found]  # signal's C half, without enum
+import marshal
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import IO, Any
+
+#: Files of a step directory (``stepdir.py`` names them for the agent).
+SPEC_FILE = "step.spec"
+PIDS_FILE = "pids"
+EXIT_PREFIX = "exit."
+#: Signals Python ignores for itself that a task gets back at their default (as subprocess does).
+_RESTORED = ("SIGPIPE", "SIGXFSZ")
+
+
+def load_lib(name: str) -> ModuleType:
+    """``corral.libs.<name>`` (stdlib-only) from the source tree: ``-I`` puts no package on the path, so the
+    tree's ``libs`` directory goes at the end of it (the standard library wins any name clash)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    libs = os.path.normpath(os.path.join(here, "..", "..", "libs"))
+    if libs not in sys.path:
+        sys.path.append(libs)
+    module: ModuleType = __import__(name)
+    return module
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Write a file by rename, so a reader sees all of it or nothing. Not fsynced: these files only
+    outlive the agent, not the machine (a crash of the machine ends the tasks too)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def exit_json(exit_code: int, signum: int = 0, error: str = "") -> str:
+    """An exit file's JSON (``{"exit_code", "signal", "error"}``)."""
+    quoted = '""'
+    if error:
+        import json  # only for the rare task that cannot start (see the imports above)
+
+        quoted = json.dumps(error)
+    return f'{{"exit_code": {exit_code}, "signal": {signum}, "error": {quoted}}}'
+
+
+def open_output(target: dict[str, Any]) -> int:
+    """A task's output file (``{"path", "append"}``), its directory created if missing."""
+    path = target["path"]
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if target.get("append") else os.O_TRUNC)
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        return os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise OSError(exc.errno, f"open({path}): {exc.strerror}") from None
+
+
+def start_error(phase: str, err: int, task: dict[str, Any]) -> str:
+    """Slurm's words for a task that could not be started."""
+    why = os.strerror(err)
+    if phase == "chdir":
+        return f"chdir({task['cwd']}): {why}"
+    return f"execve(): {task['argv'][0]}: {why}"
+
+
+def exec_task(task: dict[str, Any], fds: tuple[int, int, int], procs_fd: int | None, report: int) -> None:
+    """In the forked child: join the cgroup, become a session, take the descriptors, chdir, exec. Never
+    returns; a failure is written to ``report`` (``<phase>:<errno>``) for the parent."""
+    phase = "exec"
+    try:
+        os.setsid()
+        if procs_fd is not None:
+            # Its memory is the run's from its first instruction; a task starts even if it cannot join.
+            try:  # noqa: SIM105 (contextlib is an import too many here)
+                os.write(procs_fd, b"0")
+            except OSError:
+                pass
+        for name in _RESTORED:
+            if hasattr(_signal, name):
+                _signal.signal(getattr(_signal, name), _signal.SIG_DFL)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        phase = "chdir"
+        os.chdir(task["cwd"])
+        phase = "exec"
+        os.execvpe(task["argv"][0], task["argv"], task["env"])
+    except OSError as exc:
+        os.write(report, f"{phase}:{exc.errno or 0}".encode())
+    except BaseException:
+        os.write(report, f"{phase}:0".encode())
+    finally:
+        os._exit(127)
+
+
+def start_task(task: dict[str, Any], stdin_fd: int | None, procs_fd: int | None) -> int:
+    """Start one task in its own session; its pid. OSError (with Slurm's words) if it cannot be."""
+    out = err = -1
+    try:
+        out = open_output(task["stdout"])
+        err = open_output(task["stderr"]) if task.get("stderr") else out
+    except OSError:
+        if out >= 0:
+            os.close(out)
+        raise
+    null = None
+    if stdin_fd is None or not task.get("stdin"):
+        null = os.open(os.devnull, os.O_RDONLY)
+    stdin = null if null is not None else stdin_fd
+    assert stdin is not None
+    # Close-on-exec: it reads end of file once the task's exec succeeded.
+    report_r, report_w = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os.close(report_r)
+            exec_task(task, (stdin, out, err), procs_fd, report_w)
+    finally:
+        for fd in {out, err, report_w} | ({null} if null is not None else set()):
+            os.close(fd)
+    with open(report_r, "rb") as report:
+        failure = report.read()
+    if failure:
+        os.waitpid(pid, 0)
+        phase, _, code = failure.decode().partition(":")
+        raise OSError(int(code or 0), start_error(phase, int(code or 0), task))
+    return pid
+
+
+def say(out: IO[str], line: str) -> None:
+    """Tell the agent (if it still listens)."""
+    try:
+        out.write(line + "\n")
+        out.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv: list[str]) -> int:
+    """Start the tasks, hand over, wait for each, record its exit."""
+    step_dir = argv[0]
+    stdin_fd = int(argv[1]) if len(argv) > 1 else None
+    procstat = load_lib("procstat")
+    try:
+        with open(os.path.join(step_dir, SPEC_FILE), "rb") as fh:
+            spec = marshal.load(fh)
+    except (OSError, ValueError, EOFError, TypeError) as exc:
+        say(sys.stdout, f"error cannot read the step: {exc}")
+        return 1
+    if stdin_fd is not None:
+        os.set_inheritable(stdin_fd, False)  # for task 0 only (dup2 gives it its own)
+    procs_fd = None
+    if spec.get("cgroup_procs"):
+        try:
+            procs_fd = os.open(spec["cgroup_procs"], os.O_WRONLY | os.O_CLOEXEC)
+        except OSError:
+            procs_fd = None  # the tasks run unconfined, as the agent's own runs would
+    running: dict[int, int] = {}  # pid -> task
+    pids: list[str] = []
+    for task in spec["tasks"]:
+        try:
+            pid = start_task(task, stdin_fd, procs_fd)
+        except OSError as exc:
+            write_atomically(
+                os.path.join(step_dir, f"{EXIT_PREFIX}{task['task']}"),
+                exit_json(2, 0, exc.strerror or str(exc)),
+            )
+            continue
+        running[pid] = task["task"]
+        pids.append(f'"{task["task"]}": [{pid}, {procstat.start_ticks(pid) or 0}]')
+    # Task 0 holds srun's stdin now: our copy would keep it from seeing end of file when the agent closes.
+    for fd in (stdin_fd, procs_fd):
+        if fd is not None:
+            os.close(fd)
+    me = f"[{os.getpid()}, {procstat.start_ticks('self') or 0}]"
+    write_atomically(os.path.join(step_dir, PIDS_FILE), f'{{"stepd": {me}, "tasks": {{{", ".join(pids)}}}}}')
+    say(sys.stdout, "ok")
+    while running:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        task_id = running.pop(pid, None)
+        if task_id is None:
+            continue
+        # What the task left in its session goes with it (Slurm kills a step's leftovers too).
+        try:  # noqa: SIM105 (contextlib is an import too many here)
+            os.killpg(pid, _signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        code = os.waitstatus_to_exitcode(status)
+        write_atomically(
+            os.path.join(step_dir, f"{EXIT_PREFIX}{task_id}"), exit_json(max(code, 0), max(-code, 0))
+        )
+        say(sys.stdout, f"exit {task_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,125 @@
+"""The step supervisor (stepd.py) as the agent runs it: a real detached process with real tasks, read back
+through the step directory (stepdir.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from corral.services.agent import stepd
+from corral.services.agent.stepdir import OutputTarget, StepDir, StepSpec, TaskSpec, running
+
+pytestmark = pytest.mark.unit
+
+ENV = {"PATH": os.defpath}
+
+
+def task(sdir: StepDir, number: int, script: str, stdin: bool = False) -> TaskSpec:
+    """A bash task whose output goes to its spool files."""
+    return TaskSpec(
+        task=number,
+        argv=["bash", "-c", script],
+        cwd=str(sdir.path),
+        env=ENV,
+        stdout=OutputTarget(path=str(sdir.spool("out", number))),
+        stderr=OutputTarget(path=str(sdir.spool("err", number))),
+        stdin=stdin,
+    )
+
+
+def run(sdir: StepDir, tasks: list[TaskSpec], stdin: bytes | None = None) -> list[str]:
+    """Run the supervisor to its end; the lines it said."""
+    sdir.write_spec(StepSpec(user="u", key="k", job_id=1, attempt=0, step_id=0, tasks=tasks))
+    argv = [sys.executable, "-I", "-S", stepd.__file__, str(sdir.path)]
+    read, write = os.pipe() if stdin is not None else (None, None)
+    proc = subprocess.Popen(
+        argv + ([str(read)] if read is not None else []),
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+        pass_fds=(read,) if read is not None else (),
+    )
+    if read is not None and write is not None:
+        os.close(read)
+        os.write(write, stdin or b"")
+        os.close(write)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    return out.decode().splitlines()
+
+
+@pytest.fixture
+def sdir(tmp_path: Path) -> StepDir:
+    step = StepDir(tmp_path / "stepd", (1, 0, 0))
+    step.create()
+    return step
+
+
+def test_tasks_run_in_sessions_and_their_exits_and_pids_are_recorded(sdir: StepDir) -> None:
+    lines = run(
+        sdir,
+        [
+            # A leftover in the task's session dies with the task.
+            task(sdir, 0, "sleep 300 & echo $! > bg; echo out; echo err >&2; exit 3"),
+            task(sdir, 1, "[ $$ = $(ps -o sid= -p $$) ] && echo leader; kill -TERM $$"),
+        ],
+    )
+    assert lines[0] == "ok"
+    assert sorted(lines[1:]) == ["exit 0", "exit 1"]
+    exits = {t: sdir.exit_of(t, "n1") for t in (0, 1)}
+    assert exits[0] is not None and (exits[0].exit_code, exits[0].signal) == (3, 0)
+    assert exits[1] is not None and (exits[1].exit_code, exits[1].signal) == (0, 15)
+    assert sdir.spool("out", 0).read_text() == "out\n"
+    assert sdir.spool("err", 0).read_text() == "err\n"
+    assert sdir.spool("out", 1).read_text().strip() == "leader"  # its own session
+    pids = sdir.pids()
+    assert pids is not None and set(pids.tasks) == {"0", "1"}
+    assert all(ticks > 0 for _, ticks in pids.tasks.values())
+    assert not running(pids.stepd)  # it ended, so its pid and ticks no longer match
+    leftover = int((sdir.path / "bg").read_text())
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{leftover}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{leftover}").exists() or "Z" in Path(f"/proc/{leftover}/stat").read_text()
+
+
+def test_task_zero_gets_the_stdin_pipe_the_others_dev_null(sdir: StepDir) -> None:
+    run(sdir, [task(sdir, 0, "cat", stdin=True), task(sdir, 1, "cat")], stdin=b"hello\n")
+    assert sdir.spool("out", 0).read_text() == "hello\n"
+    assert sdir.spool("out", 1).read_text() == ""
+
+
+def test_a_task_gets_sigpipe_back(sdir: StepDir) -> None:
+    # Python ignores SIGPIPE; a task must not inherit that (``yes`` would complain of a broken pipe).
+    run(sdir, [task(sdir, 0, "yes | head -1")])
+    assert sdir.spool("out", 0).read_text() == "y\n"
+    assert sdir.spool("err", 0).read_text() == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "cwd", "error"),
+    [
+        (["/no/such/cmd"], None, "execve(): /no/such/cmd: No such file or directory"),
+        (["true"], "/no/such/dir", "chdir(/no/such/dir): No such file or directory"),
+    ],
+)
+def test_a_task_that_cannot_start_gets_an_exit_saying_why(
+    sdir: StepDir, argv: list[str], cwd: str | None, error: str
+) -> None:
+    bad = TaskSpec(
+        task=1,
+        argv=argv,
+        cwd=cwd or str(sdir.path),
+        env=ENV,
+        stdout=OutputTarget(path=str(sdir.spool("out", 1))),
+    )
+    lines = run(sdir, [task(sdir, 0, "true"), bad])
+    assert lines == ["ok", "exit 0"]
+    exit = sdir.exit_of(1, "n1")
+    assert exit is not None and (exit.exit_code, exit.error) == (2, error)
+    pids = sdir.pids()
+    assert pids is not None and set(pids.tasks) == {"0"}
