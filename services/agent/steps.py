@@ -52,7 +52,7 @@ import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from corral.libs import memcg, telemetry
+from corral.libs import holes, memcg, telemetry
 from corral.schemas import events as ev
 from corral.schemas.api import ApiError, LaunchOrder
 from corral.schemas.steps import (
@@ -87,6 +87,8 @@ from corral.services.agent.stepdir import (
 PEER_TIMEOUT = 10.0
 #: Seconds the agent tries to hand an interactive allocation its exit code.
 RELEASE_TIMEOUT = 10.0
+#: Published spool bytes of a file whose disk space is freed at once (see ``_reclaim``).
+RECLAIM_BYTES = 1 << 20
 #: Seconds between the coordinator's polls of the peers whose task exits it is missing.
 POLL_S = 5.0
 #: Seconds a peer keeps the exits of a step whose tasks have all ended (for the coordinator's poll).
@@ -125,6 +127,7 @@ class LocalStep:
     pids: StepPids | None = None  # the supervisor's and the tasks' pids, once known
     exits: dict[int, TaskExit] = field(default_factory=dict)  # task id -> exit, published
     offsets: dict[str, int] = field(default_factory=dict)  # spool file -> bytes published
+    punched: dict[str, int] = field(default_factory=dict)  # spool file -> bytes whose disk space was freed
     proc: subprocess.Popen[bytes] | None = None  # the supervisor, when this agent process started it
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # the supervisor said a task ended
     stdin_fd: int | None = None  # write end of task 0's stdin (srun's), held by this agent process
@@ -318,7 +321,7 @@ class Steps:
             step_id = int(path.read_text() or 0)
         except (FileNotFoundError, ValueError):
             step_id = 0
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_name(path.name + ".tmp")  # not with_suffix: <job>.<attempt> has a dot already
         with open(tmp, "w") as fh:
             fh.write(str(step_id + 1))
             fh.flush()
@@ -541,6 +544,7 @@ class Steps:
                     await self._flush()
                     self._save(local)
                     saved_at, dirty = loop.time(), False
+                    await asyncio.to_thread(_reclaim, local)
                 for exit in new:
                     await self._publish_exit(local, exit)
                 if new:
@@ -885,6 +889,14 @@ class Steps:
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+def _reclaim(local: LocalStep) -> None:
+    """Free the disk space of what was published and saved of each spool file, a MiB or more at a time
+    (``libs/holes.py``): a long, chatty step keeps only its unpublished output on the node's disk."""
+    for name, offset in local.offsets.items():
+        if offset - local.punched.get(name, 0) >= RECLAIM_BYTES and holes.punch(local.dir.file(name), offset):
+            local.punched[name] = offset
 
 
 def _lost(place: TaskPlace) -> TaskExit:
