@@ -465,6 +465,7 @@ class StepExited(msgspec.Struct, frozen=True, tag="step_exited", kw_only=True):
     exit_code: int  # highest task exit code
     signal: int = 0  # a terminating signal of a task, 0 if none
     killed: bool = False  # the step was killed (Ctrl-C twice, or its run ended first)
+    oom: bool = False  # a task was OOM-killed (its node's memory cgroup counted the kill)
 
 
 #: Longest reason an admin may give for draining a node (Slurm keeps reasons short, one line).

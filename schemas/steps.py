@@ -117,6 +117,7 @@ class TaskExit(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int  # 0-255 (0 when killed by a signal)
     signal: int = 0  # terminating signal, 0 if none
     error: str = ""  # why it could not start, "" if it did
+    oom: bool = False  # the kernel's OOM killer ended it (its node's memory cgroup counted a kill)
 
 
 def step_subject(node: str, caller: str) -> str:

@@ -229,6 +229,8 @@ def step_state(exit: ev.StepExited) -> str:
     """The state of a step that ended as ``exit`` reports."""
     if exit.killed:
         return "CANCELLED"
+    if exit.oom:
+        return "OUT_OF_MEMORY"
     return "FAILED" if exit.exit_code != 0 or exit.signal != 0 else "COMPLETED"
 
 
@@ -315,7 +317,7 @@ def _op(seq: int, at: float, body: ev.Event, default_partition: str) -> Op | Non
                 end_time=at,
                 state=step_state(body),
                 exit_code=body.exit_code,
-                signal=body.signal,
+                signal=OOM_SIGNAL if body.oom and not body.killed else body.signal,
             )
     # Run starts and node events change no accounting row.
     return None

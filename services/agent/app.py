@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import pwd
 import signal
@@ -40,6 +41,7 @@ from corral.schemas.codec import DecodeError, decode, encode
 from corral.services.agent import confine, inventory, runner
 from corral.services.agent.jobenv import base_environment
 from corral.services.agent.records import Record, Records
+from corral.services.agent.step_cgroups import StepCgroups
 from corral.services.agent.steps import Steps
 
 _tracer = telemetry.tracer(__name__)
@@ -104,10 +106,10 @@ class Agent:
         alive is supervised again (time limit included); one that ended while the agent was down is
         reported with its exit status; one whose supervisor vanished without a status is reported killed."""
         unfinished = self.records.unfinished()
-        # Cgroups of runs already reported (an agent that died while removing one) go now.
-        self.cgroups.sweep(
-            {c for r in unfinished if (c := confine.recorded_cgroup(self.run_dir(r.job_id, r.attempt)))}
-        )
+        # Cgroups of runs already reported (an agent that died while removing one) go now; those of runs
+        # still running here, or that steps' tasks (which outlive the agent) joined, stay.
+        keep = {c for r in unfinished if (c := confine.recorded_cgroup(self.run_dir(r.job_id, r.attempt)))}
+        self.cgroups.sweep(keep | (self.steps.cgroups_in_use() if self.steps is not None else set()))
         for rec in unfinished:
             run = runner.adopt(
                 rec, self.run_dir(rec.job_id, rec.attempt), self.records, self.config.kill_wait_s
@@ -246,6 +248,10 @@ class Agent:
         # Its supervisor removes the run's cgroup; one that vanished (killed) leaves it to us.
         if not await asyncio.to_thread(confine.release, run.run_dir):
             self.log.warning("run cgroup not removed", job_id=job_id, attempt=attempt)
+        if not outcome.oom and self.steps is not None and self.steps.had_oom(job_id, attempt):
+            # A step's task was OOM-killed on a node of the run: the job ends OUT_OF_MEMORY, as when it
+            # happens in the batch node's run cgroup.
+            outcome = dataclasses.replace(outcome, oom=True)
         self.log.info("run exited", job_id=job_id, exit_code=outcome.exit_code, signal=outcome.signal)
         await self.report_exit(job_id, attempt, outcome)
 
@@ -268,6 +274,14 @@ class Agent:
         if self.records.get(job_id, attempt) is None:
             self.records.put(Record(job_id=job_id, attempt=attempt))
         self.records.update(job_id, attempt, exited=True)
+
+    def remove_peer_cgroup(self, job_id: int, attempt: int) -> None:
+        """Remove the run cgroup a peer made for the steps of a run (step_cgroups.py) and its record."""
+        run_dir = self.run_dir(job_id, attempt)
+        if confine.release(run_dir):
+            with contextlib.suppress(OSError):
+                (run_dir / confine.CGROUP_FILE).unlink()
+                run_dir.rmdir()
 
     def _signal_steps_everywhere(self, job_id: int, attempt: int, sig: int) -> None:
         """The ``--signal`` warning of a run of this (batch) node: to its steps' tasks on every node."""
@@ -325,7 +339,11 @@ async def main(ctx: Context) -> None:
         agent.running_order,
         agent.run_dir,
         agent._append,
-        lambda job_id, attempt: agent.cgroups.of(agent.run_dir(job_id, attempt)),
+        StepCgroups(
+            run_cgroup=lambda job_id, attempt: agent.cgroups.of(agent.run_dir(job_id, attempt)),
+            create=lambda order: agent.cgroups.create(order, agent.run_dir(order.job_id, order.attempt)),
+            remove=agent.remove_peer_cgroup,
+        ),
     )
     agent.steps = step_server
     await agent.register()

@@ -74,6 +74,7 @@ class StepSpec(msgspec.Struct, frozen=True, kw_only=True):
     step_id: int  # step
     tasks: list[TaskSpec]  # this node's tasks
     cgroup_procs: str | None = None  # ``cgroup.procs`` of the run's memory cgroup the tasks join, if any
+    peer_cgroup: bool = False  # that cgroup is a peer's run cgroup (step_cgroups.py), not the batch run's
 
 
 class CoordRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -73,6 +73,7 @@ from corral.schemas.steps import (
 )
 from corral.services.agent import stepd, stepdir, steplayout
 from corral.services.agent.jobenv import job_environment
+from corral.services.agent.step_cgroups import StepCgroup, StepCgroups
 from corral.services.agent.stepdir import (
     CoordRecord,
     OutputTarget,
@@ -134,6 +135,7 @@ class LocalStep:
     stdin_sub: Any = None  # the subscription feeding it
     killing: bool = False  # the kill sequence started
     finished: asyncio.Event = field(default_factory=asyncio.Event)  # every exit published
+    cgroup: StepCgroup = field(default_factory=lambda: StepCgroup(None, False))  # the memory cgroup joined
 
     @property
     def ntasks(self) -> int:
@@ -168,7 +170,7 @@ class Steps:
         orders: Callable[[int], LaunchOrder | None],
         run_dir: Callable[[int, int], Path],
         append: Callable[..., Any],  # (event, msg_id=...)
-        cgroup_of: Callable[[int, int], str | None] = lambda job_id, attempt: None,
+        cgroups: StepCgroups | None = None,
     ) -> None:
         self.nc = nc
         self.node = node
@@ -178,7 +180,9 @@ class Steps:
         self.orders = orders  # job id -> launch order of its run running on this node, if any
         self.run_dir = run_dir  # (job, attempt) -> the run's directory (where its script is)
         self.append = append  # append an event to the log (retrying)
-        self.cgroup_of = cgroup_of  # (job, attempt) -> the memory cgroup of its run on this node, if any
+        # The memory cgroups tasks join (none: unconfined); runs whose steps were OOM-killed (coordinator).
+        self.cgroups = cgroups or StepCgroups(lambda j, a: None, lambda order: None, lambda j, a: None)
+        self.oom_runs: set[tuple[int, int]] = set()
         # Steps by (job, attempt, step): a requeued job's new run numbers its steps from 0 again, and the
         # old run's steps must not be confused with them (an old step's kill must not reach a new one).
         self.local: dict[tuple[int, int, int], LocalStep] = {}
@@ -346,6 +350,7 @@ class Steps:
             job_env.update({"SLURM_JOB_GPUS": gpus, "CUDA_VISIBLE_DEVICES": gpus})
         sdir = StepDir(self.root, key)
         sdir.create()
+        cgroup = await self.cgroups.acquire(node_order, self.node)
         specs = [self._task_spec(sdir, order, step_id, launch, place, places, job_env) for place in mine]
         spec = StepSpec(
             user=user,
@@ -354,10 +359,13 @@ class Steps:
             attempt=order.attempt,
             step_id=step_id,
             tasks=specs,
-            cgroup_procs=_procs_file(self.cgroup_of(order.job_id, order.attempt)),
+            cgroup_procs=_procs_file(cgroup.path),
+            peer_cgroup=cgroup.peer,
         )
         sdir.write_spec(spec)
-        local = LocalStep(user=user, key=launch.key, step=key, tasks=[p.task for p in mine], dir=sdir)
+        local = LocalStep(
+            user=user, key=launch.key, step=key, tasks=[p.task for p in mine], dir=sdir, cgroup=cgroup
+        )
         self.local[key] = local
         # Started (and task 0's stdin subscribed) before the reply, so no stdin is lost.
         await self._start_stepd(local, spec)
@@ -484,6 +492,8 @@ class Steps:
             )
             for task in state.reported:
                 local.exits[task] = sdir.exit_of(task, self.node) or _vanished(task, self.node)
+            cgroup = os.path.dirname(spec.cgroup_procs) if spec.cgroup_procs else None
+            local.cgroup = self.cgroups.adopted(sdir.key[:2], cgroup, spec.peer_cgroup)
             self.local[sdir.key] = local
         if coord is not None:
             step = Coordinated(
@@ -540,6 +550,7 @@ class Steps:
                 dirty = await self._tail(local, files) or dirty
                 if not alive:
                     new += self._vanished_exits(local, {e.task for e in new})
+                new = StepCgroups.with_oom(local.cgroup, new)
                 if dirty and (new or loop.time() - saved_at >= SAVE_S):
                     await self._flush()
                     self._save(local)
@@ -647,7 +658,10 @@ class Steps:
 
     def _release_local(self, local: LocalStep) -> None:
         """This node's part is over. A peer keeps the exits a while for the coordinator's poll, then forgets
-        the step; the coordinator forgets it once its end is recorded (see ``_watch``)."""
+        the step; the coordinator forgets it once its end is recorded (see ``_watch``). A peer's run cgroup
+        goes with the run's last step here."""
+        cgroup, local.cgroup = local.cgroup, StepCgroup(None, False)
+        self._spawn(self.cgroups.release(local.step[:2], cgroup))
         if local.dir.marked(COORD_EXITED):
             self._forget(local)
         elif not local.dir.file(COORD_FILE).exists():
@@ -709,6 +723,8 @@ class Steps:
             # Its tasks ended as their run was being killed (srun passes the run's SIGTERM on to them).
             step.killed = True
         exits = list(step.exits.values())
+        if any(e.oom for e in exits):
+            self.oom_runs.add((order.job_id, order.attempt))  # the run's exit says so (app.py)
         await self.append(
             ev.StepExited(
                 job_id=order.job_id,
@@ -718,6 +734,7 @@ class Steps:
                 exit_code=max((e.exit_code for e in exits), default=0),
                 signal=max((e.signal for e in exits), default=signal.SIGKILL if step.killed else 0),
                 killed=step.killed,
+                oom=any(e.oom for e in exits),
             ),
             msg_id=f"step-exited:{ids}",  # once, also when a restarted agent appends it again
         )
@@ -786,6 +803,19 @@ class Steps:
         if request.signal == signal.SIGKILL:
             step.killed = True
         self._signal_everywhere(step, request.signal)
+
+    def had_oom(self, job_id: int, attempt: int) -> bool:
+        """Whether a step of the run this node coordinates had a task OOM-killed (the job ends OOM)."""
+        return (job_id, attempt) in self.oom_runs
+
+    def cgroups_in_use(self) -> set[str]:
+        """The memory cgroups the tasks of this node's step directories joined (kept by the start sweep)."""
+        out = set()
+        for sdir in StepDir.all(self.root):
+            spec = sdir.spec()
+            if spec is not None and spec.cgroup_procs:
+                out.add(os.path.dirname(spec.cgroup_procs))
+        return out
 
     def signal_run(self, job_id: int, attempt: int, sig: int, *, everywhere: bool) -> None:
         """Signal the tasks of every step of a run (``scancel -s``, ``--signal``): this node's tasks, or with

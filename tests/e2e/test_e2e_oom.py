@@ -110,6 +110,37 @@ def test_a_step_over_the_jobs_memory_makes_the_job_out_of_memory(
     assert job_lines(out, "survived") == [], out.read_text()
 
 
+def test_a_step_on_a_peer_node_is_confined_and_its_oom_ends_the_job_out_of_memory(
+    oom_cluster: tuple[LocalCluster, Cli],
+) -> None:
+    """node2 runs no batch script: its agent makes the run a cgroup for the step (the job's --mem there),
+    the task over it is OOM-killed, the step and the job end OUT_OF_MEMORY, and the cgroup goes."""
+    cluster, cli = oom_cluster
+    out = cli.workdir / "peer-oom.out"
+    task = cli.workdir / "peer-task.sh"
+    task.write_text(f"#!/bin/bash\nif [ $SLURM_NODEID = 1 ]; then\n{SHOW_CGROUP}\n{HOG}\nfi\nsleep 1\n")
+    job = cli.sbatch(
+        f"#!/bin/bash\n{BIN}/srun -N2 -n2 -l bash {task}\necho srun $?\n",
+        "-N2",
+        "--mem=64M",
+        "-o",
+        str(out),
+    )
+    row = cli.wait_state(job, ENDED, timeout=60)
+    assert row == "OUT_OF_MEMORY|0:125", (row, out.read_text())
+    text = out.read_text()
+    assert "1: limit 67108864" in text and "1: survived" not in text, text
+    assert "1: cgroup /corral/" in text and "_node2_" in text, text
+    steps = cli("sacct", "-j", str(job), "-P", "-n", "-o", "JobID,State,ExitCode").stdout.split()
+    assert f"{job}.0|OUT_OF_MEMORY|0:125" in steps, steps
+    node2 = memcg.cluster_tag("local", str(cluster.state_dir / "agents" / "node2"))
+    wait_until(
+        lambda: not [c for c in cluster_cgroups(cluster) if c.rsplit("/", 1)[-1].startswith(node2)],
+        timeout=20,
+        what="node2's cgroup for the run removed",
+    )
+
+
 def test_what_escaped_the_process_group_ends_with_the_run(oom_cluster: tuple[LocalCluster, Cli]) -> None:
     _, cli = oom_cluster
     out = cli.workdir / "escape.out"

@@ -15,9 +15,10 @@ pytestmark = pytest.mark.e2e
 
 MIB = 1 << 20
 #: 24 MiB of 100-byte lines, then a pause while the test looks at the spool file.
+XS = f'head -c {24 * MIB // 100 * 99} /dev/zero | tr "\\0" x | fold -w 99'
 SCRIPT = f"""#!/bin/bash
 #SBATCH -o spool-%j.out -t 5:00
-{BIN}/srun bash -c 'head -c {24 * MIB // 100 * 99} /dev/zero | tr "\\0" x | fold -w 99; echo; echo written; sleep 4'
+{BIN}/srun bash -c '{XS}; echo; echo written; sleep 4'
 """
 
 
