@@ -231,8 +231,10 @@ def test_scheduler_fold_ignores_step_facts() -> None:
 def test_step_facts_become_step_rows() -> None:
     exited = ev.StepExited(job_id=7, attempt=1, step_id=0, node="gpu01", exit_code=3)
     killed = ev.StepExited(job_id=7, attempt=1, step_id=1, node="gpu01", exit_code=0, signal=9, killed=True)
+    oom = ev.StepExited(job_id=7, attempt=1, step_id=2, node="gpu01", exit_code=0, oom=True)
     meta = ev.Meta(event_id="e", occurred_at=5.0, actor="agent-gpu01")
-    ops = convert([(i + 1, ev.Envelope(meta=meta, body=b)) for i, b in enumerate([STARTED, exited, killed])])
+    bodies = [STARTED, exited, killed, oom]
+    ops = convert([(i + 1, ev.Envelope(meta=meta, body=b)) for i, b in enumerate(bodies)])
     assert ops == [
         StartStep(
             seq=1,
@@ -248,4 +250,8 @@ def test_step_facts_become_step_rows() -> None:
         ),
         EndStep(seq=2, job_id=7, attempt=1, step="0", end_time=5.0, state="FAILED", exit_code=3, signal=0),
         EndStep(seq=3, job_id=7, attempt=1, step="1", end_time=5.0, state="CANCELLED", exit_code=0, signal=9),
+        # An OOM kill in the step's cgroup: Slurm's OUT_OF_MEMORY 0:125, whatever the tasks' own status.
+        EndStep(
+            seq=4, job_id=7, attempt=1, step="2", end_time=5.0, state="OUT_OF_MEMORY", exit_code=0, signal=125
+        ),
     ]
