@@ -101,3 +101,12 @@ def wait_for_line(path: Path, prefix: str, timeout: float = 30.0) -> str:
                     return line
         time.sleep(0.2)
     raise AssertionError(f"no {prefix!r} line in {path} after {timeout}s")
+
+
+def alive(pid: int) -> bool:
+    """Whether a process runs (a zombie does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from agent_cluster import agent_cluster, launch_orders, republish, wait_until
-from e2e_cli import BIN, Cli
+from e2e_cli import BIN, Cli, alive
 
 from corral.libs.local_cluster import LocalCluster
 from corral.schemas.codec import encode
@@ -102,15 +102,6 @@ def restart(cluster: LocalCluster, agent: str, crash: bool = False) -> None:
     cluster.revive(agent)
 
 
-def running(pid: int) -> bool:
-    """Whether a process runs (a zombie does not count)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def task_pids(workdir: Path, job: int) -> list[int]:
     """The pids the step's two tasks wrote (``pid-<job>-<task>``), once both are there."""
     files = [workdir / f"pid-{job}-{t}" for t in (0, 1)]
@@ -141,7 +132,7 @@ def test_a_peer_agent_restart_keeps_its_step_tasks_and_reports_their_end(
     _, peer_task = task_pids(cli.workdir, job)
     cluster.terminate("agent-node2")
     wait_until(
-        lambda: not running(peer_task), timeout=20, what="the peer's task ended while its agent was down"
+        lambda: not alive(peer_task), timeout=20, what="the peer's task ended while its agent was down"
     )
     cluster.revive("agent-node2")
     assert cli.wait_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60) == "COMPLETED|0:0"
@@ -178,7 +169,7 @@ def test_a_step_survives_restarts_of_both_its_agents(restart_cluster: tuple[Loca
     time.sleep(1)
     restart(cluster, "agent-node1")
     time.sleep(1)
-    assert all(running(p) for p in pids), "the tasks outlived their agents"
+    assert all(alive(p) for p in pids), "the tasks outlived their agents"
     assert cli("scancel", "-s", "USR1", str(job)).returncode == 0
     assert cli.wait_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60) == "COMPLETED|0:0"
     lines = out.read_text().splitlines()
@@ -210,10 +201,10 @@ def test_a_job_cancelled_after_agent_restarts_kills_its_step_tasks_on_both_nodes
     restart(cluster, "agent-node1")
     restart(cluster, "agent-node2")
     time.sleep(1)
-    assert all(running(p) for p in pids)
+    assert all(alive(p) for p in pids)
     assert cli("scancel", str(job)).returncode == 0
     assert cli.wait_state(job, ("CANCELLED", "COMPLETED", "FAILED"), timeout=60).startswith("CANCELLED")
-    wait_until(lambda: not any(running(p) for p in pids), timeout=30, what="the step's tasks were killed")
+    wait_until(lambda: not any(alive(p) for p in pids), timeout=30, what="the step's tasks were killed")
     steps = cli("sacct", "-j", str(job), "-P", "-n", "-o", "JobID,State").stdout.split()
     assert f"{job}.0|CANCELLED" in steps, steps
 
@@ -256,5 +247,5 @@ def test_stopping_the_local_cluster_kills_its_jobs(tmp_path: Path) -> None:
         pids = next((cluster.state_dir / "agents").glob(f"*/jobs/{job}.0/pids"))
         script_pid = int(pids.read_text().split()[2])
     assert not Path(f"/proc/{script_pid}").exists()
-    assert not any(running(p) for p in tasks), "srun's tasks outlived corral up"
+    assert not any(alive(p) for p in tasks), "srun's tasks outlived corral up"
     assert (pids.parent / "killed").exists()

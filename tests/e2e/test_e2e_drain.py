@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import nats.js.errors
 import pytest
 from agent_cluster import agent_cluster, wait_until
-from e2e_cli import Cli, admin_cli
+from e2e_cli import Cli, admin_cli, alive
 
 from corral.libs import roles
 from corral.libs.bus import connect
@@ -147,14 +147,6 @@ echo "run $SLURM_RESTART_COUNT on $SLURMD_NODENAME"
 echo $$ > down-$SLURM_JOB_ID.pid
 exec sleep 300
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_a_downed_node_requeues_its_job_kills_it_and_stays_down_until_resumed(

@@ -9,20 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_cli import BIN, Cli
+from e2e_cli import BIN, Cli, alive
 
 pytestmark = pytest.mark.e2e
 
 PATH_LINE = f'export PATH="{BIN}:$PATH"\n'
-
-
-def alive(pid: int) -> bool:
-    """Whether a process runs (a zombie does not count)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def task_pids(workdir: Path, job: int, ntasks: int, timeout: float = 30.0) -> list[int]:
