@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import signal
 import time
-from dataclasses import dataclass
 
 V1 = "v1"
 V2 = "v2"
@@ -87,6 +85,8 @@ def memory_mounts(mounts_text: str) -> tuple[str | None, str | None]:
 def cluster_tag(cluster: str, state_dir: str) -> str:
     """The prefix of one agent's cgroups: its cluster's name and a hash of its state directory (two clusters
     on one machine, both called ``local`` with a ``node1``, must not meet)."""
+    import hashlib  # here: the run's supervisor, which loads this module, never needs it
+
     digest = hashlib.sha256(os.path.abspath(state_dir).encode()).hexdigest()[:10]
     return f"{cluster}-{digest}"
 
@@ -178,12 +178,26 @@ def remove(cgroup: str, timeout: float = REMOVE_TIMEOUT_S) -> bool:
 
 
 # the hierarchy -----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
 class Confinement:
-    """Where this node's run cgroups live: a writable directory under the memory controller's hierarchy."""
+    """Where this node's run cgroups live: a writable directory under the memory controller's hierarchy.
 
-    version: str  # V1 or V2
-    root: str  # absolute path of the directory holding the run cgroups
+    A plain class, not a dataclass: the run's supervisor loads this module on every launch, and
+    ``dataclasses`` would pull ``inspect`` in (~10 ms per job start)."""
+
+    __slots__ = ("root", "version")
+
+    def __init__(self, version: str, root: str) -> None:
+        self.version = version  # V1 or V2
+        self.root = root  # absolute path of the directory holding the run cgroups
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Confinement) and (self.version, self.root) == (other.version, other.root)
+
+    def __hash__(self) -> int:
+        return hash((self.version, self.root))
+
+    def __repr__(self) -> str:
+        return f"Confinement({self.version!r}, {self.root!r})"
 
     def path(self, name: str) -> str:
         """The absolute path of a run cgroup called ``name``."""

@@ -257,7 +257,8 @@ async def start(
     try:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
-            "-I",
+            "-I",  # isolated: the job's PYTHON* variables and a venv cannot break it
+            "-S",  # no site: it is stdlib-only, and site (with an editable install's finder) costs ~15 ms
             supervisor.__file__,
             *([f"--cgroup={cgroup}"] if cgroup else []),
             str(run_dir),

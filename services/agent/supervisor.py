@@ -1,7 +1,7 @@
 """The per-run supervisor (Slurm's slurmstepd role): runs one batch script and records how it ended.
 
 The agent starts it detached, in its own session, so it outlives the agent (an agent restart or upgrade
-loses no job). It is stdlib-only and run by file path with ``python -I``, so the job's environment
+loses no job). It is stdlib-only and run by file path with ``python -I -S``, so the job's environment
 (``PYTHONPATH``, a venv) cannot break it. It:
 
 1. starts the script in its own process group (the job's processes: what signals and kills target), in
@@ -19,7 +19,7 @@ outside (the OOM killer cannot take it, and it can remove the cgroup). After the
 left in the cgroup is killed, the OOM kill count is compared with the one at start (``oom``), the peak
 usage is read (``peak_bytes``), and the cgroup is removed, all before the status is written.
 
-Usage: ``python -I supervisor.py [--cgroup=PATH] RUN_DIR STDOUT_FD STDERR_FD WORKDIR SCRIPT [ARGS...]``
+Usage: ``python -I -S supervisor.py [--cgroup=PATH] RUN_DIR STDOUT_FD STDERR_FD WORKDIR SCRIPT [ARGS...]``
 """
 
 from __future__ import annotations
