@@ -1,0 +1,104 @@
+"""The fold's node events (``fold.py`` dispatches them here): registrations, liveness, admin drains and downs.
+
+A node's GPUs, CPUs and memory in use are the fold's (allocations and orphans); these handlers keep its
+inventory, whether it is up, and why it is drained or down. An admin's drain or down (``AdminDrain``)
+outlives re-registrations; only ``NodeResumed`` ends either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from corral.libs.core.state import AdminDrain, Node, Orphan, State
+from corral.schemas import events as ev
+
+
+def drop_orphans(state: State, gone: Callable[[Orphan], bool]) -> None:
+    """Forget orphans that ended, giving their resources back to their node."""
+    keep = []
+    for orphan in state.orphans:
+        if not gone(orphan):
+            keep.append(orphan)
+            continue
+        node = state.nodes.get(orphan.node)
+        if node is not None:
+            held = set(orphan.gpus)
+            node.used_gpus = [g for g in node.used_gpus if g not in held]
+            node.alloc_cpus -= orphan.cpus
+            node.alloc_mem_mb -= orphan.mem_mb
+    state.orphans = keep
+
+
+def _node_registered(state: State, seq: int, at: float, body: ev.NodeRegistered) -> None:
+    node = state.nodes.get(body.node)
+    if node is None:
+        state.nodes[body.node] = Node(
+            name=body.node,
+            cpus=body.cpus,
+            mem_mb=body.mem_mb,
+            gpus=body.gpus,
+            gpu_type=body.gpu_type,
+            partitions=list(body.partitions),
+            features=list(body.features),
+            drain=body.drain_reason,
+            admin_drain=state.early_drains.pop(body.node, None),
+        )
+        return
+    node.cpus, node.mem_mb, node.gpus, node.gpu_type = body.cpus, body.mem_mb, body.gpus, body.gpu_type
+    node.partitions, node.features = list(body.partitions), list(body.features)
+    if node.admin_down is None:  # an admin's down outlives agent restarts, like an admin drain
+        node.up, node.reason = True, ""
+    # Only the registration's own drain follows the registration: an admin drain outlives agent restarts.
+    node.drain = body.drain_reason
+
+
+def _node_down(state: State, seq: int, at: float, body: ev.NodeDown) -> None:
+    node = state.nodes.get(body.node)
+    if node is None:
+        return
+    node.up, node.reason = False, body.reason
+    if body.by:
+        # An admin's down: the agent still runs, so the node's runs become orphans to kill through it.
+        node.admin_down = AdminDrain(reason=body.reason, by=body.by, at=at)
+        return
+    node.admin_down = None
+    # Its runs are gone with it: nothing on it is left to kill.
+    drop_orphans(state, lambda o: o.node == body.node)
+
+
+def _node_up(state: State, seq: int, at: float, body: ev.NodeUp) -> None:
+    node = state.nodes.get(body.node)
+    # Only a resume ends an admin's down, whatever the node's heartbeats say.
+    if node is not None and node.admin_down is None:
+        node.up, node.reason = True, ""
+
+
+def _node_drained(state: State, seq: int, at: float, body: ev.NodeDrained) -> None:
+    drain = AdminDrain(reason=body.reason, by=body.by, at=at)
+    node = state.nodes.get(body.node)
+    if node is None:
+        # Drained before its agent ever registered: the drain waits for the registration.
+        state.early_drains[body.node] = drain
+        return
+    node.admin_drain = drain
+
+
+def _node_resumed(state: State, seq: int, at: float, body: ev.NodeResumed) -> None:
+    state.early_drains.pop(body.node, None)
+    node = state.nodes.get(body.node)
+    if node is not None:
+        # Both drains end, as Slurm's RESUME does; a GPU mismatch drains again at the next registration.
+        node.admin_drain, node.drain = None, ""
+        if node.admin_down is not None:
+            # RESUME of an admin's down: up again (health reports it down if it does not heartbeat).
+            node.admin_down, node.up, node.reason = None, True, ""
+
+
+NODE_HANDLERS: dict[type, Callable[[State, int, float, Any], None]] = {
+    ev.NodeRegistered: _node_registered,
+    ev.NodeDown: _node_down,
+    ev.NodeUp: _node_up,
+    ev.NodeDrained: _node_drained,
+    ev.NodeResumed: _node_resumed,
+}
