@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any, cast, get_args
 
-from corral.libs.config import ClusterConfig, ConfigError, _count, _limit, _optional, _string_list, _table
+from corral.libs import config_values as cv
+from corral.libs.config import ClusterConfig, ConfigError
 from corral.libs.core.qos import NORMAL, PreemptMode, QosPolicy
 from corral.schemas.subjects import valid_token
 
@@ -30,7 +31,7 @@ def _grace(value: Any, where: str) -> int:
         if value < 0:
             raise ConfigError(f"{where}: must be >= 0 seconds, got {value}")
         return value
-    parsed = _limit(value, where)
+    parsed = cv.limit(value, where)
     if parsed is None:
         raise ConfigError(f"{where}: must be a number of seconds, got {value!r}")
     return parsed
@@ -45,25 +46,25 @@ def parse_qos(raw: Any) -> tuple[QosPolicy, ...]:
     out: list[QosPolicy] = []
     for i, entry in enumerate(raw):
         where = f"qos[{i}]"
-        table = _table(entry, where)
-        name = _optional(table, "name", where, str, "")
+        table = cv.table(entry, where)
+        name = cv.optional(table, "name", where, str, "")
         if not name or not valid_token(name):
             raise ConfigError(f"{where}.name: {name!r} is not a valid QOS name (letters, digits, - _)")
         if any(q.name == name for q in out):
             raise ConfigError(f"{where}.name: QOS {name!r} is defined twice")
-        mode = _optional(table, "preempt_mode", where, str, None)
+        mode = cv.optional(table, "preempt_mode", where, str, None)
         if mode is not None and mode not in get_args(PreemptMode):
             raise ConfigError(f"{where}.preempt_mode: {mode!r} is not one of off, requeue, cancel")
         out.append(
             QosPolicy(
                 name=name,
-                priority=_count(table, "priority", where) or 0,
-                max_gres_per_user=_count(table, "max_gres_per_user", where),
-                max_jobs_per_user=_count(table, "max_jobs_per_user", where),
-                max_submit_jobs_per_user=_count(table, "max_submit_jobs_per_user", where),
-                grp_gres=_count(table, "grp_gres", where),
-                max_wall_s=_limit(table["max_wall"], f"{where}.max_wall") if "max_wall" in table else None,
-                preempt=_string_list(table, "preempt", where),
+                priority=cv.count(table, "priority", where) or 0,
+                max_gres_per_user=cv.count(table, "max_gres_per_user", where),
+                max_jobs_per_user=cv.count(table, "max_jobs_per_user", where),
+                max_submit_jobs_per_user=cv.count(table, "max_submit_jobs_per_user", where),
+                grp_gres=cv.count(table, "grp_gres", where),
+                max_wall_s=cv.limit(table["max_wall"], f"{where}.max_wall") if "max_wall" in table else None,
+                preempt=cv.string_list(table, "preempt", where),
                 preempt_mode=cast(PreemptMode | None, mode),
                 grace_time_s=_grace(table["grace_time"], f"{where}.grace_time")
                 if "grace_time" in table
