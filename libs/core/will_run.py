@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from corral.libs.core.fold import slim_spec
+from corral.libs.core.placement import request_of
 from corral.libs.core.plan import Plan, Policy, plan
 from corral.libs.core.state import Job, State
 from corral.schemas import events as ev
@@ -37,7 +38,11 @@ def will_run(state: State, now: float, policy: Policy, user: str, spec: ev.JobSp
     state.jobs[job_id] = job
     state.active[job_id] = True
     try:
-        outlook = plan(state, now, replace(policy, backfill="conservative"))
+        # The caller may pass a conservative policy it keeps (its cached properties survive the call).
+        conservative = (
+            policy if policy.backfill == "conservative" else replace(policy, backfill="conservative")
+        )
+        outlook = plan(state, now, conservative)
     finally:
         del state.jobs[job_id]
         del state.active[job_id]
@@ -49,6 +54,7 @@ def _estimate(outlook: Plan, job: Job, now: float) -> WillRun:
         if isinstance(decision, ev.JobAllocated) and decision.job_id == job.job_id:
             cpus = sum(a.cpus for a in decision.allocations)
             return WillRun(job.job_id, now, [a.node for a in decision.allocations], "", cpus)
-    asked = job.spec.ntasks * job.spec.cpus_per_task
+    req = request_of(job)  # what the placement would take: CPUs per node times nodes
+    asked = req.cpus * req.nodes
     reason = outlook.reasons.get(job.job_id, "Resources")
     return WillRun(job.job_id, outlook.starts.get(job.job_id), [], reason, asked)

@@ -23,6 +23,7 @@ Reservation decisions are appended like job decisions, conditional on the reserv
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import time
 from collections import OrderedDict
@@ -62,6 +63,8 @@ class Scheduler:
         self.bus = bus
         self.config = config
         self.policy = policy_of(config)
+        # sbatch --test-only plans conservatively (every pending job gets its start); built once.
+        self.will_run_policy = dataclasses.replace(self.policy, backfill="conservative")
         self.state = State(usage_policy=usage_policy_of(config))
         self.epoch = epoch
         self.outlook = planner.Plan()  # the latest cycle's reasons, priorities and planned starts
@@ -260,7 +263,7 @@ class Scheduler:
         """sbatch --test-only, asked by the gateway once it validated the job: plan it hypothetically."""
         if user != roles.GATEWAY:
             raise Forbidden("Access/permission denied: use sbatch --test-only")
-        got = will_run(self.state, time.time(), self.policy, req.user, req.spec)
+        got = will_run(self.state, time.time(), self.will_run_policy, req.user, req.spec)
         return api.WillRunReply(
             job_id=got.job_id,
             start=got.start,

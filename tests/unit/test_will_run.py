@@ -47,6 +47,14 @@ def test_the_estimate_is_what_the_next_cycle_would_decide(
     assert (got.nodes, got.reason) == (nodes, reason)
 
 
+def test_a_job_that_would_wait_reports_the_cpus_the_placement_would_take() -> None:
+    log, _ = busy()
+    # Two nodes, one task each, --cpus-per-gpu=2 with 8 GPUs: 16 CPUs per node, 32 in all (not 2 x 1).
+    spec = job(gpus=8, nodes=2, cpus_per_gpu=2, time_s=10)
+    got = will_run(log.state, log.state.now, policy(), "bob", spec)
+    assert got.start is not None and got.nodes == [] and got.cpus == 32
+
+
 def test_a_held_job_gets_no_start() -> None:
     log, _ = busy()
     got = will_run(log.state, log.state.now, policy(), "bob", job(gpus=1, nodes=1, time_s=10, held=True))
