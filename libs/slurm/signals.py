@@ -18,6 +18,13 @@ from corral.libs.slurm.errors import FormatError
 #: The terminating signal of an OOM-killed job as Slurm shows it (``ExitCode 0:125``): its dummy SIG_OOM (253)
 #: kept in a wait status's 7 signal bits.
 OOM_SIGNAL = 253 & 0x7F
+
+
+def shown_exit(exit_code: int, signal: int, oom: bool) -> tuple[int, int]:
+    """(exit code, signal) as sacct shows them: an OOM kill is Slurm's ``0:125``, whatever the status was."""
+    return (0, OOM_SIGNAL) if oom else (exit_code, signal)
+
+
 # Seconds before the limit when "@T" is omitted, as in Slurm.
 DEFAULT_SECONDS_BEFORE = 60
 # Slurm stores T in 16 bits.

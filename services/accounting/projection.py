@@ -34,7 +34,7 @@ import msgspec
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.array import array_indices
 from corral.libs.slurm.errors import FormatError
-from corral.libs.slurm.signals import OOM_SIGNAL
+from corral.libs.slurm.signals import shown_exit
 from corral.schemas import events as ev
 
 
@@ -270,6 +270,8 @@ def _op(seq: int, at: float, body: ev.Event, default_partition: str) -> Op | Non
         case ev.JobAllocated():
             return _start_run(seq, at, body)
         case ev.RunExited():
+            # An OOM-killed batch step shows Slurm's 0:125, as its job does.
+            exit_code, signal = shown_exit(body.exit_code, body.signal, body.oom)
             return ExitBatch(
                 seq=seq,
                 job_id=body.job_id,
@@ -277,9 +279,8 @@ def _op(seq: int, at: float, body: ev.Event, default_partition: str) -> Op | Non
                 node=body.node,
                 end_time=at,
                 state=batch_state(body),
-                # An OOM-killed batch step shows Slurm's 0:125, as its job does.
-                exit_code=0 if body.oom else body.exit_code,
-                signal=OOM_SIGNAL if body.oom else body.signal,
+                exit_code=exit_code,
+                signal=signal,
             )
         case ev.JobCompleted(job_id=job_id, attempt=attempt):
             return _end(seq, job_id, attempt, at, "COMPLETED")
@@ -309,6 +310,7 @@ def _op(seq: int, at: float, body: ev.Event, default_partition: str) -> Op | Non
                 num_gpus=body.gpus,
             )
         case ev.StepExited():
+            exit_code, signal = shown_exit(body.exit_code, body.signal, body.oom and not body.killed)
             return EndStep(
                 seq=seq,
                 job_id=body.job_id,
@@ -316,8 +318,8 @@ def _op(seq: int, at: float, body: ev.Event, default_partition: str) -> Op | Non
                 step=str(body.step_id),
                 end_time=at,
                 state=step_state(body),
-                exit_code=body.exit_code,
-                signal=OOM_SIGNAL if body.oom and not body.killed else body.signal,
+                exit_code=exit_code,
+                signal=signal,
             )
     # Run starts and node events change no accounting row.
     return None

@@ -231,7 +231,7 @@ def test_scheduler_fold_ignores_step_facts() -> None:
 def test_step_facts_become_step_rows() -> None:
     exited = ev.StepExited(job_id=7, attempt=1, step_id=0, node="gpu01", exit_code=3)
     killed = ev.StepExited(job_id=7, attempt=1, step_id=1, node="gpu01", exit_code=0, signal=9, killed=True)
-    oom = ev.StepExited(job_id=7, attempt=1, step_id=2, node="gpu01", exit_code=0, oom=True)
+    oom = ev.StepExited(job_id=7, attempt=1, step_id=2, node="gpu01", exit_code=137, oom=True)
     meta = ev.Meta(event_id="e", occurred_at=5.0, actor="agent-gpu01")
     bodies = [STARTED, exited, killed, oom]
     ops = convert([(i + 1, ev.Envelope(meta=meta, body=b)) for i, b in enumerate(bodies)])
