@@ -72,8 +72,7 @@ def resume_problem(
     after = resumed.seq if resumed is not None else 0
     if drained is not None and drained.seq > after:
         return None
-    down = downed.envelope.body if downed is not None and downed.envelope else None
-    if isinstance(down, ev.NodeDown) and down.by and downed is not None and downed.seq > after:
+    if downed is not None and downed.seq > after and _downed_by_admin(downed):
         return None
     # A registration drain (GPU count mismatch) since the last resume may be resumed too.
     body = registered.envelope.body if registered is not None and registered.envelope else None
@@ -125,17 +124,18 @@ class NodeUpdates:
         answer = {"DRAIN": "node_drained", "DOWN": "node_down", "RESUME": "node_resumed"}[req.state]
         deadline = time.monotonic() + ANSWER_TIMEOUT_S
         for node, seq in appended:
-            await self._wait(node, answer, seq, deadline)
+            await self._wait(node, answer, seq, deadline, by_admin=req.state == "DOWN")
         return api.NodeUpdateReply(nodes=nodes)
 
     async def _last(self, node: str, tag: str) -> LogEntry | None:
         return await self.bus.last_entry(subjects.node_subject(node, tag))
 
-    async def _wait(self, node: str, tag: str, after: int, deadline: float) -> None:
-        """Until health's ``tag`` entry for ``node`` after sequence ``after`` is in the log."""
+    async def _wait(self, node: str, tag: str, after: int, deadline: float, by_admin: bool = False) -> None:
+        """Until health's ``tag`` entry for ``node`` after sequence ``after`` is in the log; with ``by_admin``
+        only an admin's ``NodeDown`` counts (health's own "Not responding" is not the answer to a DOWN)."""
         while True:
             entry = await self._last(node, tag)
-            if entry is not None and entry.seq > after:
+            if entry is not None and entry.seq > after and (not by_admin or _downed_by_admin(entry)):
                 return
             if time.monotonic() >= deadline:
                 raise TransientError(
@@ -143,3 +143,8 @@ class NodeUpdates:
                     "carried out when health runs (see sinfo -R)"
                 )
             await asyncio.sleep(_POLL_S)
+
+
+def _downed_by_admin(entry: LogEntry) -> bool:
+    body = entry.envelope.body if entry.envelope is not None else None
+    return isinstance(body, ev.NodeDown) and bool(body.by)
