@@ -109,7 +109,8 @@ class Agent:
         # Cgroups of runs already reported (an agent that died while removing one) go now; those of runs
         # still running here, or that steps' tasks (which outlive the agent) joined, stay.
         keep = {c for r in unfinished if (c := confine.recorded_cgroup(self.run_dir(r.job_id, r.attempt)))}
-        self.cgroups.sweep(keep | (self.steps.cgroups_in_use() if self.steps is not None else set()))
+        in_use = self.steps.cgroups_in_use() if self.steps is not None else set()
+        await asyncio.to_thread(self.cgroups.sweep, keep | in_use)  # a removal may wait for a cgroup to empty
         for rec in unfinished:
             run = runner.adopt(
                 rec, self.run_dir(rec.job_id, rec.attempt), self.records, self.config.kill_wait_s
@@ -178,7 +179,7 @@ class Agent:
         return self.dir / "jobs" / f"{job_id}.{attempt}"
 
     async def _launch(self, order: api.LaunchOrder, key: tuple[int, int]) -> None:
-        cgroup = self.cgroups.create(order, self.run_dir(*key))
+        cgroup = await asyncio.to_thread(self.cgroups.create, order, self.run_dir(*key))
         try:
             run = await runner.start(
                 order, self.run_dir(*key), self.base_env, self.records, self.config.kill_wait_s, cgroup

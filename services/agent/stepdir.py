@@ -75,6 +75,7 @@ class StepSpec(msgspec.Struct, frozen=True, kw_only=True):
     tasks: list[TaskSpec]  # this node's tasks
     cgroup_procs: str | None = None  # ``cgroup.procs`` of the run's memory cgroup the tasks join, if any
     peer_cgroup: bool = False  # that cgroup is a peer's run cgroup (step_cgroups.py), not the batch run's
+    oom_base: int = 0  # the cgroup's OOM kill count when the step started (an adopted step compares with it)
 
 
 class CoordRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -88,6 +88,8 @@ from corral.services.agent.stepdir import (
 PEER_TIMEOUT = 10.0
 #: Seconds the agent tries to hand an interactive allocation its exit code.
 RELEASE_TIMEOUT = 10.0
+#: The run directory's marker: a step of the run had a task OOM-killed (the run's exit reports ``oom``).
+STEP_OOM_FILE = "step_oom"
 #: Published spool bytes of a file whose disk space is freed at once (see ``_reclaim``).
 RECLAIM_BYTES = 1 << 20
 #: Seconds between the coordinator's polls of the peers whose task exits it is missing.
@@ -180,9 +182,8 @@ class Steps:
         self.orders = orders  # job id -> launch order of its run running on this node, if any
         self.run_dir = run_dir  # (job, attempt) -> the run's directory (where its script is)
         self.append = append  # append an event to the log (retrying)
-        # The memory cgroups tasks join (none: unconfined); runs whose steps were OOM-killed (coordinator).
+        # The memory cgroups tasks join (none: unconfined).
         self.cgroups = cgroups or StepCgroups(lambda j, a: None, lambda order: None, lambda j, a: None)
-        self.oom_runs: set[tuple[int, int]] = set()
         # Steps by (job, attempt, step): a requeued job's new run numbers its steps from 0 again, and the
         # old run's steps must not be confused with them (an old step's kill must not reach a new one).
         self.local: dict[tuple[int, int, int], LocalStep] = {}
@@ -351,18 +352,23 @@ class Steps:
         sdir = StepDir(self.root, key)
         sdir.create()
         cgroup = await self.cgroups.acquire(node_order, self.node)
-        specs = [self._task_spec(sdir, order, step_id, launch, place, places, job_env) for place in mine]
-        spec = StepSpec(
-            user=user,
-            key=launch.key,
-            job_id=order.job_id,
-            attempt=order.attempt,
-            step_id=step_id,
-            tasks=specs,
-            cgroup_procs=_procs_file(cgroup.path),
-            peer_cgroup=cgroup.peer,
-        )
-        sdir.write_spec(spec)
+        try:
+            specs = [self._task_spec(sdir, order, step_id, launch, place, places, job_env) for place in mine]
+            spec = StepSpec(
+                user=user,
+                key=launch.key,
+                job_id=order.job_id,
+                attempt=order.attempt,
+                step_id=step_id,
+                tasks=specs,
+                cgroup_procs=_procs_file(cgroup.path),
+                peer_cgroup=cgroup.peer,
+                oom_base=cgroup.oom_base,
+            )
+            sdir.write_spec(spec)
+        except BaseException:
+            await self.cgroups.release(key[:2], cgroup)  # no step will run: a peer's cgroup may go
+            raise
         local = LocalStep(
             user=user, key=launch.key, step=key, tasks=[p.task for p in mine], dir=sdir, cgroup=cgroup
         )
@@ -493,7 +499,7 @@ class Steps:
             for task in state.reported:
                 local.exits[task] = sdir.exit_of(task, self.node) or _vanished(task, self.node)
             cgroup = os.path.dirname(spec.cgroup_procs) if spec.cgroup_procs else None
-            local.cgroup = self.cgroups.adopted(sdir.key[:2], cgroup, spec.peer_cgroup)
+            local.cgroup = self.cgroups.adopted(sdir.key[:2], cgroup, spec.peer_cgroup, spec.oom_base)
             self.local[sdir.key] = local
         if coord is not None:
             step = Coordinated(
@@ -724,7 +730,9 @@ class Steps:
             step.killed = True
         exits = list(step.exits.values())
         if any(e.oom for e in exits):
-            self.oom_runs.add((order.job_id, order.attempt))  # the run's exit says so (app.py)
+            # Recorded in the run's directory, so the run's exit says so even after an agent restart.
+            with contextlib.suppress(OSError):
+                (self.run_dir(order.job_id, order.attempt) / STEP_OOM_FILE).touch()
         await self.append(
             ev.StepExited(
                 job_id=order.job_id,
@@ -806,7 +814,7 @@ class Steps:
 
     def had_oom(self, job_id: int, attempt: int) -> bool:
         """Whether a step of the run this node coordinates had a task OOM-killed (the job ends OOM)."""
-        return (job_id, attempt) in self.oom_runs
+        return (self.run_dir(job_id, attempt) / STEP_OOM_FILE).exists()
 
     def cgroups_in_use(self) -> set[str]:
         """The memory cgroups the tasks of this node's step directories joined (kept by the start sweep)."""
