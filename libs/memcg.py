@@ -150,12 +150,6 @@ def join_self(procs_fd: int) -> None:
     os.write(procs_fd, b"0")
 
 
-def join_self_quietly(procs_fd: int) -> None:
-    """``join_self`` for a process that must start even if it cannot join (a step's task)."""
-    with contextlib.suppress(OSError):
-        join_self(procs_fd)
-
-
 def remove(cgroup: str, timeout: float = REMOVE_TIMEOUT_S) -> bool:
     """Kill every process left in the cgroup and remove it; True once it is gone (or never existed).
 

@@ -238,7 +238,8 @@ def build_submission(
     nodelist = host_list(options, "nodelist")
     nodes, ntasks, ntasks_per_node = task_counts(options, warnings, len(nodelist))
     gpus = gpus_of(options, nodes, ntasks_per_node or -(-ntasks // nodes))
-    cpus_per_gpu = per_gpu_option(options, "cpus-per-gpu", "cpus-per-task", gpus.per_node)
+    cpus_per_gpu_text = per_gpu_option(options, "cpus-per-gpu", "cpus-per-task", gpus.per_node)
+    cpus_per_gpu = None if cpus_per_gpu_text is None else parse_count(cpus_per_gpu_text, "--cpus-per-gpu")
     cpus_per_task = parse_count(options.last("cpus-per-task", "1") or "", "--cpus-per-task")
     constraint = options.last("constraint")
     switches, switches_wait = _switches(options.last("switches"))
@@ -266,7 +267,7 @@ def build_submission(
                 ntasks_per_node,
                 cpus_per_task,
                 gpus.per_node,
-                None if cpus_per_gpu is None else parse_count(cpus_per_gpu, "--cpus-per-gpu"),
+                cpus_per_gpu,
             ),
         ),
         gpus_per_node=gpus.per_node,
@@ -283,7 +284,7 @@ def build_submission(
         constraint=None if constraint is None else parse_constraint(constraint, "--constraint"),
         exclusive=options.given("exclusive"),
         gpus_per_task=gpus.per_task,
-        cpus_per_gpu=None if cpus_per_gpu is None else parse_count(cpus_per_gpu, "--cpus-per-gpu"),
+        cpus_per_gpu=cpus_per_gpu,
         qos=_qos(options.last("qos")),
         nice=_nice(options.last("nice")),
         reservation=options.last("reservation") or None,

@@ -33,7 +33,7 @@ from corral.libs import telemetry
 from corral.libs.bus import Bus
 from corral.libs.config import ClusterConfig, NodeConfig
 from corral.libs.errors import InvalidInput, TransientError
-from corral.libs.service import Context
+from corral.libs.service import Context, run_until_stopped
 from corral.libs.settings import environment
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
@@ -350,9 +350,10 @@ async def main(ctx: Context) -> None:
     await agent.register()
     await agent.reconcile()
     await step_server.start()
-    tasks = [
-        asyncio.create_task(agent.heartbeat(ctx.stop)),
-        asyncio.create_task(
+    try:
+        await run_until_stopped(
+            ctx.stop,
+            agent.heartbeat(ctx.stop),
             ctx.bus.consume(
                 subjects.WORK_STREAM,
                 f"agent-{name}",
@@ -361,10 +362,8 @@ async def main(ctx: Context) -> None:
                 service=f"agent-{name}",
                 batch=16,
                 stop=ctx.stop,
-            )
-        ),
-    ]
-    await ctx.stop.wait()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await step_server.stop()
-    await agent.shutdown()
+            ),
+        )
+    finally:
+        await step_server.stop()
+        await agent.shutdown()

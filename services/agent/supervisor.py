@@ -96,11 +96,8 @@ def start_confined(cgroup: str, memcg: ModuleType) -> tuple[int | None, Callable
 
 
 def end_confined(cgroup: str, memcg: ModuleType, oom_before: int | None) -> dict[str, object]:
-    """Kill what is left in the run's cgroup, read what it tells, remove it: the status's cgroup part."""
-    # Leftovers that escaped the process group (setsid, double fork) still belong to the run.
-    for pid in memcg.members(cgroup):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+    """Read what the run's cgroup tells, then remove it, killing what is left in it (leftovers that escaped
+    the process group, setsid or a double fork, still belong to the run): the status's cgroup part."""
     oom_after = memcg.oom_count(cgroup)
     peak = memcg.peak_bytes(cgroup)
     memcg.remove(cgroup)
