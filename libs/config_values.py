@@ -175,3 +175,16 @@ def count(table: dict[str, Any], key: str, where: str, minimum: int = 0) -> int 
     if value is not None and value < minimum:
         raise ConfigError(f"{where}.{key}: must be >= {minimum}, got {value}")
     return value
+
+
+def whole_seconds(value: Any, where: str, not_unlimited: str) -> int:
+    """A duration in whole seconds: a TOML integer (seconds, >= 0) or a Slurm duration string, never
+    UNLIMITED (``not_unlimited`` says so in the key's own words)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ConfigError(f"{where}: must be >= 0 seconds, got {value}")
+        return value
+    parsed = limit(value, where)
+    if parsed is None:
+        raise ConfigError(f"{where}: {not_unlimited}")
+    return parsed

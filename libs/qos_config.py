@@ -27,14 +27,7 @@ from corral.schemas.subjects import valid_token
 
 def _grace(value: Any, where: str) -> int:
     """GraceTime: whole seconds (a number), or a Slurm duration string."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise ConfigError(f"{where}: must be >= 0 seconds, got {value}")
-        return value
-    parsed = cv.limit(value, where)
-    if parsed is None:
-        raise ConfigError(f"{where}: must be a number of seconds, got {value!r}")
-    return parsed
+    return cv.whole_seconds(value, where, f"must be a number of seconds, got {value!r}")
 
 
 def parse_qos(raw: Any) -> tuple[QosPolicy, ...]:

@@ -87,15 +87,9 @@ def parse_scheduler(raw: Any) -> SchedulerConfig:
 
 def _max_switch_wait(value: Any) -> int:
     """Slurm's max_switch_wait: seconds (a number) or a Slurm duration; 0 drops --switches at once."""
-    where = "scheduler.max_switch_wait"
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise ConfigError(f"{where}: must be >= 0 seconds, got {value}")
-        return value
-    parsed = cv.limit(value, where)
-    if parsed is None:
-        raise ConfigError(f"{where}: must be a duration, not UNLIMITED (Slurm's default is 300 s)")
-    return parsed
+    return cv.whole_seconds(
+        value, "scheduler.max_switch_wait", "must be a duration, not UNLIMITED (Slurm's default is 300 s)"
+    )
 
 
 def _nonnegative(table: dict[str, Any], key: str) -> int:
