@@ -16,7 +16,6 @@ from __future__ import annotations
 import getpass
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, TypeVar, Union
 
 import msgspec
@@ -101,15 +100,16 @@ def find_cluster(environ: Mapping[str, str] | None = None) -> Cluster:
                 "CORRAL_NATS_URL is set but CORRAL_CREDENTIALS is not: "
                 "set it to the credentials file of your user on that cluster"
             )
-        path = Path(path_text).expanduser()
+        path = os.path.expanduser(path_text)
     else:
-        state = Path(env.get("CORRAL_STATE_DIR") or "~/.corral").expanduser()
+        # os.path rather than pathlib, which costs a command ~7 ms to import
+        state = os.path.expanduser(env.get("CORRAL_STATE_DIR") or "~/.corral")
         try:
             unix_user = getpass.getuser()
         except (KeyError, OSError):
             raise CliError("cannot tell who you are: set USER or LOGNAME") from None
-        path = state / "credentials" / f"{unix_user}.json"
-    if not path.is_file():
+        path = os.path.join(state, "credentials", f"{unix_user}.json")
+    if not os.path.isfile(path):
         raise CliError(
             f"no Corral cluster found (no {path}): start one with 'corral up', "
             "or set CORRAL_NATS_URL and CORRAL_CREDENTIALS"

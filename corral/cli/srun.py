@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import socket
 import sys
 import time
 from collections.abc import Mapping
@@ -228,7 +227,7 @@ def allocation_spec(sbatch_argv: list[str], environ: Mapping[str, str], cwd: str
 
     invocation = parse_command_line(sbatch_argv)
     submission = build_submission(
-        invocation, ALLOCATION_SCRIPT.encode(), environ=environ, cwd=cwd, hostname=socket.gethostname()
+        invocation, ALLOCATION_SCRIPT.encode(), environ=environ, cwd=cwd, hostname=os.uname().nodename
     )
     for message in submission.warnings:
         warn(COMMAND, message)

@@ -190,12 +190,15 @@ async def test_round_trip(
 
 @pytest.mark.parametrize(
     "url_form",
-    ["{host_port}", "nats://{host_port}/", "nats://bob:wrong@{host_port}"],
-    ids=["host-port", "nats-url-with-slash", "arguments-override-url"],
+    ["{host_port}", "nats://{host_port}/", "nats://bob:wrong@{host_port}", "nats://localhost:{port}"],
+    # localhost: a name, not an address; where it resolves to ::1 first, that address refuses (the server
+    # listens on 127.0.0.1) and the next one is tried
+    ids=["host-port", "nats-url-with-slash", "arguments-override-url", "host-name"],
 )
 async def test_url_forms_with_credential_arguments(server_url: str, responder: None, url_form: str) -> None:
     # The percent-encoded nats://user:pass@host:port form is what every other test uses.
-    url = url_form.format(host_port=server_url.removeprefix("nats://"))
+    host_port = server_url.removeprefix("nats://")
+    url = url_form.format(host_port=host_port, port=host_port.rpartition(":")[2])
     reply = await asyncio.to_thread(
         request, url, "svc.plain.alice", b"ping", user="alice", password=ALICE_PASSWORD, inbox_prefix=INBOX
     )

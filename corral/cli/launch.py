@@ -1,0 +1,74 @@
+"""The entry points of the Slurm commands (``sbatch``, ``squeue``, …): each starts its command with less.
+
+submitit and dask spawn these commands by the thousand, and most of a command's wall time is Python loading
+modules. One load is avoidable: msgspec imports typing_extensions (which imports inspect, ast, dis and
+tokenize) only for its ``get_type_hints``, and falls back on ``typing``'s when the import fails, as it does
+where typing_extensions is not installed. On Python 3.11+ ``typing`` handles everything Corral's schemas use.
+So a command process blocks that import before it loads anything else: ``None`` in ``sys.modules`` makes
+``import typing_extensions`` raise ImportError, the import system's documented way of blocking a module. That
+is 10-15 ms of a ~90 ms command here (``bench/RESULTS.md``).
+
+Only here, in the commands' own processes: ``corral`` and the services load OpenTelemetry, which needs
+typing_extensions. A process that has loaded it already (a test importing ``main``) keeps it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+#: The commands started here: each is the module ``corral.cli.<name>`` with a ``main() -> int``.
+COMMANDS = ("sbatch", "squeue", "scancel", "sacct", "sinfo", "scontrol", "sprio", "sshare", "srun", "salloc")
+
+
+def load(command: str) -> Callable[[], int]:
+    """Import ``corral.cli.<command>`` with typing_extensions blocked; its ``main``."""
+    sys.modules.setdefault("typing_extensions", None)  # type: ignore[arg-type]
+    module = f"corral.cli.{command}"
+    __import__(module)
+    main: Callable[[], int] = sys.modules[module].main
+    return main
+
+
+def _run(command: str) -> int:
+    return int(load(command)())
+
+
+def sbatch() -> int:
+    return _run("sbatch")
+
+
+def squeue() -> int:
+    return _run("squeue")
+
+
+def scancel() -> int:
+    return _run("scancel")
+
+
+def sacct() -> int:
+    return _run("sacct")
+
+
+def sinfo() -> int:
+    return _run("sinfo")
+
+
+def scontrol() -> int:
+    return _run("scontrol")
+
+
+def sprio() -> int:
+    return _run("sprio")
+
+
+def sshare() -> int:
+    return _run("sshare")
+
+
+def srun() -> int:
+    return _run("srun")
+
+
+def salloc() -> int:
+    return _run("salloc")

@@ -1,0 +1,72 @@
+"""The Slurm commands' start-up: what a command process loads (``corral.cli.launch``).
+
+Wall time is measured in ``bench/latency.py``; these tests keep out the modules whose cost was measured
+there and removed, each in a fresh interpreter, as a command starts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from corral.cli.launch import COMMANDS
+
+# Loaded by none of the commands: typing_extensions (with inspect, ast, dis), pathlib, socket.py and json were
+# most of a command's avoidable start-up (bench/RESULTS.md); nats-py, asyncio and the services' libraries
+# are for the services.
+KEPT_OUT = (
+    "typing_extensions",
+    "inspect",
+    "pathlib",
+    "socket",
+    "json",
+    "asyncio",
+    "nats",
+    "opentelemetry",
+    "structlog",
+    "asyncpg",
+)
+
+_LOADED = """
+import json, sys
+from corral.cli import launch
+launch.load(sys.argv[1])
+print(json.dumps(sorted(name for name, module in sys.modules.items() if module is not None)))
+"""
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_command_loads_none_of_the_costly_modules(command: str) -> None:
+    # json is imported by this probe only after load() returned, to print the list
+    out = subprocess.run(
+        [sys.executable, "-c", _LOADED, command], capture_output=True, text=True, check=True
+    ).stdout
+    loaded = set(json.loads(out)) - {"json", "json.decoder", "json.encoder", "json.scanner", "_json"}
+    assert f"corral.cli.{command}" in loaded
+    kept_out = [name for name in loaded if name.split(".")[0] in KEPT_OUT]
+    assert kept_out == []
+
+
+def test_the_schemas_are_the_same_without_typing_extensions() -> None:
+    # msgspec reads the Structs' type hints with typing's get_type_hints when typing_extensions is blocked;
+    # every schema it derives from them must be the one checked in (generated with typing_extensions)
+    probe = (
+        "import sys; sys.modules['typing_extensions'] = None; sys.argv[1:] = ['--check']\n"
+        "from corral.schemas import generate\n"
+        "assert sys.modules['typing_extensions'] is None\n"
+        "sys.exit(generate.main())"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_process_that_has_typing_extensions_keeps_it() -> None:
+    import typing_extensions
+
+    from corral.cli import launch
+
+    launch.load("squeue")
+    assert sys.modules["typing_extensions"] is typing_extensions
