@@ -2,17 +2,41 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from corral.cli import cmdserver
 from corral.libs import roles
 from corral.libs.bus import Bus, connect, declare
 from corral.libs.credentials import Credentials
 from corral.libs.infra import NatsServer, PostgresServer
 
 ADMIN_PASSWORD = "test-admin-secret"
+# The run's directory for command servers, and the XDG_RUNTIME_DIR it replaced.
+_RUNTIME = pytest.StashKey[tuple[str, str | None]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The commands the tests run start their command servers in a directory of this run, stopped at its end
+    (set before any fixture copies the environment for the commands)."""
+    runtime = tempfile.mkdtemp(prefix="corral-tests-runtime-")
+    config.stash[_RUNTIME] = (runtime, os.environ.get("XDG_RUNTIME_DIR"))
+    os.environ["XDG_RUNTIME_DIR"] = runtime
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    runtime, before = config.stash[_RUNTIME]
+    cmdserver.stop_servers(cmdserver.runtime_dir({"XDG_RUNTIME_DIR": runtime}))
+    shutil.rmtree(runtime, ignore_errors=True)
+    if before is None:
+        os.environ.pop("XDG_RUNTIME_DIR", None)
+    else:
+        os.environ["XDG_RUNTIME_DIR"] = before
 
 
 @pytest.fixture(scope="session")

@@ -50,6 +50,11 @@ def test_plain_submission_squeue_and_cancel(slurm_env: Path, cli: Cli) -> None:
     row = slurm.squeue.jobs[job_id]
     assert (row["NAME"], row["ST"], row["CPUS"], row["NODES"]) == ("simple-long", "R", "2", "1"), row
     assert row["NODELIST(REASON)"] in ("node1", "node2"), row
+    # the step's output first (a quick squeue can come before srun has run it), then the cancel
+    out = slurm_env / f"long_{job_id}.out"
+    deadline = time.monotonic() + 30
+    while len(out.read_text().splitlines()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
     slurm.scancel.cancel_job(job_id)
     assert cli.wait_state(job_id, ("CANCELLED",)).startswith("CANCELLED"), job_id
-    assert sorted((slurm_env / f"long_{job_id}.out").read_text().splitlines()) == ["0: hi", "1: hi"]
+    assert sorted(out.read_text().splitlines()) == ["0: hi", "1: hi"]
