@@ -7,8 +7,9 @@ in a temporary state directory, then:
    is idle), and measures submit -> start as ``RunStarted.occurred_at - JobSubmitted.occurred_at`` read from
    the log (both clocks are this machine's);
 2. times ``sbatch``, ``squeue``, ``sacct -j`` and ``scontrol show job`` as a user runs them
-   (fresh process each time), and ``srun -N2 -n4 true`` inside a 2-node job and ``srun true``
-   outside one (allocation included).
+   (fresh process each time), served by the user's command server (``corral.cli.cmdserver``, the default)
+   and, alternately, in a process of their own (``CORRAL_CMD_SERVER=off``), and ``srun -N2 -n4 true``
+   inside a 2-node job and ``srun true`` outside one (allocation included).
 
 Bytecode: an installed Corral (a wheel) has its modules compiled at install time, but this checkout is an
 editable install and the machine sets ``PYTHONDONTWRITEBYTECODE=1``, so every command would recompile
@@ -33,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from corral.cli import cmdserver
 from corral.libs import roles
 from corral.libs.bus import Bus, connect
 from corral.libs.credentials import read_credentials
@@ -123,6 +125,10 @@ def main() -> int:
     if not args.source_only:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(state / "pycache")
+    # the command server of these commands (cmdserver) lives in the bench's own directory and stops with it
+    (state / "runtime").mkdir(mode=0o700)
+    env["XDG_RUNTIME_DIR"] = str(state / "runtime")
+    direct = {**env, "CORRAL_CMD_SERVER": "off"}
     try:
         cluster.start()
         ids = []
@@ -137,20 +143,22 @@ def main() -> int:
                 time.sleep(0.02)
         lat = asyncio.run(latencies(cluster, ids))
         for warm in (["squeue"], ["scontrol", "show", "job", str(ids[-1])], ["srun", "--version"]):
-            run(warm, env, work)  # the bytecode of every command's modules, before timing
-        timings: dict[str, list[float]] = {
-            "sbatch": [],
-            "squeue": [],
-            "sacct -j": [],
-            "scontrol show job": [],
+            run(warm, direct, work)  # the bytecode of every command's modules, before timing
+        run(["squeue"], {**env, "CORRAL_CMD_SERVER": "require"}, work)  # the server is up (fails if not)
+        commands = {
+            "sbatch": (["sbatch", "--parsable", "--gres=gpu:1"], SCRIPT),
+            "squeue": (["squeue"], None),
+            "sacct -j": (["sacct", "-j", str(ids[-1])], None),
+            "scontrol show job": (["scontrol", "show", "job", str(ids[-1])], None),
         }
+        timings: dict[str, list[float]] = {}
+        for name in commands:
+            timings[name] = []
+            timings[f"{name} (in its own process)"] = []
         for _ in range(args.runs):
-            timings["sbatch"].append(
-                run(["sbatch", "--parsable", "--gres=gpu:1"], env, work, stdin=SCRIPT)[0]
-            )
-            timings["squeue"].append(run(["squeue"], env, work)[0])
-            timings["sacct -j"].append(run(["sacct", "-j", str(ids[-1])], env, work)[0])
-            timings["scontrol show job"].append(run(["scontrol", "show", "job", str(ids[-1])], env, work)[0])
+            for name, (argv, stdin) in commands.items():  # served and not, alternately
+                timings[name].append(run(argv, env, work, stdin=stdin)[0])
+                timings[f"{name} (in its own process)"].append(run(argv, direct, work, stdin=stdin)[0])
         timings["srun -N2 -n4 true (in a job)"] = srun_in_job(env, work, args.runs)
         allocating = [run(["srun", "true"], env, work)[0] for _ in range(args.runs // 3)]
         timings["srun true (allocates)"] = allocating
@@ -168,6 +176,7 @@ def main() -> int:
             )
         return 0
     finally:
+        cmdserver.stop_servers(cmdserver.runtime_dir(env))
         cluster.stop()
         shutil.rmtree(state, ignore_errors=True)
 

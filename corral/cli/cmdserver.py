@@ -43,10 +43,16 @@ import os
 import sys
 from collections.abc import Mapping
 
+TYPE_CHECKING = False  # not typing's: a served command's process must not load typing (~5 ms)
+if TYPE_CHECKING:
+    from typing import IO, NoReturn
+
 #: Version of the exchange above; a server refuses another.
 PROTOCOL = 1
 #: Seconds a client waits for the server to answer before running the command itself.
 HANDSHAKE_TIMEOUT = 2.0
+#: Seconds a child waits for "go": long, since a client that sent it no longer runs the command itself.
+GO_TIMEOUT = 60.0
 #: Seconds a server waits for a request before it exits.
 DEFAULT_IDLE = 600.0
 #: The signals a client forwards to the child running its command.
@@ -183,7 +189,7 @@ def _call(command: str) -> int:
 
 
 def _handshake(sock: _socket.socket, command: str, ident: str) -> int:
-    """Send the request; the child's pid once it waits for "go" (sent here too)."""
+    """Send the request; the pid of the child that waits for "go"."""
     streams = []
     for stream in (sys.stdin, sys.stdout, sys.stderr):
         if stream is None:
@@ -224,10 +230,9 @@ def _handshake(sock: _socket.socket, command: str, ident: str) -> int:
         answer = _recv_frame(sock)
         if not (isinstance(answer, tuple) and len(answer) == 2):
             raise NotServed(f"unexpected answer {answer!r}")
-        if answer[0] != "started":
+        if answer[0] != "started" or not isinstance(answer[1], int):
             raise NotServed(f"refused: {answer[1]}")
-        sock.sendall(_frame("go"))
-        return int(answer[1])
+        return answer[1]
     except (OSError, EOFError, ValueError, TypeError) as exc:
         raise NotServed(f"the server did not answer ({exc})") from None
     finally:
@@ -235,7 +240,8 @@ def _handshake(sock: _socket.socket, command: str, ident: str) -> int:
 
 
 def _wait(sock: _socket.socket, command: str, pid: int) -> int:
-    """Wait for the child's exit status, forwarding the terminating signals we get to it."""
+    """Tell the child to go and wait for its exit status, forwarding the terminating signals we get to it
+    (from before "go": a Ctrl-C can no longer stop this process while the child runs on)."""
     import signal
 
     forwarded: list[int] = []
@@ -252,6 +258,10 @@ def _wait(sock: _socket.socket, command: str, pid: int) -> int:
         signum = getattr(signal, name)
         previous[signum] = signal.signal(signum, forward)
     try:
+        try:
+            sock.sendall(_frame("go"))
+        except OSError as exc:
+            raise NotServed(f"the server went away ({exc})") from None  # the child has not run anything
         answer = _recv_frame(sock)
     except (OSError, EOFError, ValueError):
         answer = None
@@ -418,9 +428,7 @@ def serve(path: str, ident: str, idle: float) -> int:
                 if _peer_uid(conn) != os.getuid():
                     continue
                 if os.fork() == 0:
-                    listener.close()
-                    lock.close()  # a child outliving the server must not keep the next one from starting
-                    os._exit(_child(conn, server))
+                    _in_child(listener, lock, conn, server)
             except OSError:
                 continue
             finally:
@@ -432,6 +440,24 @@ def serve(path: str, ident: str, idle: float) -> int:
                 os.unlink(path)
         except OSError:
             pass
+
+
+def _in_child(listener: _socket.socket, lock: IO[str], conn: _socket.socket, server: _Server) -> NoReturn:
+    """The forked child's life: never back into the server's loop (whose cleanup would remove its socket)."""
+    status = 1
+    try:
+        listener.close()
+        lock.close()  # a child outliving the server must not keep the next one from starting
+        status = _child(conn, server)
+    except BaseException:  # reported, and the child ends all the same
+        try:
+            import traceback
+
+            traceback.print_exc()
+        except BaseException:  # stderr may be gone
+            pass
+    finally:
+        os._exit(status)
 
 
 def _child(conn: _socket.socket, server: _Server) -> int:
@@ -461,6 +487,7 @@ def _child(conn: _socket.socket, server: _Server) -> int:
                 os.kill(os.getppid(), signal.SIGTERM)  # stale: let the next command start a fresh server
             return 0
         conn.sendall(_frame(("started", os.getpid())))
+        conn.settimeout(GO_TIMEOUT)
         if _recv_frame(conn) != "go":
             return 0
     except (OSError, EOFError, ValueError, TypeError):
