@@ -100,7 +100,8 @@ def wait_for_line(path: Path, prefix: str, timeout: float = 30.0) -> str:
                 if line.startswith(prefix):
                     return line
         time.sleep(0.2)
-    raise AssertionError(f"no {prefix!r} line in {path} after {timeout}s")
+    text = path.read_text() if path.exists() else "(no such file)"
+    raise AssertionError(f"no {prefix!r} line in {path} after {timeout}s; it holds: {text!r}")
 
 
 def alive(pid: int) -> bool:
