@@ -14,8 +14,9 @@ agent's packages can break it, and an agent restart or upgrade does not touch th
    0 gets the descriptor named on the command
    line as its stdin (a pipe the agent feeds with srun's stdin), the others ``/dev/null``; a task that
    cannot be started gets its exit file at once (exit code 2 and why);
-3. writes ``pids`` (its own pid and start ticks, each task's pid and start ticks), then answers ``ok`` on
-   stdout: the agent's launch handshake;
+3. writes ``pids`` (its own pid and start ticks, each task's pid and start ticks; again after each task
+   it starts, so that the tasks of a supervisor stuck starting the next one can be killed), then answers
+   ``ok`` on stdout: the agent's launch handshake;
 4. waits; as each task ends, kills what it left in its session and writes ``exit.<task>`` atomically
    (``{"exit_code", "signal", "error"}``), then says ``exit <task>`` on stdout so that a listening agent
    looks at once (an agent that is gone is not an error: a restarted one finds the files);
@@ -188,6 +189,12 @@ def main(argv: list[str]) -> int:
             procs_fd = None  # the tasks run unconfined, as the agent's own runs would
     running: dict[int, int] = {}  # pid -> task
     pids: list[str] = []
+    me = f"[{os.getpid()}, {procstat.start_ticks('self') or 0}]"
+
+    def record_pids() -> None:
+        text = f'{{"stepd": {me}, "tasks": {{{", ".join(pids)}}}}}'
+        write_atomically(os.path.join(step_dir, PIDS_FILE), text)
+
     for task in spec["tasks"]:
         try:
             pid = start_task(task, stdin_fd, procs_fd)
@@ -199,12 +206,14 @@ def main(argv: list[str]) -> int:
             continue
         running[pid] = task["task"]
         pids.append(f'"{task["task"]}": [{pid}, {procstat.start_ticks(pid) or 0}]')
+        # after each start: an agent that gives up on a supervisor stuck starting the next task (an
+        # output file that blocks, say) kills the tasks already running
+        record_pids()
     # Task 0 holds srun's stdin now: our copy would keep it from seeing end of file when the agent closes.
     for fd in (stdin_fd, procs_fd):
         if fd is not None:
             os.close(fd)
-    me = f"[{os.getpid()}, {procstat.start_ticks('self') or 0}]"
-    write_atomically(os.path.join(step_dir, PIDS_FILE), f'{{"stepd": {me}, "tasks": {{{", ".join(pids)}}}}}')
+    record_pids()
     say(sys.stdout, "ok")
     while running:
         try:

@@ -451,6 +451,10 @@ class Steps:
             transport.close()
             with contextlib.suppress(ProcessLookupError):
                 local.proc.kill()
+            await asyncio.to_thread(local.proc.wait)  # reaped: no zombie of it stays with the agent
+            # what it started before it got stuck (it records each task's pid as it starts it) goes too
+            local.pids = local.dir.pids()
+            self._signal_pids(local, signal.SIGKILL)
             self._fail_tasks(local, line.removeprefix("error ") or "the step's supervisor failed")
             return
         local.pids = local.dir.pids()

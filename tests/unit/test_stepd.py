@@ -124,3 +124,42 @@ def test_a_task_that_cannot_start_gets_an_exit_saying_why(
     assert exit is not None and (exit.exit_code, exit.error) == (2, error)
     pids = sdir.pids()
     assert pids is not None and set(pids.tasks) == {"0"}
+
+
+async def test_a_supervisor_stuck_starting_a_task_leaves_none_running(
+    sdir: StepDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from corral.services.agent import steps
+    from corral.services.agent.steps import LocalStep, Steps
+
+    # task 1's output is a FIFO nobody reads: opening it blocks the supervisor after it started task 0
+    fifo = sdir.path / "blocked"
+    os.mkfifo(fifo)
+    blocked = TaskSpec(
+        task=1, argv=["true"], cwd=str(sdir.path), env=ENV, stdout=OutputTarget(path=str(fifo))
+    )
+    spec = StepSpec(
+        user="u", key="k", job_id=1, attempt=0, step_id=0, tasks=[task(sdir, 0, "sleep 300"), blocked]
+    )
+    sdir.write_spec(spec)
+    monkeypatch.setattr(steps, "HANDSHAKE_S", 3.0)
+    agent_steps = Steps(
+        nc=None,  # type: ignore[arg-type]  # not used before a handshake
+        node="n1",
+        state_dir=tmp_path,
+        kill_wait=1.0,
+        orders=lambda job_id: None,
+        run_dir=lambda job_id, attempt: tmp_path,
+        append=lambda *args, **kwargs: None,
+    )
+    local = LocalStep(user="u", key="k", step=(1, 0, 0), tasks=[0, 1], dir=sdir)
+    await agent_steps._start_stepd(local, spec)
+    pids = sdir.pids()
+    assert pids is not None and set(pids.tasks) == {"0"}  # recorded before the supervisor got stuck
+    deadline = time.monotonic() + 5
+    while running(pids.tasks["0"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(pids.tasks["0"])
+    for number in (0, 1):
+        found = sdir.exit_of(number, "n1")
+        assert found is not None and found.error == "the step's supervisor did not answer", found
