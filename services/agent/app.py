@@ -234,9 +234,17 @@ class Agent:
         node (every node of the run gets the order), the batch shell only (``-b``), or the batch shell with
         the processes of the script and the steps' tasks (``-f``). Nothing else: what a batch script started
         without srun gets no signal unless ``-f``. A run not live here gets nothing."""
+        run = self.runs.get((order.job_id, order.attempt))
+        self.log.info(
+            "signal order",
+            job_id=order.job_id,
+            attempt=order.attempt,
+            signal=order.signal,
+            scope=order.scope,
+            live=run is not None and not run.ended.is_set(),
+        )
         if order.scope != "batch" and self.steps is not None:
             self.steps.signal_run(order.job_id, order.attempt, order.signal, everywhere=False)
-        run = self.runs.get((order.job_id, order.attempt))
         if run is None or run.ended.is_set() or order.scope == "steps":
             return
         run.signal(order.signal, batch_only=order.scope == "batch")

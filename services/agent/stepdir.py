@@ -133,6 +133,15 @@ class StepDir:
         """A task's spool file: kind ``out`` or ``err``."""
         return self.path / f"{kind}.{task}"
 
+    def spooled(self, spec: StepSpec) -> set[str]:
+        """The names of the spool files the step's tasks write (``out.3``): not ``-o``/``-e`` files."""
+        names = set()
+        for task in spec.tasks:
+            for kind, target in (("out", task.stdout), ("err", task.stderr)):
+                if target is not None and target.path == str(self.spool(kind, task.task)):
+                    names.add(f"{kind}.{task.task}")
+        return names
+
     def create(self) -> None:
         """Make the directory (private: the environment of the tasks is in it)."""
         self.path.mkdir(mode=0o700, parents=True, exist_ok=True)

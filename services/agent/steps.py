@@ -131,6 +131,7 @@ class LocalStep:
     exits: dict[int, TaskExit] = field(default_factory=dict)  # task id -> exit, published
     offsets: dict[str, int] = field(default_factory=dict)  # spool file -> bytes published
     punched: dict[str, int] = field(default_factory=dict)  # spool file -> bytes whose disk space was freed
+    spooled: set[str] | None = None  # the spool files its tasks write (not -o/-e files); None: unknown
     proc: subprocess.Popen[bytes] | None = None  # the supervisor, when this agent process started it
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # the supervisor said a task ended
     stdin_fd: int | None = None  # write end of task 0's stdin (srun's), held by this agent process
@@ -370,7 +371,13 @@ class Steps:
             await self.cgroups.release(key[:2], cgroup)  # no step will run: a peer's cgroup may go
             raise
         local = LocalStep(
-            user=user, key=launch.key, step=key, tasks=[p.task for p in mine], dir=sdir, cgroup=cgroup
+            user=user,
+            key=launch.key,
+            step=key,
+            tasks=[p.task for p in mine],
+            dir=sdir,
+            cgroup=cgroup,
+            spooled=sdir.spooled(spec),
         )
         self.local[key] = local
         # Started (and task 0's stdin subscribed) before the reply, so no stdin is lost.
@@ -499,6 +506,7 @@ class Steps:
                 dir=sdir,
                 pids=sdir.pids(),
                 offsets=dict(state.offsets),
+                spooled=sdir.spooled(spec),
             )
             for task in state.reported:
                 local.exits[task] = sdir.exit_of(task, self.node) or _vanished(task, self.node)
@@ -606,12 +614,14 @@ class Steps:
                 continue
             for kind in ("out", "err"):
                 name = f"{kind}.{task}"
+                if local.spooled is not None and name not in local.spooled:
+                    continue  # an -o/-e file: its task writes it itself
                 fh = files.get(name)
                 if fh is None:
                     try:
                         fh = open(local.dir.file(name), "rb", buffering=0)  # noqa: SIM115 (kept open)
                     except FileNotFoundError:
-                        continue  # -o/-e file instead, or not created yet
+                        continue  # not created yet
                     fh.seek(local.offsets.get(name, 0))
                     files[name] = fh
                 subject = io_subject(local.user, local.key, kind, task)

@@ -163,3 +163,19 @@ async def test_a_supervisor_stuck_starting_a_task_leaves_none_running(
     for number in (0, 1):
         found = sdir.exit_of(number, "n1")
         assert found is not None and found.error == "the step's supervisor did not answer", found
+
+
+def test_the_spool_files_are_those_of_tasks_without_output_files(sdir: StepDir) -> None:
+    own = TaskSpec(task=1, argv=["true"], cwd="/", env=ENV, stdout=OutputTarget(path="/tmp/step-1.out"))
+    mixed = TaskSpec(
+        task=2,
+        argv=["true"],
+        cwd="/",
+        env=ENV,
+        stdout=OutputTarget(path=str(sdir.spool("out", 2))),
+        stderr=OutputTarget(path="/tmp/step-2.err"),
+    )
+    spec = StepSpec(
+        user="u", key="k", job_id=1, attempt=0, step_id=0, tasks=[task(sdir, 0, "true"), own, mixed]
+    )
+    assert sdir.spooled(spec) == {"out.0", "err.0", "out.2"}
