@@ -9,7 +9,8 @@ agent's packages can break it, and an agent restart or upgrade does not touch th
    needs no module to read): each task's argv,
    working directory, environment and output files (the ``-o/-e`` files, else spool files in the step
    directory that the agent tails), and the run's memory cgroup, if any;
-2. starts each task in its own session (its process group is what signals target); a task joins the
+2. starts each task in its own session (its process group is what signals target), every signal at its
+   default action (``corral.libs.sigreset``: one the agent was started with ignored too); a task joins the
    cgroup between fork and exec (writing to its ``cgroup.procs``, as ``corral.libs.memcg.join_self``); task
    0 gets the descriptor named on the command
    line as its stdin (a pipe the agent feeds with srun's stdin), the others ``/dev/null``; a task that
@@ -43,8 +44,6 @@ if TYPE_CHECKING:
 SPEC_FILE = "step.spec"
 PIDS_FILE = "pids"
 EXIT_PREFIX = "exit."
-#: Signals Python ignores for itself that a task gets back at their default (as subprocess does).
-_RESTORED = ("SIGPIPE", "SIGXFSZ")
 
 
 def load_lib(name: str) -> ModuleType:
@@ -96,7 +95,9 @@ def start_error(phase: str, err: int, task: dict[str, Any]) -> str:
     return f"execve(): {task['argv'][0]}: {why}"
 
 
-def exec_task(task: dict[str, Any], fds: tuple[int, int, int], procs_fd: int | None, report: int) -> None:
+def exec_task(
+    task: dict[str, Any], fds: tuple[int, int, int], procs_fd: int | None, report: int, sigreset: ModuleType
+) -> None:
     """In the forked child: join the cgroup, become a session, take the descriptors, chdir, exec. Never
     returns; a failure is written to ``report`` (``<phase>:<errno>``) for the parent."""
     phase = "exec"
@@ -108,9 +109,9 @@ def exec_task(task: dict[str, Any], fds: tuple[int, int, int], procs_fd: int | N
                 os.write(procs_fd, b"0")
             except OSError:
                 pass
-        for name in _RESTORED:
-            if hasattr(_signal, name):
-                _signal.signal(getattr(_signal, name), _signal.SIG_DFL)
+        # the default action of every signal, even those ignored here (by Python: SIGPIPE, SIGXFSZ; or by
+        # an agent started under nohup: SIGHUP), so that the task can trap them
+        sigreset.reset_for_exec()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         phase = "chdir"
@@ -125,7 +126,7 @@ def exec_task(task: dict[str, Any], fds: tuple[int, int, int], procs_fd: int | N
         os._exit(127)
 
 
-def start_task(task: dict[str, Any], stdin_fd: int | None, procs_fd: int | None) -> int:
+def start_task(task: dict[str, Any], stdin_fd: int | None, procs_fd: int | None, sigreset: ModuleType) -> int:
     """Start one task in its own session; its pid. OSError (with Slurm's words) if it cannot be."""
     out = err = -1
     try:
@@ -146,7 +147,7 @@ def start_task(task: dict[str, Any], stdin_fd: int | None, procs_fd: int | None)
         pid = os.fork()
         if pid == 0:
             os.close(report_r)
-            exec_task(task, (stdin, out, err), procs_fd, report_w)
+            exec_task(task, (stdin, out, err), procs_fd, report_w, sigreset)
     finally:
         for fd in {out, err, report_w} | ({null} if null is not None else set()):
             os.close(fd)
@@ -173,6 +174,7 @@ def main(argv: list[str]) -> int:
     step_dir = argv[0]
     stdin_fd = int(argv[1]) if len(argv) > 1 else None
     procstat = load_lib("procstat")
+    sigreset = load_lib("sigreset")
     try:
         with open(os.path.join(step_dir, SPEC_FILE), "rb") as fh:
             spec = marshal.load(fh)
@@ -197,7 +199,7 @@ def main(argv: list[str]) -> int:
 
     for task in spec["tasks"]:
         try:
-            pid = start_task(task, stdin_fd, procs_fd)
+            pid = start_task(task, stdin_fd, procs_fd, sigreset)
         except OSError as exc:
             write_atomically(
                 os.path.join(step_dir, f"{EXIT_PREFIX}{task['task']}"),

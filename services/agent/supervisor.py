@@ -112,7 +112,15 @@ def end_confined(cgroup: str, memcg: ModuleType, oom_before: int | None) -> dict
 def popen_script(
     script: str, args: list[str], workdir: str, out_fd: str, err_fd: str, confine: Callable[[], None] | None
 ) -> subprocess.Popen[bytes]:
-    """Start the batch script in its own process group (``confine``: joins its cgroup before exec)."""
+    """Start the batch script in its own process group (``confine``: joins its cgroup before exec), with every
+    signal at its default action (``libs/sigreset.py``: even one the agent was started with ignored)."""
+    sigreset = load_lib("sigreset")
+
+    def before_exec() -> None:
+        sigreset.reset_for_exec()
+        if confine is not None:
+            confine()
+
     return subprocess.Popen(
         [script, *args],
         cwd=workdir,
@@ -120,7 +128,7 @@ def popen_script(
         stdout=int(out_fd),
         stderr=int(err_fd),
         process_group=0,
-        preexec_fn=confine,
+        preexec_fn=before_exec,
     )
 
 
