@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from corral.libs import memcg, procstat, roles
 from corral.libs.bus import connect, declare
 from corral.libs.config import ClusterConfig, load_config, local_config_text
@@ -168,29 +170,37 @@ class LocalCluster:
             )
 
     def wait_ready(self, timeout: float) -> None:
-        """Wait until every configured node is registered and idle or busy in sinfo's view."""
+        """Wait until every configured node is registered and idle or busy in sinfo's view, and the gateway
+        and accounting answer too (the scheduler answers ``nodes``): a command run right after this returns
+        finds every service it may call."""
         from corral.libs.nats_request import NatsRequestError, request
         from corral.schemas import api, subjects
         from corral.schemas.codec import decode, encode
 
         creds = read_credentials(self.user_credentials)
+
+        def call(verb: str, body: msgspec.Struct) -> bytes:
+            return request(
+                creds.url,
+                subjects.api_subject(verb, creds.user),
+                encode(body),
+                user=creds.user,
+                password=creds.password,
+                inbox_prefix=subjects.inbox_prefix(creds.user),
+                timeout=2.0,
+            ).data
+
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check_alive()
             try:
-                reply = request(
-                    creds.url,
-                    subjects.api_subject("nodes", creds.user),
-                    encode(api.NodesRequest()),
-                    user=creds.user,
-                    password=creds.password,
-                    inbox_prefix=subjects.inbox_prefix(creds.user),
-                    timeout=2.0,
-                )
-                nodes = decode(reply.data, api.NodesReply | api.ApiError)
+                nodes = decode(call("nodes", api.NodesRequest()), api.NodesReply | api.ApiError)
                 if isinstance(nodes, api.NodesReply) and all(
                     n.state not in ("unknown", "down") for n in nodes.nodes
                 ):
+                    # any answer will do (a job that does not exist): what matters is that one comes
+                    call("cancel", api.CancelRequest(job_ids=[]))
+                    call("acct", api.AcctRequest(job_ids=[0], limit=1))
                     return
             except NatsRequestError:
                 pass
