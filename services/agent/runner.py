@@ -254,6 +254,19 @@ async def start(
         err_fd = _open_output(stderr_path, append) if stderr_path else out_fd
     except OSError as exc:
         raise LaunchError(f"cannot open output file: {exc.strerror}: {exc.filename}") from None
+    # The time limit and the warning are recorded before the supervisor starts: an agent stopped in the
+    # middle of this launch leaves a record that a restarted one adopts with them (a few ms early at most).
+    started_at = time.time()
+    warn = spec.warn_signal
+    records.update(
+        order.job_id,
+        order.attempt,
+        started_at=started_at,
+        deadline=deadline_of(started_at, order.time_limit_s),
+        warn_signal=warn.signum if warn else 0,
+        warn_before_s=warn.seconds_before if warn else 0,
+        warn_batch_only=warn.batch_only if warn else False,
+    )
     try:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -291,19 +304,12 @@ async def start(
             proc.kill()
         await proc.wait()
         raise LaunchError(line.removeprefix("error ") or "the job's supervisor failed to start")
-    started_at = time.time()
-    warn = spec.warn_signal
     rec = records.update(
         order.job_id,
         order.attempt,
         pid=int(line),
         supervisor=proc.pid,
         supervisor_start=supervisor.start_ticks(proc.pid) or 0,
-        started_at=started_at,
-        deadline=deadline_of(started_at, order.time_limit_s),
-        warn_signal=warn.signum if warn else 0,
-        warn_before_s=warn.seconds_before if warn else 0,
-        warn_batch_only=warn.batch_only if warn else False,
     )
     return Run(rec, run_dir, records, kill_wait, proc)
 
