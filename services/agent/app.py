@@ -116,6 +116,9 @@ class Agent:
                 rec, self.run_dir(rec.job_id, rec.attempt), self.records, self.config.kill_wait_s
             )
             self.log.info("run adopted", job_id=rec.job_id, attempt=rec.attempt, pid=run.pid)
+            if not rec.start_reported and run.pid:
+                # its launch was cut short after the supervisor started (before RunExited, if it ended)
+                await self.report_start(run)
             self._supervise_in_background(run)
 
     # 3 ------------------------------------------------------------------------------------------
@@ -159,7 +162,7 @@ class Agent:
                 order.job_id, order.attempt, runner.Outcome(1, 0, False, False), STALE_ATTEMPT
             )
             return
-        self.records.put(Record(job_id=order.job_id, attempt=order.attempt))
+        self.records.put(Record(job_id=order.job_id, attempt=order.attempt, start_reported=False))
         with _tracer.start_as_current_span(
             "launch",
             context=telemetry.extract(order.traceparent),
@@ -179,6 +182,11 @@ class Agent:
         return self.dir / "jobs" / f"{job_id}.{attempt}"
 
     async def _launch(self, order: api.LaunchOrder, key: tuple[int, int]) -> None:
+        # What steps (srun) need of the run later, even after an agent restart: its launch order; written
+        # before the supervisor starts, so that a run adopted after an agent stopped mid-launch has it too.
+        with contextlib.suppress(OSError):
+            self.run_dir(*key).mkdir(parents=True, exist_ok=True)
+            (self.run_dir(*key) / ORDER_FILE).write_bytes(encode(order))
         cgroup = await asyncio.to_thread(self.cgroups.create, order, self.run_dir(*key))
         try:
             run = await runner.start(
@@ -189,22 +197,22 @@ class Agent:
             await asyncio.to_thread(confine.release, self.run_dir(*key))
             await self.report_exit(order.job_id, order.attempt, runner.Outcome(1, 0, False, False), str(exc))
             return
-        # What steps (srun) need of the run later, even after an agent restart: its launch order.
-        with contextlib.suppress(OSError):
-            (self.run_dir(*key) / ORDER_FILE).write_bytes(encode(order))
         # Known as running here before RunStarted is out: srun may ask for a step as soon as it sees it.
         self.runs[run.key] = run
-        await self._append(
-            ev.RunStarted(
-                job_id=ev.JobId(order.job_id),
-                attempt=order.attempt,
-                node=ev.NodeName(self.node.name),
-                pid=run.pid,
-            ),
-            msg_id=f"start:{order.job_id}:{order.attempt}:{self.node.name}",
-        )
+        await self.report_start(run)
         self.log.info("run started", job_id=order.job_id, attempt=order.attempt, pid=run.pid)
         self._supervise_in_background(run)
+
+    async def report_start(self, run: runner.Run) -> None:
+        """Append RunStarted (retrying until the log takes it), then record that it was reported."""
+        job_id, attempt = run.key
+        await self._append(
+            ev.RunStarted(
+                job_id=ev.JobId(job_id), attempt=attempt, node=ev.NodeName(self.node.name), pid=run.pid
+            ),
+            msg_id=f"start:{job_id}:{attempt}:{self.node.name}",
+        )
+        self.records.update(job_id, attempt, start_reported=True)
 
     def _supervise_in_background(self, run: runner.Run) -> None:
         self.runs[run.key] = run

@@ -31,6 +31,9 @@ class Record(msgspec.Struct, kw_only=True):
     warn_batch_only: bool = False  # --signal=B:...: to the batch shell only
     warned: bool = False  # the --signal warning was delivered (once per run)
     ending: str = ""  # why the agent is killing it: "killed" (an order) or "timed_out"; "" = not killing
+    # RunStarted is in the log: False from the launch until it is appended (an agent stopped in between
+    # leaves it to its successor); True for records written before this field existed
+    start_reported: bool = True
 
 
 class Records:

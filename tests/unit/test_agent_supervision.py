@@ -157,6 +157,8 @@ def test_old_record_lines_still_decode(tmp_path: Path) -> None:
     path = tmp_path / "runs.jsonl"
     path.write_bytes(b'{"job_id":3,"attempt":0,"pid":7,"exited":true}\n')
     assert Records(path).get(3, 0) == Record(job_id=3, attempt=0, pid=7, exited=True)
+    # written before start_reported existed: its RunStarted went out with it (a restart must not repeat it)
+    assert Records(path).get(3, 0).start_reported  # type: ignore[union-attr]
 
 
 # --- environment -------------------------------------------------------------------------------------
