@@ -88,6 +88,9 @@ def run_demo(state_dir: Path | None) -> int:
         (work / "eval.sh").write_text(EVAL)
         env = {**os.environ, "CORRAL_STATE_DIR": str(state)}
         env = {k: v for k, v in env.items() if not k.startswith("SLURM_")}
+        # the commands' server (cmdserver) lives in the demo's directory and stops with the demo
+        (state / "runtime").mkdir(mode=0o700, exist_ok=True)
+        env["XDG_RUNTIME_DIR"] = str(state / "runtime")
         _run(["sinfo"], env, work)
         train = _run(["sbatch", "--parsable", "train.sh"], env, work).strip()
         for i in range(4):
@@ -111,6 +114,9 @@ def run_demo(state_dir: Path | None) -> int:
         print(f"corral: error: {exc}", file=sys.stderr)
         return 1
     finally:
+        from corral.cli import cmdserver
+
+        cmdserver.stop_servers(cmdserver.runtime_dir({"XDG_RUNTIME_DIR": str(state / "runtime")}))
         cluster.stop()
         if temporary:
             shutil.rmtree(state, ignore_errors=True)
