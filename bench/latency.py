@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from corral.cli import cmdserver
+from corral.cli import cmdclient
 from corral.libs import roles
 from corral.libs.bus import Bus, connect
 from corral.libs.credentials import read_credentials
@@ -176,7 +176,7 @@ def main() -> int:
             )
         return 0
     finally:
-        cmdserver.stop_servers(cmdserver.runtime_dir(env))
+        cmdclient.stop_servers(cmdclient.runtime_dir(env))
         cluster.stop()
         shutil.rmtree(state, ignore_errors=True)
 

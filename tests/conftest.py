@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.cli import cmdserver
+from corral.cli import cmdclient
 from corral.libs import roles
 from corral.libs.bus import Bus, connect, declare
 from corral.libs.credentials import Credentials
@@ -31,7 +31,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     runtime, before = config.stash[_RUNTIME]
-    cmdserver.stop_servers(cmdserver.runtime_dir({"XDG_RUNTIME_DIR": runtime}))
+    cmdclient.stop_servers(cmdclient.runtime_dir({"XDG_RUNTIME_DIR": runtime}))
     shutil.rmtree(runtime, ignore_errors=True)
     if before is None:
         os.environ.pop("XDG_RUNTIME_DIR", None)

@@ -1,62 +1,33 @@
-"""The command server: a user's Slurm commands run in a fork of a process that has loaded them already.
+"""The command server (``cmdclient.py`` has the why and the exchange): one per user and installation, it loads
+every served command once, then forks a child per request that becomes the client's command and runs it.
 
-Why: submitit and dask start ``sbatch``, ``squeue`` and ``sacct`` by the thousand, and most of such a
-command's wall time is Python loading msgspec, the schemas and the command's own modules (~50 ms of ~80 ms
-here), not the request to the cluster (a few ms). So the first command a user runs starts a server in the
-background, one per user and installation, that loads every served command once; each later command is a thin
-client that hands the server its argv, environment, working directory, umask and standard streams, and the
-server forks a child that runs the command as that process would have. ``bench/RESULTS.md`` has the numbers.
-
-One exchange, over a Unix socket in a directory only the user can enter::
-
-    client -> server   request: protocol, identity, command, argv, environment, umask, mount namespace, how
-                       its streams are encoded; with its fds 0, 1, 2 and its working directory (SCM_RIGHTS)
-    server             accepts, checks the peer is the same user, forks; the child does the rest
-    child -> client    ("started", pid)    or ("refused", reason): the client runs the command itself
-    client -> child    "go"                (without it the child ends without running anything)
-    child -> client    ("exit", status)    after the command ran and its streams were flushed
-
-Nothing is lost or run twice: until "go" the command has not started, and the client runs it itself on any
-failure up to there (no server, a stale one, a wrong identity, a timeout); after "go" only the child runs it.
-Ctrl-C and the other terminating signals the client gets are forwarded to the child.
-
-Not served: commands inside a job (``SLURM_JOB_ID`` set: the server would live in the job's cgroup and count
-against its memory), srun and salloc (long-lived and interactive), and any process whose fds 0-2 are not all
-open. ``CORRAL_CMD_SERVER=off`` turns serving off; ``=require`` makes a command fail when it cannot be served
-(for tests and benchmarks). A server exits after ``CORRAL_CMD_SERVER_IDLE`` seconds without a request (600),
-and as soon as a module it loaded changes on disk (an upgrade, or an edit of an editable install): the
-request that noticed is refused and the next command starts a new server.
-
-What a served command sees differently from a process of its own: its parent process, session and process
-group (the server's), its resource limits and cgroup (the server's, started by the user's first command
-outside a job). The Slurm commands read none of these.
-
-This module is imported by every command process (``launch``): only builtins and small C modules at the top.
+``python -m corral.cli.cmdserver SOCKET IDENTITY-IN-HEX`` is what the client's ``start_server`` runs. It
+exits after ``CORRAL_CMD_SERVER_IDLE`` seconds without a request (600), on SIGTERM, and once a module it
+loaded changed on disk.
 """
 
 from __future__ import annotations
 
-# _socket is the C module under socket: socket.py costs a command ~5 ms to load (see libs/nats_request.py)
-import _socket
-import marshal
 import os
+import socket
 import sys
-from collections.abc import Mapping
+from typing import IO, NoReturn
 
-TYPE_CHECKING = False  # not typing's: a served command's process must not load typing (~5 ms)
-if TYPE_CHECKING:
-    from typing import IO, NoReturn
+from corral.cli.cmdclient import (
+    FDS,
+    HANDSHAKE_TIMEOUT,
+    PROTOCOL,
+    frame,
+    mount_namespace,
+    peer_uid,
+    private_dir,
+    recv_frame,
+)
 
-#: Version of the exchange above; a server refuses another.
-PROTOCOL = 1
-#: Seconds a client waits for the server to answer before running the command itself.
-HANDSHAKE_TIMEOUT = 2.0
 #: Seconds a child waits for "go": long, since a client that sent it no longer runs the command itself.
 GO_TIMEOUT = 60.0
 #: Seconds a server waits for a request before it exits.
 DEFAULT_IDLE = 600.0
-#: The signals a client forwards to the child running its command.
-FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
 #: Modules a server loads besides the served commands: what they import inside functions.
 PRELOAD = (
     "corral.cli.client",
@@ -67,264 +38,6 @@ PRELOAD = (
     "grp",
     "pwd",
 )
-_MAX_FRAME = 64 << 20  # a request carries the environment, which is small; anything this big is not ours
-_FDS = 4  # stdin, stdout, stderr, working directory
-
-
-class NotServed(Exception):
-    """The command could not be handed to a server; the caller runs it itself."""
-
-
-# --- where the server listens -------------------------------------------------------------------------------
-
-
-def runtime_dir(environ: Mapping[str, str]) -> str:
-    """The user's private directory for servers: ``$XDG_RUNTIME_DIR/corral`` or ``/tmp/corral-<uid>``."""
-    runtime = environ.get("XDG_RUNTIME_DIR", "")
-    if runtime and os.path.isabs(runtime):
-        return os.path.join(runtime, "corral")
-    return f"/tmp/corral-{os.getuid()}"
-
-
-def private_dir(path: str) -> str:
-    """Create ``path`` (0700) if missing; OSError unless it is a real directory of this user that no one else
-    can enter (someone else's directory or a link there would let them answer our commands)."""
-    os.makedirs(path, 0o700, exist_ok=True)
-    info = os.lstat(path)
-    if not (info.st_mode & 0o170000 == 0o040000 and info.st_uid == os.getuid() and info.st_mode & 0o077 == 0):
-        raise PermissionError(f"{path} is not a directory of user {os.getuid()} with mode 0700")
-    return path
-
-
-def identity(environ: Mapping[str, str]) -> str:
-    """What a server must share with its clients: the interpreter, this installation and the module path."""
-    return "\0".join((sys.executable, sys.version, __file__, environ.get("PYTHONPATH", "")))
-
-
-def socket_path(directory: str, ident: str) -> str:
-    """The socket of the server for ``ident`` in ``directory``."""
-    import binascii
-
-    return os.path.join(directory, f"cmd-{binascii.crc32(ident.encode()):08x}.sock")
-
-
-# --- framing ------------------------------------------------------------------------------------------------
-
-
-def _frame(value: object) -> bytes:
-    payload = marshal.dumps(value)  # type: ignore[arg-type]  # tuples of str, int, list and dict only
-    return len(payload).to_bytes(4, "big") + payload
-
-
-def _recv_exact(sock: _socket.socket, size: int, head: bytes = b"") -> bytes:
-    data = bytearray(head)
-    while len(data) < size:
-        chunk = sock.recv(min(size - len(data), 1 << 20))
-        if not chunk:
-            raise EOFError("the other side closed the connection")
-        data += chunk
-    return bytes(data)
-
-
-def _recv_frame(sock: _socket.socket, head: bytes = b"") -> object:
-    header = _recv_exact(sock, 4, head[:4])
-    size = int.from_bytes(header, "big")
-    if size > _MAX_FRAME:
-        raise ValueError(f"frame of {size} bytes")
-    return marshal.loads(_recv_exact(sock, size, head[4:]))
-
-
-def _peer_uid(sock: _socket.socket) -> int:
-    creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # struct ucred: pid, uid, gid
-    return int.from_bytes(creds[4:8], sys.byteorder)
-
-
-def _mount_namespace() -> int:
-    try:
-        return os.stat("/proc/self/ns/mnt").st_ino
-    except OSError:
-        return 0
-
-
-# --- the client ---------------------------------------------------------------------------------------------
-
-
-def served(command: str) -> int | None:
-    """Run ``command`` (argv in ``sys.argv``) through the user's server; its exit status, or None when it was
-    not served and the caller must run it itself (a server is then started for the next command)."""
-    mode = os.environ.get("CORRAL_CMD_SERVER", "on").lower()
-    if mode in ("off", "0", "no") or "SLURM_JOB_ID" in os.environ:
-        return None
-    try:
-        return _call(command)
-    except KeyboardInterrupt:
-        return 130  # Ctrl-C before "go": nothing ran, as a command interrupted at its start
-    except NotServed as exc:
-        if mode == "require":
-            print(f"{command}: error: not served by a command server: {exc}", file=sys.stderr)
-            return 1
-        return None
-
-
-def _call(command: str) -> int:
-    environ = os.environ
-    ident = identity(environ)
-    try:
-        path = socket_path(private_dir(runtime_dir(environ)), ident)
-    except OSError as exc:
-        raise NotServed(str(exc)) from None
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    try:
-        sock.settimeout(HANDSHAKE_TIMEOUT)
-        try:
-            sock.connect(path)
-        except OSError as exc:
-            start_server(path, ident)
-            raise NotServed(f"no server at {path} ({exc.strerror}); starting one") from None
-        pid = _handshake(sock, command, ident)
-        sock.settimeout(None)
-        return _wait(sock, command, pid)
-    finally:
-        sock.close()
-
-
-def _handshake(sock: _socket.socket, command: str, ident: str) -> int:
-    """Send the request; the pid of the child that waits for "go"."""
-    streams = []
-    for stream in (sys.stdin, sys.stdout, sys.stderr):
-        if stream is None:
-            raise NotServed("a standard stream is closed")
-        streams.append(
-            (
-                stream.encoding,
-                stream.errors,
-                getattr(stream, "line_buffering", False),
-                getattr(stream, "write_through", False),
-            )
-        )
-    umask = os.umask(0o022)
-    os.umask(umask)
-    request = (
-        PROTOCOL,
-        ident,
-        command,
-        list(sys.argv),
-        dict(os.environ),
-        umask,
-        _mount_namespace(),
-        streams,
-    )
-    try:
-        cwd = os.open(".", os.O_PATH | os.O_DIRECTORY)
-    except OSError as exc:
-        raise NotServed(f"cannot open the working directory: {exc.strerror}") from None
-    try:
-        for fd in (0, 1, 2):
-            os.fstat(fd)
-        if _peer_uid(sock) != os.getuid():
-            raise NotServed("the server runs as another user")
-        fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, cwd))
-        data = _frame(request)
-        sent = sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
-        sock.sendall(data[sent:])
-        answer = _recv_frame(sock)
-        if not (isinstance(answer, tuple) and len(answer) == 2):
-            raise NotServed(f"unexpected answer {answer!r}")
-        if answer[0] != "started" or not isinstance(answer[1], int):
-            raise NotServed(f"refused: {answer[1]}")
-        return answer[1]
-    except (OSError, EOFError, ValueError, TypeError) as exc:
-        raise NotServed(f"the server did not answer ({exc})") from None
-    finally:
-        os.close(cwd)
-
-
-def _wait(sock: _socket.socket, command: str, pid: int) -> int:
-    """Tell the child to go and wait for its exit status, forwarding the terminating signals we get to it
-    (from before "go": a Ctrl-C can no longer stop this process while the child runs on)."""
-    import signal
-
-    forwarded: list[int] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        forwarded.append(signum)
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            return  # it has just ended
-
-    previous = {}
-    for name in FORWARDED:
-        signum = getattr(signal, name)
-        previous[signum] = signal.signal(signum, forward)
-    try:
-        try:
-            sock.sendall(_frame("go"))
-        except OSError as exc:
-            raise NotServed(f"the server went away ({exc})") from None  # the child has not run anything
-        answer = _recv_frame(sock)
-    except (OSError, EOFError, ValueError):
-        answer = None
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    if isinstance(answer, tuple) and len(answer) == 2 and answer[0] == "exit":
-        return int(answer[1])
-    if forwarded:
-        # the child died of the signal we passed on: die of it too, as the command would have
-        signum = forwarded[-1]
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-        return 128 + signum
-    print(
-        f"{command}: error: the command ended without an exit status (its server died)",
-        file=sys.stderr,
-    )
-    return 1
-
-
-def start_server(path: str, ident: str) -> None:
-    """Start a server for ``path`` in the background, detached from this process and its streams."""
-    import contextlib
-    import subprocess
-
-    with contextlib.suppress(OSError, ValueError):  # the command runs by itself all the same
-        subprocess.Popen(
-            # -P: no working directory on sys.path, where a module could shadow ours
-            [sys.executable, "-P", "-m", "corral.cli.cmdserver", path, ident.encode().hex()],
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
-
-
-def stop_servers(directory: str) -> list[int]:
-    """SIGTERM every server whose lock file is in ``directory``; their pids (for tests and benchmarks)."""
-    import signal
-
-    stopped = []
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    for name in names:
-        if not name.endswith(".lock"):
-            continue
-        try:
-            with open(os.path.join(directory, name)) as fh:
-                pid = int(fh.read().strip() or 0)
-            if pid > 0:
-                os.kill(pid, signal.SIGTERM)
-                stopped.append(pid)
-        except (OSError, ValueError):
-            continue
-    return stopped
-
-
-# --- the server ---------------------------------------------------------------------------------------------
 
 
 class _Server:
@@ -333,7 +46,7 @@ class _Server:
     def __init__(self, path: str, ident: str) -> None:
         self.path = path
         self.ident = ident
-        self.mount_namespace = _mount_namespace()
+        self.mount_namespace = mount_namespace()
         self.watched: list[tuple[str, int, int]] = []
 
     def load(self) -> None:
@@ -384,7 +97,6 @@ def serve(path: str, ident: str, idle: float) -> int:
     import gc
     import select
     import signal
-    import socket
 
     private_dir(os.path.dirname(path))
     lock = open(path.removesuffix(".sock") + ".lock", "a+")  # noqa: SIM115 (held for the server's life)
@@ -425,7 +137,7 @@ def serve(path: str, ident: str, idle: float) -> int:
             except OSError:
                 continue
             try:
-                if _peer_uid(conn) != os.getuid():
+                if peer_uid(conn) != os.getuid():
                     continue
                 if os.fork() == 0:
                     _in_child(listener, lock, conn, server)
@@ -442,7 +154,7 @@ def serve(path: str, ident: str, idle: float) -> int:
             pass
 
 
-def _in_child(listener: _socket.socket, lock: IO[str], conn: _socket.socket, server: _Server) -> NoReturn:
+def _in_child(listener: socket.socket, lock: IO[str], conn: socket.socket, server: _Server) -> NoReturn:
     """The forked child's life: never back into the server's loop (whose cleanup would remove its socket)."""
     status = 1
     try:
@@ -460,7 +172,7 @@ def _in_child(listener: _socket.socket, lock: IO[str], conn: _socket.socket, ser
         os._exit(status)
 
 
-def _child(conn: _socket.socket, server: _Server) -> int:
+def _child(conn: socket.socket, server: _Server) -> int:
     """In the forked child: take the request, become the client's command and run it; the child's status."""
     import signal
 
@@ -471,24 +183,24 @@ def _child(conn: _socket.socket, server: _Server) -> int:
     fds: list[int] = []
     try:
         conn.settimeout(HANDSHAKE_TIMEOUT)
-        data, ancillary, _, _ = conn.recvmsg(1 << 16, _socket.CMSG_SPACE(4 * _FDS))
+        data, ancillary, _, _ = conn.recvmsg(1 << 16, socket.CMSG_SPACE(4 * FDS))
         for level, kind, payload in ancillary:
-            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds += [int.from_bytes(payload[i : i + 4], sys.byteorder) for i in range(0, len(payload), 4)]
         if not data:
             return 1
-        request = _recv_frame(conn, data)
+        request = recv_frame(conn, data)
         refusal = server.refusal(request)
-        if refusal is None and len(fds) != _FDS:
-            refusal = f"{len(fds)} file descriptors instead of {_FDS}"
+        if refusal is None and len(fds) != FDS:
+            refusal = f"{len(fds)} file descriptors instead of {FDS}"
         if refusal is not None:
-            conn.sendall(_frame(("refused", refusal)))
+            conn.sendall(frame(("refused", refusal)))
             if refusal.endswith(("changed", "is gone")):
                 os.kill(os.getppid(), signal.SIGTERM)  # stale: let the next command start a fresh server
             return 0
-        conn.sendall(_frame(("started", os.getpid())))
+        conn.sendall(frame(("started", os.getpid())))
         conn.settimeout(GO_TIMEOUT)
-        if _recv_frame(conn) != "go":
+        if recv_frame(conn) != "go":
             return 0
     except (OSError, EOFError, ValueError, TypeError):
         return 1
@@ -498,7 +210,7 @@ def _child(conn: _socket.socket, server: _Server) -> int:
     status = _run(command)
     try:
         conn.settimeout(HANDSHAKE_TIMEOUT)
-        conn.sendall(_frame(("exit", status)))
+        conn.sendall(frame(("exit", status)))
     except OSError:
         pass
     return status

@@ -114,9 +114,9 @@ def run_demo(state_dir: Path | None) -> int:
         print(f"corral: error: {exc}", file=sys.stderr)
         return 1
     finally:
-        from corral.cli import cmdserver
+        from corral.cli import cmdclient
 
-        cmdserver.stop_servers(cmdserver.runtime_dir({"XDG_RUNTIME_DIR": str(state / "runtime")}))
+        cmdclient.stop_servers(cmdclient.runtime_dir({"XDG_RUNTIME_DIR": str(state / "runtime")}))
         cluster.stop()
         if temporary:
             shutil.rmtree(state, ignore_errors=True)

@@ -30,16 +30,16 @@ def load(command: str) -> Callable[[], int]:
     return main
 
 
-#: The commands a command server runs for its user (``cmdserver``): the quick request/answer ones. srun and
-#: salloc, long-lived and interactive, always run in a process of their own.
+#: The commands a command server runs for its user (``cmdclient``, ``cmdserver``): the quick request/answer
+#: ones. srun and salloc, long-lived and interactive, always run in a process of their own.
 SERVED = ("sbatch", "squeue", "scancel", "sacct", "sinfo", "scontrol", "sprio", "sshare")
 
 
 def _run(command: str) -> int:
     if command in SERVED:
-        from corral.cli import cmdserver
+        from corral.cli import cmdclient
 
-        status = cmdserver.served(command)
+        status = cmdclient.served(command)
         if status is not None:
             return status
     return int(load(command)())

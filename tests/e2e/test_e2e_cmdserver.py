@@ -12,12 +12,13 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from e2e_cli import BIN, Cli
 
-from corral.cli import cmdserver
+from corral.cli import cmdclient, cmdserver
 
 
 def _env(cli: Cli, **extra: str) -> dict[str, str]:
@@ -25,14 +26,30 @@ def _env(cli: Cli, **extra: str) -> dict[str, str]:
 
 
 def _servers(env: dict[str, str]) -> list[int]:
-    """Pids in the lock files of the servers in the runtime directory of ``env``."""
-    directory = Path(cmdserver.runtime_dir(env))
-    pids = []
-    for lock in directory.glob("*.lock"):
-        text = lock.read_text().strip()
-        if text and Path(f"/proc/{text}").exists():
-            pids.append(int(text))
-    return pids
+    """The servers running in the runtime directory of ``env``."""
+    return cmdclient.live_servers(cmdclient.runtime_dir(env))
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[str]:
+    """A runtime directory of the test's own (one server in it at most), its servers stopped after."""
+    directory = tmp_path / "runtime"
+    directory.mkdir(mode=0o700)
+    yield str(directory)
+    cmdclient.stop_servers(cmdclient.runtime_dir({"XDG_RUNTIME_DIR": str(directory)}))
 
 
 def _served_cli(cli: Cli, **extra: str) -> Cli:
@@ -112,8 +129,9 @@ def test_a_served_command_shows_times_in_the_callers_time_zone(cli: Cli) -> None
 
 
 @pytest.mark.parametrize(("sent", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, -signal.SIGTERM)])
-def test_signals_reach_the_served_command(cli: Cli, sent: signal.Signals, status: int) -> None:
-    served = _served_cli(cli)
+def test_signals_reach_the_served_command(cli: Cli, runtime: str, sent: signal.Signals, status: int) -> None:
+    served = _served_cli(cli, XDG_RUNTIME_DIR=runtime)
+    (server,) = _servers(served.env)
     before = served("squeue", "-h", "-a", "-o", "%i").stdout
     # sbatch with no script reads it from stdin, which stays open: it waits until the signal
     proc = subprocess.Popen(
@@ -123,37 +141,45 @@ def test_signals_reach_the_served_command(cli: Cli, sent: signal.Signals, status
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    time.sleep(1.0)
-    proc.send_signal(sent)
     try:
+        deadline = time.monotonic() + 15
+        while not (child := _children(server)):
+            assert time.monotonic() < deadline, "the command was not handed to the server"
+            time.sleep(0.02)
+        proc.send_signal(sent)
         assert proc.wait(timeout=15) == status
+        # the child that ran sbatch got the signal too: it does not wait on for its (still open) stdin
+        deadline = time.monotonic() + 15
+        while Path(f"/proc/{child[0]}").exists():
+            assert time.monotonic() < deadline, "the signal did not reach the served command"
+            time.sleep(0.02)
     finally:
         proc.kill()
         proc.communicate()
     assert served("squeue", "-h", "-a", "-o", "%i").stdout == before  # nothing was submitted
 
 
-def test_a_stale_server_is_replaced(cli: Cli) -> None:
-    served = _served_cli(cli)
+def test_a_stale_server_is_replaced(cli: Cli, runtime: str) -> None:
+    served = _served_cli(cli, XDG_RUNTIME_DIR=runtime)
     (old,) = _servers(served.env)
     watched = Path(cmdserver.__file__).with_name("sshare.py")  # a module every server has loaded
     stat = watched.stat()
     try:
         os.utime(watched, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
         # refused by the stale server, so run by itself; the server exits
-        default = Cli(env=_env(cli), workdir=cli.workdir)
+        default = Cli(env=_env(cli, XDG_RUNTIME_DIR=runtime), workdir=cli.workdir)
         assert default("squeue").returncode == 0
         deadline = time.monotonic() + 15
         while Path(f"/proc/{old}").exists():
             assert time.monotonic() < deadline, "the stale server did not exit"
             time.sleep(0.1)
-        fresh = _served_cli(cli)  # a new one, with the changed file
+        fresh = _served_cli(cli, XDG_RUNTIME_DIR=runtime)  # a new one, with the changed file
         (new,) = _servers(fresh.env)
         assert new != old
     finally:
         os.utime(watched, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     # and once more: the restored file makes that server stale as well, which is replaced the same way
-    assert Cli(env=_env(cli), workdir=cli.workdir)("squeue").returncode == 0
+    assert Cli(env=_env(cli, XDG_RUNTIME_DIR=runtime), workdir=cli.workdir)("squeue").returncode == 0
 
 
 def test_commands_inside_a_job_are_not_served(cli: Cli) -> None:
@@ -174,20 +200,16 @@ def test_a_directory_others_can_enter_is_not_used(cli: Cli, tmp_path: Path) -> N
     assert not list((runtime / "corral").iterdir())  # no server was started there
 
 
-def test_an_idle_server_exits_and_removes_its_socket(cli: Cli, tmp_path: Path) -> None:
-    runtime = tmp_path / "runtime"
-    runtime.mkdir(mode=0o700)
-    env = _env(cli, XDG_RUNTIME_DIR=str(runtime), CORRAL_CMD_SERVER_IDLE="2")
-    try:
-        _served_cli(Cli(env=env, workdir=cli.workdir))
-        (pid,) = _servers(env)
-        deadline = time.monotonic() + 20
-        while Path(f"/proc/{pid}").exists():
-            assert time.monotonic() < deadline, "the idle server did not exit"
-            time.sleep(0.2)
-        assert list((runtime / "corral").glob("*.sock")) == []
-    finally:
-        cmdserver.stop_servers(str(runtime / "corral"))
+def test_an_idle_server_exits_and_removes_its_socket(cli: Cli, runtime: str) -> None:
+    env = _env(cli, XDG_RUNTIME_DIR=runtime, CORRAL_CMD_SERVER_IDLE="2")
+    _served_cli(Cli(env=env, workdir=cli.workdir))
+    (pid,) = _servers(env)
+    deadline = time.monotonic() + 20
+    while Path(f"/proc/{pid}").exists():
+        assert time.monotonic() < deadline, "the idle server did not exit"
+        time.sleep(0.2)
+    assert list(Path(cmdclient.runtime_dir(env)).glob("*.sock")) == []
+    assert _servers(env) == []  # its lock file stays, unlocked: the pid in it is no server's now
 
 
 def test_many_commands_served_at_once(cli: Cli) -> None:

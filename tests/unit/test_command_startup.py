@@ -73,15 +73,16 @@ def test_a_process_that_has_typing_extensions_keeps_it() -> None:
 
 
 def test_a_served_command_loads_neither_msgspec_nor_typing() -> None:
-    # what a command's own process loads when a server runs it: the client side of cmdserver only
+    # what a command's own process loads when a server runs it: the client side only (cmdclient)
     probe = (
         "import json, sys\n"
-        "from corral.cli import cmdserver, launch\n"
+        "from corral.cli import cmdclient, launch\n"
         "loaded = sorted(name for name, module in sys.modules.items() if module is not None)\n"
         "print(json.dumps(loaded))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     loaded = set(json.loads(out))
-    assert {"corral.cli.cmdserver", "corral.cli.launch"} <= loaded
+    assert {"corral.cli.cmdclient", "corral.cli.launch"} <= loaded
+    assert "corral.cli.cmdserver" not in loaded  # the server side stays out of a command
     assert [name for name in loaded if name.split(".")[0] in ("msgspec", "typing", "corral.schemas")] == []
     assert not any(name.startswith(("corral.schemas", "corral.libs")) for name in loaded)
