@@ -162,7 +162,7 @@ class Agent:
                 order.job_id, order.attempt, runner.Outcome(1, 0, False, False), STALE_ATTEMPT
             )
             return
-        self.records.put(Record(job_id=order.job_id, attempt=order.attempt, start_reported=False))
+        self.records.put(runner.launch_record(order))
         with _tracer.start_as_current_span(
             "launch",
             context=telemetry.extract(order.traceparent),

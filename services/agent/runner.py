@@ -56,6 +56,24 @@ class Outcome:
 
 
 # pure parts ----------------------------------------------------------------------------------------
+def launch_record(order: LaunchOrder) -> Record:
+    """The record of a launch decided here, written before anything runs. It holds the run's time limit and
+    ``--signal`` warning already (the deadline counts from now, a few ms before the script starts), so that a
+    run adopted after an agent stopped in the middle of its launch keeps them."""
+    started_at = time.time()
+    warn = order.spec.warn_signal
+    return Record(
+        job_id=order.job_id,
+        attempt=order.attempt,
+        start_reported=False,
+        started_at=started_at,
+        deadline=deadline_of(started_at, order.time_limit_s),
+        warn_signal=warn.signum if warn else 0,
+        warn_before_s=warn.seconds_before if warn else 0,
+        warn_batch_only=warn.batch_only if warn else False,
+    )
+
+
 def deadline_of(started_at: float, time_limit_s: int | None) -> float | None:
     """Unix time a run reaches its limit (None: unlimited)."""
     return None if time_limit_s is None else started_at + time_limit_s
@@ -254,19 +272,6 @@ async def start(
         err_fd = _open_output(stderr_path, append) if stderr_path else out_fd
     except OSError as exc:
         raise LaunchError(f"cannot open output file: {exc.strerror}: {exc.filename}") from None
-    # The time limit and the warning are recorded before the supervisor starts: an agent stopped in the
-    # middle of this launch leaves a record that a restarted one adopts with them (a few ms early at most).
-    started_at = time.time()
-    warn = spec.warn_signal
-    records.update(
-        order.job_id,
-        order.attempt,
-        started_at=started_at,
-        deadline=deadline_of(started_at, order.time_limit_s),
-        warn_signal=warn.signum if warn else 0,
-        warn_before_s=warn.seconds_before if warn else 0,
-        warn_batch_only=warn.batch_only if warn else False,
-    )
     try:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,

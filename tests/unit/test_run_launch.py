@@ -13,7 +13,7 @@ from test_jobenv import launch as launch_order
 
 from corral.schemas.api import LaunchOrder
 from corral.services.agent import runner
-from corral.services.agent.records import Record, Records
+from corral.services.agent.records import Records
 
 pytestmark = pytest.mark.unit
 
@@ -29,7 +29,7 @@ def order_for(tmp_path: Path) -> LaunchOrder:
 
 def fresh_records(tmp_path: Path, order: LaunchOrder) -> Records:
     records = Records(tmp_path / "runs.jsonl")
-    records.put(Record(job_id=order.job_id, attempt=order.attempt))  # as the agent does before launching
+    records.put(runner.launch_record(order))  # as the agent does before launching
     return records
 
 
