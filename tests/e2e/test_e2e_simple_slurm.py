@@ -53,7 +53,7 @@ def test_plain_submission_squeue_and_cancel(slurm_env: Path, cli: Cli) -> None:
     # the step's output first (a quick squeue can come before srun has run it), then the cancel
     out = slurm_env / f"long_{job_id}.out"
     deadline = time.monotonic() + 30
-    while len(out.read_text().splitlines()) < 2 and time.monotonic() < deadline:
+    while not (out.exists() and len(out.read_text().splitlines()) >= 2) and time.monotonic() < deadline:
         time.sleep(0.1)
     slurm.scancel.cancel_job(job_id)
     assert cli.wait_state(job_id, ("CANCELLED",)).startswith("CANCELLED"), job_id
