@@ -45,7 +45,7 @@ from cluster_workload import (
     config_text,
 )
 
-from corral.libs.config import parse_config
+from corral.libs.config.cluster import parse_config
 from corral.libs.core import plan as plan_module
 from corral.libs.core.backfill import Planner
 from corral.libs.core.fold import fold

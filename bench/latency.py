@@ -35,10 +35,10 @@ import time
 from pathlib import Path
 
 from corral.cli import cmdclient
-from corral.libs import roles
-from corral.libs.bus import Bus, connect
-from corral.libs.credentials import read_credentials
-from corral.libs.local_cluster import LocalCluster, ensure_resolvable
+from corral.cli.local_cluster import LocalCluster, ensure_resolvable
+from corral.libs.infra import roles
+from corral.libs.runtime.bus import Bus, connect
+from corral.libs.runtime.credentials import read_credentials
 from corral.schemas import events as ev
 
 BIN = Path(sys.executable).parent

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from corral.cli import cmdclient
-from corral.libs import roles
-from corral.libs.bus import Bus, connect, declare
-from corral.libs.credentials import Credentials
-from corral.libs.infra import NatsServer, PostgresServer
+from corral.libs.infra import NatsServer, PostgresServer, roles
+from corral.libs.runtime.bus import Bus, connect, declare
+from corral.libs.runtime.credentials import Credentials
 
 ADMIN_PASSWORD = "test-admin-secret"
 # The run's directory for command servers, and the XDG_RUNTIME_DIR it replaced.

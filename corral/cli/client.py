@@ -21,8 +21,8 @@ from typing import Any, TypeVar, Union
 import msgspec
 
 from corral.cli.errors import CliError
-from corral.libs import nats_request
-from corral.libs.credentials import Credentials, read_credentials
+from corral.libs.runtime import nats_request
+from corral.libs.runtime.credentials import Credentials, read_credentials
 from corral.schemas.api import ApiError
 from corral.schemas.subjects import api_subject, inbox_prefix, valid_token
 

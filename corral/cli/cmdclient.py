@@ -37,7 +37,7 @@ and nothing of the server's side.
 
 from __future__ import annotations
 
-# _socket is the C module under socket: socket.py costs a command ~5 ms to load (see libs/nats_request.py)
+# _socket is the C module under socket: socket.py costs a command ~5 ms to load (libs/runtime/nats_request.py)
 import _socket
 import marshal
 import os

@@ -10,11 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-from corral.libs.settings import default_state_dir
+from corral.libs.config.settings import default_state_dir
 
 
 def _up(args: argparse.Namespace) -> int:
-    from corral.libs.local_cluster import LocalCluster, ensure_resolvable
+    from corral.cli.local_cluster import LocalCluster, ensure_resolvable
 
     cluster = LocalCluster(
         Path(args.state_dir), getpass.getuser(), nodes=args.nodes, gpus_per_node=args.gpus_per_node

@@ -68,7 +68,7 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path, stdin: str | None = No
 
 def run_demo(state_dir: Path | None) -> int:
     """Run the showcase; returns the exit status."""
-    from corral.libs.local_cluster import LocalCluster, ensure_resolvable
+    from corral.cli.local_cluster import LocalCluster, ensure_resolvable
 
     temporary = state_dir is None
     state = state_dir or Path(tempfile.mkdtemp(prefix="corral-demo-"))

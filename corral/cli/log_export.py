@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from corral.cli.errors import CliError, run_command
-from corral.libs.credentials import Credentials, read_credentials
-from corral.libs.roles import ADMIN
+from corral.libs.infra.roles import ADMIN
+from corral.libs.runtime.credentials import Credentials, read_credentials
 
 COMMAND = "corral log"
 #: Seconds to wait for the connection to the cluster.
@@ -79,7 +79,7 @@ async def _export(creds: Credentials, out: BinaryIO) -> tuple[int, int, int]:
     """Write every entry; returns (entries written, entries skipped, last sequence)."""
     import nats
 
-    from corral.libs.bus import Bus
+    from corral.libs.runtime.bus import Bus
     from corral.libs.sim.eventlog import encode_line
     from corral.schemas.subjects import inbox_prefix
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.cli.errors import CliError, run_command
-from corral.libs.config import ConfigError, load_config
+from corral.libs.config.cluster import ConfigError, load_config
 from corral.libs.core.plan import Backfill
 from corral.libs.sim.engine import SimCluster, SimError, SimResult, config_cluster, simulate, unit_cluster
 from corral.libs.sim.eventlog import log_cluster, log_workload, looks_like_log, parse_log

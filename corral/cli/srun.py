@@ -346,7 +346,7 @@ class Allocation:
 def agent_call(cluster: Cluster, node: str, request: msgspec.Struct, reply_type: type[Any]) -> Any:
     """One request to a node's agent, with the synchronous client."""
     from corral.cli.client import decode_reply
-    from corral.libs import nats_request
+    from corral.libs.runtime import nats_request
     from corral.schemas.subjects import inbox_prefix
 
     user = cluster.user

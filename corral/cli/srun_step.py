@@ -1,7 +1,7 @@
 """One running step, seen from srun: ask the batch node's agent for it, stream it, forward stdin and
 Ctrl-C, and collect the task exits.
 
-One thread and one NATS connection (the synchronous client, ``libs/nats_request.py``: nats-py and asyncio
+One thread and one NATS connection (the synchronous client, ``nats_request``: nats-py and asyncio
 would cost srun ~150 ms of start-up): srun subscribes to the step's I/O subjects, asks for the step, then
 waits with ``select`` on the connection, its stdin (forwarded to task 0) and a self-pipe that a signal wakes:
 SIGINT is Ctrl-C (twice within a second kills the step), the signals of ``FORWARDED`` are passed on to every
@@ -27,7 +27,7 @@ import msgspec
 
 from corral.cli.errors import CliError, warn
 from corral.cli.srun_io import Labeller, exit_message, step_status
-from corral.libs import nats_request
+from corral.libs.runtime import nats_request
 from corral.schemas.api import ApiError
 from corral.schemas.steps import (
     StepDone,

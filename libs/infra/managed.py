@@ -13,7 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Self
 
-from corral.libs.ports import free_port, port_is_free
+from corral.libs.infra.ports import free_port, port_is_free
 
 POLL_SECONDS = 0.05
 MIB = 1024 * 1024

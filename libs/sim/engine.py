@@ -23,7 +23,7 @@ clock instead of NATS:
 Why runs end through the log: the core concludes a run (``JobCompleted``) only after its node
 reports the exit, as in production, so the simulated schedule is the one the service would make.
 
-The policy is the configuration's whole policy (``libs/policy.py``: priority weights, fair share and
+The policy is the configuration's whole policy (``libs/config/policy.py``: priority weights, fair share and
 its usage billing, partition tiers, QOS and association limits, blocks, preemption) when the cluster
 comes from one, with the backfill mode and window the caller gives; else the default policy (FIFO
 priority, no limits) on the cluster's partitions. As the gateway does at submit, a job without an
@@ -44,14 +44,14 @@ from dataclasses import dataclass
 
 import msgspec
 
-from corral.libs.config import ClusterConfig
+from corral.libs.config.cluster import ClusterConfig
+from corral.libs.config.policy import policy_of, usage_policy_of
 from corral.libs.core.eligibility import needs_check
 from corral.libs.core.fold import apply
 from corral.libs.core.placement import Request, free_capacity, request_of
 from corral.libs.core.plan import Backfill, PartitionPolicy, Policy, plan
 from corral.libs.core.state import Job, State, UsagePolicy
 from corral.libs.core.topology import fits_idle, in_force
-from corral.libs.policy import policy_of, usage_policy_of
 from corral.libs.sim.workload import SimJob
 from corral.schemas import events as ev
 from corral.schemas.codec import envelope
@@ -114,7 +114,7 @@ def unit_cluster(units: int) -> SimCluster:
 
 def config_cluster(config: ClusterConfig) -> SimCluster:
     """The nodes, partitions and whole scheduling policy of a cluster configuration (the scheduler
-    service's, ``libs/policy.py``); capacity in GPUs (nodes if none)."""
+    service's, ``libs/config/policy.py``); capacity in GPUs (nodes if none)."""
     nodes = tuple(
         ev.NodeRegistered(
             node=n.name,

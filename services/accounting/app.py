@@ -8,12 +8,12 @@ import contextlib
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
-from corral.libs import store
-from corral.libs.api_server import serve
-from corral.libs.bus import Bus, LogEntry, entry_of
-from corral.libs.errors import CorralError, InvalidInput, TransientError
-from corral.libs.service import Context
-from corral.libs.telemetry import logger
+from corral.libs.runtime import store
+from corral.libs.runtime.api_server import serve
+from corral.libs.runtime.bus import Bus, LogEntry, entry_of
+from corral.libs.runtime.errors import CorralError, InvalidInput, TransientError
+from corral.libs.runtime.service import Context
+from corral.libs.runtime.telemetry import logger
 from corral.schemas import subjects
 from corral.schemas.api import AcctReply, AcctRequest
 from corral.services.accounting import query, sql
@@ -157,7 +157,7 @@ async def open_store(dsn: str, stop: asyncio.Event) -> store.Pool | None:
         pool = None
         try:
             pool = await store.create_pool(dsn)
-            await store.migrate(pool)
+            await store.migrate(pool, sql.migrations())
             return pool
         except Exception as exc:
             if pool is not None:

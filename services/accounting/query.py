@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any, get_args
 
-from corral.libs.errors import InvalidInput
-from corral.libs.store import Connection
+from corral.libs.runtime.errors import InvalidInput
+from corral.libs.runtime.store import Connection
 from corral.schemas.api import AcctJob, AcctReply, AcctRequest, AcctStep, JobState
 
 #: Most jobs one reply may hold, and most values one filter list may hold.

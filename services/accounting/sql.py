@@ -16,7 +16,8 @@ from typing import Any
 
 import msgspec
 
-from corral.libs.store import Connection
+from corral.libs.runtime import store
+from corral.libs.runtime.store import Connection
 from corral.services.accounting.projection import (
     EndJob,
     EndStep,
@@ -29,6 +30,12 @@ from corral.services.accounting.projection import (
     StartStep,
     UpdateJob,
 )
+
+
+def migrations() -> list[store.Migration]:
+    """Accounting's schema: the numbered files of ``services/accounting/migrations/``."""
+    return store.migrations("corral.services.accounting")
+
 
 _PLACEHOLDER = re.compile(r"(?<!:):([a-z_]+)")
 

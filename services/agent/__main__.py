@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from corral.libs.service import run
+from corral.libs.runtime.service import run
 from corral.services.agent.app import main
 
 

@@ -29,12 +29,12 @@ from pathlib import Path
 
 from nats.aio.msg import Msg
 
-from corral.libs import telemetry
-from corral.libs.bus import Bus
-from corral.libs.config import ClusterConfig, NodeConfig
-from corral.libs.errors import InvalidInput, TransientError
-from corral.libs.service import Context, run_until_stopped
-from corral.libs.settings import environment
+from corral.libs.config.cluster import ClusterConfig, NodeConfig
+from corral.libs.config.settings import environment
+from corral.libs.runtime import telemetry
+from corral.libs.runtime.bus import Bus
+from corral.libs.runtime.errors import InvalidInput, TransientError
+from corral.libs.runtime.service import Context, run_until_stopped
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.schemas.codec import DecodeError, decode, encode

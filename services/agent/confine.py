@@ -1,6 +1,6 @@
 """The memory cgroups of this node's runs (Slurm's task/cgroup with ``ConstrainRAMSpace``).
 
-With ``[cluster] constrain_ram_space = true`` each run gets a memory cgroup of its own (``corral.libs.memcg``)
+With ``[cluster] constrain_ram_space = true`` each run gets a memory cgroup of its own (``memcg.py``)
 limited to the memory the run was allocated on this node, or to the node's configured memory when the job
 asked for none. The agent creates it before it starts the run's supervisor, which puts the batch script in
 it (``supervisor.py --cgroup``); srun's tasks on this node join it too (``steps.py``). Its path is written to
@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from corral.libs import memcg
-from corral.libs.config import ClusterConfig, NodeConfig
+from corral.libs.config.cluster import ClusterConfig, NodeConfig
 from corral.schemas.api import LaunchOrder
+from corral.services.agent import memcg
 
 #: The run directory's file naming the run's cgroup.
 CGROUP_FILE = "cgroup"

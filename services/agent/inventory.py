@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from corral.libs.config import NodeConfig
+from corral.libs.config.cluster import NodeConfig
 
 #: Detects the GPUs of this machine: (count, model) or None when it cannot tell (no NVML, no driver).
 Detector = Callable[[], "tuple[int, str | None] | None"]

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from corral.libs import memcg
 from corral.schemas.api import LaunchOrder
 from corral.schemas.steps import TaskExit
+from corral.services.agent import memcg
 
 RunKey = tuple[int, int]
 

@@ -10,8 +10,8 @@ agent's packages can break it, and an agent restart or upgrade does not touch th
    working directory, environment and output files (the ``-o/-e`` files, else spool files in the step
    directory that the agent tails), and the run's memory cgroup, if any;
 2. starts each task in its own session (its process group is what signals target), every signal at its
-   default action (``corral.libs.sigreset``: one the agent was started with ignored too); a task joins the
-   cgroup between fork and exec (writing to its ``cgroup.procs``, as ``corral.libs.memcg.join_self``); task
+   default action (``sigreset.py``: one the agent was started with ignored too); a task joins the
+   cgroup between fork and exec (writing to its ``cgroup.procs``, as ``memcg.join_self``); task
    0 gets the descriptor named on the command
    line as its stdin (a pipe the agent feeds with srun's stdin), the others ``/dev/null``; a task that
    cannot be started gets its exit file at once (exit code 2 and why);
@@ -47,12 +47,11 @@ EXIT_PREFIX = "exit."
 
 
 def load_lib(name: str) -> ModuleType:
-    """``corral.libs.<name>`` (stdlib-only) from the source tree: ``-I`` puts no package on the path, so the
-    tree's ``libs`` directory goes at the end of it (the standard library wins any name clash)."""
+    """The agent's module ``<name>`` beside this file (stdlib-only): ``-I`` puts no package on the path, so
+    this directory goes at the end of it (the standard library wins any name clash)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    libs = os.path.normpath(os.path.join(here, "..", "..", "libs"))
-    if libs not in sys.path:
-        sys.path.append(libs)
+    if here not in sys.path:
+        sys.path.append(here)
     module: ModuleType = __import__(name)
     return module
 

@@ -19,7 +19,7 @@ file               written by    what
 ``coord.exited``   batch agent   ``StepExited`` was appended
 =================  ============  ===================================================================
 
-Start ticks (``corral.libs.procstat``) come with every pid: a signal goes to a task's process group only
+Start ticks (``procstat.py``) come with every pid: a signal goes to a task's process group only
 while the process recorded is the one running on that pid.
 """
 
@@ -34,10 +34,9 @@ from typing import TypeVar
 
 import msgspec
 
-from corral.libs import procstat
 from corral.schemas.api import LaunchOrder
 from corral.schemas.steps import StepLaunch, TaskExit, TaskPlace
-from corral.services.agent import stepd
+from corral.services.agent import procstat, stepd
 
 _T = TypeVar("_T")
 

@@ -52,7 +52,7 @@ import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from corral.libs import holes, memcg, telemetry
+from corral.libs.runtime import telemetry
 from corral.schemas import events as ev
 from corral.schemas.api import ApiError, LaunchOrder
 from corral.schemas.steps import (
@@ -71,7 +71,7 @@ from corral.schemas.steps import (
     io_subject,
     step_subject,
 )
-from corral.services.agent import stepd, stepdir, steplayout
+from corral.services.agent import holes, memcg, stepd, stepdir, steplayout
 from corral.services.agent.jobenv import job_environment
 from corral.services.agent.step_cgroups import StepCgroup, StepCgroups
 from corral.services.agent.stepdir import (
@@ -945,7 +945,7 @@ class Steps:
 
 def _reclaim(local: LocalStep) -> None:
     """Free the disk space of what was published and saved of each spool file, a MiB or more at a time
-    (``libs/holes.py``): a long, chatty step keeps only its unpublished output on the node's disk."""
+    (``holes.py``): a long, chatty step keeps only its unpublished output on the node's disk."""
     for name, offset in local.offsets.items():
         if offset - local.punched.get(name, 0) >= RECLAIM_BYTES and holes.punch(local.dir.file(name), offset):
             local.punched[name] = offset

@@ -13,7 +13,7 @@ loses no job). It is stdlib-only and run by file path with ``python -I -S``, so 
    group, and writes the exit status to ``<run dir>/status`` atomically (write + fsync + rename): the
    agent reads it, now or after a restart.
 
-With ``--cgroup=PATH`` (a memory cgroup the agent made for the run, ``corral.libs.memcg``) the script joins
+With ``--cgroup=PATH`` (a memory cgroup the agent made for the run, ``memcg.py``) the script joins
 it between fork and exec, so it and everything it forks are confined from the start; the supervisor stays
 outside (the OOM killer cannot take it, and it can remove the cgroup). After the script: every process
 left in the cgroup is killed, the OOM kill count is compared with the one at start (``oom``), the peak
@@ -42,10 +42,9 @@ PIDS_FILE = "pids"
 
 
 def load_lib(name: str) -> ModuleType:
-    """``corral.libs.<name>`` loaded by file path (stdlib-only like this file; ``-I`` puts no package on the
-    path)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.normpath(os.path.join(here, "..", "..", "libs", f"{name}.py"))
+    """The agent's module ``<name>`` beside this file (stdlib-only like this file; ``-I`` puts no package on
+    the path)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"corral_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -56,11 +55,11 @@ def load_lib(name: str) -> ModuleType:
 
 
 def load_memcg() -> ModuleType:
-    """``corral.libs.memcg`` loaded by file path."""
+    """``corral.services.agent.memcg`` loaded by file path."""
     return load_lib("memcg")
 
 
-#: ``corral.libs.procstat.start_ticks``: a process's start time (None: gone or a zombie).
+#: ``corral.services.agent.procstat.start_ticks``: a process's start time (None: gone or a zombie).
 start_ticks: Callable[[int | str], int | None] = load_lib("procstat").start_ticks
 
 
@@ -113,7 +112,7 @@ def popen_script(
     script: str, args: list[str], workdir: str, out_fd: str, err_fd: str, confine: Callable[[], None] | None
 ) -> subprocess.Popen[bytes]:
     """Start the batch script in its own process group (``confine``: joins its cgroup before exec), with every
-    signal at its default action (``libs/sigreset.py``: even one the agent was started with ignored)."""
+    signal at its default action (``sigreset.py``: even one the agent was started with ignored)."""
     sigreset = load_lib("sigreset")
 
     def before_exec() -> None:

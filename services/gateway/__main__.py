@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from corral.libs.service import run
+from corral.libs.runtime.service import run
 from corral.services.gateway.app import main
 
 

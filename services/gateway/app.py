@@ -18,12 +18,12 @@ from typing import TypeVar
 import msgspec
 import nats.errors
 
-from corral.libs import telemetry
-from corral.libs.api_server import serve
-from corral.libs.bus import Bus
-from corral.libs.config import ClusterConfig
-from corral.libs.errors import Forbidden, InvalidInput, TransientError
-from corral.libs.service import Context
+from corral.libs.config.cluster import ClusterConfig
+from corral.libs.runtime import telemetry
+from corral.libs.runtime.api_server import serve
+from corral.libs.runtime.bus import Bus
+from corral.libs.runtime.errors import Forbidden, InvalidInput, TransientError
+from corral.libs.runtime.service import Context
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.schemas.codec import DecodeError, decode, encode

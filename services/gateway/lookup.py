@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from corral.libs.bus import Bus
+from corral.libs.runtime.bus import Bus
 from corral.libs.slurm.array import MAX_ARRAY_SIZE, array_indices
 from corral.schemas import events as ev
 from corral.schemas import subjects

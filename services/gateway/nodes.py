@@ -23,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from corral.libs.bus import Bus, LogEntry
-from corral.libs.config import ClusterConfig
-from corral.libs.errors import Forbidden, InvalidInput, TransientError
+from corral.libs.config.cluster import ClusterConfig
+from corral.libs.runtime.bus import Bus, LogEntry
+from corral.libs.runtime.errors import Forbidden, InvalidInput, TransientError
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
 

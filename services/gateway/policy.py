@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corral.libs.config import ClusterConfig, PartitionConfig
+from corral.libs.config.cluster import ClusterConfig, PartitionConfig
 from corral.libs.core.qos import AssocLimits, QosPolicy
-from corral.libs.errors import Forbidden, InvalidInput
+from corral.libs.runtime.errors import Forbidden, InvalidInput
 from corral.schemas import api
 from corral.schemas.events import JobSpec
 

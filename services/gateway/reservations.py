@@ -19,10 +19,10 @@ import math
 import time
 from typing import cast, get_args
 
-from corral.libs.bus import Bus
-from corral.libs.config import ClusterConfig
+from corral.libs.config.cluster import ClusterConfig
 from corral.libs.core.reservations import INVALID_NODES, INVALID_PARTITION, INVALID_RESV, may_use
-from corral.libs.errors import Forbidden, InvalidInput, TransientError
+from corral.libs.runtime.bus import Bus
+from corral.libs.runtime.errors import Forbidden, InvalidInput, TransientError
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
 

@@ -6,10 +6,10 @@ import math
 
 import msgspec
 
-from corral.libs.config import ClusterConfig
+from corral.libs.config.cluster import ClusterConfig
 from corral.libs.core.placement import Free, has_features, node_fits, request_of_spec
 from corral.libs.core.topology import block_sizes, fits_idle
-from corral.libs.errors import InvalidInput
+from corral.libs.runtime.errors import InvalidInput
 from corral.libs.slurm.array import array_indices
 from corral.libs.slurm.dependency import MAX_ITEMS
 from corral.libs.slurm.errors import FormatError

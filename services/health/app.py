@@ -24,11 +24,11 @@ import time
 
 from nats.aio.msg import Msg
 
-from corral.libs import telemetry
-from corral.libs.bus import Bus
-from corral.libs.config import ClusterConfig
-from corral.libs.errors import AppendConflict, TransientError
-from corral.libs.service import Context, run_until_stopped
+from corral.libs.config.cluster import ClusterConfig
+from corral.libs.runtime import telemetry
+from corral.libs.runtime.bus import Bus
+from corral.libs.runtime.errors import AppendConflict, TransientError
+from corral.libs.runtime.service import Context, run_until_stopped
 from corral.schemas import events as ev
 from corral.schemas import subjects
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from corral.libs.service import run
+from corral.libs.runtime.service import run
 from corral.services.scheduler.app import main
 
 if __name__ == "__main__":

@@ -30,18 +30,19 @@ from collections import OrderedDict
 
 import msgspec
 
-from corral.libs import roles, telemetry
-from corral.libs.api_server import serve
-from corral.libs.bus import Bus, LogEntry
-from corral.libs.config import ClusterConfig
+from corral.libs.config.cluster import ClusterConfig
+from corral.libs.config.policy import policy_of, usage_policy_of
 from corral.libs.core import plan as planner
 from corral.libs.core.fold import apply
 from corral.libs.core.orders import orders
 from corral.libs.core.state import State
 from corral.libs.core.will_run import will_run
-from corral.libs.errors import AppendConflict, Forbidden, TransientError
-from corral.libs.policy import policy_of, usage_policy_of
-from corral.libs.service import Context, run_until_stopped
+from corral.libs.infra import roles
+from corral.libs.runtime import telemetry
+from corral.libs.runtime.api_server import serve
+from corral.libs.runtime.bus import Bus, LogEntry
+from corral.libs.runtime.errors import AppendConflict, Forbidden, TransientError
+from corral.libs.runtime.service import Context, run_until_stopped
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.schemas.codec import encode

@@ -17,9 +17,9 @@ import zlib
 import msgspec
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
-from corral.libs.bus import Bus
 from corral.libs.core.state import State
-from corral.libs.errors import TransientError
+from corral.libs.runtime.bus import Bus
+from corral.libs.runtime.errors import TransientError
 from corral.schemas import subjects
 
 #: Bump when the State's shape changes incompatibly: old snapshots are then ignored.

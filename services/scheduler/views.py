@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from corral.libs.config import ClusterConfig
+from corral.libs.config.cluster import ClusterConfig
+
+# The policy is built in a lib the simulator shares; re-exported for the service's callers.
+from corral.libs.config.policy import policy_of as policy_of
+from corral.libs.config.policy import usage_policy_of as usage_policy_of
 from corral.libs.core.eligibility import dependency_text
 from corral.libs.core.limits import qos_name
 from corral.libs.core.plan import Plan, Policy
 from corral.libs.core.reservations import live
 from corral.libs.core.state import Job, Node, State, array_throttle, drain_reason, drained
 from corral.libs.core.topology import switch_wait_s
-
-# The policy is built in a lib the simulator shares; re-exported for the service's callers.
-from corral.libs.policy import policy_of as policy_of
-from corral.libs.policy import usage_policy_of as usage_policy_of
 from corral.libs.slurm import hostlist
 from corral.schemas import api
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from e2e_cli import Cli
 
-from corral.libs import roles
-from corral.libs.bus import connect
-from corral.libs.config import local_config_text
-from corral.libs.credentials import read_credentials
-from corral.libs.local_cluster import LocalCluster, ensure_resolvable
+from corral.cli.local_cluster import LocalCluster, ensure_resolvable
+from corral.libs.config.cluster import local_config_text
+from corral.libs.infra import roles
+from corral.libs.runtime.bus import connect
+from corral.libs.runtime.credentials import read_credentials
 from corral.schemas import api, subjects
 from corral.schemas.codec import decode
 

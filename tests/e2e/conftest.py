@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from e2e_cli import BIN, Cli
 
-from corral.libs.local_cluster import LocalCluster, ensure_resolvable
+from corral.cli.local_cluster import LocalCluster, ensure_resolvable
 
 
 @pytest.fixture(scope="session")

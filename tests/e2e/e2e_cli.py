@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral.libs import roles
-from corral.libs.local_cluster import LocalCluster, ensure_resolvable
+from corral.cli.local_cluster import LocalCluster, ensure_resolvable
+from corral.libs.infra import roles
 
 BIN = Path(sys.executable).parent
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from e2e_cli import Cli
 
-from corral.libs import roles
-from corral.libs.credentials import read_credentials
-from corral.libs.local_cluster import LocalCluster
-from corral.libs.nats_request import request
+from corral.cli.local_cluster import LocalCluster
+from corral.libs.infra import roles
+from corral.libs.runtime.credentials import read_credentials
+from corral.libs.runtime.nats_request import request
 from corral.schemas import subjects
 
 pytestmark = pytest.mark.e2e
@@ -115,7 +115,7 @@ def test_malformed_api_message_gets_an_error_reply(
 
 
 def test_a_user_cannot_publish_events_or_call_as_someone_else(local_cluster: LocalCluster) -> None:
-    from corral.libs.nats_request import PermissionDenied
+    from corral.libs.runtime.nats_request import PermissionDenied
 
     creds = read_credentials(local_cluster.user_credentials)
     for subject in ("corral.evt.job.1.job_cancelled", subjects.api_subject("submit", "someone-else")):

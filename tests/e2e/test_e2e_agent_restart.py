@@ -12,7 +12,7 @@ import pytest
 from agent_cluster import agent_cluster, launch_orders, republish, wait_until
 from e2e_cli import BIN, Cli, alive
 
-from corral.libs.local_cluster import LocalCluster
+from corral.cli.local_cluster import LocalCluster
 from corral.schemas.codec import encode
 
 pytestmark = pytest.mark.e2e

@@ -12,10 +12,10 @@ import pytest
 from agent_cluster import agent_cluster, wait_until
 from e2e_cli import Cli, admin_cli, alive
 
-from corral.libs import roles
-from corral.libs.bus import connect
-from corral.libs.credentials import read_credentials
-from corral.libs.local_cluster import LocalCluster
+from corral.cli.local_cluster import LocalCluster
+from corral.libs.infra import roles
+from corral.libs.runtime.bus import connect
+from corral.libs.runtime.credentials import read_credentials
 from corral.schemas import subjects
 
 pytestmark = pytest.mark.e2e

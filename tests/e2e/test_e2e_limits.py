@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from e2e_cli import Cli
 
-from corral.libs.config import local_config_text
-from corral.libs.local_cluster import LocalCluster, ensure_resolvable
+from corral.cli.local_cluster import LocalCluster, ensure_resolvable
+from corral.libs.config.cluster import local_config_text
 
 pytestmark = pytest.mark.e2e
 

@@ -15,8 +15,8 @@ import pytest
 from agent_cluster import agent_cluster, wait_until
 from e2e_cli import BIN, Cli
 
-from corral.libs import memcg
-from corral.libs.local_cluster import LocalCluster
+from corral.cli.local_cluster import LocalCluster
+from corral.services.agent import memcg
 
 pytestmark = pytest.mark.e2e
 

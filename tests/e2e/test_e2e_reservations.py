@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 from e2e_cli import Cli, admin_cli
 
-from corral.libs.local_cluster import LocalCluster
+from corral.cli.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -135,7 +135,7 @@ def test_lost_task_exits_end_in_the_steps_recorded_end(cli: Cli, monkeypatch: py
 
     from corral.cli import srun_step
     from corral.cli.client import find_cluster
-    from corral.libs import nats_request
+    from corral.libs.runtime import nats_request
     from corral.schemas.steps import StepLaunch
 
     job = cli.sbatch("#!/bin/sh\nsleep 60\n", "-N1")

@@ -9,7 +9,7 @@ import time
 import pytest
 from e2e_cli import BIN, Cli, wait_for_line
 
-from corral.libs.local_cluster import LocalCluster
+from corral.cli.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.e2e
 

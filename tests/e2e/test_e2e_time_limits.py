@@ -9,7 +9,7 @@ import pytest
 from agent_cluster import agent_cluster
 from e2e_cli import BIN, Cli
 
-from corral.libs.local_cluster import LocalCluster
+from corral.cli.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.e2e
 

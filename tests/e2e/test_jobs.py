@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from e2e_cli import Cli
 
-from corral.libs.local_cluster import LocalCluster
+from corral.cli.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.e2e
 
@@ -117,7 +117,7 @@ def test_squeue_shows_pending_reasons(cli: Cli) -> None:
 def test_commands_find_a_remote_cluster_through_the_environment(
     cli: Cli, local_cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    from corral.libs.credentials import read_credentials
+    from corral.libs.runtime.credentials import read_credentials
 
     creds = read_credentials(local_cluster.user_credentials)
     env = {k: v for k, v in cli.env.items() if k != "CORRAL_STATE_DIR"}

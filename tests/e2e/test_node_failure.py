@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from e2e_cli import Cli
 
-from corral.libs.local_cluster import LocalCluster
+from corral.cli.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.e2e
 

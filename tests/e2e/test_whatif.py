@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from e2e_cli import Cli
 
-from corral.libs import roles
-from corral.libs.credentials import read_credentials
-from corral.libs.local_cluster import LocalCluster
+from corral.cli.local_cluster import LocalCluster
+from corral.libs.infra import roles
+from corral.libs.runtime.credentials import read_credentials
 
 pytestmark = pytest.mark.e2e
 

@@ -18,15 +18,16 @@ import msgspec
 import pytest
 from nats.js.errors import NotFoundError
 
-from corral.libs import roles, store
-from corral.libs.bus import Bus, connect, declare
-from corral.libs.credentials import Credentials
-from corral.libs.infra import NatsServer, PostgresServer
+from corral.libs.infra import NatsServer, PostgresServer, roles
+from corral.libs.runtime import store
+from corral.libs.runtime.bus import Bus, connect, declare
+from corral.libs.runtime.credentials import Credentials
 from corral.libs.slurm.array import parse_array
 from corral.schemas import events as ev
 from corral.schemas import subjects
 from corral.schemas.api import AcctJob, AcctReply, AcctRequest, AcctStep, ApiError
 from corral.schemas.codec import encode
+from corral.services.accounting import sql
 from corral.services.accounting.app import CONSUMER, AccountingService
 
 pytestmark = pytest.mark.integration
@@ -92,7 +93,7 @@ class Rig:
         nc = await connect(self.creds(roles.ACCOUNTING), name="accounting-under-test")
         pool = await store.create_pool(self.dsn)
         try:
-            await store.migrate(pool)
+            await store.migrate(pool, sql.migrations())
             await AccountingService(Bus(nc, actor=roles.ACCOUNTING), pool, default_partition="gpu").run(stop)
         finally:
             await pool.close()
@@ -421,8 +422,8 @@ async def test_events_after_start_are_applied_live(rig: Rig) -> None:
 async def test_migrations_apply_once_even_when_run_concurrently(rig: Rig) -> None:
     pools = [await store.create_pool(rig.dsn, min_size=1, max_size=1) for _ in range(3)]
     try:
-        applied = await asyncio.gather(*(store.migrate(pool) for pool in pools))
-        again = await store.migrate(pools[0])
+        applied = await asyncio.gather(*(store.migrate(pool, sql.migrations()) for pool in pools))
+        again = await store.migrate(pools[0], sql.migrations())
     finally:
         for pool in pools:
             await pool.close()
@@ -438,8 +439,8 @@ async def test_migrations_apply_once_even_when_run_concurrently(rig: Rig) -> Non
 async def test_an_edited_migration_is_refused(rig: Rig) -> None:
     pool = await store.create_pool(rig.dsn)
     try:
-        await store.migrate(pool)
-        original = store.migrations()[0]
+        await store.migrate(pool, sql.migrations())
+        original = sql.migrations()[0]
         edited = store.Migration(original.version, original.name, original.sql + "\n", "other")
         with pytest.raises(store.StoreError, match="edited"):
             await store.migrate(pool, [edited])

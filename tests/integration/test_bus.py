@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from corral.libs.bus import Bus
-from corral.libs.errors import AppendConflict
+from corral.libs.runtime.bus import Bus
+from corral.libs.runtime.errors import AppendConflict
 from corral.schemas import events as ev
 from corral.schemas import subjects
 

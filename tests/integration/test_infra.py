@@ -19,7 +19,7 @@ import nats.errors
 import pytest
 
 from corral.libs.infra import NatsServer, NatsUser, PostgresServer, ServerStartError
-from corral.libs.ports import free_port, port_is_free
+from corral.libs.infra.ports import free_port, port_is_free
 
 pytestmark = pytest.mark.integration
 

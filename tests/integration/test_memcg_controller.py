@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.libs import memcg
+from corral.services.agent import memcg
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from corral.libs.nats_request import (
+from corral.libs.runtime.nats_request import (
     Connection,
     NatsConnectError,
     NatsRequestError,

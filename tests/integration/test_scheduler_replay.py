@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from corral.libs.bus import Bus
-from corral.libs.config import parse_config
+from corral.libs.config.cluster import parse_config
 from corral.libs.core.state import encode_state
+from corral.libs.runtime.bus import Bus
 from corral.schemas import events as ev
 from corral.services.scheduler.app import Scheduler
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from corral.libs.config import ClusterConfig, parse_config
+from corral.libs.config.cluster import ClusterConfig, parse_config
 from corral.libs.core.fold import apply
 from corral.libs.core.plan import PartitionPolicy, Policy
 from corral.libs.core.state import State, decode_state, encode_state

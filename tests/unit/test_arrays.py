@@ -14,13 +14,13 @@ from corral.cli.errors import CliError
 from corral.cli.jobrefs import JobRef, parse_job_refs, split_job_list
 from corral.cli.scancel import cancel_request
 from corral.cli.scontrol import show_job
-from corral.libs.bus import Bus, LogEntry
 from corral.libs.core.eligibility import dependency_status
 from corral.libs.core.fold import fold
 from corral.libs.core.orders import orders
 from corral.libs.core.plan import Plan, plan
 from corral.libs.core.state import State, array_tasks, encode_state
-from corral.libs.errors import InvalidInput
+from corral.libs.runtime.bus import Bus, LogEntry
+from corral.libs.runtime.errors import InvalidInput
 from corral.libs.slurm.array import (
     MAX_ARRAY_SIZE,
     array_indices,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.libs.config import (
+from corral.libs.config.cluster import (
     ConfigError,
     NodeConfig,
     PartitionConfig,

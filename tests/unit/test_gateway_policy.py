@@ -6,8 +6,8 @@ import msgspec
 import pytest
 from builders import job
 
-from corral.libs.config import parse_config
-from corral.libs.errors import Forbidden, InvalidInput
+from corral.libs.config.cluster import parse_config
+from corral.libs.runtime.errors import Forbidden, InvalidInput
 from corral.schemas import api
 from corral.schemas.events import JobSpec
 from corral.services.gateway.policy import (

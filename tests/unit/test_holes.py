@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.libs.holes import punch
+from corral.services.agent.holes import punch
 
 pytestmark = pytest.mark.unit
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from test_jobenv import launch
 
-from corral.libs import memcg
-from corral.libs.config import NodeConfig
+from corral.libs.config.cluster import NodeConfig
+from corral.services.agent import memcg
 from corral.services.agent.confine import memory_limit_mb
 
 pytestmark = pytest.mark.unit

@@ -11,12 +11,12 @@ from builders import T0, Log, allocated, cluster, cluster_config, exited, job, p
 
 from corral.cli import scontrol_nodes, sinfo
 from corral.cli.errors import CliError
-from corral.libs import roles
 from corral.libs.core.orders import orders
 from corral.libs.core.placement import free_capacity
 from corral.libs.core.plan import plan
 from corral.libs.core.state import AdminDrain, State, drain_reason, drained
-from corral.libs.errors import InvalidInput
+from corral.libs.infra import roles
+from corral.libs.runtime.errors import InvalidInput
 from corral.libs.slurm.errors import FormatError
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
@@ -128,7 +128,7 @@ def test_the_gateway_accepts_known_nodes_with_a_reason() -> None:
 
 
 def _entry(seq: int, body: ev.Event) -> object:
-    from corral.libs.bus import LogEntry
+    from corral.libs.runtime.bus import LogEntry
 
     return LogEntry(seq=seq, subject=subjects.event_subject(body), envelope=ev.Envelope(
         meta=ev.Meta(event_id=str(seq), occurred_at=T0, actor="test"), body=body))  # fmt: skip

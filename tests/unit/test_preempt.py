@@ -8,7 +8,7 @@ import re
 import pytest
 from builders import T0, Log, allocated, cluster, env, exited, job, numbered, semantic, submitted
 
-from corral.libs.config import ConfigError, parse_config
+from corral.libs.config.cluster import ConfigError, parse_config
 from corral.libs.core.fold import fold
 from corral.libs.core.orders import orders
 from corral.libs.core.plan import PartitionPolicy, Plan, Policy, plan

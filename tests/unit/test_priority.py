@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from builders import Log, allocated, cluster, exited, job, policy, submitted
 
-from corral.libs.config import ConfigError, parse_config
+from corral.libs.config.cluster import ConfigError, parse_config
 from corral.libs.core.fair_share import Account, UserAssoc
 from corral.libs.core.plan import PartitionPolicy, plan, queue_order
 from corral.libs.core.priority import PriorityWeights

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.libs.config import ConfigError, parse_config
+from corral.libs.config.cluster import ConfigError, parse_config
 from corral.libs.core.qos import AssocLimits, QosPolicy
 from corral.services.scheduler.views import policy_of
 

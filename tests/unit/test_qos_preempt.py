@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from builders import Log, allocated, cluster, exited, job, submitted
 
-from corral.libs.config import parse_config
+from corral.libs.config.cluster import parse_config
 from corral.libs.core.fold import fold
 from corral.libs.core.plan import PartitionPolicy, Plan, Policy, plan
 from corral.libs.core.preempt import PreemptPolicy

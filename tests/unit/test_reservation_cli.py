@@ -11,7 +11,7 @@ from builders import T0, cluster_config
 from corral.cli.errors import CliError
 from corral.cli.sbatch_args import build_submission, parse_command_line
 from corral.cli.scontrol_resv import create_request, delete_name, show_reservation
-from corral.libs.errors import InvalidInput
+from corral.libs.runtime.errors import InvalidInput
 from corral.libs.slurm.errors import FormatError
 from corral.schemas import api
 from corral.services.gateway.reservations import check_create

@@ -23,7 +23,7 @@ from corral.cli.sbatch_args import (
     directive_lines,
     parse_command_line,
 )
-from corral.libs.credentials import Credentials
+from corral.libs.runtime.credentials import Credentials
 from corral.libs.slurm.errors import FormatError
 from corral.libs.slurm.timefmt import parse_begin_time
 from corral.schemas.api import SubmitRequest

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from corral.libs.service import run_until_stopped
+from corral.libs.runtime.service import run_until_stopped
 
 pytestmark = pytest.mark.unit
 

@@ -1,5 +1,5 @@
 """Jobs start with every signal at its default action, even when the agent was started with one ignored
-(``nohup corral up``: SIGHUP), so that a batch script or a step's task can trap it (``libs/sigreset.py``)."""
+(``nohup corral up``: SIGHUP), so that a batch script or a step's task can trap it (``sigreset.py``)."""
 
 from __future__ import annotations
 

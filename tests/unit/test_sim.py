@@ -9,7 +9,7 @@ import pytest
 
 from corral.cli.corral_cmd import main as corral_main
 from corral.cli.sim import main as sim_main
-from corral.libs.config import parse_config
+from corral.libs.config.cluster import parse_config
 from corral.libs.sim.engine import SimError, config_cluster, simulate, unit_cluster
 from corral.libs.sim.report import format_metrics, metrics, write_starts
 from corral.libs.sim.workload import SimJob

@@ -9,7 +9,7 @@ import pytest
 from builders import T0, Log, allocated, cluster, exited, job, submitted
 
 from corral.cli.sim import main as sim_main
-from corral.libs.config import parse_config
+from corral.libs.config.cluster import parse_config
 from corral.libs.sim.engine import config_cluster, simulate, unit_cluster
 from corral.libs.sim.eventlog import log_cluster, log_workload
 from corral.libs.sim.workload import SimJob

@@ -6,8 +6,8 @@ import msgspec
 import pytest
 from builders import cluster_config, job
 
-from corral.libs.config import parse_config
-from corral.libs.errors import InvalidInput
+from corral.libs.config.cluster import parse_config
+from corral.libs.runtime.errors import InvalidInput
 from corral.schemas.events import Constraint, JobSpec
 from corral.services.gateway.validate import MAX_SCRIPT_BYTES, validate_spec
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any, cast, get_args
 
-from corral.libs import config_values as cv
-from corral.libs.config import ClusterConfig, ConfigError
+from corral.libs.config import values as cv
+from corral.libs.config.cluster import ClusterConfig, ConfigError
 from corral.libs.core.qos import NORMAL, PreemptMode, QosPolicy
 from corral.schemas.subjects import valid_token
 

@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from corral.libs import config_values as cv
-from corral.libs.config_values import ConfigError
+from corral.libs.config import values as cv
+from corral.libs.config.values import ConfigError
 from corral.libs.core.qos import NORMAL
 
 

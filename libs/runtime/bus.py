@@ -23,8 +23,8 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 
-from corral.libs.credentials import Credentials
-from corral.libs.errors import AppendConflict, InvalidInput, TransientError
+from corral.libs.runtime.credentials import Credentials
+from corral.libs.runtime.errors import AppendConflict, InvalidInput, TransientError
 from corral.schemas import subjects
 from corral.schemas.codec import DecodeError, decode_envelope, encode, envelope
 from corral.schemas.events import Envelope, Event

@@ -40,12 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral.libs import config_values as cv
-from corral.libs.config_values import ConfigError as ConfigError
+from corral.libs.config import values as cv
+from corral.libs.config.scheduler import SchedulerConfig as SchedulerConfig
+from corral.libs.config.scheduler import parse_scheduler
+from corral.libs.config.values import ConfigError as ConfigError
 from corral.libs.core.fair_share import Account, TreeError, UserAssoc, build_tree
 from corral.libs.core.qos import NORMAL, AssocLimits, QosPolicy
-from corral.libs.scheduler_config import SchedulerConfig as SchedulerConfig
-from corral.libs.scheduler_config import parse_scheduler
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.errors import FormatError
 from corral.libs.slurm.memory import parse_memory
@@ -349,7 +349,7 @@ def parse_config(
     """Parse and validate a cluster configuration; ``scheduler`` keys replace the file's ``[scheduler]``
     ones before validation (``corral sim --set``)."""
     # QOS parsing lives in its own module, which builds on this one's helpers.
-    from corral.libs.qos_config import check_qos_references, parse_qos
+    from corral.libs.config.qos import check_qos_references, parse_qos
 
     try:
         doc = tomllib.loads(text)

@@ -20,11 +20,11 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from corral.libs import bus as busmod
-from corral.libs import settings as settings_mod
-from corral.libs import telemetry
-from corral.libs.config import ClusterConfig, ConfigError, load_config
-from corral.libs.credentials import Credentials, read_credentials
+from corral.libs.config import settings as settings_mod
+from corral.libs.config.cluster import ClusterConfig, ConfigError, load_config
+from corral.libs.runtime import bus as busmod
+from corral.libs.runtime import telemetry
+from corral.libs.runtime.credentials import Credentials, read_credentials
 
 
 @dataclass

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -27,11 +26,11 @@ from pathlib import Path
 
 import msgspec
 
-from corral.libs import memcg, procstat, roles
-from corral.libs.bus import connect, declare
-from corral.libs.config import ClusterConfig, load_config, local_config_text
-from corral.libs.credentials import Credentials, new_password, read_credentials, write_credentials
-from corral.libs.infra import NatsServer, NatsUser, PostgresServer
+from corral.libs.config.cluster import ClusterConfig, load_config, local_config_text
+from corral.libs.infra import NatsServer, NatsUser, PostgresServer, roles
+from corral.libs.runtime.bus import connect, declare
+from corral.libs.runtime.credentials import Credentials, new_password, read_credentials, write_credentials
+from corral.services.agent.stop_all import kill_runs
 
 HOSTS_MARK = "# corral local cluster"
 
@@ -173,7 +172,7 @@ class LocalCluster:
         """Wait until every configured node is registered and idle or busy in sinfo's view, and the gateway
         and accounting answer too (the scheduler answers ``nodes``): a command run right after this returns
         finds every service it may call."""
-        from corral.libs.nats_request import NatsRequestError, request
+        from corral.libs.runtime.nats_request import NatsRequestError, request
         from corral.schemas import api, subjects
         from corral.schemas.codec import decode, encode
 
@@ -277,87 +276,6 @@ class LocalCluster:
             self.postgres.stop()
         if self.nats is not None:
             self.nats.stop()
-
-
-def kill_runs(agents_dir: Path, kill_wait: float) -> int:
-    """Kill the runs the node agents under ``agents_dir`` left running; returns how many.
-
-    Each run directory (``<node>/jobs/<job>.<attempt>/``) names its processes in ``pids`` (supervisor pid,
-    its start ticks, script pid = the job's process group) until its ``status`` is written; a ``killed``
-    file written first tells the agent to report the run killed. SIGCONT + SIGTERM to each job's process
-    group, SIGKILL to what is left after KillWait. Then no run's memory cgroup (named in ``cgroup``) is left:
-    its supervisor removes it as the script ends; one still there a moment later is emptied and removed.
-    """
-    groups = []
-    for pids in agents_dir.glob("*/jobs/*/pids"):
-        run_dir = pids.parent
-        if (run_dir / "status").exists():
-            continue
-        try:
-            script_pid = int(pids.read_text().split()[2])
-        except (OSError, ValueError, IndexError):
-            continue
-        (run_dir / "killed").write_text("stopped with the local cluster\n")
-        groups.append(script_pid)
-        for sig in (signal.SIGCONT, signal.SIGTERM):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(script_pid, sig)
-    # srun's tasks run under step supervisors of their own (outside the job's process group).
-    steps = step_task_groups(agents_dir)
-    for group in steps:
-        for sig in (signal.SIGCONT, signal.SIGTERM):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(group, sig)
-    groups += steps
-    deadline = time.monotonic() + kill_wait
-    while groups and time.monotonic() < deadline:
-        groups = [g for g in groups if _group_alive(g)]
-        time.sleep(0.1)
-    for group in groups:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(group, signal.SIGKILL)
-    remove_run_cgroups(agents_dir)
-    return len(groups)
-
-
-def step_task_groups(agents_dir: Path) -> list[int]:
-    """Process groups of the srun tasks still running under the agents' step supervisors: each step
-    directory (``<node>/stepd/<job>.<attempt>.<step>/``) names them in ``pids`` with their start ticks, so a
-    pid reused by another process is left alone."""
-    groups = []
-    for pids in agents_dir.glob("*/stepd/*/pids"):
-        try:
-            tasks = json.loads(pids.read_text())["tasks"]
-            recorded = [(int(pid), int(ticks)) for pid, ticks in tasks.values()]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue
-        groups += [pid for pid, ticks in recorded if procstat.is_running(pid, ticks)]
-    return groups
-
-
-def remove_run_cgroups(agents_dir: Path, wait: float = 3.0) -> None:
-    """Remove the memory cgroups the runs under ``agents_dir`` name that still exist, once their supervisors
-    had ``wait`` seconds to do it themselves (they read the OOM count first)."""
-    cgroups = set()
-    for marker in agents_dir.glob("*/jobs/*/cgroup"):
-        with contextlib.suppress(OSError):
-            cgroups.add(marker.read_text().strip())
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline and any(os.path.isdir(c) for c in cgroups):
-        time.sleep(0.1)
-    for cgroup in cgroups:
-        if cgroup and os.path.isdir(cgroup):
-            memcg.remove(cgroup)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def ensure_resolvable(names: list[str]) -> str | None:

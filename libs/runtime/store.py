@@ -1,7 +1,7 @@
 """PostgreSQL access for the read models: an asyncpg pool, numbered SQL migrations, error triage.
 
 - ``create_pool(dsn)`` opens a pool (asyncpg, no ORM).
-- ``migrate(pool)`` applies the packaged ``corral/libs/migrations/NNN_name.sql`` files in order,
+- ``migrate(pool)`` applies numbered migrations (a package's ``migrations/NNN_name.sql`` files) in order,
   one transaction each, and records them in ``schema_migrations`` (version, name, checksum). It is
   idempotent and safe to run from several processes at once: a session advisory lock serialises
   the runners, and a runner that waited finds the work done. An applied file whose text changed
@@ -60,8 +60,9 @@ async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> Poo
     return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, command_timeout=60)
 
 
-def migrations(package: str = "corral.libs", directory: str = "migrations") -> list[Migration]:
-    """The packaged migration files, by version; StoreError for a misnamed or duplicate file."""
+def migrations(package: str, directory: str = "migrations") -> list[Migration]:
+    """The migration files packaged in ``package``'s ``directory``, by version; StoreError for a misnamed
+    or duplicate file."""
     found: dict[int, Migration] = {}
     for item in importlib.resources.files(package).joinpath(directory).iterdir():
         if not item.name.endswith(".sql"):
@@ -78,9 +79,8 @@ def migrations(package: str = "corral.libs", directory: str = "migrations") -> l
     return [found[v] for v in sorted(found)]
 
 
-async def migrate(pool: Pool, files: list[Migration] | None = None) -> list[int]:
+async def migrate(pool: Pool, files: list[Migration]) -> list[int]:
     """Apply the migrations the database lacks, in order; returns the versions applied now."""
-    files = migrations() if files is None else files
     async with pool.acquire() as conn:
         await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from corral.libs.config import ClusterConfig
+from corral.libs.config.cluster import ClusterConfig
 from corral.libs.core.fair_share import Account, TresWeights, UserAssoc
 from corral.libs.core.plan import Backfill, FairShareAlgorithm, PartitionPolicy, Policy
 from corral.libs.core.preempt import PartitionPreemptMode, PreemptPolicy, PreemptType

@@ -15,8 +15,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from corral.libs.errors import CorralError, Forbidden, InvalidInput, NotFound, TransientError
-from corral.libs.telemetry import logger
+from corral.libs.runtime.errors import CorralError, Forbidden, InvalidInput, NotFound, TransientError
+from corral.libs.runtime.telemetry import logger
 from corral.schemas import subjects
 from corral.schemas.api import ApiError
 from corral.schemas.codec import DecodeError, decode, encode
