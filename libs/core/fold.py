@@ -227,6 +227,7 @@ def _allocated(state: State, seq: int, at: float, body: ev.JobAllocated) -> None
     job.end_time = None
     job.run_started = False
     job.run_exit = None
+    job.exited_nodes = []
 
 
 def _throttled(state: State, job: Job) -> bool:
@@ -266,6 +267,14 @@ def _run_started(state: State, seq: int, at: float, body: ev.RunStarted) -> None
 def _run_exited(state: State, seq: int, at: float, body: ev.RunExited) -> None:
     drop_orphans(state, lambda o: (o.job_id, o.attempt, o.node) == (body.job_id, body.attempt, body.node))
     job = _job_for(state, seq, body.job_id)
+    if (
+        job is not None
+        and job.state == "RUNNING"
+        and body.attempt == job.restart_count
+        and body.node not in job.exited_nodes
+        and any(a.node == body.node for a in job.allocations)
+    ):
+        job.exited_nodes.append(body.node)
     if _current_run(job, body.attempt, body.node) and job is not None and job.run_exit is None:
         job.run_exit = RunExit(
             exit_code=body.exit_code,
@@ -278,31 +287,31 @@ def _run_exited(state: State, seq: int, at: float, body: ev.RunExited) -> None:
 
 
 def _release(state: State, job: Job) -> None:
-    # The batch script may still run if nobody saw it exit and its node is alive: it must be killed,
-    # and until it is seen to exit, its resources on that node stay taken (Slurm's COMPLETING).
-    orphaned = None
-    if job.allocations and job.run_exit is None:
-        batch = state.nodes.get(job.allocations[0].node)
-        # An admin's down leaves the node's agent running: what runs there is killed through it.
-        if batch is not None and (batch.up or batch.admin_down is not None):
-            alloc = job.allocations[0]
-            orphaned = batch.name
-            state.orphans.append(
-                Orphan(
-                    job_id=job.job_id,
-                    attempt=job.restart_count,
-                    node=batch.name,
-                    gpus=list(alloc.gpus),
-                    cpus=alloc.cpus,
-                    mem_mb=alloc.mem_mb,
-                )
+    # Slurm's COMPLETING, on every node of the run: processes of the run may live on any of them (the batch
+    # script, srun's tasks, what they started), also on a node that is down (its agent died, not its
+    # processes). Each node keeps the run's resources until its own agent reports the run's processes there
+    # gone (RunExited from that node: on its own, or after a kill order).
+    orphaned = set()
+    for alloc in job.allocations:
+        if alloc.node in job.exited_nodes:
+            continue
+        orphaned.add(alloc.node)
+        state.orphans.append(
+            Orphan(
+                job_id=job.job_id,
+                attempt=job.restart_count,
+                node=alloc.node,
+                gpus=list(alloc.gpus),
+                cpus=alloc.cpus,
+                mem_mb=alloc.mem_mb,
             )
+        )
     for alloc in job.allocations:
         node = state.nodes.get(alloc.node)
         if node is None:
             continue
         node.jobs = [j for j in node.jobs if j != job.job_id]
-        if node.name == orphaned:
+        if node.name in orphaned:
             continue
         held = set(alloc.gpus)
         node.used_gpus = [g for g in node.used_gpus if g not in held]
@@ -395,6 +404,7 @@ def _requeued(state: State, seq: int, at: float, body: ev.JobRequeued) -> None:
     job.start_time = None
     job.run_started = False
     job.run_exit = None
+    job.exited_nodes = []
     job.preempting = None
     _run_over(job)
     if body.hold:

@@ -63,8 +63,9 @@ def _node_down(state: State, seq: int, at: float, body: ev.NodeDown) -> None:
         node.admin_down = AdminDrain(reason=body.reason, by=body.by, at=at)
         return
     node.admin_down = None
-    # Its runs are gone with it: nothing on it is left to kill.
-    drop_orphans(state, lambda o: o.node == body.node)
+    # Its orphans stay: a node is down when its agent is silent, and an agent that died leaves its jobs'
+    # processes running. Nothing is placed on a down node; once its agent is back, it kills them (its kill
+    # orders wait in its work queue) and reports them gone.
 
 
 def _node_up(state: State, seq: int, at: float, body: ev.NodeUp) -> None:

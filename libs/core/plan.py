@@ -262,9 +262,11 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
         job = state.jobs[job_id]
         # A run whose exit is concluded in this cycle frees its resources now: the conclusion is
         # appended before any allocation that uses them (and the fold refuses the allocation if not).
+        # Only on the nodes whose agents reported the run's processes gone: the others stay held (fold).
         if job.state == "RUNNING" and job.run_exit is not None:
             for alloc in job.allocations:
-                give_back(free.get(alloc.node), alloc)
+                if alloc.node in job.exited_nodes:
+                    give_back(free.get(alloc.node), alloc)
     planner = Planner(free, now, policy.blocks, policy.backfill_resolution_s)
     for job_id in state.active:
         job = state.jobs[job_id]

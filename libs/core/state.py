@@ -86,6 +86,9 @@ class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     end_time: float | None = None  # when the job ended
     run_started: bool = False  # the batch node reported RunStarted for the current run
     run_exit: RunExit | None = None  # the batch node reported RunExited for the current run
+    # Nodes of the current run whose agent reported the run's processes there gone (RunExited from that
+    # node): their resources are free at the conclusion; the others' stay held until they report.
+    exited_nodes: list[str] = []
     cancel_by: str | None = None  # a cancel was requested by this user
     exit_code: int = 0  # final batch exit code
     signal: int = 0  # final terminating signal

@@ -7,7 +7,7 @@ clock instead of NATS:
 2. take the next distinct event time ``now``: the earliest run end or submit still to come, or the
    last plan's ``wake_at`` (a begin time, a ``--switches`` wait that lapses, a reservation that starts)
    if that comes first;
-3. apply the facts due then: ``RunExited(exit_code=0)`` from the batch node of each run ending now
+3. apply the facts due then: ``RunExited(exit_code=0)`` from each node of each run ending now (batch first)
    (by job id), then ``JobSubmitted`` for each job submitted now (by submit order, then id);
 4. cycle: ``plan(state, now, policy)``, apply its decisions as envelopes stamped ``now``, and again
    while the last cycle's decisions could let the next one decide more; each ``JobAllocated`` schedules
@@ -237,11 +237,13 @@ class _Run:
             return
         # A preempted run is killed, not timed out, even if it had more to do.
         timed_out = job.preempting is None and self.by_id[job_id].run_time > now - (job.start_time or 0.0)
-        node = job.allocations[0].node
-        body = ev.RunExited(
-            job_id=job_id, attempt=job.restart_count, node=node, exit_code=0, timed_out=timed_out
-        )
-        self.put(body, now)
+        # Every node of the run reports its processes gone (the batch node first: its exit is the run's),
+        # as the agents do when a run's script ends with its steps.
+        for alloc in job.allocations:
+            body = ev.RunExited(
+                job_id=job_id, attempt=job.restart_count, node=alloc.node, exit_code=0, timed_out=timed_out
+            )
+            self.put(body, now)
 
     def cycle(self, now: float) -> None:
         """Plan and apply until a cycle decides nothing new (step 4)."""

@@ -126,9 +126,9 @@ def test_reservations_are_never_delayed(jobs: list[tuple[int, int, int]], mode: 
         # Nothing to decide now: advance to the next end of a run (runs last their whole limit).
         soonest = min(running, key=lambda j: ((j.start_time or 0) + (j.time_limit_s or 0), j.job_id))
         end = (soonest.start_time or 0) + (soonest.time_limit_s or 0)
-        log.append(
-            _at(exited(soonest.job_id, soonest.allocations[0].node, attempt=soonest.restart_count), end)
-        )
+        # Every node of the run reports it (the batch node first), as the agents do.
+        for alloc in soonest.allocations:
+            log.append(_at(exited(soonest.job_id, alloc.node, attempt=soonest.restart_count), end))
     assert all(j.state == "COMPLETED" for j in log.state.jobs.values())
 
 

@@ -148,10 +148,25 @@ def test_conclusion_ends_the_job_and_frees_its_nodes(
     j = log.state.jobs[1]
     assert (j.state, j.exit_code, j.signal, j.end_reason) == (final, exit_code, signal, end_reason)
     assert j.end_time == log.at
-    for name in ("gpu01", "gpu02"):
-        node = log.state.nodes[name]
-        assert (node.used_gpus, node.alloc_cpus, node.alloc_mem_mb, node.jobs) == ([], 0, 0, [])
-    assert log.state.orphans == []  # the batch script's exit was seen: nothing left to kill
+    batch, peer = log.state.nodes["gpu01"], log.state.nodes["gpu02"]
+    assert (batch.used_gpus, batch.alloc_cpus, batch.alloc_mem_mb, batch.jobs) == ([], 0, 0, [])
+    # The peer may still run the job's processes (srun's tasks): it is held until its agent says they are
+    # gone (Slurm's COMPLETING), though the job is no longer on it.
+    assert [(o.job_id, o.attempt, o.node) for o in log.state.orphans] == [(1, 0, "gpu02")]
+    assert peer.jobs == [] and peer.used_gpus != []
+    log.add(exited(1, "gpu02", signal=15, killed=True))
+    assert (peer.used_gpus, peer.alloc_cpus, peer.alloc_mem_mb, peer.jobs) == ([], 0, 0, [])
+    assert log.state.orphans == []
+    assert (j.state, j.exit_code, j.signal) == (final, exit_code, signal)  # the peer's report changes nothing
+
+
+def test_a_peer_that_reported_before_the_conclusion_is_free_at_the_conclusion() -> None:
+    log = running(nodes=2)
+    log.add(
+        exited(1, "gpu02", signal=15, killed=True), exited(1, "gpu01"), ev.JobCompleted(job_id=1, attempt=0)
+    )
+    assert log.state.orphans == []
+    assert all(n.used_gpus == [] for n in log.state.nodes.values())
 
 
 def test_a_conclusion_is_final() -> None:
@@ -197,7 +212,11 @@ def test_cancel_of_a_running_job_waits_for_the_run_to_exit() -> None:
 
 def test_requeue_releases_the_run_and_counts_a_restart() -> None:
     log = running(nodes=2)
-    log.add(exited(1, "gpu01", signal=9, killed=True), ev.JobRequeued(job_id=1, attempt=0, reason="NodeFail"))
+    log.add(
+        exited(1, "gpu01", signal=9, killed=True),
+        exited(1, "gpu02", signal=9, killed=True),
+        ev.JobRequeued(job_id=1, attempt=0, reason="NodeFail"),
+    )
     j = log.state.jobs[1]
     assert (j.state, j.restart_count, j.allocations, j.run_exit, j.start_time) == (
         "PENDING",
@@ -378,31 +397,43 @@ def lost_peer(conclusion: ev.Event) -> Log:
     ],
     ids=["requeued", "node fail"],
 )
-def test_a_run_concluded_while_its_batch_node_is_up_is_an_orphan_until_it_exits(conclusion: ev.Event) -> None:
+def test_a_concluded_run_is_an_orphan_on_each_node_until_that_node_reports_it_gone(
+    conclusion: ev.Event,
+) -> None:
     log = lost_peer(conclusion)
-    (orphan,) = log.state.orphans
-    assert (orphan.job_id, orphan.attempt, orphan.node) == (1, 0, "gpu01")
-    # Until the old script is seen to exit, its GPUs stay taken (Slurm's COMPLETING).
-    assert log.state.nodes["gpu01"].used_gpus == orphan.gpus != []
+    # Both nodes: the batch node's script was not seen to exit, and the down peer's agent may have died
+    # with its tasks still running (Slurm's COMPLETING, node by node).
+    assert sorted((o.job_id, o.attempt, o.node) for o in log.state.orphans) == [
+        (1, 0, "gpu01"),
+        (1, 0, "gpu02"),
+    ]
+    for name in ("gpu01", "gpu02"):
+        assert log.state.nodes[name].used_gpus != []
     log.add(exited(1, "gpu02", signal=9, killed=True))
-    assert log.state.orphans != []  # only the batch node's exit counts
+    assert [o.node for o in log.state.orphans] == ["gpu01"]  # each node's own report counts for it
+    assert log.state.nodes["gpu02"].used_gpus == []
     log.add(exited(1, "gpu01", signal=15, killed=True))
     assert log.state.orphans == []
     assert log.state.nodes["gpu01"].used_gpus == []
     assert log.state.nodes["gpu01"].alloc_cpus == 0
 
 
-def test_an_orphan_is_forgotten_when_its_node_goes_down() -> None:
+def test_an_orphan_outlives_its_node_going_down_and_coming_back() -> None:
+    """A node is down when its agent is silent; the agent's death leaves the job's processes running. The
+    GPUs stay held until the node's agent, back, reports the old run's processes gone."""
     log = lost_peer(ev.JobRequeued(job_id=1, attempt=0, reason="NodeFail"))
     log.add(ev.NodeDown(node="gpu01", reason="Not responding"))
-    assert log.state.orphans == []
+    assert {o.node for o in log.state.orphans} == {"gpu01", "gpu02"}
+    log.add(registered("gpu02"), registered("gpu01"))
+    assert {o.node for o in log.state.orphans} == {"gpu01", "gpu02"}
+    assert log.state.nodes["gpu02"].used_gpus != []
 
 
-def test_no_orphan_when_the_batch_node_itself_is_down() -> None:
+def test_a_down_batch_node_keeps_an_orphan_too() -> None:
     log = running(nodes=2)
     log.add(ev.NodeDown(node="gpu01", reason="Not responding"))
     log.add(ev.JobRequeued(job_id=1, attempt=0, reason="NodeFail"))
-    assert log.state.orphans == []
+    assert {o.node for o in log.state.orphans} == {"gpu01", "gpu02"}
 
 
 def test_fold_uses_the_log_clock() -> None:

@@ -144,8 +144,12 @@ def test_a_running_job_with_a_down_node(requeue: bool, decision: ev.Event, final
     assert out.decisions[0] == decision
     log.add(*out.decisions)
     assert log.state.jobs[1].state == final
-    # The batch node is up, so the script there must be killed.
-    assert orders(log.state, POLICY) == [api.KillOrder(job_id=1, attempt=0, node="gpu01", reason="requeue")]
+    # Every node of the run is told to kill what it runs of it: the batch node's script, and the down
+    # node's tasks (its order waits in its work queue for its agent, which may have died alone).
+    assert orders(log.state, POLICY) == [
+        api.KillOrder(job_id=1, attempt=0, node="gpu01", reason="requeue"),
+        api.KillOrder(job_id=1, attempt=0, node="gpu02", reason="requeue"),
+    ]
 
 
 def test_a_requeued_job_is_placed_again_with_the_next_attempt() -> None:
@@ -254,12 +258,23 @@ def test_conclusion_of_a_run_exit(
 def test_a_conclusion_and_the_placement_it_frees_come_in_one_cycle_in_that_order() -> None:
     # The exited run's resources are free for placement in the cycle that concludes it; the
     # conclusion is appended first, so the fold has released them when it meets the allocation.
+    # (Every node's agent reported the run's processes gone, as when its script ended with its steps.)
     log = running(nodes=4)
-    log.add(submitted(2, job(nodes=4)), exited(1, "gpu01"))
+    log.add(submitted(2, job(nodes=4)), *(exited(1, f"gpu0{i}") for i in (2, 3, 4)), exited(1, "gpu01"))
     first = cycle(log)
     assert first.decisions[0] == ev.JobCompleted(job_id=1, attempt=0)
     assert list(allocations(first)) == [2]
     assert log.state.jobs[1].state == "COMPLETED" and log.state.jobs[2].state == "RUNNING"
+
+
+def test_a_peer_that_has_not_reported_the_run_gone_is_not_placed_on() -> None:
+    log = running(nodes=4)
+    log.add(submitted(2, job(nodes=4)), *(exited(1, f"gpu0{i}") for i in (2, 3)), exited(1, "gpu01"))
+    first = cycle(log)
+    assert first.decisions == [ev.JobCompleted(job_id=1, attempt=0)]  # gpu04 may still run its tasks
+    assert [o.node for o in log.state.orphans] == ["gpu04"]
+    log.add(exited(1, "gpu04", signal=15, killed=True))
+    assert list(allocations(cycle(log))) == [2]
 
 
 def test_an_allocation_whose_conclusion_was_lost_changes_nothing() -> None:
@@ -368,9 +383,17 @@ def test_kill_order_for_an_orphan_until_it_exits() -> None:
     cycle(log)  # requeue: the script on gpu01 is an orphan
     cycle(log)  # attempt 1
     kills = [o for o in orders(log.state, POLICY) if isinstance(o, api.KillOrder)]
-    assert kills == [api.KillOrder(job_id=1, attempt=0, node="gpu01", reason="requeue")]
+    assert kills == [
+        api.KillOrder(job_id=1, attempt=0, node="gpu01", reason="requeue"),
+        api.KillOrder(job_id=1, attempt=0, node="gpu02", reason="requeue"),
+    ]
     assert launch_of(log.state) == [1]
     log.add(exited(1, "gpu01", attempt=0, signal=15, killed=True))
+    assert [(type(o), o.node) for o in orders(log.state, POLICY)] == [
+        (api.LaunchOrder, "gpu03"),
+        (api.KillOrder, "gpu02"),
+    ]
+    log.add(exited(1, "gpu02", attempt=0, signal=15, killed=True))
     assert [type(o) for o in orders(log.state, POLICY)] == [api.LaunchOrder]
 
 
