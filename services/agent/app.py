@@ -26,6 +26,7 @@ import pwd
 import signal
 import uuid
 from pathlib import Path
+from typing import Any
 
 from nats.aio.msg import Msg
 
@@ -217,25 +218,36 @@ class Agent:
     def _supervise_in_background(self, run: runner.Run) -> None:
         self.runs[run.key] = run
         run.step_signaller = self._signal_steps_everywhere
-        task = asyncio.create_task(self._supervise(run))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self._spawn(self._supervise(run))
 
     async def kill(self, order: api.KillOrder) -> None:
-        """Kill a run (after its grace time, for a preemption); a run this node never started is reported as
-        ended at once."""
+        """End everything of a run on this node (after its grace time, for a preemption): its batch script,
+        if it runs here, and its steps' tasks, all at once and with the same kill sequence. A run whose
+        script this node does not run (a peer's part, or a launch the kill overtook) is reported ended once
+        its tasks here are gone: the scheduler gives this node's GPUs to nobody before that."""
         key = (order.job_id, order.attempt)
+        grace = self.config.kill_wait_s if order.grace_s is None else order.grace_s
+        if self.steps is not None:
+            for local_key in [k for k in self.steps.local if k[:2] == key]:
+                self.steps.kill_step_here(local_key, grace)
         run = self.runs.get(key)
         if run is not None:
             run.kill(grace_s=order.grace_s)
             return
-        rec = self.records.get(*key)
-        if rec is None:
-            # Never launched here (the kill overtook nothing): record and report it so nobody waits.
-            self.records.put(Record(job_id=order.job_id, attempt=order.attempt, exited=False))
-            await self.report_exit(
-                order.job_id, order.attempt, runner.Outcome(0, signal.SIGTERM, False, True)
-            )
+        if self.records.get(*key) is None:
+            self.records.put(Record(job_id=order.job_id, attempt=order.attempt, ending="killed"))
+            self._spawn(self._end_here(order.job_id, order.attempt, grace))
+
+    async def _end_here(self, job_id: int, attempt: int, grace: float) -> None:
+        """A run this node runs no script of: its tasks here end, then the run is reported gone here."""
+        if self.steps is not None:
+            await self.steps.end_run(job_id, attempt, grace)
+        await self.report_exit(job_id, attempt, runner.Outcome(0, signal.SIGTERM, False, True))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     def signal(self, order: api.SignalOrder) -> None:
         """Signal a live run (scancel -s) without ending it, as Slurm does: the tasks of its steps on this
@@ -262,6 +274,9 @@ class Agent:
         outcome = await run.wait()
         self.runs.pop(run.key, None)
         job_id, attempt = run.key
+        if self.steps is not None:
+            # The run's exit says that nothing of it is left on this node: its steps' tasks end first.
+            await self.steps.end_run(job_id, attempt)
         # Its supervisor removes the run's cgroup; one that vanished (killed) leaves it to us.
         if not await asyncio.to_thread(confine.release, run.run_dir):
             self.log.warning("run cgroup not removed", job_id=job_id, attempt=attempt)
@@ -361,6 +376,7 @@ async def main(ctx: Context) -> None:
             create=lambda order: agent.cgroups.create(order, agent.run_dir(order.job_id, order.attempt)),
             remove=agent.remove_peer_cgroup,
         ),
+        latest_attempt=agent.records.latest_attempt,
     )
     agent.steps = step_server
     await agent.register()

@@ -8,10 +8,12 @@ group, start time, deadline, warning signal) and the status file, whether it sta
 lifetime or re-adopts it after a restart.
 
 Time limit (Slurm's order): ``--signal`` SIG once, T seconds before the deadline (to the tasks of the run's
-steps on every node, or with ``B:`` to the batch shell only); at the deadline SIGCONT + SIGTERM to the
-process group, SIGKILL after KillWait. A kill on an order (cancel, requeue, preemption) is the same sequence
-(after the grace time for a preemption that grants one). Both are recorded before they start, so an agent
-restarted mid-sequence finishes it and reports the run ``killed`` / ``timed_out``.
+steps on every node, or with ``B:`` to the batch shell only); at the deadline the kill sequence. A kill on an
+order (cancel, requeue, preemption) is the same sequence, with the grace time of a preemption that grants
+one. The supervisor runs it (``killseq.py``: SIGCONT + SIGTERM to the script's process group and to every
+process in the run's cgroup, srun's tasks here included, SIGKILL after the grace), the agent asks for it;
+the ending is recorded before, so an agent restarted mid-sequence reports the run ``killed`` / ``timed_out``
+while the supervisor carries on.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.schemas.api import LaunchOrder
-from corral.services.agent import supervisor
+from corral.services.agent import killseq, supervisor
 from corral.services.agent.jobenv import job_environment, output_paths
 from corral.services.agent.records import Record, Records
 
@@ -141,7 +143,6 @@ class Run:
         self.kill_wait = kill_wait
         self.proc = proc  # the supervisor, when this agent process started it (None: adopted)
         self.ended = asyncio.Event()
-        self._killing: asyncio.Task[None] | None = None
         # (job, attempt, signal) -> signal the run's step tasks everywhere; set by the agent (it has steps).
         self.step_signaller: Callable[[int, int, int], None] | None = None
 
@@ -181,8 +182,10 @@ class Run:
 
     async def wait(self) -> Outcome:
         """Supervise to the end: deliver the warning signal, enforce the deadline; then the outcome."""
-        if self.rec.ending:  # an agent restarted in the middle of a kill sequence finishes it
-            self._start_kill(self.kill_wait)
+        if self.rec.ending:
+            # an agent that stopped between recording a kill and asking for it asks now (the supervisor
+            # runs its sequence once, however often it is asked)
+            self._request_kill(self.kill_wait)
         done = asyncio.ensure_future(self._until_ended())
         try:
             while not done.done():
@@ -194,8 +197,6 @@ class Run:
         finally:
             done.cancel()
         self.ended.set()
-        if self._killing is not None:
-            self._killing.cancel()
         return self.status() or vanished(self.rec)
 
     def _on_time(self, now: float) -> None:
@@ -212,6 +213,8 @@ class Run:
 
     def signal(self, signum: int, batch_only: bool = False) -> None:
         """Send a signal to the job's processes (or its batch shell only)."""
+        if self.pid <= 0:
+            return  # no script here (a run this node only kills: killpg(0) would be our own group)
         target = os.kill if batch_only else os.killpg
         with contextlib.suppress(ProcessLookupError, PermissionError):
             target(self.pid, signum)
@@ -223,23 +226,20 @@ class Run:
             self.step_signaller(self.rec.job_id, self.rec.attempt, signum)
 
     def kill(self, *, timed_out: bool = False, grace_s: float | None = None) -> None:
-        """Start the kill sequence once (later calls do nothing); ``grace_s`` replaces KillWait."""
-        if self._killing is not None or self.ended.is_set():
+        """Have the supervisor run its kill sequence (killseq.py), once: recorded first, so that the run is
+        reported killed or timed out; ``grace_s`` replaces KillWait."""
+        if self.rec.ending or self.ended.is_set():
             return
         self.rec = self.records.update(*self.key, ending="timed_out" if timed_out else "killed")
-        self._start_kill(self.kill_wait if grace_s is None else grace_s)
+        self._request_kill(self.kill_wait if grace_s is None else grace_s)
 
-    def _start_kill(self, wait: float) -> None:
-        if self._killing is None:
-            self._killing = asyncio.create_task(self._kill_sequence(wait))
-
-    async def _kill_sequence(self, wait: float) -> None:
-        for sig in (signal.SIGCONT, signal.SIGTERM):
-            self.signal(sig)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.ended.wait(), wait)
-        if not self.ended.is_set():
-            self.signal(signal.SIGKILL)
+    def _request_kill(self, grace: float) -> None:
+        if self.supervisor_alive() and self.rec.supervisor > 0:
+            with contextlib.suppress(OSError):
+                if killseq.request(str(self.run_dir), grace, self.rec.supervisor):
+                    return
+        # No supervisor to do it (it vanished): what is left of the script goes now.
+        self.signal(signal.SIGKILL)
 
 
 def _open_output(path: str, append: bool) -> int:

@@ -21,7 +21,10 @@ agent's packages can break it, and an agent restart or upgrade does not touch th
 4. waits; as each task ends, kills what it left in its session and writes ``exit.<task>`` atomically
    (``{"exit_code", "signal", "error"}``), then says ``exit <task>`` on stdout so that a listening agent
    looks at once (an agent that is gone is not an error: a restarted one finds the files);
-5. exits when every task has ended.
+5. exits when every task has ended;
+6. on SIGTERM (the agent's request, ``killseq.py``, as the batch script's supervisor) runs the kill
+   sequence over every task's session: SIGCONT + SIGTERM, SIGKILL after the grace; it exits once the
+   sessions are empty, so its end tells the agent that nothing of the step is left here.
 
 Usage: ``python -I -S stepd.py STEP_DIR [STDIN_FD]``
 """
@@ -174,6 +177,10 @@ def main(argv: list[str]) -> int:
     stdin_fd = int(argv[1]) if len(argv) > 1 else None
     procstat = load_lib("procstat")
     sigreset = load_lib("sigreset")
+    # Each task's session (= process group) stays signalled by the kill sequence until it is empty.
+    groups: list[int] = []
+    killing = load_lib("killseq").KillSequence(step_dir, lambda: groups)
+    killing.install()
     try:
         with open(os.path.join(step_dir, SPEC_FILE), "rb") as fh:
             spec = marshal.load(fh)
@@ -206,6 +213,9 @@ def main(argv: list[str]) -> int:
             )
             continue
         running[pid] = task["task"]
+        groups.append(pid)
+        if killing.started:
+            os.killpg(pid, _signal.SIGTERM)  # asked to stop while it was starting the tasks
         pids.append(f'"{task["task"]}": [{pid}, {procstat.start_ticks(pid) or 0}]')
         # after each start: an agent that gives up on a supervisor stuck starting the next task (an
         # output file that blocks, say) kills the tasks already running
@@ -224,16 +234,22 @@ def main(argv: list[str]) -> int:
         task_id = running.pop(pid, None)
         if task_id is None:
             continue
-        # What the task left in its session goes with it (Slurm kills a step's leftovers too).
-        try:  # noqa: SIM105 (contextlib is an import too many here)
-            os.killpg(pid, _signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        # What the task left in its session goes with it (Slurm kills a step's leftovers too), at once, or
+        # in a kill sequence after the grace (it goes on signalling the session until then).
+        if not killing.started:
+            try:  # noqa: SIM105 (contextlib is an import too many here)
+                os.killpg(pid, _signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            groups.remove(pid)
         code = os.waitstatus_to_exitcode(status)
         write_atomically(
             os.path.join(step_dir, f"{EXIT_PREFIX}{task_id}"), exit_json(max(code, 0), max(-code, 0))
         )
         say(sys.stdout, f"exit {task_id}")
+    killing.wait_out()
+    if killing.started:
+        killing.send(_signal.SIGKILL)  # nothing is left, or the grace is over: no leftover stays
     return 0
 
 

@@ -71,7 +71,7 @@ from corral.schemas.steps import (
     io_subject,
     step_subject,
 )
-from corral.services.agent import holes, memcg, stepd, stepdir, steplayout
+from corral.services.agent import holes, killseq, memcg, stepd, stepdir, steplayout
 from corral.services.agent.jobenv import job_environment
 from corral.services.agent.step_cgroups import StepCgroup, StepCgroups
 from corral.services.agent.stepdir import (
@@ -106,7 +106,6 @@ HANDSHAKE_S = 30.0
 COORD_FILE = "coord.json"
 COORD_STARTED = "coord.started"
 COORD_EXITED = "coord.exited"
-KILLING_FILE = "killing"
 _CHUNK = 1 << 16
 
 
@@ -174,6 +173,7 @@ class Steps:
         run_dir: Callable[[int, int], Path],
         append: Callable[..., Any],  # (event, msg_id=...)
         cgroups: StepCgroups | None = None,
+        latest_attempt: Callable[[int], int] = lambda job_id: -1,
     ) -> None:
         self.nc = nc
         self.node = node
@@ -183,6 +183,7 @@ class Steps:
         self.orders = orders  # job id -> launch order of its run running on this node, if any
         self.run_dir = run_dir  # (job, attempt) -> the run's directory (where its script is)
         self.append = append  # append an event to the log (retrying)
+        self.latest_attempt = latest_attempt  # job -> the newest attempt this node has seen (-1: none)
         # The memory cgroups tasks join (none: unconfined).
         self.cgroups = cgroups or StepCgroups(lambda j, a: None, lambda order: None, lambda j, a: None)
         # Steps by (job, attempt, step): a requeued job's new run numbers its steps from 0 again, and the
@@ -190,6 +191,7 @@ class Steps:
         self.local: dict[tuple[int, int, int], LocalStep] = {}
         self.coordinated: dict[tuple[int, int, int], Coordinated] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        self.ready = asyncio.Event()  # the step directories a previous agent left are adopted
         self.log = telemetry.logger(node=node)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -198,6 +200,12 @@ class Steps:
         """Re-adopt the steps a previous agent process left, then answer step requests for this node."""
         for sdir in StepDir.all(self.root):
             await self._adopt(sdir)
+        # A step of an attempt older than one this node has seen since is stale: its tasks end now (a kill
+        # order for it is on its way too; this does not wait for it).
+        for key in [k for k in self.local if k[1] < self.latest_attempt(k[0])]:
+            self.log.info("ending a stale attempt's step", step=key)
+            self.kill_step_here(key)
+        self.ready.set()
         await self.nc.subscribe(step_subject(self.node, "*"), cb=self._on_request)
 
     def _spawn(self, coro: Any) -> None:
@@ -536,8 +544,8 @@ class Steps:
             return
         self.log.info("step adopted", step=sdir.key, reported=len(local.exits), tasks=local.ntasks)
         self._spawn(self._follow(local))
-        if sdir.marked(KILLING_FILE) and len(local.exits) < local.ntasks:
-            self._signal_tasks(local, signal.SIGKILL)  # finish the kill sequence it was in
+        if killseq.requested(str(sdir.path)) is not None and len(local.exits) < local.ntasks:
+            self._signal_tasks(local, signal.SIGKILL)  # asked again: the agent may have stopped first
 
     def _stepd_alive(self, local: LocalStep) -> bool:
         if local.proc is not None:
@@ -881,7 +889,7 @@ class Steps:
         if sig == signal.SIGKILL and not raw:
             if not local.killing:
                 local.killing = True
-                self._spawn(self._kill_sequence(local))
+                self._kill_sequence(local)
             return
         self._signal_pids(local, sig)
 
@@ -898,15 +906,40 @@ class Steps:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, sig)
 
-    async def _kill_sequence(self, local: LocalStep) -> None:
-        local.dir.mark(KILLING_FILE)  # a restarted agent finishes it
-        for sig in (signal.SIGCONT, signal.SIGTERM):
-            self._signal_pids(local, sig)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.kill_wait
-        while loop.time() < deadline and not local.finished.is_set() and self._live_tasks(local):
-            await asyncio.sleep(0.05)
+    def _kill_sequence(self, local: LocalStep, grace: float | None = None) -> None:
+        """Have the step's supervisor run its kill sequence (killseq.py: the same as a batch script's); a
+        supervisor that is gone leaves its tasks to be killed at once."""
+        if local.pids is None:
+            local.pids = local.dir.pids()
+        stepd_pid = local.pids.stepd[0] if local.pids is not None and self._stepd_alive(local) else 0
+        with contextlib.suppress(OSError):
+            wait = self.kill_wait if grace is None else grace
+            if stepd_pid and killseq.request(str(local.dir.path), wait, stepd_pid):
+                return
         self._signal_pids(local, signal.SIGKILL)
+
+    def kill_step_here(self, key: tuple[int, int, int], grace: float | None = None) -> None:
+        """Start the kill sequence of this node's tasks of a step (once)."""
+        local = self.local.get(key)
+        if local is not None and not local.killing:
+            local.killing = True
+            self._kill_sequence(local, grace)
+
+    async def end_run(self, job_id: int, attempt: int, grace: float | None = None) -> None:
+        """End this node's processes of a run: every step of it here gets the kill sequence (``grace``, else
+        KillWait), and this returns once each step's supervisor is gone, i.e. nothing of the run is left
+        here (or, at worst, KillWait and a margin later). On an agent restart, after the steps are adopted."""
+        await self.ready.wait()
+        steps = [s for (job, run, _), s in list(self.local.items()) if (job, run) == (job_id, attempt)]
+        for local in steps:
+            if not local.finished.is_set() or self._stepd_alive(local):
+                self.kill_step_here(local.step, grace)
+        deadline = asyncio.get_running_loop().time() + (self.kill_wait if grace is None else grace) + 10
+        for local in steps:
+            while asyncio.get_running_loop().time() < deadline and (
+                not local.finished.is_set() or self._stepd_alive(local)
+            ):
+                await asyncio.sleep(0.05)
 
     # 4 -------------------------------------------------------------------------------------------
     async def _release(self, order: LaunchOrder, request: AllocationRelease) -> None:

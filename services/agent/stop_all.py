@@ -14,7 +14,7 @@ import signal
 import time
 from pathlib import Path
 
-from corral.services.agent import memcg, procstat
+from corral.services.agent import killseq, memcg, procstat
 
 
 def kill_runs(agents_dir: Path, kill_wait: float) -> int:
@@ -49,7 +49,7 @@ def kill_runs(agents_dir: Path, kill_wait: float) -> int:
     groups += steps
     deadline = time.monotonic() + kill_wait
     while groups and time.monotonic() < deadline:
-        groups = [g for g in groups if _group_alive(g)]
+        groups = [g for g in groups if killseq.group_alive(g)]
         time.sleep(0.1)
     for group in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -86,13 +86,3 @@ def remove_run_cgroups(agents_dir: Path, wait: float = 3.0) -> None:
     for cgroup in cgroups:
         if cgroup and os.path.isdir(cgroup):
             memcg.remove(cgroup)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -11,7 +11,10 @@ loses no job). It is stdlib-only and run by file path with ``python -I -S``, so 
    handshake (``error <why>`` instead when the script cannot be started);
 3. (before 2) writes ``<run dir>/pids``; then waits for the script, kills what it left in its process
    group, and writes the exit status to ``<run dir>/status`` atomically (write + fsync + rename): the
-   agent reads it, now or after a restart.
+   agent reads it, now or after a restart;
+4. on SIGTERM (the agent's request, ``killseq.py``) runs the kill sequence: SIGCONT + SIGTERM to the
+   script's process group and every process of its cgroup, SIGKILL after the grace; leftovers and the
+   cgroup wait for the grace to end before they go.
 
 With ``--cgroup=PATH`` (a memory cgroup the agent made for the run, ``memcg.py``) the script joins
 it between fork and exec, so it and everything it forks are confined from the start; the supervisor stays
@@ -136,6 +139,12 @@ def main(argv: list[str]) -> int:
     cgroup = argv.pop(0).removeprefix("--cgroup=") if argv and argv[0].startswith("--cgroup=") else None
     run_dir, out_fd, err_fd, workdir, script, *args = argv
     memcg = load_memcg() if cgroup else None
+    # The kill sequence (killseq.py) is ready before the script exists: the agent may ask for it at once.
+    group: list[int] = []
+    killing = load_lib("killseq").KillSequence(
+        run_dir, lambda: group, (lambda: memcg.members(cgroup)) if memcg is not None and cgroup else None
+    )
+    killing.install()
     procs_fd, confine = (None, None) if memcg is None or cgroup is None else start_confined(cgroup, memcg)
     oom_before = None if procs_fd is None or memcg is None else memcg.oom_count(cgroup)
     try:
@@ -155,6 +164,7 @@ def main(argv: list[str]) -> int:
             os.close(int(err_fd))
         if procs_fd is not None:
             os.close(procs_fd)
+    group.append(proc.pid)
     write_pids(run_dir, proc.pid)
     sys.stdout.write(f"{proc.pid}\n")
     sys.stdout.flush()
@@ -162,7 +172,10 @@ def main(argv: list[str]) -> int:
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     code = proc.wait()
-    # What the script left in its process group goes with it (Slurm kills a step's leftovers too).
+    # In a kill sequence, what the script left (in its process group, in its cgroup: srun's tasks here) has
+    # the rest of the grace; then, or at once when the script ended on its own, it goes with the script
+    # (Slurm kills a step's leftovers too).
+    killing.wait_out()
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     status: dict[str, object] = {
