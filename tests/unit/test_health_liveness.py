@@ -8,47 +8,25 @@ again, i.e. once they have done their step. The node timeout is the builders' 10
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 import pytest
 
 from corral.libs.runtime.clock import FakeClock
 from corral.libs.runtime.memlog import MemLog
-from corral.libs.runtime.service import run_until_stopped
 from corral.schemas import events as ev
 from corral.schemas import subjects
-from corral.services.health.app import Health
-from tests.unit.builders import cluster_config, registered
+from tests.unit import rigs
+from tests.unit.builders import registered
+from tests.unit.rigs import HEALTH_SLEEPERS, running
 
 pytestmark = pytest.mark.unit
 
 NODE = ev.NodeName("gpu01")
-#: The loops that sleep on the clock (answer_requests and monitor; follow waits on the log).
-SLEEPERS = 2
-
-
-@contextlib.asynccontextmanager
-async def running(log: MemLog, clock: FakeClock, replicas: int = 1) -> AsyncIterator[list[Health]]:
-    """``replicas`` health services on ``log``, their loops started and asleep; stopped on exit."""
-    stop = asyncio.Event()
-    healths = [Health(log, cluster_config(nodes=2), clock) for _ in range(replicas)]
-    tasks = [
-        asyncio.create_task(run_until_stopped(stop, h.follow(stop), h.answer_requests(stop), h.monitor(stop)))
-        for h in healths
-    ]
-    await clock.asleep(SLEEPERS * replicas)
-    try:
-        yield healths
-    finally:
-        stop.set()
-        await asyncio.gather(*tasks)
 
 
 async def step(clock: FakeClock, seconds: float, replicas: int = 1) -> None:
     """Advance the clock and wait until every loop has done what it does then and sleeps again."""
-    clock.advance(seconds)
-    await clock.asleep(SLEEPERS * replicas)
+    await rigs.step(clock, seconds, HEALTH_SLEEPERS * replicas)
 
 
 def node_facts(log: MemLog) -> list[ev.Event | None]:
