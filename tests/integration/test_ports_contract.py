@@ -89,6 +89,21 @@ async def test_appends_are_read_back_by_sequence_and_by_newest_on_a_subject(log:
     assert await log.log.last_entry(subjects.job_events(next(_ids))) is None
 
 
+async def test_a_star_matches_one_token_and_a_chevron_the_rest(log: Log) -> None:
+    job = next(_ids)
+    await log.log.append(submitted(job))
+    cancelled = await log.log.append(cancel(job))
+    started = await log.log.append(
+        ev.RunStarted(job_id=ev.JobId(job), attempt=0, node=ev.NodeName("n1"), pid=1)
+    )
+    one_token = await log.log.last_entry(f"corral.evt.job.{job}.*")
+    assert one_token is not None and one_token.seq == cancelled.seq  # run facts have a node token more
+    rest = await log.log.last_entry(subjects.job_events(job))
+    assert rest is not None and rest.seq == started.seq
+    facts = await entries(log.log, f"corral.evt.job.{job}.*.*", cancelled.seq)
+    assert [e.seq for e in facts] == [started.seq]
+
+
 async def test_a_message_id_appends_once_and_an_expectation_is_checked_first(log: Log) -> None:
     job = next(_ids)
     first = await log.log.append(submitted(job), msg_id=f"submit:alice:{job}")

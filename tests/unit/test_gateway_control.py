@@ -16,7 +16,8 @@ from corral.services.gateway import control
 from tests.unit.builders import allocated, job
 from tests.unit.rigs import ADMIN, Rig
 
-pytestmark = pytest.mark.unit
+# A fake clock nobody advances would hang a test that waits on it: fail it fast instead.
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
 
 
 async def test_cancel_appends_one_intent_in_the_jobs_trace() -> None:

@@ -16,7 +16,8 @@ from corral.services.gateway.app import DEPENDENCY_PROBLEM
 from tests.unit.builders import job
 from tests.unit.rigs import Rig
 
-pytestmark = pytest.mark.unit
+# A fake clock nobody advances would hang a test that waits on it: fail it fast instead.
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
 
 
 async def test_a_submission_appends_the_job_as_it_will_run() -> None:

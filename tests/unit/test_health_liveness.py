@@ -19,7 +19,8 @@ from tests.unit import rigs
 from tests.unit.builders import registered
 from tests.unit.rigs import HEALTH_SLEEPERS, running
 
-pytestmark = pytest.mark.unit
+# A fake clock nobody advances would hang a test that waits on it: fail it fast instead.
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
 
 NODE = ev.NodeName("gpu01")
 
