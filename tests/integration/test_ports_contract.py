@@ -104,6 +104,24 @@ async def test_a_star_matches_one_token_and_a_chevron_the_rest(log: Log) -> None
     assert [e.seq for e in facts] == [started.seq]
 
 
+async def test_a_chevron_needs_a_token_to_match(log: Log) -> None:
+    job = next(_ids)
+    await log.put(f"corral.evt.job.{job}", b"{}")
+    assert await log.log.last_entry(subjects.job_events(job)) is None
+
+
+async def test_a_reader_not_following_ends_with_what_was_there_when_it_started(log: Log) -> None:
+    job = next(_ids)
+    first = await log.log.append(submitted(job))
+    second = await log.log.append(cancel(job))
+    seen = []
+    async for entry in log.log.read(first.seq, subject=subjects.job_events(job)):
+        seen.append(entry.seq)
+        if len(seen) == 1:
+            await log.log.append(cancel(job))
+    assert seen == [first.seq, second.seq]
+
+
 async def test_a_message_id_appends_once_and_an_expectation_is_checked_first(log: Log) -> None:
     job = next(_ids)
     first = await log.log.append(submitted(job), msg_id=f"submit:alice:{job}")
