@@ -7,6 +7,9 @@
   error of each entry (a malformed entry never stops a reader).
 - ``consume`` runs a durable pull consumer: handler success -> ack, ``TransientError`` -> nak
   with delay, ``InvalidInput``/decode error -> term + a copy on the dead-letter subject.
+
+``Bus`` is the real adapter of the ``EventLog`` and ``JobIds`` ports (``ports.py``), ``NatsApi`` that of
+``ApiClient``; their in-memory fakes are in ``memlog.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import nats
@@ -25,35 +27,19 @@ from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 
 from corral.libs.runtime.credentials import Credentials
 from corral.libs.runtime.errors import AppendConflict, InvalidInput, TransientError
+from corral.libs.runtime.ports import Appended, decode_entry
+
+# Re-exported: the services that read the log name its entries from here.
+from corral.libs.runtime.ports import LogEntry as LogEntry
 from corral.schemas import subjects
-from corral.schemas.codec import DecodeError, decode_envelope, encode, envelope
-from corral.schemas.events import Envelope, Event
+from corral.schemas.codec import encode, envelope
+from corral.schemas.events import Event
 
 #: JetStream's error code for a failed expected-last-subject-sequence check.
 _WRONG_LAST_SEQUENCE = 10071
 
 #: How long a retry with the same Nats-Msg-Id is recognised as a duplicate.
 DUPLICATE_WINDOW_S = 24 * 3600.0
-
-
-@dataclass(frozen=True)
-class Appended:
-    """Result of an append."""
-
-    seq: int  # stream sequence of the entry (the original one for a duplicate)
-    duplicate: bool  # the server had this message id already
-    envelope: Envelope  # what was sent
-
-
-@dataclass(frozen=True)
-class LogEntry:
-    """One entry of the log as a reader sees it."""
-
-    seq: int  # stream sequence
-    subject: str  # subject it was appended on
-    envelope: Envelope | None  # decoded entry, None if it failed to decode
-    error: str | None = None  # why it failed to decode
-    pending: int = 0  # entries after this one that the reader has not seen yet
 
 
 async def declare(js: JetStreamContext, replicas: int = 1) -> None:
@@ -159,7 +145,7 @@ class Bus:
     async def entry(self, seq: int) -> LogEntry:
         """The log entry at ``seq`` (direct get)."""
         raw = await self.js.get_msg(subjects.EVENTS_STREAM, seq=seq, direct=True)
-        return _entry(seq, raw.subject or "", raw.data or b"")
+        return decode_entry(seq, raw.subject or "", raw.data or b"")
 
     async def last_entry(self, subject: str) -> LogEntry | None:
         """The last entry on ``subject``, or None if there is none."""
@@ -167,7 +153,7 @@ class Bus:
             raw = await self.js.get_last_msg(subjects.EVENTS_STREAM, subject, direct=True)
         except NotFoundError:
             return None
-        return _entry(raw.seq or 0, raw.subject or subject, raw.data or b"")
+        return decode_entry(raw.seq or 0, raw.subject or subject, raw.data or b"")
 
     async def last_seq(self) -> int:
         """Sequence of the newest entry of the log (0 if empty)."""
@@ -207,7 +193,7 @@ class Bus:
                             return
                         continue
                 meta = msg.metadata
-                yield _entry(meta.sequence.stream, msg.subject, msg.data, meta.num_pending)
+                yield decode_entry(meta.sequence.stream, msg.subject, msg.data, meta.num_pending)
                 if not follow and (meta.sequence.stream >= end or meta.num_pending == 0):
                     return
         finally:
@@ -317,21 +303,22 @@ class Bus:
             await msg.ack()
 
 
+class NatsApi:
+    """API verbs called over NATS request/reply as ``user`` (the last token of the request subject)."""
+
+    def __init__(self, nc: Client, user: str) -> None:
+        self.nc = nc
+        self.user = user
+
+    async def request(self, verb: str, data: bytes, timeout: float) -> bytes:
+        """The reply to ``data`` on ``verb``; TimeoutError if nobody answers in time (or serves it)."""
+        try:
+            msg = await self.nc.request(subjects.api_subject(verb, self.user), data, timeout=timeout)
+        except nats.errors.NoRespondersError:
+            raise TimeoutError(f"nobody serves {verb}") from None
+        return bytes(msg.data)
+
+
 def entry_of(msg: Msg) -> LogEntry:
     """The log entry a consumed event message carries."""
-    return _entry(msg.metadata.sequence.stream, msg.subject, msg.data)
-
-
-def _entry(seq: int, subject: str, data: bytes, pending: int = 0) -> LogEntry:
-    try:
-        env = decode_envelope(data)
-    except DecodeError as exc:
-        return LogEntry(seq=seq, subject=subject, envelope=None, error=str(exc), pending=pending)
-    expected = subjects.event_subject(env.body)
-    if subject and subject.startswith("corral.evt.") and expected != subject:
-        # A writer may only publish where its permissions allow: the subject is the authenticated
-        # part, so a body that claims another job or node than its subject is rejected.
-        return LogEntry(
-            seq=seq, subject=subject, envelope=None, error=f"body belongs on {expected}", pending=pending
-        )
-    return LogEntry(seq=seq, subject=subject, envelope=env, pending=pending)
+    return decode_entry(msg.metadata.sequence.stream, msg.subject, msg.data)

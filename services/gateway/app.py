@@ -6,6 +6,9 @@ Cycle of one request:
 2. validate the request against the cluster configuration (rejections leave no trace in the log);
 3. append the intent with an idempotency key (``Nats-Msg-Id``), so a retried request is one event;
 4. reply with the outcome.
+
+``Gateway`` takes the log, the job id counter, the scheduler's API and the clock as ports
+(``libs/runtime/ports.py``): ``main`` gives it NATS and the system clock, the unit tests the in-memory fakes.
 """
 
 from __future__ import annotations
@@ -13,21 +16,21 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 import msgspec
-import nats.errors
 
 from corral.libs.config.cluster import ClusterConfig
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.api_server import serve
-from corral.libs.runtime.bus import Bus
-from corral.libs.runtime.errors import Forbidden, InvalidInput, TransientError
+from corral.libs.runtime.bus import NatsApi
+from corral.libs.runtime.clock import SystemClock
+from corral.libs.runtime.errors import Forbidden, InvalidInput
+from corral.libs.runtime.ports import ApiClient, Clock, EventLog, JobIds
 from corral.libs.runtime.service import Context
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
-from corral.schemas.codec import DecodeError, decode, encode
 from corral.services.gateway import control
+from corral.services.gateway.asks import SchedulerAsks
 from corral.services.gateway.lookup import Found, JobLookup, task_of
 from corral.services.gateway.nodes import NodeUpdates
 from corral.services.gateway.policy import check_policy, check_submit_count, resolve_qos, submit_limits
@@ -35,8 +38,6 @@ from corral.services.gateway.reservations import Reservations
 from corral.services.gateway.validate import array_size, validate_spec
 
 MAX_TOKEN = 128
-#: How long a submission waits for the scheduler's count of the user's jobs (MaxSubmitJobs).
-JOBS_TIMEOUT_S = 5.0
 MAX_CANCEL = 10_000
 #: The highest signal number (SIGRTMAX on Linux).
 MAX_SIGNAL = 64
@@ -45,19 +46,28 @@ MAX_PRIORITY = 0xFFFFFFFD
 #: Slurm's reply to a dependency on a job that does not exist.
 DEPENDENCY_PROBLEM = "Job dependency problem"
 _tracer = telemetry.tracer(__name__)
-R = TypeVar("R", bound=msgspec.Struct)
 
 
 class Gateway:
     """Submit, cancel, hold, release and update on ``corral.api.v1.<verb>.<user>``."""
 
-    def __init__(self, bus: Bus, config: ClusterConfig, admins: frozenset[str] = frozenset()) -> None:
-        self.bus = bus
+    def __init__(
+        self,
+        events: EventLog,
+        ids: JobIds,
+        scheduler: ApiClient,
+        config: ClusterConfig,
+        clock: Clock,
+        admins: frozenset[str] = frozenset(),
+    ) -> None:
+        self.events = events
+        self.ids = ids
+        self.asks = SchedulerAsks(scheduler)
         self.config = config
         self.admins = admins
-        self.lookup = JobLookup(bus)
-        self.reservations = Reservations(bus, config, admins)
-        self.node_updates = NodeUpdates(bus, config, admins)
+        self.lookup = JobLookup(events, ids)
+        self.reservations = Reservations(events, config, admins, clock)
+        self.node_updates = NodeUpdates(events, config, admins, clock)
 
     async def submit(self, user: str, req: api.SubmitRequest) -> api.SubmitReply | api.WillRunReply:
         """Validate and append JobSubmitted; a retry with the same token returns the same job id.
@@ -86,54 +96,25 @@ class Gateway:
         await self._check_dependencies(req.spec)
         limits = submit_limits(spec, user, self.config)
         if limits:
-            check_submit_count(limits, await self._live_jobs(user), array_size(spec))
+            check_submit_count(limits, await self.asks.live_jobs(user), array_size(spec))
         await self.reservations.check_job(user, spec)
         if req.test_only:
-            return await self._will_run(user, spec)
+            return await self.asks.will_run(user, spec)
         with _tracer.start_as_current_span("submit", attributes={"corral.user": user}) as span:
-            job_id = await self.bus.next_job_id(array_size(spec))
+            job_id = await self.ids.next_job_id(array_size(spec))
             span.set_attribute("corral.job_id", job_id)
-            appended = await self.bus.append(
+            appended = await self.events.append(
                 ev.JobSubmitted(job_id=ev.JobId(job_id), user=user, spec=spec),
                 msg_id=f"submit:{user}:{req.token}",
                 correlation_id=str(job_id),
                 traceparent=telemetry.inject(),
             )
             if appended.duplicate:
-                original = await self.bus.entry(appended.seq)
+                original = await self.events.entry(appended.seq)
                 if original.envelope is None or not isinstance(original.envelope.body, ev.JobSubmitted):
                     raise InvalidInput("token was already used for another request", field="token")
                 job_id = original.envelope.body.job_id
             return api.SubmitReply(job_id=job_id)
-
-    async def _live_jobs(self, user: str) -> list[api.JobInfo]:
-        """The user's pending and running jobs, from the scheduler (the gateway keeps no job state).
-
-        Only asked when a MaxSubmitJobs limit applies. The scheduler's view lags the log by the entries it
-        has not folded yet, so a burst of concurrent submissions may overshoot the limit by those in flight.
-        """
-        request = api.JobsRequest(users=[user], states=["PENDING", "RUNNING"])
-        reply = await self._ask_scheduler("jobs", request, api.JobsReply, "cannot check MaxSubmitJobs")
-        return list(reply.jobs)
-
-    async def _will_run(self, user: str, spec: ev.JobSpec) -> api.WillRunReply:
-        """sbatch --test-only: the scheduler's estimate for the validated job (nothing is appended)."""
-        request = api.WillRunRequest(user=user, spec=spec)
-        return await self._ask_scheduler("will_run", request, api.WillRunReply, "cannot test the job")
-
-    async def _ask_scheduler(self, verb: str, request: msgspec.Struct, reply_type: type[R], what: str) -> R:
-        """Ask one of the scheduler's verbs as the gateway; a retryable error if it does not answer."""
-        try:
-            msg = await self.bus.nc.request(
-                subjects.api_subject(verb, self.bus.actor), encode(request), timeout=JOBS_TIMEOUT_S
-            )
-            reply = decode(msg.data, reply_type | api.ApiError)
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError):
-            raise TransientError(f"{what}: the scheduler did not answer in time; submit again") from None
-        if isinstance(reply, api.ApiError):
-            raise TransientError(f"{what}: {reply.error}")
-        assert isinstance(reply, reply_type)
-        return reply
 
     async def _check_dependencies(self, spec: ev.JobSpec) -> None:
         """Refuse dependencies on jobs that were never submitted, as Slurm does."""
@@ -197,12 +178,13 @@ class Gateway:
             intent = ev.JobReleaseRequested(job_id=ev.JobId(job_id), user=user, admin=admin)
         else:
             intent = ev.JobHoldRequested(job_id=ev.JobId(job_id), user=user, admin=admin)
-        await self.bus.append(intent, correlation_id=str(job_id), traceparent=found.envelope.meta.traceparent)
+        traceparent = found.envelope.meta.traceparent
+        await self.events.append(intent, correlation_id=str(job_id), traceparent=traceparent)
         return None
 
     async def _phase_problem(self, job_id: int) -> str | None:
         """Slurm's refusal if the job runs or ended (from its newest entry), None while it is pending."""
-        latest = await self.bus.last_entry(subjects.job_events(job_id))
+        latest = await self.events.last_entry(subjects.job_events(job_id))
         return control.phase_problem(latest.envelope.body if latest and latest.envelope else None)
 
     async def update(self, user: str, req: api.UpdateRequest) -> api.ControlReply:
@@ -240,7 +222,7 @@ class Gateway:
         # As in Slurm, only an admin sets a job's priority.
         if not admin and req.priority is not None:
             return control.DENIED
-        await self.bus.append(
+        await self.events.append(
             ev.JobUpdateRequested(
                 job_id=ev.JobId(req.job_id),
                 user=user,
@@ -265,7 +247,7 @@ class Gateway:
         return float("inf") if limit is None else limit
 
     async def _last(self, job_id: int, tag: str) -> tuple[int, ev.Event] | None:
-        entry = await self.bus.last_entry(subjects.job_subject(job_id, tag))
+        entry = await self.events.last_entry(subjects.job_subject(job_id, tag))
         if entry is None or entry.envelope is None:
             return None
         return entry.seq, entry.envelope.body
@@ -298,7 +280,7 @@ class Gateway:
             return await self._control_one(user, job_id, found, release=False)
         if problem is not None:
             return problem
-        await self.bus.append(
+        await self.events.append(
             ev.JobRequeueRequested(job_id=ev.JobId(job_id), user=user, hold=hold),
             correlation_id=str(job_id),
             traceparent=found.envelope.meta.traceparent,
@@ -317,7 +299,7 @@ class Gateway:
         problem = control.run_problem(await self._latest(job_id))
         if problem is not None:
             return problem
-        await self.bus.append(
+        await self.events.append(
             ev.JobSignalRequested(
                 job_id=ev.JobId(job_id),
                 user=user,
@@ -353,13 +335,13 @@ class Gateway:
 
     async def _latest(self, job_id: int) -> ev.Event | None:
         """The newest event on the job's own subject."""
-        latest = await self.bus.last_entry(subjects.job_events(job_id))
+        latest = await self.events.last_entry(subjects.job_events(job_id))
         return latest.envelope.body if latest and latest.envelope else None
 
     async def _cancel_one(self, user: str, found: Found) -> str | None:
         if found.user != user and user not in self.admins:
             raise Forbidden(f"Access/permission denied: job {found.job_id} belongs to {found.user}")
-        await self.bus.append(
+        await self.events.append(
             ev.JobCancelRequested(job_id=ev.JobId(found.job_id), user=user, whole_array=found.whole_array),
             correlation_id=str(found.job_id),
             traceparent=found.envelope.meta.traceparent,
@@ -378,7 +360,14 @@ class Target:
 
 async def main(ctx: Context) -> None:
     """Serve until stopped."""
-    gateway = Gateway(ctx.bus, ctx.config, admins=frozenset(ctx.args.admin or []))
+    gateway = Gateway(
+        ctx.bus,
+        ctx.bus,
+        NatsApi(ctx.nc, ctx.bus.actor),
+        ctx.config,
+        SystemClock(),
+        admins=frozenset(ctx.args.admin or []),
+    )
     subs = [
         await serve(ctx.nc, "submit", api.SubmitRequest, gateway.submit, queue="gateway"),
         await serve(ctx.nc, "cancel", api.CancelRequest, gateway.cancel, queue="gateway"),

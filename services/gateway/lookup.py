@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from corral.libs.runtime.bus import Bus
+from corral.libs.runtime.ports import EventLog, JobIds
 from corral.libs.slurm.array import MAX_ARRAY_SIZE, array_indices
 from corral.schemas import events as ev
 from corral.schemas import subjects
@@ -55,14 +55,15 @@ class Found:
 class JobLookup:
     """Reads submissions from the log (direct gets by subject)."""
 
-    def __init__(self, bus: Bus) -> None:
-        self.bus = bus
+    def __init__(self, events: EventLog, ids: JobIds) -> None:
+        self.events = events
+        self.ids = ids
 
     async def submission(self, job_id: int) -> tuple[ev.JobSubmitted, ev.Envelope] | None:
         """The submission appended on this id's own subject, or None."""
         if job_id < 1:
             return None
-        entry = await self.bus.last_entry(subjects.job_subject(job_id, "job_submitted"))
+        entry = await self.events.last_entry(subjects.job_subject(job_id, "job_submitted"))
         if entry is None or entry.envelope is None or not isinstance(entry.envelope.body, ev.JobSubmitted):
             return None
         return entry.envelope.body, entry.envelope
@@ -83,7 +84,7 @@ class JobLookup:
         return task_of(found[0], found[1], index)
 
     async def _task_by_id(self, job_id: int) -> Found | None:
-        if job_id < 2 or job_id > await self.bus.last_job_id():
+        if job_id < 2 or job_id > await self.ids.last_job_id():
             return None
         lowest = max(1, job_id - (MAX_ARRAY_SIZE - 1))
         candidates = list(range(job_id - 1, lowest - 1, -1))

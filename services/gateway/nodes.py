@@ -20,12 +20,9 @@ The gateway holds no state: whether a node is drained or downed is read from its
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 from corral.libs.config.cluster import ClusterConfig
-from corral.libs.runtime.bus import Bus, LogEntry
 from corral.libs.runtime.errors import Forbidden, InvalidInput, TransientError
+from corral.libs.runtime.ports import Clock, EventLog, LogEntry
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
 
@@ -84,10 +81,11 @@ def resume_problem(
 class NodeUpdates:
     """The gateway's ``update_node`` verb."""
 
-    def __init__(self, bus: Bus, config: ClusterConfig, admins: frozenset[str]) -> None:
-        self.bus = bus
+    def __init__(self, events: EventLog, config: ClusterConfig, admins: frozenset[str], clock: Clock) -> None:
+        self.events = events
         self.config = config
         self.admins = admins
+        self.clock = clock
 
     async def update(self, user: str, req: api.NodeUpdateRequest) -> api.NodeUpdateReply:
         """Drain, down or resume every node of the request (admins only), or none if one is refused."""
@@ -120,15 +118,15 @@ class NodeUpdates:
                 intent = ev.NodeDrainRequested(node=ev.NodeName(node), user=user, reason=req.reason.strip())
             elif req.state == "DOWN":
                 intent = ev.NodeDownRequested(node=ev.NodeName(node), user=user, reason=req.reason.strip())
-            appended.append((node, (await self.bus.append(intent, correlation_id=node)).seq))
+            appended.append((node, (await self.events.append(intent, correlation_id=node)).seq))
         answer = {"DRAIN": "node_drained", "DOWN": "node_down", "RESUME": "node_resumed"}[req.state]
-        deadline = time.monotonic() + ANSWER_TIMEOUT_S
+        deadline = self.clock.monotonic() + ANSWER_TIMEOUT_S
         for node, seq in appended:
             await self._wait(node, answer, seq, deadline, by_admin=req.state == "DOWN")
         return api.NodeUpdateReply(nodes=nodes)
 
     async def _last(self, node: str, tag: str) -> LogEntry | None:
-        return await self.bus.last_entry(subjects.node_subject(node, tag))
+        return await self.events.last_entry(subjects.node_subject(node, tag))
 
     async def _wait(self, node: str, tag: str, after: int, deadline: float, by_admin: bool = False) -> None:
         """Until health's ``tag`` entry for ``node`` after sequence ``after`` is in the log; with ``by_admin``
@@ -137,12 +135,12 @@ class NodeUpdates:
             entry = await self._last(node, tag)
             if entry is not None and entry.seq > after and (not by_admin or _downed_by_admin(entry)):
                 return
-            if time.monotonic() >= deadline:
+            if self.clock.monotonic() >= deadline:
                 raise TransientError(
                     f"health did not confirm node {node} in time; the request stays in the log and is "
                     "carried out when health runs (see sinfo -R)"
                 )
-            await asyncio.sleep(_POLL_S)
+            await self.clock.sleep(_POLL_S)
 
 
 def _downed_by_admin(entry: LogEntry) -> bool:

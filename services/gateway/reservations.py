@@ -14,15 +14,13 @@ The gateway holds no state: what a reservation is (for ``sbatch --reservation``)
 
 from __future__ import annotations
 
-import asyncio
 import math
-import time
 from typing import cast, get_args
 
 from corral.libs.config.cluster import ClusterConfig
 from corral.libs.core.reservations import INVALID_NODES, INVALID_PARTITION, INVALID_RESV, may_use
-from corral.libs.runtime.bus import Bus
 from corral.libs.runtime.errors import Forbidden, InvalidInput, TransientError
+from corral.libs.runtime.ports import Clock, EventLog
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
 
@@ -78,16 +76,17 @@ def check_create(req: api.CreateReservationRequest, config: ClusterConfig, now: 
 class Reservations:
     """The gateway's reservation verbs, and the lookup submit uses."""
 
-    def __init__(self, bus: Bus, config: ClusterConfig, admins: frozenset[str]) -> None:
-        self.bus = bus
+    def __init__(self, events: EventLog, config: ClusterConfig, admins: frozenset[str], clock: Clock) -> None:
+        self.events = events
         self.config = config
         self.admins = admins
+        self.clock = clock
 
     async def create(self, user: str, req: api.CreateReservationRequest) -> api.ReservationReply:
         """Append the create request (admins only) and wait for the scheduler's decision."""
         if user not in self.admins:
             raise Forbidden(DENIED)
-        check_create(req, self.config, time.time())
+        check_create(req, self.config, self.clock.now())
         intent = ev.ReservationCreateRequested(
             name=req.name,
             user=user,
@@ -119,14 +118,14 @@ class Reservations:
 
     async def _ask(self, intent: ev.ReservationCreateRequested | ev.ReservationDeleteRequested) -> ev.Event:
         """Append ``intent``; the scheduler's first decision on its name after it."""
-        appended = await self.bus.append(intent, correlation_id=intent.name)
-        deadline = time.monotonic() + ANSWER_TIMEOUT_S
-        while time.monotonic() < deadline:
+        appended = await self.events.append(intent, correlation_id=intent.name)
+        deadline = self.clock.monotonic() + ANSWER_TIMEOUT_S
+        while self.clock.monotonic() < deadline:
             for tag in _ANSWERS:
-                entry = await self.bus.last_entry(subjects.resv_subject(intent.name, tag))
+                entry = await self.events.last_entry(subjects.resv_subject(intent.name, tag))
                 if entry is not None and entry.seq > appended.seq and entry.envelope is not None:
                     return entry.envelope.body
-            await asyncio.sleep(_POLL_S)
+            await self.clock.sleep(_POLL_S)
         raise TransientError(
             f"the scheduler did not answer about reservation {intent.name} in time; "
             "see scontrol show reservation"
@@ -134,14 +133,14 @@ class Reservations:
 
     async def current(self, name: str) -> ev.ReservationCreated | None:
         """The reservation of that name now (from its newest creation and deletion), None if none."""
-        created = await self.bus.last_entry(subjects.resv_subject(name, "reservation_created"))
+        created = await self.events.last_entry(subjects.resv_subject(name, "reservation_created"))
         if created is None or created.envelope is None:
             return None
         body = created.envelope.body
-        deleted = await self.bus.last_entry(subjects.resv_subject(name, "reservation_deleted"))
+        deleted = await self.events.last_entry(subjects.resv_subject(name, "reservation_deleted"))
         if deleted is not None and deleted.seq > created.seq:
             return None
-        if not isinstance(body, ev.ReservationCreated) or body.end_time <= time.time():
+        if not isinstance(body, ev.ReservationCreated) or body.end_time <= self.clock.now():
             return None
         return body
 

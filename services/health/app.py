@@ -14,20 +14,22 @@ Cycle:
 
 Every append is conditional on the node's last event sequence, so several health replicas never report
 the same change twice, and an answer computed from a stale view of the node is refused and tried again.
+
+``Health`` takes its log and its clock as ports (``libs/runtime/ports.py``): ``main`` gives it the bus and
+the system clock, the unit tests an in-memory log and a fake clock.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 
 from nats.aio.msg import Msg
 
 from corral.libs.config.cluster import ClusterConfig
 from corral.libs.runtime import telemetry
-from corral.libs.runtime.bus import Bus
+from corral.libs.runtime.clock import SystemClock
 from corral.libs.runtime.errors import AppendConflict, TransientError
+from corral.libs.runtime.ports import Clock, EventLog
 from corral.libs.runtime.service import Context, run_until_stopped
 from corral.schemas import events as ev
 from corral.schemas import subjects
@@ -38,8 +40,9 @@ AdminRequest = ev.NodeDrainRequested | ev.NodeResumeRequested | ev.NodeDownReque
 class Health:
     """Node liveness from heartbeats."""
 
-    def __init__(self, bus: Bus, config: ClusterConfig) -> None:
-        self.bus = bus
+    def __init__(self, events: EventLog, config: ClusterConfig, clock: Clock) -> None:
+        self.events = events
+        self.clock = clock
         self.timeout = config.node_timeout_s
         self.up: dict[str, bool] = {}  # registered nodes: up?
         self.node_seq: dict[str, int] = {}  # last log sequence of each node's events
@@ -47,17 +50,17 @@ class Health:
         self.requests: dict[str, AdminRequest] = {}  # unanswered admin request of each node, the newest
         self.admin_down: set[str] = set()  # nodes an admin downed (not brought up by heartbeats)
         self.wake = asyncio.Event()  # set when there are requests to answer and the log is read to its end
-        self.started = time.monotonic()
+        self.started = clock.monotonic()
         self.log = telemetry.logger()
 
     async def follow(self, stop: asyncio.Event) -> None:
         """Keep ``up`` in step with the log's node events."""
-        async for entry in self.bus.read(1, subject="corral.evt.node.>", follow=True):
+        async for entry in self.events.read(1, subject="corral.evt.node.>", follow=True):
             body = entry.envelope.body if entry.envelope else None
             if isinstance(body, ev.NodeRegistered | ev.NodeUp):
                 # The fold keeps an admin's down through registrations (and heartbeats): so does health.
                 self.up[body.node] = body.node not in self.admin_down
-                self.seen.setdefault(body.node, time.monotonic())
+                self.seen.setdefault(body.node, self.clock.monotonic())
             elif isinstance(body, ev.NodeDown):
                 self.up[body.node] = False
                 if body.by:
@@ -88,8 +91,7 @@ class Health:
         A task of its own, so that reading the log never waits for an append's acknowledgement.
         """
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), max(self.timeout / 2, 0.2))
+            await self.clock.sleep(max(self.timeout / 2, 0.2), self.wake)
             self.wake.clear()
             for node in list(self.requests):
                 await self.answer(node)
@@ -104,14 +106,13 @@ class Health:
         elif isinstance(request, ev.NodeDownRequested):
             await self._report(ev.NodeDown(node=request.node, reason=request.reason, by=request.user))
 
-    async def on_heartbeat(self, msg: Msg) -> None:
-        """Note a heartbeat."""
-        node = msg.subject.rsplit(".", 1)[-1]
-        self.seen[node] = time.monotonic()
+    def heartbeat(self, node: str) -> None:
+        """Note a heartbeat of ``node``."""
+        self.seen[node] = self.clock.monotonic()
 
     async def check(self) -> None:
         """Report nodes whose liveness changed."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         for node, up in list(self.up.items()):
             if node in self.admin_down:
                 continue  # down until an admin resumes it
@@ -123,7 +124,7 @@ class Health:
 
     async def _report(self, body: ev.NodeDown | ev.NodeUp | ev.NodeDrained | ev.NodeResumed) -> None:
         try:
-            await self.bus.append(
+            await self.events.append(
                 body,
                 expect_last_seq=self.node_seq.get(body.node, 0),
                 expect_subject=f"corral.evt.node.{body.node}.>",
@@ -138,15 +139,18 @@ class Health:
     async def monitor(self, stop: asyncio.Event) -> None:
         """Check every half timeout."""
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), max(self.timeout / 2, 0.2))
+            await self.clock.sleep(max(self.timeout / 2, 0.2), stop)
             await self.check()
 
 
 async def main(ctx: Context) -> None:
     """Run until stopped."""
-    health = Health(ctx.bus, ctx.config)
-    sub = await ctx.nc.subscribe(subjects.heartbeat_subject("*"), cb=health.on_heartbeat)
+    health = Health(ctx.bus, ctx.config, SystemClock())
+
+    async def on_heartbeat(msg: Msg) -> None:
+        health.heartbeat(msg.subject.rsplit(".", 1)[-1])
+
+    sub = await ctx.nc.subscribe(subjects.heartbeat_subject("*"), cb=on_heartbeat)
     try:
         await run_until_stopped(
             ctx.stop, health.follow(ctx.stop), health.answer_requests(ctx.stop), health.monitor(ctx.stop)

@@ -544,7 +544,7 @@ class FakeBus:
 
 
 def lookup_of(bus: FakeBus) -> JobLookup:
-    return JobLookup(cast(Bus, bus))
+    return JobLookup(cast(Bus, bus), cast(Bus, bus))
 
 
 async def test_lookup_of_arrays_tasks_and_jobs() -> None:
