@@ -1,0 +1,87 @@
+"""The state machines of ``schemas.lifecycle`` cover every event, and the fold moves jobs only along them."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import pytest
+from builders import semantic
+from hypothesis import given, settings
+from random_logs import logs
+
+from corral.libs.core import fold
+from corral.libs.core.state import State
+from corral.schemas import api, lifecycle
+from corral.schemas import events as ev
+
+pytestmark = pytest.mark.unit
+
+ALL = set(ev.EVENT_TYPES)
+
+
+def test_every_event_has_a_writer_and_a_machine() -> None:
+    assert set(lifecycle.WRITERS) == ALL
+    assert set(lifecycle.MACHINE) == ALL
+
+
+def test_every_job_event_either_moves_a_job_or_marks_one() -> None:
+    job_events = {e for e, machine in lifecycle.MACHINE.items() if machine == "job"}
+    moving, marking = set(lifecycle.JOB_TRANSITION_OF), set(lifecycle.JOB_MARK_OF)
+    assert not moving & marking
+    assert moving | marking == job_events
+
+
+def test_every_node_event_a_fact_moves_is_a_node_transition() -> None:
+    facts = {
+        e
+        for e, machine in lifecycle.MACHINE.items()
+        if machine == "node" and lifecycle.WRITERS[e] != "gateway"
+    }
+    assert {t.event for t in lifecycle.NODE_TRANSITIONS} == facts
+
+
+def test_the_api_shows_the_folds_states_and_requeued() -> None:
+    assert set(get_args(api.JobState)) == {*lifecycle.JOB_STATES, "REQUEUED"}
+    assert set(lifecycle.JOB_STATES) - {"PENDING", "RUNNING"} == api.TERMINAL_STATES
+
+
+def test_the_fold_handles_or_deliberately_ignores_every_event_type() -> None:
+    handled = {*fold.HANDLERS, ev.JobSubmitted}
+    assert not handled & set(fold.IGNORED)
+    assert handled | set(fold.IGNORED) == ALL
+
+
+def test_an_unhandled_event_type_is_not_folded() -> None:
+    state = State()
+    outcome = fold.apply(state, 1, _envelope(ev.NodeDrainRequested(node="n1", user="root", reason="r")))
+    assert (outcome.applied, outcome.reason, state.last_seq) == (False, "not_folded", 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(logs())
+def test_the_fold_moves_jobs_only_along_the_lifecycle(entries: list[tuple[int, ev.Envelope]]) -> None:
+    state = State()
+    for seq, env in entries:
+        before = {job_id: job.state for job_id, job in state.jobs.items()}
+        unchanged = _subjects(state)
+        outcome = fold.apply(state, seq, env)
+        assert outcome.reason != "handler_failed", outcome.error
+        for job_id in before.keys() | state.jobs.keys():
+            after = state.jobs[job_id].state if job_id in state.jobs else None
+            assert lifecycle.moves(type(env.body), before.get(job_id), after), (env.body, before, after)
+        if not outcome.applied:
+            # An ignored entry changes nothing but the log's position and clock, and the epoch seen.
+            assert _subjects(state) == unchanged, (env.body, outcome)
+
+
+def _subjects(state: State) -> bytes:
+    """What the entries' subjects are (jobs, nodes...): the state's bytes without positions and epoch."""
+    epoch, state.epoch = state.epoch, 0
+    try:
+        return semantic(state)
+    finally:
+        state.epoch = epoch
+
+
+def _envelope(body: ev.Event, at: float = 1.0) -> ev.Envelope:
+    return ev.Envelope(meta=ev.Meta(event_id="e", occurred_at=at, actor="test"), body=body)
