@@ -58,7 +58,7 @@ def apply(state: State, seq: int, env: ev.Envelope) -> Outcome:
     if seq <= state.last_seq:
         return ignored("replayed")
     state.last_seq = seq
-    state.now = max(state.now, env.meta.occurred_at)
+    clock, state.now = state.now, max(state.now, env.meta.occurred_at)
     if state.reservations:
         expire_reservations(state)
     body = env.body
@@ -73,6 +73,7 @@ def apply(state: State, seq: int, env: ev.Envelope) -> Outcome:
         # A poison entry (a handler's bug, or a value nothing checked) must not stop the fold, nor every
         # replay after it: it is skipped, counted, and its outcome carries the error for the shell.
         state.skipped += 1
+        state.now = clock  # nor may its time move the log's clock
         return failed(exc)
 
 

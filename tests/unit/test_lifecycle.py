@@ -85,3 +85,26 @@ def _subjects(state: State) -> bytes:
 
 def _envelope(body: ev.Event, at: float = 1.0) -> ev.Envelope:
     return ev.Envelope(meta=ev.Meta(event_id="e", occurred_at=at, actor="test"), body=body)
+
+
+def test_an_entry_a_handler_raises_on_is_skipped_and_counted() -> None:
+    state = State()
+    spec = ev.JobSpec(name="j", script="", workdir="/tmp", gpus_per_node=2)
+    bodies: list[ev.Event] = [
+        ev.NodeRegistered(node="n1", cpus=4, mem_mb=1000, gpus=2),
+        ev.JobSubmitted(job_id=1, user="alice", spec=spec),
+        ev.JobAllocated(
+            job_id=1,
+            attempt=0,
+            partition="gpu",
+            allocations=[ev.NodeAllocation(node="n1", gpus=[0, 1])],
+            time_limit_s=None,
+        ),
+    ]
+    for seq, body in enumerate(bodies, start=1):
+        assert fold.apply(state, seq, _envelope(body, at=float(seq))).applied
+    # Billing two GPUs for 1e308 seconds is infinite: fair_share.charge raises.
+    outcome = fold.apply(state, 4, _envelope(ev.JobCompleted(job_id=1, attempt=0), at=1e308))
+    assert (outcome.applied, outcome.reason) == (False, "handler_failed")
+    assert outcome.error.startswith("ValueError: usage charged")
+    assert (state.skipped, state.last_seq, state.now, state.jobs[1].state) == (1, 4, 3.0, "RUNNING")
