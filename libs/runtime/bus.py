@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,7 +179,7 @@ class Bus:
 
     async def read(
         self, from_seq: int = 1, subject: str = subjects.EVENTS_SUBJECTS, follow: bool = False
-    ) -> AsyncIterator[LogEntry]:
+    ) -> AsyncGenerator[LogEntry, None]:
         """Entries in log order from ``from_seq``; stops when caught up unless ``follow``."""
         end = await self.last_seq()
         if not follow and end < from_seq:
