@@ -13,6 +13,7 @@ from corral.libs.core import fold
 from corral.libs.core.state import State
 from corral.schemas import api, lifecycle
 from corral.schemas import events as ev
+from corral.services.accounting import projection
 
 pytestmark = pytest.mark.unit
 
@@ -108,3 +109,8 @@ def test_an_entry_a_handler_raises_on_is_skipped_and_counted() -> None:
     assert (outcome.applied, outcome.reason) == (False, "handler_failed")
     assert outcome.error.startswith("ValueError: usage charged")
     assert (state.skipped, state.last_seq, state.now, state.jobs[1].state) == (1, 4, 3.0, "RUNNING")
+
+
+def test_accounting_converts_or_deliberately_ignores_every_event_type() -> None:
+    assert not set(projection.CONVERTERS) & set(projection.IGNORED)
+    assert set(projection.CONVERTERS) | set(projection.IGNORED) == ALL
