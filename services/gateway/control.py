@@ -22,7 +22,14 @@ REQUEUE_DISABLED = "Requested operation is presently disabled"
 ARRAY_UPDATE = "Updating a whole job array is not supported by Corral yet: update its tasks by their job ids"
 
 _ENDED = (ev.JobCompleted, ev.JobFailed, ev.JobCancelled)
-_RUNNING = (ev.JobAllocated, ev.RunStarted, ev.RunExited, ev.JobRequeueRequested, ev.JobSignalRequested)
+_RUNNING = (
+    ev.JobAllocated,
+    ev.RunStarted,
+    ev.RunExited,
+    ev.JobRequeueRequested,
+    ev.JobSignalRequested,
+    ev.JobPreempted,
+)
 
 
 def phase_problem(latest: ev.Event | None) -> str | None:
