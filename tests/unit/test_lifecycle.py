@@ -14,6 +14,7 @@ from corral.libs.core.state import State
 from corral.schemas import api, lifecycle
 from corral.schemas import events as ev
 from corral.services.accounting import projection
+from corral.services.gateway import control
 
 pytestmark = pytest.mark.unit
 
@@ -114,3 +115,10 @@ def test_an_entry_a_handler_raises_on_is_skipped_and_counted() -> None:
 def test_accounting_converts_or_deliberately_ignores_every_event_type() -> None:
     assert not set(projection.CONVERTERS) & set(projection.IGNORED)
     assert set(projection.CONVERTERS) | set(projection.IGNORED) == ALL
+
+
+def test_the_gateway_knows_the_phase_after_every_event_type_on_a_jobs_subjects() -> None:
+    assert not set(control.PHASE_AFTER) & set(control.NOT_ON_JOB_SUBJECTS)
+    assert set(control.PHASE_AFTER) | set(control.NOT_ON_JOB_SUBJECTS) == ALL
+    # The newest entry of a job is one on its subjects: the job machine's events, and only those.
+    assert set(control.PHASE_AFTER) == {e for e, machine in lifecycle.MACHINE.items() if machine == "job"}
