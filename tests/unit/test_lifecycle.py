@@ -11,6 +11,7 @@ from random_logs import logs
 
 from corral.libs.core import fold
 from corral.libs.core.state import State
+from corral.libs.sim import reactions
 from corral.schemas import api, lifecycle
 from corral.schemas import events as ev
 from corral.services.accounting import projection
@@ -122,3 +123,11 @@ def test_the_gateway_knows_the_phase_after_every_event_type_on_a_jobs_subjects()
     assert set(control.PHASE_AFTER) | set(control.NOT_ON_JOB_SUBJECTS) == ALL
     # The newest entry of a job is one on its subjects: the job machine's events, and only those.
     assert set(control.PHASE_AFTER) == {e for e, machine in lifecycle.MACHINE.items() if machine == "job"}
+
+
+def test_the_simulator_reacts_to_writes_or_never_sees_every_event_type() -> None:
+    tables = [set(reactions.REACTIONS), set(reactions.WRITES), set(reactions.IGNORED)]
+    assert sum(len(t) for t in tables) == len(set.union(*tables))
+    assert set.union(*tables) == ALL
+    # It reacts to every decision the scheduler may append, and to nothing else.
+    assert set(reactions.REACTIONS) == {e for e, writer in lifecycle.WRITERS.items() if writer == "scheduler"}
