@@ -57,6 +57,10 @@ registration). A down node may be drained too (it shows ``DOWN+DRAIN``).
 
 Heartbeats are not events; only state changes are.
 
+Both machines are also data, in ``lifecycle``: the states, the transitions and which event moves which,
+and who writes each event. The fold, accounting, the gateway's phase guess and the simulator are tested
+against those tables.
+
 Evolution: fields are only ever added at the end with defaults; a tag is never reused or given a
 new meaning (retired tags are listed in ``events.RETIRED_TAGS``).
 """

@@ -13,12 +13,15 @@ from typing import Literal
 import msgspec
 
 from corral.schemas.events import JobSpec, SignalScope
+from corral.schemas.lifecycle import TERMINAL_STATES as TERMINAL_STATES
 from corral.schemas.orders import KillOrder as KillOrder
 from corral.schemas.orders import LaunchOrder as LaunchOrder
 from corral.schemas.orders import Order as Order
 from corral.schemas.orders import SignalOrder as SignalOrder
 from corral.schemas.orders import order_msg_id as order_msg_id
 
+#: A job's state as shown by squeue and sacct: the fold's ``lifecycle.JobState`` and, for a batch step whose
+#: run was requeued, REQUEUED.
 JobState = Literal[
     "PENDING",
     "RUNNING",
@@ -32,10 +35,6 @@ JobState = Literal[
     "PREEMPTED",
 ]
 
-#: States from which a job never moves again.
-TERMINAL_STATES: frozenset[str] = frozenset(
-    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}
-)
 
 #: API verbs and the service that answers each.
 VERBS: dict[str, str] = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from corral.libs.core.outcome import APPLIED, Outcome, ignored
 from corral.libs.core.state import AdminDrain, Node, Orphan, State
 from corral.schemas import events as ev
 
@@ -30,7 +31,7 @@ def drop_orphans(state: State, gone: Callable[[Orphan], bool]) -> None:
     state.orphans = keep
 
 
-def _node_registered(state: State, seq: int, at: float, body: ev.NodeRegistered) -> None:
+def _node_registered(state: State, seq: int, at: float, body: ev.NodeRegistered) -> Outcome:
     node = state.nodes.get(body.node)
     if node is None:
         state.nodes[body.node] = Node(
@@ -44,59 +45,68 @@ def _node_registered(state: State, seq: int, at: float, body: ev.NodeRegistered)
             drain=body.drain_reason,
             admin_drain=state.early_drains.pop(body.node, None),
         )
-        return
+        return APPLIED
     node.cpus, node.mem_mb, node.gpus, node.gpu_type = body.cpus, body.mem_mb, body.gpus, body.gpu_type
     node.partitions, node.features = list(body.partitions), list(body.features)
     if node.admin_down is None:  # an admin's down outlives agent restarts, like an admin drain
         node.up, node.reason = True, ""
     # Only the registration's own drain follows the registration: an admin drain outlives agent restarts.
     node.drain = body.drain_reason
+    return APPLIED
 
 
-def _node_down(state: State, seq: int, at: float, body: ev.NodeDown) -> None:
+def _node_down(state: State, seq: int, at: float, body: ev.NodeDown) -> Outcome:
     node = state.nodes.get(body.node)
     if node is None:
-        return
+        return ignored("unknown_node")
     node.up, node.reason = False, body.reason
     if body.by:
         # An admin's down: the agent still runs, so the node's runs become orphans to kill through it.
         node.admin_down = AdminDrain(reason=body.reason, by=body.by, at=at)
-        return
+        return APPLIED
     node.admin_down = None
     # Its orphans stay: a node is down when its agent is silent, and an agent that died leaves its jobs'
     # processes running. Nothing is placed on a down node; once its agent is back, it kills them (its kill
     # orders wait in its work queue) and reports them gone.
+    return APPLIED
 
 
-def _node_up(state: State, seq: int, at: float, body: ev.NodeUp) -> None:
+def _node_up(state: State, seq: int, at: float, body: ev.NodeUp) -> Outcome:
     node = state.nodes.get(body.node)
+    if node is None:
+        return ignored("unknown_node")
     # Only a resume ends an admin's down, whatever the node's heartbeats say.
-    if node is not None and node.admin_down is None:
-        node.up, node.reason = True, ""
+    if node.admin_down is not None:
+        return ignored("wrong_state")
+    node.up, node.reason = True, ""
+    return APPLIED
 
 
-def _node_drained(state: State, seq: int, at: float, body: ev.NodeDrained) -> None:
+def _node_drained(state: State, seq: int, at: float, body: ev.NodeDrained) -> Outcome:
     drain = AdminDrain(reason=body.reason, by=body.by, at=at)
     node = state.nodes.get(body.node)
     if node is None:
         # Drained before its agent ever registered: the drain waits for the registration.
         state.early_drains[body.node] = drain
-        return
+        return APPLIED
     node.admin_drain = drain
+    return APPLIED
 
 
-def _node_resumed(state: State, seq: int, at: float, body: ev.NodeResumed) -> None:
-    state.early_drains.pop(body.node, None)
+def _node_resumed(state: State, seq: int, at: float, body: ev.NodeResumed) -> Outcome:
+    early = state.early_drains.pop(body.node, None)
     node = state.nodes.get(body.node)
-    if node is not None:
-        # Both drains end, as Slurm's RESUME does; a GPU mismatch drains again at the next registration.
-        node.admin_drain, node.drain = None, ""
-        if node.admin_down is not None:
-            # RESUME of an admin's down: up again (health reports it down if it does not heartbeat).
-            node.admin_down, node.up, node.reason = None, True, ""
+    if node is None:
+        return APPLIED if early is not None else ignored("unknown_node")
+    # Both drains end, as Slurm's RESUME does; a GPU mismatch drains again at the next registration.
+    node.admin_drain, node.drain = None, ""
+    if node.admin_down is not None:
+        # RESUME of an admin's down: up again (health reports it down if it does not heartbeat).
+        node.admin_down, node.up, node.reason = None, True, ""
+    return APPLIED
 
 
-NODE_HANDLERS: dict[type, Callable[[State, int, float, Any], None]] = {
+NODE_HANDLERS: dict[type, Callable[[State, int, float, Any], Outcome]] = {
     ev.NodeRegistered: _node_registered,
     ev.NodeDown: _node_down,
     ev.NodeUp: _node_up,

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from corral.libs.core.backfill import INF, Planner
+from corral.libs.core.outcome import APPLIED, Outcome, ignored
 from corral.libs.core.placement import Request
 from corral.libs.core.state import Job, Node, State, drained
 from corral.schemas import events as ev
@@ -62,33 +63,39 @@ def expire_reservations(state: State) -> None:
 
 def _requested(
     state: State, seq: int, at: float, body: ev.ReservationCreateRequested | ev.ReservationDeleteRequested
-) -> None:
+) -> Outcome:
     state.resv_seqs[body.name] = seq
     state.resv_requests[body.name] = body
+    return APPLIED
 
 
-def _created(state: State, seq: int, at: float, body: ev.ReservationCreated) -> None:
+def _created(state: State, seq: int, at: float, body: ev.ReservationCreated) -> Outcome:
     state.resv_seqs[body.name] = seq
     # A name is never held twice: a second creation under a live name changes nothing.
-    if body.name in state.reservations or body.end_time <= state.now:
-        return
+    if body.name in state.reservations:
+        return ignored("duplicate")
+    if body.end_time <= state.now:
+        return ignored("expired")
     state.reservations[body.name] = body
     state.resv_requests.pop(body.name, None)
+    return APPLIED
 
 
-def _rejected(state: State, seq: int, at: float, body: ev.ReservationRejected) -> None:
+def _rejected(state: State, seq: int, at: float, body: ev.ReservationRejected) -> Outcome:
     state.resv_seqs[body.name] = seq
     state.resv_requests.pop(body.name, None)
+    return APPLIED
 
 
-def _deleted(state: State, seq: int, at: float, body: ev.ReservationDeleted) -> None:
+def _deleted(state: State, seq: int, at: float, body: ev.ReservationDeleted) -> Outcome:
     state.resv_seqs[body.name] = seq
     state.reservations.pop(body.name, None)
     state.resv_requests.pop(body.name, None)
+    return APPLIED
 
 
-#: Fold handlers of the reservation events (merged into ``fold._HANDLERS``).
-RESERVATION_HANDLERS: dict[type, Callable[[State, int, float, Any], None]] = {
+#: Fold handlers of the reservation events (merged into ``fold.HANDLERS``).
+RESERVATION_HANDLERS: dict[type, Callable[[State, int, float, Any], Outcome]] = {
     ev.ReservationCreateRequested: _requested,
     ev.ReservationDeleteRequested: _requested,
     ev.ReservationCreated: _created,

@@ -23,6 +23,7 @@ import msgspec
 from corral.libs.core.fair_share import TresWeights, Usage
 from corral.libs.slurm.array import array_indices
 from corral.schemas import events as ev
+from corral.schemas.lifecycle import JobState
 
 
 class RunExit(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -77,7 +78,7 @@ class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     user: str  # owner
     spec: ev.JobSpec  # as submitted, without the script and the environment (``fold.slim_spec``)
     submit_time: float  # when it was submitted (from the event)
-    state: str = "PENDING"  # PENDING | RUNNING | a terminal state
+    state: JobState = "PENDING"  # PENDING | RUNNING | a terminal state (``schemas.lifecycle``)
     restart_count: int = 0  # runs before the current one = number of the next/current attempt
     partition: str = ""  # partition of the current/last run ("" while never run)
     allocations: list[ev.NodeAllocation] = []  # current run's allocation
@@ -175,6 +176,7 @@ class State(msgspec.Struct, kw_only=True):
     ] = {}  # unanswered reservation requests (the newest per name)
     resv_seqs: dict[str, int] = {}  # stream sequence of each reservation name's newest entry (concurrency)
     early_drains: dict[str, AdminDrain] = {}  # admin drains of nodes not registered yet, by node name
+    skipped: int = 0  # entries skipped because a fold handler raised on them (poison entries)
 
 
 # Insertion order is the log order, so equal folds give equal bytes without sorting.

@@ -6,7 +6,8 @@
 - ``read`` replays the log in order from a sequence, with the decoded envelope or the decode
   error of each entry (a malformed entry never stops a reader).
 - ``consume`` runs a durable pull consumer: handler success -> ack, ``TransientError`` -> nak
-  with delay, ``InvalidInput``/decode error -> term + a copy on the dead-letter subject.
+  with delay, ``InvalidInput``/decode error -> term + a copy on the dead-letter subject;
+- ``dead_letter_entry`` keeps a copy of a log entry a reader skipped (a poison entry), once.
 
 ``Bus`` is the real adapter of the ``EventLog`` and ``JobIds`` ports (``ports.py``), ``NatsApi`` that of
 ``ApiClient``; their in-memory fakes are in ``memlog.py``.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import nats
@@ -68,6 +69,8 @@ async def declare(js: JetStreamContext, replicas: int = 1) -> None:
             name=subjects.DLQ_STREAM,
             subjects=[subjects.DLQ_SUBJECTS],
             storage=api.StorageType.FILE,
+            # A skipped log entry is dead-lettered once however often it is replayed (message ids).
+            duplicate_window=DUPLICATE_WINDOW_S,
             max_age=30 * 24 * 3600.0,
             num_replicas=replicas,
         ),
@@ -162,7 +165,7 @@ class Bus:
 
     async def read(
         self, from_seq: int = 1, subject: str = subjects.EVENTS_SUBJECTS, follow: bool = False
-    ) -> AsyncIterator[LogEntry]:
+    ) -> AsyncGenerator[LogEntry, None]:
         """Entries in log order from ``from_seq``; stops when caught up unless ``follow``."""
         end = await self.last_seq()
         if not follow and end < from_seq:
@@ -213,6 +216,27 @@ class Bus:
         headers = {"Corral-Reason": reason[:500], "Corral-Subject": msg.subject}
         with contextlib.suppress(Exception):
             await self.js.publish(subjects.dlq_subject(service), msg.data, headers=headers)
+
+    async def dead_letter_entry(self, service: str, entry: LogEntry, reason: str) -> bool:
+        """Keep a copy of the log entry ``entry`` that ``service`` skipped, with its reason.
+
+        The copy's message id names the entry (its sequence and event id), so a service that meets the same
+        entry again (every replay does) adds no second copy. True if this call added the copy;
+        TransientError if it could not be written.
+        """
+        event_id = entry.envelope.meta.event_id if entry.envelope is not None else ""
+        headers = {
+            "Corral-Reason": reason[:500],
+            "Corral-Subject": entry.subject,
+            "Corral-Seq": str(entry.seq),
+            "Nats-Msg-Id": f"{service}:{entry.seq}:{event_id}",
+        }
+        try:
+            raw = await self.js.get_msg(subjects.EVENTS_STREAM, seq=entry.seq, direct=True)
+            ack = await self.js.publish(subjects.dlq_subject(service), raw.data or b"", headers=headers)
+        except (APIError, TimeoutError, nats.errors.NoRespondersError) as exc:
+            raise TransientError(f"dead letter of log entry {entry.seq} failed: {exc!r}") from exc
+        return not ack.duplicate
 
     async def next_job_id(self, count: int = 1) -> int:
         """Allocate ``count`` consecutive job ids and return the first: one compare-and-set of +count on a

@@ -52,6 +52,7 @@ from corral.libs.core.placement import Request, free_capacity, request_of
 from corral.libs.core.plan import Backfill, PartitionPolicy, Policy, plan
 from corral.libs.core.state import Job, State, UsagePolicy
 from corral.libs.core.topology import fits_idle, in_force
+from corral.libs.sim.reactions import REACTIONS
 from corral.libs.sim.workload import SimJob
 from corral.schemas import events as ev
 from corral.schemas.codec import envelope
@@ -258,6 +259,9 @@ class _Run:
                 return
             progressed = again = False
             for decision in decisions:
+                reaction = REACTIONS.get(type(decision))
+                if reaction is None:
+                    raise SimError(f"the core decided {decision!r}, which the simulator has no reaction to")
                 assert not isinstance(decision, ev.NodeEvent)
                 if isinstance(decision, ev.RESERVATION_EVENTS):
                     self.put(decision, now)
@@ -266,14 +270,14 @@ class _Run:
                 job = state.jobs[decision.job_id]
                 before = job.state
                 self.put(decision, now)
-                if isinstance(decision, ev.JobPreempted):
+                if reaction == "preempt":
                     # The victim stays RUNNING: its run ends after the grace (the preemptor waits for it).
                     if job.preempting is not None and job.preempting.at == now:
                         self.preempted(job, now)
                         progressed = True
                     continue
                 progressed = progressed or job.state != before
-                if isinstance(decision, ev.JobAllocated):
+                if reaction == "start":
                     self.started(job, now)
                 elif job.state not in ("PENDING", "RUNNING"):
                     self.ended(job, now)

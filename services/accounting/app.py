@@ -17,7 +17,8 @@ from corral.libs.runtime.telemetry import logger
 from corral.schemas import subjects
 from corral.schemas.api import AcctReply, AcctRequest
 from corral.services.accounting import query, sql
-from corral.services.accounting.projection import Batch, convert, plan_batch
+from corral.services.accounting.folded import Projector
+from corral.services.accounting.projection import Batch, plan_batch
 
 #: Name of the durable JetStream consumer, of the position row and of the dead-letter subject.
 CONSUMER = "accounting"
@@ -33,7 +34,9 @@ class AccountingService:
     1. fetch: ``Bus.consume`` hands over a batch from the durable consumer ``accounting``;
     2. plan: decode the entries and, against the stored position, keep those next in log order
        (``plan_batch``: redelivered entries are skipped, entries after a missing one wait);
-    3. convert: turn them into row operations (``projection.convert``, pure);
+    3. fold and convert: fold them into the scheduler's state kept here, and turn those the fold applied
+       into row operations (``folded.Projector``, pure; at start, and if another consumer moved the
+       position, the log is folded up to the stored position first);
     4. commit: one transaction applies the operations and moves the stored position;
     5. ack: the bus acks the batch, naks it on ``TransientError`` (database down, an earlier
        entry still missing) or dead-letters an entry on ``InvalidInput`` (undecodable, or a
@@ -48,6 +51,7 @@ class AccountingService:
         self.default_partition = default_partition
         self.consumer = consumer
         self.log = logger(consumer=consumer)
+        self.projector = Projector(default_partition)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve the API and project the log until ``stop`` is set."""
@@ -102,13 +106,42 @@ class AccountingService:
             raise TransientError(f"log entry {batch.waiting_for} must be applied first")
 
     async def commit(self, delivered: list[LogEntry]) -> Batch:
-        """Plan, convert and apply one delivery in one transaction with the position."""
+        """Plan, fold, convert and apply one delivery in one transaction with the position."""
         async with self.pool.acquire() as conn, conn.transaction():
             position = await sql.lock_position(conn, self.consumer)
             batch = plan_batch([(entry.seq, entry.envelope) for entry in delivered], position)
-            await sql.apply_ops(conn, convert(batch.entries, self.default_partition))
+            await self.fold_to(position)
+            await sql.apply_ops(conn, self.projector.operations(batch.entries))
             await sql.save_position(conn, self.consumer, batch.position)
+        self.projector.committed(batch.position)
+        self._report_skipped()
         return batch
+
+    async def fold_to(self, position: int) -> None:
+        """Bring the fold's state to the stored ``position`` (from the log), unless it is there already."""
+        if self.projector.covers(position):
+            return
+        if self.projector.state.last_seq > position:
+            # Ahead of the database by entries whose operations are gone: fold again from the start.
+            self.projector = Projector(self.default_partition)
+        entries = self.bus.read(self.projector.state.last_seq + 1)
+        try:
+            async for entry in entries:
+                if entry.seq > position:
+                    break
+                self.projector.fold_only(entry.seq, entry.envelope)
+                if entry.seq == position:
+                    break
+        finally:
+            await entries.aclose()
+        self.projector.committed(position)
+        self._report_skipped()
+
+    def _report_skipped(self) -> None:
+        """Log the entries the fold skipped (a handler failed on them; the scheduler dead-letters them)."""
+        for seq, error in self.projector.skipped:
+            self.log.warning("the fold skipped a log entry", seq=seq, error=error)
+        self.projector.skipped = []
 
     async def acct(self, user: str, req: AcctRequest) -> AcctReply:
         """sacct for ``user`` (any user may read every job's record, as in Slurm's default)."""
@@ -147,7 +180,8 @@ class AccountingService:
             if await sql.lock_position(conn, self.consumer) != seq - 1:
                 return False
             await sql.save_position(conn, self.consumer, seq)
-            return True
+        self.projector.committed(seq)
+        return True
 
 
 async def open_store(dsn: str, stop: asyncio.Event) -> store.Pool | None:

@@ -3,16 +3,17 @@
 ``convert(entries, default_partition)`` turns each event into the operations that bring the
 ``jobs`` and ``steps`` tables up to date; ``corral.services.accounting.sql`` executes them.
 
-Every operation carries the stream sequence of its event and is applied only to rows whose
-``last_seq`` is older, and only from the state the scheduler's fold (``corral.libs.core.state``)
-would accept it in (e.g. an allocation only for a PENDING job whose restart count is the
-attempt). A row therefore changes at most once per event and an entry that was refused once is
-refused again, so applying the same entries twice — redelivery, a reset position, a replay onto
-existing tables — changes nothing.
+Which entries are recorded at all is the scheduler fold's decision, not this module's: ``folded.Projector``
+converts an entry only where the fold applied it, so the SQL repeats none of the fold's guards. Every
+operation carries the stream sequence of its event and is applied only to rows whose ``last_seq`` is
+older: a row changes at most once per event, so applying the same entries twice (redelivery, a reset
+position, a replay onto existing tables) changes nothing. ``CONVERTERS`` and ``IGNORED`` list every event
+type (a test checks).
 
 Job arrays: one row per task (a task is a job with its own id), inserted by one operation from the
 array's submission: the task with the k-th smallest index gets the id ``job_id + k`` and records the
-array's id and its index (``sacct`` prints ``A_T``). A whole-array cancel request marks every task row.
+array's id and its index (``sacct`` prints ``A_T``). A whole-array cancel request marks every task row
+the fold marks (its live tasks).
 
 Updates: ``JobUpdated`` (``scontrol update`` of a pending job) rewrites a PENDING row's requested time
 limit and partition, as the fold does the spec; the allocation later overwrites both with the run's.
@@ -29,6 +30,9 @@ numbered steps of older attempts, so sacct shows the latest attempt's steps, as 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import msgspec
 
 from corral.libs.slurm import hostlist
@@ -36,138 +40,40 @@ from corral.libs.slurm.array import array_indices
 from corral.libs.slurm.errors import FormatError
 from corral.libs.slurm.signals import shown_exit
 from corral.schemas import events as ev
-
-
-class InsertJob(msgspec.Struct, frozen=True, kw_only=True):
-    """A submitted job: a new PENDING row (an existing row is left alone); for an array, one per task."""
-
-    seq: int  # stream sequence of the event
-    job_id: int  # id
-    name: str  # job name
-    user: str  # owner
-    account: str  # requested account ("" = the user's default)
-    partition: str  # requested partition, or the cluster's default
-    submit_time: float  # Unix time of the submission
-    time_limit_s: int | None  # requested limit (None = the partition's default)
-    num_nodes: int  # nodes requested
-    num_cpus: int  # CPUs requested (ntasks * cpus_per_task)
-    num_gpus: int  # GPUs requested (nodes * gpus_per_node)
-    workdir: str  # submit directory
-    array_tasks: list[int] = []  # an array's indices, ascending: task k is job ``job_id + k``; [] = one job
-    qos: str = ""  # the job's QOS as resolved at submit ("" = submitted before jobs carried one)
-
-
-class RequestCancel(msgspec.Struct, frozen=True, kw_only=True):
-    """A cancel was requested for a live job: a later allocation of it is void (as in the fold)."""
-
-    seq: int  # stream sequence of the event
-    job_id: int  # the job
-    user: str  # who asked
-    whole_array: bool = False  # job_id is an array's id: every task of it
-
-
-class StartRun(msgspec.Struct, frozen=True, kw_only=True):
-    """A run was allocated: the job turns RUNNING and its batch step row is (re)written."""
-
-    seq: int  # stream sequence of the event
-    job_id: int  # the job
-    attempt: int  # run number (= restart count)
-    epoch: int  # leader epoch of the deciding scheduler (a stale epoch changes nothing)
-    partition: str  # partition of the run
-    start_time: float  # Unix time of the allocation
-    time_limit_s: int | None  # the run's limit
-    node_list: str  # compressed hostlist of the run's nodes
-    num_nodes: int  # nodes allocated
-    num_cpus: int  # CPUs allocated over all nodes
-    num_gpus: int  # GPUs allocated over all nodes
-    batch_node: str  # the node that runs the batch script
-    batch_cpus: int  # CPUs of the batch step (those of the first node)
-    batch_gpus: int  # GPUs of the batch step (those of the first node)
-
-
-class ExitBatch(msgspec.Struct, frozen=True, kw_only=True):
-    """The batch script of an attempt exited: its step ends, if it is that attempt's and running."""
-
-    seq: int  # stream sequence of the event
-    job_id: int  # the job
-    attempt: int  # the run
-    node: str  # the reporting node (must be the batch node)
-    end_time: float  # Unix time of the exit
-    state: str  # the step's final state
-    exit_code: int  # exit code
-    signal: int  # terminating signal, 0 if none
-
-
-class EndJob(msgspec.Struct, frozen=True, kw_only=True):
-    """The scheduler concluded the job: terminal state; a still-running batch step ends with it."""
-
-    seq: int  # stream sequence of the event
-    job_id: int  # the job
-    attempt: int  # the concluded run, -1 if the job never ran
-    state: str  # terminal JobState
-    end_time: float  # Unix time of the conclusion
-    exit_code: int  # batch exit code
-    signal: int  # terminating signal
-    reason: str  # EndReason of a failure, "None" otherwise
-    cancelled_by: str | None  # who cancelled it (CANCELLED only)
-
-
-class RequeueJob(msgspec.Struct, frozen=True, kw_only=True):
-    """The run ended and the job is PENDING again, restart count + 1; its batch step ends REQUEUED."""
-
-    seq: int  # stream sequence of the event
-    job_id: int  # the job
-    attempt: int  # the run that ended
-    end_time: float  # Unix time of the requeue
-    reason: str  # RequeueReason
-
-
-class UpdateJob(msgspec.Struct, frozen=True, kw_only=True):
-    """A pending job's time limit or partition changed (``scontrol update``): its row shows them."""
-
-    seq: int  # stream sequence of the event
-    job_id: int  # the job
-    time_limit_s: int | None  # the requested limit now (None = the partition's default)
-    partition: str  # the partition now, or the cluster's default
-
-
-class StartStep(msgspec.Struct, frozen=True, kw_only=True):
-    """A step (srun) of the job's running attempt started: a new ``N.<step>`` row."""
-
-    seq: int  # stream sequence of the event
-    job_id: int  # the job
-    attempt: int  # the run
-    step: str  # the step number, as text
-    name: str  # step name
-    start_time: float  # Unix time it started
-    node_list: str  # compressed hostlist of its nodes
-    num_cpus: int  # CPUs of its tasks
-    num_tasks: int  # tasks
-    num_gpus: int  # GPUs bound to its tasks
-
-
-class EndStep(msgspec.Struct, frozen=True, kw_only=True):
-    """A step's tasks all ended: its row ends with the worst task's exit."""
-
-    seq: int  # stream sequence of the event
-    job_id: int  # the job
-    attempt: int  # the run
-    step: str  # the step number, as text
-    end_time: float  # Unix time
-    state: str  # COMPLETED, FAILED or CANCELLED
-    exit_code: int  # worst task's exit code
-    signal: int  # a terminating signal, 0 if none
-
-
-Op = InsertJob | RequestCancel | StartRun | ExitBatch | EndJob | RequeueJob | UpdateJob | StartStep | EndStep
-
-#: The job state a JobFailed reason leads to (as in the scheduler's fold); FAILED otherwise.
-FAILED_STATE: dict[str, str] = {
-    "NodeFail": "NODE_FAIL",
-    "OutOfMemory": "OUT_OF_MEMORY",
-    "TimeLimit": "TIMEOUT",
-    "Preempted": "PREEMPTED",
-}
+from corral.schemas import lifecycle
+from corral.services.accounting.ops import (
+    EndJob as EndJob,
+)
+from corral.services.accounting.ops import (
+    EndStep as EndStep,
+)
+from corral.services.accounting.ops import (
+    ExitBatch as ExitBatch,
+)
+from corral.services.accounting.ops import (
+    InsertJob as InsertJob,
+)
+from corral.services.accounting.ops import (
+    Op as Op,
+)
+from corral.services.accounting.ops import (
+    RaiseEpoch as RaiseEpoch,
+)
+from corral.services.accounting.ops import (
+    RequestCancel as RequestCancel,
+)
+from corral.services.accounting.ops import (
+    RequeueJob as RequeueJob,
+)
+from corral.services.accounting.ops import (
+    StartRun as StartRun,
+)
+from corral.services.accounting.ops import (
+    StartStep as StartStep,
+)
+from corral.services.accounting.ops import (
+    UpdateJob as UpdateJob,
+)
 
 
 def convert(entries: list[tuple[int, ev.Envelope]], default_partition: str = "") -> list[Op]:
@@ -244,85 +150,138 @@ def node_list(nodes: list[str]) -> str:
 
 
 def _op(seq: int, at: float, body: ev.Event, default_partition: str) -> Op | None:
-    match body:
-        case ev.JobSubmitted(job_id=job_id, user=user, spec=spec):
-            tasks = _array_tasks(spec)
-            if tasks is None:
-                return None
-            return InsertJob(
-                seq=seq,
-                job_id=job_id,
-                name=spec.name,
-                user=user,
-                account=spec.account or "",
-                partition=spec.partition or default_partition,
-                submit_time=at,
-                time_limit_s=spec.time_limit_s,
-                num_nodes=spec.nodes,
-                num_cpus=spec.ntasks * spec.cpus_per_task,
-                num_gpus=spec.nodes * spec.gpus_per_node,
-                workdir=spec.workdir,
-                array_tasks=tasks,
-                qos=spec.qos or "",
-            )
-        case ev.JobCancelRequested(job_id=job_id, user=user, whole_array=whole_array):
-            return RequestCancel(seq=seq, job_id=job_id, user=user, whole_array=whole_array)
-        case ev.JobAllocated():
-            return _start_run(seq, at, body)
-        case ev.RunExited():
-            # An OOM-killed batch step shows Slurm's 0:125, as its job does.
-            exit_code, signal = shown_exit(body.exit_code, body.signal, body.oom)
-            return ExitBatch(
-                seq=seq,
-                job_id=body.job_id,
-                attempt=body.attempt,
-                node=body.node,
-                end_time=at,
-                state=batch_state(body),
-                exit_code=exit_code,
-                signal=signal,
-            )
-        case ev.JobCompleted(job_id=job_id, attempt=attempt):
-            return _end(seq, job_id, attempt, at, "COMPLETED")
-        case ev.JobFailed(job_id=job_id, attempt=attempt, reason=reason):
-            state = FAILED_STATE.get(reason, "FAILED")
-            return _end(seq, job_id, attempt, at, state, body.exit_code, body.signal, reason)
-        case ev.JobCancelled(job_id=job_id, attempt=attempt, by=by, signal=signal):
-            return _end(seq, job_id, attempt, at, "CANCELLED", 0, signal, cancelled_by=by)
-        case ev.JobRequeued(job_id=job_id, attempt=attempt, reason=reason):
-            return RequeueJob(seq=seq, job_id=job_id, attempt=attempt, end_time=at, reason=reason)
-        case ev.JobUpdated(job_id=job_id, time_limit_s=limit, partition=partition):
-            # The admin priority (and a hold by Priority=0) has no accounting column.
-            return UpdateJob(
-                seq=seq, job_id=job_id, time_limit_s=limit, partition=partition or default_partition
-            )
-        case ev.StepStarted():
-            return StartStep(
-                seq=seq,
-                job_id=body.job_id,
-                attempt=body.attempt,
-                step=str(body.step_id),
-                name=body.name,
-                start_time=at,
-                node_list=node_list(list(body.nodes)),
-                num_cpus=body.cpus,
-                num_tasks=body.ntasks,
-                num_gpus=body.gpus,
-            )
-        case ev.StepExited():
-            exit_code, signal = shown_exit(body.exit_code, body.signal, body.oom and not body.killed)
-            return EndStep(
-                seq=seq,
-                job_id=body.job_id,
-                attempt=body.attempt,
-                step=str(body.step_id),
-                end_time=at,
-                state=step_state(body),
-                exit_code=exit_code,
-                signal=signal,
-            )
-    # Run starts and node events change no accounting row.
-    return None
+    converter = CONVERTERS.get(type(body))
+    return None if converter is None else converter(seq, at, body, default_partition)
+
+
+def _submitted(seq: int, at: float, body: ev.JobSubmitted, default_partition: str) -> Op | None:
+    spec = body.spec
+    tasks = _array_tasks(spec)
+    if tasks is None:
+        return None
+    return InsertJob(
+        seq=seq,
+        job_id=body.job_id,
+        name=spec.name,
+        user=body.user,
+        account=spec.account or "",
+        partition=spec.partition or default_partition,
+        submit_time=at,
+        time_limit_s=spec.time_limit_s,
+        num_nodes=spec.nodes,
+        num_cpus=spec.ntasks * spec.cpus_per_task,
+        num_gpus=spec.nodes * spec.gpus_per_node,
+        workdir=spec.workdir,
+        array_tasks=tasks,
+        qos=spec.qos or "",
+    )
+
+
+def _cancel_requested(seq: int, at: float, body: ev.JobCancelRequested, default_partition: str) -> Op:
+    return RequestCancel(seq=seq, job_id=body.job_id, user=body.user, whole_array=body.whole_array)
+
+
+def _run_exited(seq: int, at: float, body: ev.RunExited, default_partition: str) -> Op:
+    # An OOM-killed batch step shows Slurm's 0:125, as its job does.
+    exit_code, signal = shown_exit(body.exit_code, body.signal, body.oom)
+    return ExitBatch(
+        seq=seq,
+        job_id=body.job_id,
+        attempt=body.attempt,
+        node=body.node,
+        end_time=at,
+        state=batch_state(body),
+        exit_code=exit_code,
+        signal=signal,
+    )
+
+
+def _completed(seq: int, at: float, body: ev.JobCompleted, default_partition: str) -> Op:
+    return _end(seq, body.job_id, body.attempt, at, "COMPLETED")
+
+
+def _failed(seq: int, at: float, body: ev.JobFailed, default_partition: str) -> Op:
+    state = lifecycle.failed_state(body.reason)
+    return _end(seq, body.job_id, body.attempt, at, state, body.exit_code, body.signal, body.reason)
+
+
+def _cancelled(seq: int, at: float, body: ev.JobCancelled, default_partition: str) -> Op:
+    return _end(seq, body.job_id, body.attempt, at, "CANCELLED", 0, body.signal, cancelled_by=body.by)
+
+
+def _requeued(seq: int, at: float, body: ev.JobRequeued, default_partition: str) -> Op:
+    return RequeueJob(seq=seq, job_id=body.job_id, attempt=body.attempt, end_time=at, reason=body.reason)
+
+
+def _updated(seq: int, at: float, body: ev.JobUpdated, default_partition: str) -> Op:
+    # The admin priority (and a hold by Priority=0) has no accounting column.
+    partition = body.partition or default_partition
+    return UpdateJob(seq=seq, job_id=body.job_id, time_limit_s=body.time_limit_s, partition=partition)
+
+
+def _step_started(seq: int, at: float, body: ev.StepStarted, default_partition: str) -> Op:
+    return StartStep(
+        seq=seq,
+        job_id=body.job_id,
+        attempt=body.attempt,
+        step=str(body.step_id),
+        name=body.name,
+        start_time=at,
+        node_list=node_list(list(body.nodes)),
+        num_cpus=body.cpus,
+        num_tasks=body.ntasks,
+        num_gpus=body.gpus,
+    )
+
+
+def _step_exited(seq: int, at: float, body: ev.StepExited, default_partition: str) -> Op:
+    exit_code, signal = shown_exit(body.exit_code, body.signal, body.oom and not body.killed)
+    return EndStep(
+        seq=seq,
+        job_id=body.job_id,
+        attempt=body.attempt,
+        step=str(body.step_id),
+        end_time=at,
+        state=step_state(body),
+        exit_code=exit_code,
+        signal=signal,
+    )
+
+
+def _allocated(seq: int, at: float, body: ev.JobAllocated, default_partition: str) -> Op:
+    return _start_run(seq, at, body)
+
+
+#: The row operation of each event type accounting records: (seq, occurred_at, body, default partition).
+CONVERTERS: dict[type, Callable[[int, float, Any, str], Op | None]] = {
+    ev.JobSubmitted: _submitted,
+    ev.JobCancelRequested: _cancel_requested,
+    ev.JobAllocated: _allocated,
+    ev.RunExited: _run_exited,
+    ev.JobCompleted: _completed,
+    ev.JobFailed: _failed,
+    ev.JobCancelled: _cancelled,
+    ev.JobRequeued: _requeued,
+    ev.JobUpdated: _updated,
+    ev.StepStarted: _step_started,
+    ev.StepExited: _step_exited,
+}
+
+_NO_COLUMN = "has no accounting column"
+#: The event types accounting records nothing of, and why.
+IGNORED: dict[type, str] = {
+    ev.RunStarted: "the start sacct shows is the allocation's (Slurm's Start); the script's pid is not kept",
+    ev.JobHoldRequested: "an intent; the scheduler's JobHeld answers it",
+    ev.JobReleaseRequested: "an intent; the scheduler's JobReleased answers it",
+    ev.JobUpdateRequested: "an intent; the scheduler's JobUpdated answers it",
+    ev.JobRequeueRequested: "an intent; the scheduler's JobRequeued concludes it",
+    ev.JobSignalRequested: "a signal that does not end the run " + _NO_COLUMN,
+    ev.JobHeld: "a hold " + _NO_COLUMN,
+    ev.JobReleased: "a release " + _NO_COLUMN,
+    ev.JobPreempted: "a kill order; the conclusion that follows is recorded",
+    **dict.fromkeys(ev.NODE_EVENTS, "node events change no job or step row"),
+    **dict.fromkeys(ev.RESERVATION_EVENTS, "reservations " + _NO_COLUMN),
+}
 
 
 def _array_tasks(spec: ev.JobSpec) -> list[int] | None:
@@ -361,7 +320,7 @@ def _end(
     job_id: int,
     attempt: int,
     at: float,
-    state: str,
+    state: lifecycle.JobState,
     exit_code: int = 0,
     signal: int = 0,
     reason: str = "None",

@@ -5,8 +5,10 @@ rows and the position commit together or not at all. ``lock_position`` takes the
 ``FOR UPDATE``, so consumers that share a name apply their batches one at a time.
 
 Every statement is fixed text; its ``:name`` placeholders are filled from the fields of the
-operation as bind parameters. The guards (``last_seq < :seq`` and the state conditions) are those
-described in ``corral.services.accounting.projection``.
+operation as bind parameters. Which operations there are is the scheduler fold's decision
+(``corral.services.accounting.folded``); the statements repeat none of its guards. A job row's only guard
+is ``last_seq < :seq`` (applying an operation twice is a no-op); a step row keeps its own (a step ends
+once, and only the attempt it belongs to).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from corral.services.accounting.projection import (
     ExitBatch,
     InsertJob,
     Op,
+    RaiseEpoch,
     RequestCancel,
     RequeueJob,
     StartRun,
@@ -82,27 +85,22 @@ WHERE NOT EXISTS (
 )
 """)
 
-# A whole-array request marks every task row (the array's id is each task's array_job_id).
+# One row per operation: the projector turns a whole-array request into one per task the fold marked.
 _REQUEST_CANCEL = _Statement("""
-UPDATE jobs SET cancel_requested_by = :user, last_seq = :seq
-WHERE (job_id = :job_id OR (:whole_array AND array_job_id = :job_id)) AND last_seq < :seq
-      AND state IN ('PENDING', 'RUNNING') AND cancel_requested_by IS NULL
+UPDATE jobs SET cancel_requested_by = :user, last_seq = :seq WHERE job_id = :job_id AND last_seq < :seq
 """)
 
-# Fencing as in the fold: an allocation from an older leader epoch than one already seen is void;
-# a current one raises the epoch, if its job exists, whether or not the rest of it applies.
+# The highest leader epoch the fold has seen in a decision (fencing is the fold's).
 _RAISE_EPOCH = _Statement("""
-UPDATE scheduler_epoch SET epoch = :epoch
-WHERE epoch <= :epoch AND EXISTS (SELECT 1 FROM jobs WHERE job_id = :job_id)
-RETURNING epoch
+UPDATE scheduler_epoch SET epoch = :epoch WHERE epoch < :epoch
 """)
 
 _START_RUN = _Statement("""
 UPDATE jobs SET state = 'RUNNING', partition = :partition, start_time = :start_time, end_time = NULL,
                 time_limit_s = :time_limit_s, node_list = :node_list, num_nodes = :num_nodes,
-                num_cpus = :num_cpus, num_gpus = :num_gpus, reason = 'None', last_seq = :seq
-WHERE job_id = :job_id AND last_seq < :seq AND state = 'PENDING' AND restart_count = :attempt
-      AND cancel_requested_by IS NULL AND :num_nodes > 0
+                num_cpus = :num_cpus, num_gpus = :num_gpus, restart_count = :attempt, reason = 'None',
+                last_seq = :seq
+WHERE job_id = :job_id AND last_seq < :seq
 RETURNING job_id
 """)
 
@@ -125,39 +123,36 @@ _END_BATCH = _Statement("""
 UPDATE steps SET state = :state, end_time = :end_time, exit_code = :exit_code, signal = :signal,
                  last_seq = :seq
 WHERE job_id = :job_id AND step = 'batch' AND attempt = :attempt AND state = 'RUNNING' AND last_seq < :seq
-      AND (:node::text IS NULL OR node_list = :node)
 """)
 
 _END_JOB = _Statement("""
 UPDATE jobs SET state = :state, end_time = :end_time, exit_code = :exit_code, signal = :signal,
                 reason = :reason, cancelled_by = :cancelled_by, last_seq = :seq
 WHERE job_id = :job_id AND last_seq < :seq
-      AND ((state = 'RUNNING' AND restart_count = :attempt) OR (state = 'PENDING' AND :attempt = -1))
 RETURNING job_id
 """)
 
 _REQUEUE_JOB = _Statement("""
-UPDATE jobs SET state = 'PENDING', restart_count = restart_count + 1, start_time = NULL, end_time = NULL,
+UPDATE jobs SET state = 'PENDING', restart_count = :attempt + 1, start_time = NULL, end_time = NULL,
                 node_list = '', reason = :reason, last_seq = :seq
-WHERE job_id = :job_id AND last_seq < :seq AND state = 'RUNNING' AND restart_count = :attempt
+WHERE job_id = :job_id AND last_seq < :seq
 RETURNING job_id
 """)
 
 
-# As in the fold: only a pending job's spec changes (a running job keeps its run's limit and partition).
 _UPDATE_JOB = _Statement("""
 UPDATE jobs SET time_limit_s = :time_limit_s, partition = :partition, last_seq = :seq
-WHERE job_id = :job_id AND last_seq < :seq AND state = 'PENDING'
+WHERE job_id = :job_id AND last_seq < :seq
 """)
 
 
-# A step of the attempt the job runs; a replayed or stale start changes nothing.
+# A step of the attempt the job runs (the fold's rule decides); a replayed start changes nothing.
 _START_STEP = _Statement("""
 INSERT INTO steps (job_id, step, attempt, name, state, exit_code, signal, start_time, end_time,
                    node_list, num_cpus, num_tasks, num_gpus, last_seq)
 SELECT :job_id, :step, :attempt, :name, 'RUNNING', 0, 0, :start_time, NULL,
        :node_list, :num_cpus, :num_tasks, :num_gpus, :seq
-FROM jobs WHERE job_id = :job_id AND state = 'RUNNING' AND restart_count = :attempt
+FROM jobs WHERE job_id = :job_id
 ON CONFLICT (job_id, step) DO UPDATE SET
     attempt = EXCLUDED.attempt, name = EXCLUDED.name, state = EXCLUDED.state,
     exit_code = EXCLUDED.exit_code, signal = EXCLUDED.signal, start_time = EXCLUDED.start_time,
@@ -215,26 +210,27 @@ async def apply_ops(conn: Connection, ops: list[Op]) -> None:
 
 
 async def apply_op(conn: Connection, op: Op) -> None:
-    """Execute one operation; its guards make it a no-op where the fold would ignore the event."""
+    """Execute one operation (one the fold applied); a second time it is a no-op."""
     match op:
         case InsertJob():
             await _run(conn, _INSERT_ARRAY if op.array_tasks else _INSERT_JOB, op)
         case RequestCancel():
             await _run(conn, _REQUEST_CANCEL, op)
         case StartRun():
-            # The epoch check comes first, as in the fold: a fenced-off allocation changes nothing.
-            if await _run(conn, _RAISE_EPOCH, op) and await _run(conn, _START_RUN, op):
+            if await _run(conn, _START_RUN, op):
                 await _run(conn, _WRITE_BATCH, op)
                 await _run(conn, _DROP_OLD_STEPS, op)
+        case RaiseEpoch():
+            await _run(conn, _RAISE_EPOCH, op)
         case ExitBatch():
             await _run(conn, _END_BATCH, op)
         case EndJob():
             if await _run(conn, _END_JOB, op):
-                await _run(conn, _END_BATCH, op, node=None)
+                await _run(conn, _END_BATCH, op)
                 await _run(conn, _END_RUN_STEPS, op)
         case RequeueJob():
             if await _run(conn, _REQUEUE_JOB, op):
-                await _run(conn, _END_BATCH, op, node=None, state="REQUEUED", exit_code=0, signal=0)
+                await _run(conn, _END_BATCH, op, state="REQUEUED", exit_code=0, signal=0)
                 await _run(conn, _END_RUN_STEPS, op)
         case UpdateJob():
             await _run(conn, _UPDATE_JOB, op)

@@ -8,6 +8,8 @@ release request of a job that is not pending, decides.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from corral.schemas import events as ev
@@ -21,29 +23,64 @@ PENDING = "Job is pending execution"
 REQUEUE_DISABLED = "Requested operation is presently disabled"
 ARRAY_UPDATE = "Updating a whole job array is not supported by Corral yet: update its tasks by their job ids"
 
-_ENDED = (ev.JobCompleted, ev.JobFailed, ev.JobCancelled)
-_RUNNING = (ev.JobAllocated, ev.RunStarted, ev.RunExited, ev.JobRequeueRequested, ev.JobSignalRequested)
+#: Where a job is, as its newest entry on its subjects shows: pending, running, running but ending (its run
+#: exited or is being killed for a preemption), being cancelled (pending or running), or ended.
+Phase = Literal["pending", "running", "ending", "cancelling", "ended"]
+
+#: The phase of a job whose newest entry is of this type (an intent the fold may still ignore counts as
+#: what it asks for: the check is a courtesy).
+PHASE_AFTER: dict[type, Phase] = {
+    ev.JobSubmitted: "pending",
+    ev.JobRequeued: "pending",
+    ev.JobHoldRequested: "pending",
+    ev.JobReleaseRequested: "pending",
+    ev.JobHeld: "pending",
+    ev.JobReleased: "pending",
+    ev.JobUpdateRequested: "pending",
+    ev.JobUpdated: "pending",
+    ev.JobAllocated: "running",
+    ev.RunStarted: "running",
+    ev.JobRequeueRequested: "running",
+    ev.JobSignalRequested: "running",
+    ev.RunExited: "ending",
+    ev.JobPreempted: "ending",
+    ev.JobCancelRequested: "cancelling",
+    ev.JobCompleted: "ended",
+    ev.JobFailed: "ended",
+    ev.JobCancelled: "ended",
+}
+
+#: The event types that are never a job's newest entry: they are not on a job's subjects.
+NOT_ON_JOB_SUBJECTS: dict[type, str] = {
+    **dict.fromkeys(ev.NODE_EVENTS, "on the node's subjects"),
+    **dict.fromkeys(ev.RESERVATION_EVENTS, "on the reservation's subjects"),
+    ev.StepStarted: "on the job's step subjects, which the newest-entry lookup does not cover",
+    ev.StepExited: "on the job's step subjects, which the newest-entry lookup does not cover",
+}
+
+
+def phase(latest: ev.Event | None) -> Phase:
+    """The phase of a job whose newest entry is ``latest`` (None: no entry yet, as good as pending)."""
+    return "pending" if latest is None else PHASE_AFTER[type(latest)]
 
 
 def phase_problem(latest: ev.Event | None) -> str | None:
     """Why a job whose newest event is ``latest`` cannot be held or released, or None if it may be."""
-    if isinstance(latest, _ENDED):
+    now = phase(latest)
+    if now == "ended":
         return ALREADY_DONE
-    if isinstance(latest, _RUNNING):
+    if now in ("running", "ending"):
         return NOT_PENDING
     return None
-
-
-#: Newest entries of a job whose run is live (the intents that leave it running included).
-_LIVE = (ev.JobAllocated, ev.RunStarted, ev.JobRequeueRequested, ev.JobSignalRequested)
 
 
 def run_problem(latest: ev.Event | None) -> str | None:
     """Why a job whose newest event is ``latest`` has no live run to requeue or signal (Slurm's wording),
     or None if it has one. A run that exited, or is being cancelled or preempted, is ending already."""
-    if isinstance(latest, _LIVE):
+    now = phase(latest)
+    if now == "running":
         return None
-    if isinstance(latest, (*_ENDED, ev.RunExited, ev.JobCancelRequested, ev.JobPreempted)):
+    if now in ("ended", "ending", "cancelling"):
         return ALREADY_DONE
     return PENDING
 

@@ -2,7 +2,8 @@
 
 Cycle:
 1. rebuild: fold the whole log into the state (``state.apply``), from sequence 1;
-2. follow: apply every new entry as it arrives, in log order;
+2. follow: apply every new entry as it arrives, in log order; an entry a fold handler fails on (a poison
+   entry) is skipped, counted (``State.skipped``), dead-lettered once and logged once, never fatal;
    The state keeps each job's spec without its script and environment; a launch order gets them back
    from the submission's log entry (recent ones are kept in memory for that);
 3. decide: when caught up (and every decision it published has come back), ``plan()``;
@@ -53,6 +54,8 @@ from corral.services.scheduler import priority_views, snapshot, views
 RECENT_SPECS = 4096
 #: Period of the full scheduling pass when nothing happens.
 FULL_PASS_S = 5.0
+#: The scheduler's dead letters (``corral.dlq.scheduler``): log entries its fold skipped.
+DEAD_LETTERS = "scheduler"
 
 
 class Scheduler:
@@ -78,10 +81,12 @@ class Scheduler:
         self.log = telemetry.logger()
         self.caught_up = asyncio.Event()
         self.rearm = asyncio.Event()  # set when a cycle moved the next begin time: the ticker re-times
+        self.poison: list[tuple[LogEntry, str]] = []  # entries the fold skipped, with the error, to report
 
     # 1 + 2 -------------------------------------------------------------------------------------
     def apply(self, entry: LogEntry) -> None:
-        """Fold one entry (entries that failed to decode are skipped, with a log line)."""
+        """Fold one entry (entries that failed to decode are skipped, with a log line; entries a fold
+        handler failed on are skipped too, and kept for ``report_poison``)."""
         if entry.envelope is None:
             self.log.warning(
                 "skipping malformed log entry", seq=entry.seq, subject=entry.subject, error=entry.error
@@ -93,7 +98,28 @@ class Scheduler:
             self.recent_specs[entry.seq] = body.spec
             if len(self.recent_specs) > RECENT_SPECS:
                 self.recent_specs.popitem(last=False)
-        apply(self.state, entry.seq, entry.envelope)
+        outcome = apply(self.state, entry.seq, entry.envelope)
+        if outcome.reason == "handler_failed":
+            self.poison.append((entry, outcome.error))
+
+    async def report_poison(self) -> None:
+        """Dead-letter the entries the fold skipped, each once, and log each once (a replay that meets an
+        entry already in the dead letters, as every restart does, adds no copy and no log line)."""
+        poison, self.poison = self.poison, []
+        for entry, error in poison:
+            reason = f"a fold handler failed: {error}"
+            try:
+                new = await self.bus.dead_letter_entry(DEAD_LETTERS, entry, reason)
+            except TransientError as exc:
+                new, reason = True, f"{reason} (not dead-lettered: {exc})"
+            if new:
+                self.log.error(
+                    "skipped a poison log entry",
+                    seq=entry.seq,
+                    subject=entry.subject,
+                    reason=reason,
+                    skipped=self.state.skipped,
+                )
 
     async def rebuild(self, use_snapshot: bool = True) -> None:
         """Load the latest usable snapshot (if any), then replay the log after it."""
@@ -125,6 +151,7 @@ class Scheduler:
                 self.snapshot_seq = loaded.last_seq
         async for entry in self.bus.read(self.state.last_seq + 1):
             self.apply(entry)
+        await self.report_poison()
         return source
 
     async def maybe_snapshot(self) -> None:
@@ -145,6 +172,8 @@ class Scheduler:
         await self.cycle()
         async for entry in self.bus.read(self.state.last_seq + 1, follow=True):
             self.apply(entry)
+            if self.poison:
+                await self.report_poison()
             if entry.pending == 0:
                 await self.cycle()
                 await self.maybe_snapshot()

@@ -166,8 +166,10 @@ def submitted(
     return ev.JobSubmitted(job_id=ev.JobId(job), user=user, spec=spec)
 
 
-def allocated(job: int, attempt: int, nodes: list[str], epoch: int = 1) -> ev.JobAllocated:
-    allocations = [ev.NodeAllocation(node=ev.NodeName(n), gpus=[0, 1], cpus=4) for n in nodes]
+def allocated(
+    job: int, attempt: int, nodes: list[str], epoch: int = 1, gpus: tuple[int, int] = (0, 1)
+) -> ev.JobAllocated:
+    allocations = [ev.NodeAllocation(node=ev.NodeName(n), gpus=list(gpus), cpus=4) for n in nodes]
     return ev.JobAllocated(
         job_id=ev.JobId(job),
         attempt=attempt,
@@ -204,7 +206,8 @@ SCENARIO: list[ev.Event] = [
     ev.NodeDown(node=ev.NodeName("gpu02"), reason="Not responding"),
     ev.JobRequeued(job_id=ev.JobId(4), attempt=0, reason="NodeFail"),
     ev.NodeUp(node=ev.NodeName("gpu02")),
-    allocated(4, 1, ["gpu01", "gpu02"], epoch=2),  # seq 20
+    # GPUs 0-1 of gpu01 stay held until attempt 0's batch script is seen to exit (as in the fold).
+    allocated(4, 1, ["gpu01", "gpu02"], epoch=2, gpus=(2, 3)),  # seq 20
     ev.JobCompleted(job_id=ev.JobId(4), attempt=0),  # stale: that attempt was requeued
     submitted(5, user="bob", name="eval"),
     allocated(5, 0, ["gpu02"], epoch=1),  # fenced off: epoch 2 was seen
@@ -411,12 +414,14 @@ async def test_malformed_event_is_dead_lettered_and_the_rest_applied(rig: Rig) -
 
 async def test_events_after_start_are_applied_live(rig: Rig) -> None:
     await rig.start()
+    # (The node registers first: the fold, and so accounting, allocates only on a registered node.)
+    await rig.append(ev.NodeRegistered(node=ev.NodeName("gpu01"), cpus=32, mem_mb=65536, gpus=8))
     await rig.append(submitted(1))
     await rig.caught_up()
     await rig.append(allocated(1, 0, ["gpu01"]), exited(1, 0, "gpu01", 0))
     await rig.caught_up()
     assert await rig.sql("SELECT state, restart_count FROM jobs") == [("RUNNING", 0)]
-    assert await rig.sql("SELECT state, end_time FROM steps") == [("COMPLETED", T0 + 3)]
+    assert await rig.sql("SELECT state, end_time FROM steps") == [("COMPLETED", T0 + 4)]
 
 
 async def test_migrations_apply_once_even_when_run_concurrently(rig: Rig) -> None:
@@ -459,7 +464,7 @@ ARRAY_SCENARIO: list[ev.Event] = [
     ev.NodeRegistered(node=ev.NodeName("gpu01"), cpus=32, mem_mb=65536, gpus=8),
     array_submitted(10, "0-3%2"),
     allocated(10, 0, ["gpu01"]),
-    allocated(11, 0, ["gpu01"]),
+    allocated(11, 0, ["gpu01"], gpus=(2, 3)),
     exited(10, 0, "gpu01", 0),
     ev.JobCompleted(job_id=ev.JobId(10), attempt=0),
     ev.JobCancelRequested(job_id=ev.JobId(10), user="alice", whole_array=True),

@@ -423,6 +423,8 @@ GATEWAY_PHASES = [
         control.NOT_PENDING,
     ),
     (ev.RunStarted(job_id=1, attempt=0, node="n", pid=1), control.NOT_PENDING),
+    # A preempted job runs until its run's exit is reported: it is not pending.
+    (ev.JobPreempted(job_id=1, attempt=0, mode="requeue", by_job=2), control.NOT_PENDING),
     (ev.JobCompleted(job_id=1, attempt=0), control.ALREADY_DONE),
     (ev.JobCancelled(job_id=1, attempt=-1, by="a"), control.ALREADY_DONE),
 ]

@@ -1,0 +1,149 @@
+"""sacct shows what the scheduler shows: the projection into a real PostgreSQL follows the fold.
+
+A known case first (a node goes down between the scheduler's plan and the append of its allocation), then
+a property test: random logs are folded and projected, and every job's state, nodes, start and end agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped, unused-ignore]
+import pytest
+from hypothesis import HealthCheck, given, settings
+from random_logs import logs
+from test_accounting import T0, Rig, acct, allocated, exited, rig, servers, submitted
+
+from corral.libs.core.fold import fold
+from corral.libs.core.state import State
+from corral.libs.infra import NatsServer, PostgresServer
+from corral.libs.runtime import store
+from corral.schemas import events as ev
+from corral.schemas.api import AcctReply, AcctRequest
+from corral.schemas.codec import encode
+from corral.services.accounting import sql
+from corral.services.accounting.folded import Projector
+from corral.services.accounting.projection import node_list
+
+pytestmark = pytest.mark.integration
+
+__all__ = ["rig", "servers"]  # the fixtures this module uses from test_accounting
+
+#: The node goes down after the scheduler planned job 1 on it, before its JobAllocated is appended: the
+#: fold refuses the allocation (the node is down), the scheduler places the job again on gpu02.
+NODE_DOWN_BEFORE_ALLOCATION: list[ev.Event] = [
+    ev.NodeRegistered(node=ev.NodeName("gpu01"), cpus=32, mem_mb=65536, gpus=8),  # seq 1
+    ev.NodeRegistered(node=ev.NodeName("gpu02"), cpus=32, mem_mb=65536, gpus=8),
+    submitted(1),
+    ev.NodeDown(node=ev.NodeName("gpu01"), reason="Not responding"),
+    allocated(1, 0, ["gpu01"]),  # seq 5: refused
+    allocated(1, 0, ["gpu02"]),  # seq 6: the next cycle's
+    exited(1, 0, "gpu02", 0),
+    ev.JobCompleted(job_id=ev.JobId(1), attempt=0),  # seq 8
+]
+
+
+def entries(bodies: list[ev.Event]) -> list[tuple[int, ev.Envelope]]:
+    """The log ``Rig.append`` writes: sequence n at T0 + n."""
+    return [
+        (seq, ev.Envelope(meta=ev.Meta(event_id=str(seq), occurred_at=T0 + seq, actor="test"), body=body))
+        for seq, body in enumerate(bodies, start=1)
+    ]
+
+
+def shown(state: State, job_id: int) -> tuple[Any, ...]:
+    """What the scheduler shows of a job: state, nodes, start, end, restart count."""
+    job = state.jobs[job_id]
+    nodes = node_list([a.node for a in job.allocations]) if job.allocations else ""
+    return job.state, nodes, job.start_time, job.end_time, job.restart_count
+
+
+async def test_a_node_down_before_the_allocation_is_appended(rig: Rig) -> None:
+    await rig.append(*NODE_DOWN_BEFORE_ALLOCATION[:5])
+    await rig.start()
+    await rig.caught_up()
+    scheduler = fold(entries(NODE_DOWN_BEFORE_ALLOCATION[:5]))
+    assert shown(scheduler, 1) == ("PENDING", "", None, None, 0)
+    reply = await acct(rig, encode(AcctRequest(job_ids=[1])))
+    assert isinstance(reply, AcctReply)
+    (job,) = reply.jobs
+    assert (job.state, job.node_list, job.start_time, job.end_time, job.steps) == (
+        "PENDING",
+        "",
+        None,
+        None,
+        [],
+    )
+
+    await rig.append(*NODE_DOWN_BEFORE_ALLOCATION[5:])
+    await rig.caught_up()
+    scheduler = fold(entries(NODE_DOWN_BEFORE_ALLOCATION))
+    assert shown(scheduler, 1) == ("COMPLETED", "gpu02", T0 + 6, T0 + 8, 0)
+    reply = await acct(rig, encode(AcctRequest(job_ids=[1])))
+    assert isinstance(reply, AcctReply)
+    (job,) = reply.jobs
+    assert (job.state, job.node_list, job.start_time, job.end_time, job.restart_count) == shown(scheduler, 1)
+    assert [(s.step, s.state, s.node_list, s.start_time) for s in job.steps] == [
+        ("batch", "COMPLETED", "gpu02", T0 + 6)
+    ]
+
+
+class Database:
+    """One connection to a migrated database, emptied before each example."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.runner = asyncio.Runner()
+        self.conn: Any = None
+
+    def __enter__(self) -> Database:
+        self.runner.__enter__()
+        self.runner.run(self._open())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.runner.run(self.conn.close())
+        self.runner.__exit__(None, None, None)
+
+    async def _open(self) -> None:
+        conn = await asyncpg.connect(self.dsn)
+        await conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+        await conn.close()
+        pool = await store.create_pool(self.dsn)
+        try:
+            await store.migrate(pool, sql.migrations())
+        finally:
+            await pool.close()
+        self.conn = await asyncpg.connect(self.dsn)
+
+    def project(self, log: list[tuple[int, ev.Envelope]]) -> dict[int, tuple[Any, ...]]:
+        """Project ``log`` into emptied tables; each job row's state, nodes, start, end and restarts."""
+        return self.runner.run(self._project(log))
+
+    async def _project(self, log: list[tuple[int, ev.Envelope]]) -> dict[int, tuple[Any, ...]]:
+        conn = self.conn
+        await conn.execute("TRUNCATE jobs, steps; UPDATE scheduler_epoch SET epoch = 0")
+        async with conn.transaction():
+            await sql.apply_ops(conn, Projector().operations(log))
+        rows = await conn.fetch(
+            "SELECT job_id, state, node_list, start_time, end_time, restart_count FROM jobs ORDER BY job_id"
+        )
+        return {row[0]: tuple(row[1:]) for row in rows}
+
+
+@pytest.fixture(scope="module")
+def database(servers: tuple[NatsServer, PostgresServer]) -> Iterator[Database]:
+    with Database(servers[1].dsn) as db:
+        yield db
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(log=logs())
+def test_sacct_agrees_with_the_fold_on_random_logs(
+    database: Database, log: list[tuple[int, ev.Envelope]]
+) -> None:
+    scheduler = fold(log)
+    rows = database.project(log)
+    assert {job_id: shown(scheduler, job_id) for job_id in scheduler.jobs} == rows
