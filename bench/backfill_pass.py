@@ -50,7 +50,8 @@ from corral.libs.core import plan as plan_module
 from corral.libs.core.backfill import Planner
 from corral.libs.core.fold import fold
 from corral.libs.core.placement import Request
-from corral.libs.core.plan import Backfill, Plan, Policy
+from corral.libs.core.plan import Plan
+from corral.libs.core.policy import Backfill, Policy
 from corral.libs.core.state import State
 from corral.schemas import events as ev
 from corral.schemas.events import NodeAllocation

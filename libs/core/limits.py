@@ -29,7 +29,7 @@ from corral.libs.core.state import Job, State
 from corral.schemas import events as ev
 
 if TYPE_CHECKING:
-    from corral.libs.core.plan import Policy
+    from corral.libs.core.policy import Policy
 
 #: A scope a limit counts in: ("qos-user", qos, user), ("qos", qos), ("assoc", account),
 #: ("assoc-user", account, user).

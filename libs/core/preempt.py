@@ -42,7 +42,7 @@ from corral.schemas import api
 from corral.schemas import events as ev
 
 if TYPE_CHECKING:
-    from corral.libs.core.plan import Policy
+    from corral.libs.core.policy import Policy
 
 #: Slurm's PreemptType: preempt/none, preempt/partition_prio, preempt/qos.
 PreemptType = Literal["off", "partition_prio", "qos"]

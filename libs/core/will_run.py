@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 
 from corral.libs.core.fold import slim_spec
 from corral.libs.core.placement import request_of
-from corral.libs.core.plan import Plan, Policy, plan
+from corral.libs.core.plan import Plan, plan
+from corral.libs.core.policy import Policy
 from corral.libs.core.state import Job, State
 from corral.schemas import events as ev
 

@@ -9,7 +9,8 @@ from corral.libs.config.policy import policy_of as policy_of
 from corral.libs.config.policy import usage_policy_of as usage_policy_of
 from corral.libs.core.eligibility import dependency_text
 from corral.libs.core.limits import qos_name
-from corral.libs.core.plan import Plan, Policy
+from corral.libs.core.plan import Plan
+from corral.libs.core.policy import Policy
 from corral.libs.core.reservations import live
 from corral.libs.core.state import Job, Node, State, array_throttle, drain_reason, drained
 from corral.libs.core.topology import switch_wait_s

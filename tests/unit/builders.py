@@ -11,7 +11,7 @@ from typing import Any
 
 from corral.libs.config.cluster import ClusterConfig, parse_config
 from corral.libs.core.fold import apply
-from corral.libs.core.plan import PartitionPolicy, Policy
+from corral.libs.core.policy import PartitionPolicy, Policy
 from corral.libs.core.state import State, decode_state, encode_state
 from corral.schemas import codec
 from corral.schemas import events as ev

@@ -9,7 +9,8 @@ from builders import Log, allocated, cluster, exited, job, policy, submitted
 
 from corral.libs.config.cluster import ConfigError, parse_config
 from corral.libs.core.fair_share import Account, UserAssoc
-from corral.libs.core.plan import PartitionPolicy, plan, queue_order
+from corral.libs.core.plan import plan, queue_order
+from corral.libs.core.policy import PartitionPolicy
 from corral.libs.core.priority import PriorityWeights
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,8 @@ import pytest
 from builders import Log, allocated, cluster, job, policy, submitted
 
 from corral.libs.core.fold import fold
-from corral.libs.core.plan import Plan, Policy, plan
+from corral.libs.core.plan import Plan, plan
+from corral.libs.core.policy import Policy
 from corral.libs.core.reservations import MAINT_REASON
 from corral.libs.core.state import decode_state, encode_state
 from corral.schemas import events as ev
