@@ -1,10 +1,10 @@
 """Placement: which nodes, CPUs, memory and exact GPU indices a job gets, on a working copy of usage.
 
-Pure and deterministic. ``Usage`` is the free capacity the planner still has in this cycle; a job
-is placed on whole nodes of its partition that are up and have enough free GPUs (of the requested
-type), CPUs and memory, preferring the nodes with the fewest free GPUs that still fit (best fit,
-to keep whole nodes free for large jobs), ties broken by name. GPU indices are the lowest free
-ones, so no index is ever given to two runs.
+Pure and deterministic. ``Free`` is the capacity a node still has free in this cycle; the planner
+(``backfill.py``, which also weighs reservations) places a job on whole nodes of its partition that are
+up and have enough free GPUs (of the requested type), CPUs and memory, preferring the nodes with the
+fewest free GPUs that still fit (best fit, to keep whole nodes free for large jobs), ties broken by
+name. GPU indices are the lowest free ones, so no index is ever given to two runs.
 
 Node choice (``-w``, ``-x``, ``-C``): a node is eligible only if it is not excluded and has the
 required features; every node of ``-w`` is part of the selection, the rest chosen freely. An
@@ -190,21 +190,3 @@ def take(free: Free, req: Request) -> NodeAllocation:
     free.mem_mb -= mem
     free.idle = False
     return NodeAllocation(node=free.name, gpus=gpus, cpus=cpus, mem_mb=mem)
-
-
-def could_ever_fit(nodes: list[Free], req: Request) -> bool:
-    """Whether the request fits these nodes when they are completely idle."""
-    return pick([n for n in nodes if node_fits(n, req)], req, lambda n: n.name) is not None
-
-
-def place(free: dict[str, Free], partition: str, req: Request) -> list[NodeAllocation] | None:
-    """Choose nodes for ``req`` in ``partition`` and take their capacity from ``free``.
-
-    Returns the allocation (first node runs the batch script), or None if it does not fit now.
-    """
-    candidates = [f for f in free.values() if partition in f.partitions and node_fits(f, req)]
-    candidates.sort(key=lambda f: (len(f.gpus), f.cpus, f.name))
-    chosen = pick(candidates, req, lambda f: f.name)
-    if chosen is None:
-        return None
-    return [take(f, req) for f in sorted(chosen, key=lambda f: f.name)]

@@ -64,11 +64,6 @@ class Plan:
     wake_at: float | None = None  # the earliest future begin time or --switches lapse (plan again then)
 
 
-def pending_order(job: Job) -> tuple[float, int]:
-    """FIFO queue order: submit time, then id."""
-    return (job.submit_time, job.job_id)
-
-
 def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
     """Decide what happens next. Deterministic in (state, now, policy, epoch)."""
     out = Plan()
