@@ -46,6 +46,7 @@ from corral.libs.core.limits import Limits, concluded_runs, qos_of
 from corral.libs.core.placement import free_capacity, give_back, request_of, unavailable_nodes
 from corral.libs.core.policy import Policy
 from corral.libs.core.priority import ClusterSize, factors, total
+from corral.libs.core.reasons import MAINTENANCE, PendingReason, text, unavailable
 from corral.libs.core.state import Job, State, array_throttle
 from corral.libs.core.topology import in_force, switch_deadline
 from corral.libs.slurm import hostlist
@@ -58,10 +59,15 @@ class Plan:
     """A cycle's output: decisions to append, and facts for squeue."""
 
     decisions: list[ev.Event] = field(default_factory=list)  # in the order to append them
-    reasons: dict[int, str] = field(default_factory=dict)  # pending reason by job id
+    reasons: dict[int, PendingReason] = field(default_factory=dict)  # pending reason by job id
+    details: dict[int, str] = field(default_factory=dict)  # what squeue shows after a reason, by job id
     priorities: dict[int, int] = field(default_factory=dict)  # priority of each pending job
     starts: dict[int, float] = field(default_factory=dict)  # planned start of jobs with a reservation
     wake_at: float | None = None  # the earliest future begin time or --switches lapse (plan again then)
+
+    def reason_text(self, job_id: int, default: PendingReason = "Priority") -> str:
+        """A pending job's reason as squeue shows it (``default`` for a job this plan has no reason for)."""
+        return text(self.reasons.get(job_id, default), self.details.get(job_id, ""))
 
 
 def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
@@ -186,7 +192,8 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
         # ineligible job, without blocking or reserving for anyone (Slurm's ReqNodeNotAvail).
         missing = unavailable_nodes(state, job)
         if missing:
-            out.reasons[job.job_id] = f"ReqNodeNotAvail, UnavailableNodes:{hostlist.compress(missing)}"
+            out.reasons[job.job_id] = "ReqNodeNotAvail"
+            out.details[job.job_id] = unavailable(hostlist.compress(missing))
             continue
         partition = policy.partition_of(job)
         if depth == 0 and partition in blocked and job.spec.reservation is None:
@@ -201,7 +208,7 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
             if why == "Reservation" and resv is not None and resv.start_time > now:
                 out.wake_at = resv.start_time if out.wake_at is None else min(out.wake_at, resv.start_time)
         else:
-            allocation, why = planner.start_now(partition, req, limit), ""
+            allocation, why = planner.start_now(partition, req, limit), None
         if allocation is not None:
             out.decisions.append(
                 ev.JobAllocated(
@@ -219,12 +226,13 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
                 limits.started(job, allocation)
             continue
         if job.spec.reservation is not None:
-            out.reasons[job.job_id] = why  # inside its reservation: it blocks nobody outside
+            out.reasons[job.job_id] = why or "Resources"  # inside its reservation: it blocks nobody outside
             continue
         top = partition not in blocked
         out.reasons[job.job_id] = "Resources" if top else "Priority"
         if maint and top and any(n in maint for n in planner.nodes_of(partition)):
-            out.reasons[job.job_id] = reservations.MAINT_REASON
+            out.reasons[job.job_id] = "ReqNodeNotAvail"
+            out.details[job.job_id] = MAINTENANCE
         if req.switches is not None:
             _wake(out, switch_deadline(job, policy.max_switch_wait_s))  # plan again when --switches lapses
         blocked.add(partition)

@@ -36,6 +36,7 @@ from typing import Any
 
 from corral.libs.core.backfill import INF, Planner
 from corral.libs.core.placement import Request
+from corral.libs.core.reasons import PendingReason
 from corral.libs.core.state import Job, Node, State, drained
 from corral.schemas import events as ev
 
@@ -46,8 +47,6 @@ INVALID_NODES = "Invalid node name specified"
 INVALID_PARTITION = "Invalid partition name specified"
 INVALID_TIME = "Invalid time specification"
 INVALID_RESV = "Requested reservation is invalid"
-#: Pending reason of an outsider job blocked while a MAINT reservation holds nodes of its partition.
-MAINT_REASON = "ReqNodeNotAvail, Reserved for maintenance"
 
 
 # --- fold -----------------------------------------------------------------------------------------------
@@ -307,8 +306,8 @@ def start_member(
     req: Request,
     limit: float,
     now: float,
-) -> tuple[list[ev.NodeAllocation] | None, str]:
-    """Start a job that asks for a reservation, inside it: (allocation, "") or (None, pending reason)."""
+) -> tuple[list[ev.NodeAllocation] | None, PendingReason | None]:
+    """Start a job that asks for a reservation, inside it: (allocation, None) or (None, pending reason)."""
     name = job.spec.reservation
     resv = state.reservations.get(name or "")
     if resv is None or resv.end_time <= now:
@@ -325,4 +324,4 @@ def start_member(
             for n, g in zip(resv.nodes, resv.gpus, strict=True)
         }
     allocation = planner.start_in(resv.name, nodes, req, limit, caps)
-    return (allocation, "") if allocation is not None else (None, "Resources")
+    return (allocation, None) if allocation is not None else (None, "Resources")

@@ -57,5 +57,5 @@ def _estimate(outlook: Plan, job: Job, now: float) -> WillRun:
             return WillRun(job.job_id, now, [a.node for a in decision.allocations], "", cpus)
     req = request_of(job)  # what the placement would take: CPUs per node times nodes
     asked = req.cpus * req.nodes
-    reason = outlook.reasons.get(job.job_id, "Resources")
+    reason = outlook.reason_text(job.job_id, "Resources")
     return WillRun(job.job_id, outlook.starts.get(job.job_id), [], reason, asked)
