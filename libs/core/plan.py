@@ -35,22 +35,20 @@ The per-node work the state still needs (launches, kills, signals) is derived ap
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 
 from corral.libs.core import preempt, reservations
 from corral.libs.core.backfill import INF, Planner
 from corral.libs.core.conclude import answer_change, answer_control, conclusion_of
 from corral.libs.core.eligibility import Singletons, needs_check, pending_reason
-from corral.libs.core.fair_share import build_tree, classic_factors, fair_tree_factors, user_key
-from corral.libs.core.limits import Limits, concluded_runs, qos_of
+from corral.libs.core.limits import Limits, concluded_runs
 from corral.libs.core.placement import free_capacity, give_back, request_of, unavailable_nodes
 from corral.libs.core.policy import Policy
-from corral.libs.core.priority import ClusterSize, factors, total
+from corral.libs.core.priority import queue_order
 from corral.libs.core.reasons import MAINTENANCE, PendingReason, text, unavailable
 from corral.libs.core.state import Job, State, array_throttle
 from corral.libs.core.topology import in_force, switch_deadline
 from corral.libs.slurm import hostlist
-from corral.schemas import api
 from corral.schemas import events as ev
 
 
@@ -90,55 +88,6 @@ def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
         out.decisions.extend(reservations.answer_requests(state, now, policy.default_partition))
     _schedule(state, now, policy, pending, out, epoch)
     return out
-
-
-def queue_order(state: State, now: float, policy: Policy, pending: list[Job]) -> list[tuple[Job, int]]:
-    """Pending jobs with their priority, in the order they are considered.
-
-    A job's priority is its admin-set one (``scontrol update Priority=``) when it has one, else the
-    sum of its weighted factors (``priority_factors``); with every weight 0 it is 1 for all.
-    """
-    tiers = {p.name: p.tier for p in policy.partitions}
-    computed: dict[int, int] = {}
-    if any(astuple(policy.weights)[:4]) or policy.weights.qos or any(j.spec.nice for j in pending):
-        computed = {job_id: total(f) for job_id, f in priority_factors(state, now, policy, pending).items()}
-    ranked = []
-    for job in pending:
-        tier = tiers.get(policy.partition_of(job), 1)
-        value = job.priority_override
-        if value is None:
-            value = computed.get(job.job_id, 1)
-        ranked.append(((-tier, -value, job.submit_time, job.job_id), job, value))
-    ranked.sort(key=lambda r: r[0])
-    return [(job, value) for _, job, value in ranked]
-
-
-def priority_factors(
-    state: State, now: float, policy: Policy, pending: list[Job]
-) -> dict[int, api.PriorityFactors]:
-    """The weighted factors of each pending job's computed priority (what ``sprio`` shows), by id."""
-    size = ClusterSize(
-        gpus=sum(n.gpus for n in state.nodes.values()), cpus=sum(n.cpus for n in state.nodes.values())
-    )
-    top_tier = max((p.tier for p in policy.partitions), default=1) or 1
-    tiers = {p.name: p.tier for p in policy.partitions}
-    shares = fairshare_factors(state, now, policy, {job.user for job in pending})
-    out = {}
-    for job in pending:
-        tier = tiers.get(policy.partition_of(job), 1)
-        fs = shares.get(user_key(job.user, job.spec.account or job.user), 0.0)
-        qos = qos_of(policy, job).priority / policy.top_qos_priority if policy.top_qos_priority > 0 else 0.0
-        out[job.job_id] = factors(job, now, policy.weights, size, tier / top_tier, fs, qos)
-    return out
-
-
-def fairshare_factors(state: State, now: float, policy: Policy, users: set[str]) -> dict[str, float]:
-    """Fair-share factor of every user association (only computed when its weight counts)."""
-    if policy.weights.fairshare <= 0:
-        return {}
-    tree = build_tree(policy.accounts, policy.associations, sorted(users))
-    factors = fair_tree_factors if policy.fairshare == "fair_tree" else classic_factors
-    return factors(tree, state.usage, now, state.usage_policy.half_life_s)
 
 
 def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out: Plan, epoch: int) -> None:
