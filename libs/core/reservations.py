@@ -306,15 +306,15 @@ def start_member(
     req: Request,
     limit: float,
     now: float,
-) -> tuple[list[ev.NodeAllocation] | None, PendingReason | None]:
-    """Start a job that asks for a reservation, inside it: (allocation, None) or (None, pending reason)."""
+) -> list[ev.NodeAllocation] | PendingReason:
+    """Start a job that asks for a reservation, inside it: its allocation, or the reason it waits."""
     name = job.spec.reservation
     resv = state.reservations.get(name or "")
     if resv is None or resv.end_time <= now:
-        return None, "ReservationDeleted"
+        return "ReservationDeleted"
     account = job.spec.account or job.user
     if not may_use(resv, job.user, account) or now < resv.start_time or now + limit > resv.end_time:
-        return None, "Reservation"
+        return "Reservation"
     nodes = [n for n in resv.nodes if n in planner.nodes and partition in planner.nodes[n].free.partitions]
     caps: dict[str, int] | None = None
     if resv.gpus:
@@ -324,4 +324,4 @@ def start_member(
             for n, g in zip(resv.nodes, resv.gpus, strict=True)
         }
     allocation = planner.start_in(resv.name, nodes, req, limit, caps)
-    return (allocation, None) if allocation is not None else (None, "Resources")
+    return allocation if allocation is not None else "Resources"
