@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from corral.libs.core.backfill import INF, Planner
+from corral.libs.core.backfill import INF, Hold, Planner
 from corral.libs.core.placement import Request
 from corral.libs.core.reasons import PendingReason
 from corral.libs.core.state import Job, Node, State, drained
@@ -205,10 +205,11 @@ def create(
             return ev.ReservationRejected(name=req.name, reason=BUSY)
         nodes = sorted(n.name for n in free[: req.node_count])
     else:
-        choice = _choose_gpus(state, members, req, start, maint, ignore_jobs)
-        if choice is None:
+        taken = _choose_gpus(state, members, req, start, maint, ignore_jobs)
+        if taken is None:
             return ev.ReservationRejected(name=req.name, reason=BUSY)
-        nodes, gpus = choice
+        nodes = sorted(taken)
+        gpus = [taken[n] for n in nodes]
     return ev.ReservationCreated(
         name=req.name,
         start_time=req.start_time,
@@ -230,8 +231,8 @@ def _choose_gpus(
     start: float,
     maint: bool,
     ignore_jobs: bool,
-) -> tuple[list[str], list[int]] | None:
-    """``req.gpu_count`` GPUs over the partition's nodes: (nodes, GPUs on each), None if too few."""
+) -> dict[str, int] | None:
+    """``req.gpu_count`` GPUs over the partition's nodes: the GPUs taken on each node; None if too few."""
     available: list[tuple[bool, int, str]] = []
     for node in members:
         if not node.up or drained(node) or not node.gpus:
@@ -252,10 +253,7 @@ def _choose_gpus(
         take = min(-minus_free, left)
         taken[name] = take
         left -= take
-    if left > 0:
-        return None
-    names = sorted(taken)
-    return names, [taken[n] for n in names]
+    return taken if left <= 0 else None
 
 
 # --- the planner --------------------------------------------------------------------------------------------
@@ -283,12 +281,14 @@ def hold(planner: Planner, state: State, reservations: list[ev.ReservationCreate
             node = planner.nodes.get(name)
             if node is None:
                 continue
-            free = node.free
+            start, end, free = resv.start_time, resv.end_time, node.free
             if resv.gpus:
-                amount = (0, max(resv.gpus[index] - used.get(name, 0), 0), 0)
+                gpus = max(resv.gpus[index] - used.get(name, 0), 0)
+                node.resv.append(Hold(start, end, 0, gpus, 0, resv=resv.name))
             else:
-                amount = (free.total_cpus, free.total_gpus, free.total_mem_mb)
-            node.resv.append((resv.name, resv.start_time, resv.end_time, *amount))
+                node.resv.append(
+                    Hold(start, end, free.total_cpus, free.total_gpus, free.total_mem_mb, resv.name)
+                )
 
 
 def maint_nodes(reservations: list[ev.ReservationCreated], now: float) -> set[str]:
