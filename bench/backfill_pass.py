@@ -8,7 +8,8 @@ single-node jobs of 1-8 GPUs and whole-node jobs of 2-64 nodes, time limits 10 m
 100,000 pending jobs (``--small``: 10,000) of the same kinds, all with deterministic ids and times.
 Then it times the fold of that log and one ``plan()`` call per backfill policy (EASY, the default,
 then conservative and FIFO), profiles the EASY pass (cProfile, top functions by cumulative and own
-time) and prints Markdown tables with the machine.
+time) and prints Markdown tables with the machine. A finished pass's row ends with the digest of what it
+decided (``digest``): a refactoring of the core must leave the digests unchanged.
 
 Issue target: one full-depth backfill pass on 10,000 nodes x 8 GPUs with 100,000 pending jobs <= 1 s.
 
@@ -25,6 +26,7 @@ import contextlib
 import cProfile
 import dataclasses
 import gc
+import hashlib
 import io
 import os
 import platform
@@ -50,7 +52,8 @@ from corral.libs.core import plan as plan_module
 from corral.libs.core.backfill import Planner
 from corral.libs.core.fold import fold
 from corral.libs.core.placement import Request
-from corral.libs.core.plan import Backfill, Plan, Policy
+from corral.libs.core.plan import Plan
+from corral.libs.core.policy import Backfill, Policy
 from corral.libs.core.state import State
 from corral.schemas import events as ev
 from corral.schemas.events import NodeAllocation
@@ -166,11 +169,21 @@ def profile_text(profiler: cProfile.Profile, sort: str, top: int) -> str:
     return "\n".join(line.rstrip() for line in lines[start:] if line.strip())
 
 
+def digest(result: Plan) -> str:
+    """A short hash of everything a pass decides: its decisions in order, every pending job's reason as
+    squeue shows it, priorities and planned starts (equal before and after a change that keeps behaviour)."""
+    reasons = sorted((job_id, result.reason_text(job_id)) for job_id in result.reasons)
+    whole = [result.decisions, reasons, sorted(result.priorities.items()), sorted(result.starts.items())]
+    return hashlib.sha256(msgspec.json.encode([*whole, result.wake_at])).hexdigest()[:16]
+
+
 def pass_row(res: PassResult, pending: int) -> str:
     """A table row for one plan() call."""
     if res.finished and res.plan is not None:
         started = sum(isinstance(d, ev.JobAllocated) for d in res.plan.decisions)
-        note = f"{started:,} jobs started now, {len(res.plan.starts):,} reservations"
+        note = (
+            f"{started:,} jobs started now, {len(res.plan.starts):,} reservations, digest {digest(res.plan)}"
+        )
         return row(f"plan {res.policy}", f"{res.wall:.2f}", f"{pending / res.wall:,.0f} jobs/s", note)
     done = max(res.considered, 1)
     note = (

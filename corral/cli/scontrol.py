@@ -34,6 +34,7 @@ from corral.cli import scontrol_nodes, scontrol_resv
 from corral.cli.errors import EXIT_FAILURE, CliError, error_line, run_command
 from corral.cli.jobrefs import JobRef, ids_of, job_label, named, parse_job_refs, split_job_list, split_refs
 from corral.cli.options import OptionTable, flag, parse_job_ids, unsupported, version_text
+from corral.libs.core.reasons import INELIGIBLE
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.memory import format_memory
 from corral.libs.slurm.timefmt import format_elapsed_sacct, format_timestamp, parse_time_limit
@@ -93,10 +94,6 @@ LATER_ENTITIES = frozenset(
         "aliases", "dwstat", "bbstat", "hostlistsorted",
     }
 )  # fmt: skip
-#: Reasons of a pending job that is not eligible yet (its EligibleTime is not known).
-_INELIGIBLE = frozenset(
-    {"Dependency", "DependencyNeverSatisfied", "JobHeldUser", "JobHeldAdmin", "BeginTime"}
-)
 
 #: Resolves a user name to ``(uid, group name, gid)``; None if the machine does not know it.
 UserLookup = Callable[[str], "tuple[int, str, int] | None"]
@@ -399,7 +396,7 @@ def _limit(seconds: int | None) -> str:
 def _eligible(job: JobInfo, tz: tzinfo | None) -> str:
     if job.begin_time is not None:
         return format_timestamp(job.begin_time, tz)
-    if job.state == "PENDING" and job.reason in _INELIGIBLE:
+    if job.state == "PENDING" and job.reason in INELIGIBLE:
         return "Unknown"
     return format_timestamp(job.submit_time, tz)
 

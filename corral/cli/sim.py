@@ -33,7 +33,7 @@ from typing import Any
 
 from corral.cli.errors import CliError, run_command
 from corral.libs.config.cluster import ConfigError, load_config
-from corral.libs.core.plan import Backfill
+from corral.libs.core.policy import Backfill
 from corral.libs.sim.engine import SimCluster, SimError, SimResult, config_cluster, simulate, unit_cluster
 from corral.libs.sim.eventlog import log_cluster, log_workload, looks_like_log, parse_log
 from corral.libs.sim.report import format_comparison, format_metrics, metrics, write_starts

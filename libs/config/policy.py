@@ -1,10 +1,10 @@
 """The scheduling policy of a cluster configuration: ``policy_of`` and ``usage_policy_of`` (pure).
 
-The planner (``libs/core/plan.py``) takes a ``Policy`` and the fold bills usage by the state's
-``UsagePolicy``; both are configuration, not log. They are built here, once for everyone who runs the
-core on a configured cluster: the scheduler service and the simulator (``corral sim --config``), so a
-simulation plans with exactly the service's policy. Not in ``libs/core``: the core knows no configuration
-file, only the values it is given.
+The planner (``libs/core/plan.py``) takes a ``Policy`` (``libs/core/policy.py``) and the fold bills
+usage by the state's ``UsagePolicy``; both are configuration, not log. They are built here, once for
+everyone who runs the core on a configured cluster: the scheduler service and the simulator (``corral sim
+--config``), so a simulation plans with exactly the service's policy. Not in ``libs/core``: the core knows
+no configuration file, only the values it is given.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import cast
 
 from corral.libs.config.cluster import ClusterConfig
 from corral.libs.core.fair_share import Account, TresWeights, UserAssoc
-from corral.libs.core.plan import Backfill, FairShareAlgorithm, PartitionPolicy, Policy
+from corral.libs.core.policy import Backfill, FairShareAlgorithm, PartitionPolicy, Policy
 from corral.libs.core.preempt import PartitionPreemptMode, PreemptPolicy, PreemptType
 from corral.libs.core.priority import PriorityWeights
 from corral.libs.core.state import UsagePolicy

@@ -35,11 +35,31 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from corral.libs.core.placement import Free, Request, eligible, need, node_fits, take
+from corral.libs.core.placement import Amount, Free, Request, eligible, need, node_fits, take
 from corral.libs.core.topology import Blocks, Topology, choose
 from corral.schemas.events import NodeAllocation
 
 INF = math.inf
+
+
+class Release(msgspec.Struct, frozen=True, gc=False, order=True):
+    """What a run gives back on one node, and when (its start + time limit); ordered by time first."""
+
+    when: float  # when it is given back
+    cpus: int  # CPUs
+    gpus: int  # GPUs (a count)
+    mem_mb: int  # memory MiB
+
+
+class Hold(msgspec.Struct, frozen=True, gc=False):
+    """Capacity held on one node over ``[start, end)``: a job's planned start, or an advance reservation."""
+
+    start: float  # from
+    end: float  # until (excluded)
+    cpus: int  # CPUs
+    gpus: int  # GPUs (a count)
+    mem_mb: int  # memory MiB
+    resv: str | None = None  # the advance reservation (its members do not see it); None: a planned start
 
 
 @dataclass
@@ -47,41 +67,35 @@ class NodePlan:
     """One node's capacity over time during a planning cycle."""
 
     free: Free  # capacity free now (GPU indices included)
-    releases: list[tuple[float, int, int, int]] = field(
-        default_factory=list
-    )  # (when, cpus, gpus, mem), sorted
-    holds: list[tuple[float, float, int, int, int]] = field(
-        default_factory=list
-    )  # (start, end, cpus, gpus, mem)
-    resv: list[tuple[str, float, float, int, int, int]] = field(
-        default_factory=list
-    )  # advance reservations: (name, start, end, cpus, gpus, mem) held from everyone but their members
+    releases: list[Release] = field(default_factory=list)  # sorted by time
+    holds: list[Hold] = field(default_factory=list)  # the planned starts of jobs with a reservation
+    resv: list[Hold] = field(default_factory=list)  # advance reservations: held from all but their members
 
-    def _holds(self, exempt: str | None) -> list[tuple[float, float, int, int, int]]:
+    def _holds(self, exempt: str | None) -> list[Hold]:
         """The holds a job sees: every backfill hold, and the advance reservations but ``exempt``."""
         if not self.resv:
             return self.holds
-        return self.holds + [(s, e, c, g, m) for name, s, e, c, g, m in self.resv if name != exempt]
+        return self.holds + [h for h in self.resv if h.resv != exempt]
 
-    def free_at(self, t: float, exempt: str | None = None) -> tuple[int, int, int]:
-        """(CPUs, GPUs, memory) free at time ``t`` after releases and holds."""
+    def free_at(self, t: float, exempt: str | None = None) -> Amount:
+        """What is free at time ``t`` after releases and holds."""
         cpus, gpus, mem = self.free.cpus, len(self.free.gpus), self.free.mem_mb
-        for when, c, g, m in self.releases:
-            if when > t:
+        for r in self.releases:
+            if r.when > t:
                 break
-            cpus, gpus, mem = cpus + c, gpus + g, mem + m
-        for start, end, c, g, m in self._holds(exempt):
-            if start <= t < end:
-                cpus, gpus, mem = cpus - c, gpus - g, mem - m
-        return cpus, gpus, mem
+            cpus, gpus, mem = cpus + r.cpus, gpus + r.gpus, mem + r.mem_mb
+        for h in self._holds(exempt):
+            if h.start <= t < h.end:
+                cpus, gpus, mem = cpus - h.cpus, gpus - h.gpus, mem - h.mem_mb
+        return Amount(cpus, gpus, mem)
 
     def fits_during(self, req: Request, a: float, b: float, exempt: str | None = None) -> bool:
         """Whether one node of ``req`` fits over ``[a, b)``: free capacity only drops where a hold starts."""
         want = need(self.free, req)
-        points = [a, *(s for s, _, _, _, _ in self._holds(exempt) if a < s < b)]
+        points = [a, *(h.start for h in self._holds(exempt) if a < h.start < b)]
         for p in points:
             have = self.free_at(p, exempt)
-            if have[0] < want[0] or have[1] < want[1] or have[2] < want[2]:
+            if have.cpus < want.cpus or have.gpus < want.gpus or have.mem_mb < want.mem_mb:
                 return False
         return True
 
@@ -89,20 +103,20 @@ class NodePlan:
         """The earliest time from ``now`` this node can host one node of ``req`` for ``limit`` seconds."""
         if not self.holds and not self.resv:
             # Without holds free capacity only grows: walk the releases once.
-            need_cpus, need_gpus, need_mem = need(self.free, req)
+            want = need(self.free, req)
             cpus, gpus, mem = self.free.cpus, len(self.free.gpus), self.free.mem_mb
-            if cpus >= need_cpus and gpus >= need_gpus and mem >= need_mem:
+            if cpus >= want.cpus and gpus >= want.gpus and mem >= want.mem_mb:
                 return now
-            for when, c, g, m in self.releases:
-                cpus, gpus, mem = cpus + c, gpus + g, mem + m
-                if cpus >= need_cpus and gpus >= need_gpus and mem >= need_mem:
-                    return max(when, now)
+            for r in self.releases:
+                cpus, gpus, mem = cpus + r.cpus, gpus + r.gpus, mem + r.mem_mb
+                if cpus >= want.cpus and gpus >= want.gpus and mem >= want.mem_mb:
+                    return max(r.when, now)
             return INF
         candidates = sorted(
             {
                 now,
-                *(w for w, _, _, _ in self.releases if w > now),
-                *(e for _, e, _, _, _ in self._holds(None) if now < e < INF),
+                *(r.when for r in self.releases if r.when > now),
+                *(h.end for h in self._holds(None) if now < h.end < INF),
             }
         )
         for t in candidates:
@@ -112,7 +126,7 @@ class NodePlan:
 
     def fills_hole(self, end: float) -> bool:
         """A job ending at ``end`` uses capacity reserved after it (rather than unreserved capacity)."""
-        return any(start >= end for start, _, _, _, _ in self._holds(None))
+        return any(h.start >= end for h in self._holds(None))
 
     def key(self) -> tuple[int, int, str]:
         """The node's place in best-fit order: free GPUs, free CPUs, name."""
@@ -125,7 +139,7 @@ class NodePlan:
     def release(self, when: float, alloc: NodeAllocation) -> None:
         """Record that ``alloc`` gives its resources back at ``when``."""
         if when < INF:
-            bisect.insort(self.releases, (when, alloc.cpus, len(alloc.gpus), alloc.mem_mb))
+            bisect.insort(self.releases, Release(when, alloc.cpus, len(alloc.gpus), alloc.mem_mb))
 
 
 class _Index:
@@ -161,7 +175,7 @@ class Planner:
         self.topology = Topology.of(blocks or {})  # node -> block (``topology.py``)
         self.nodes = {name: NodePlan(f) for name, f in free.items()}
         self._members: dict[str, list[NodePlan]] = {}
-        self._totals: dict[str, list[int]] = {}  # partition -> [free CPUs, free GPUs] now
+        self._totals: dict[str, Totals] = {}  # partition -> its free CPUs and GPUs now
         # (partition, per-node shape) -> how many nodes could host it when last counted. Free capacity
         # only shrinks during a pass, so that count stays an upper bound: a request for more nodes of the
         # same shape fails without a scan (most of a long queue is a few shapes).
@@ -199,17 +213,19 @@ class Planner:
         """Names of the up nodes of a partition."""
         return [n.free.name for n in self.members(partition)]
 
-    def totals(self, partition: str) -> list[int]:
-        """[free CPUs, free GPUs] of a partition now (kept up to date as jobs start)."""
+    def totals(self, partition: str) -> Totals:
+        """The free CPUs and GPUs of a partition now (kept up to date as jobs start)."""
         if partition not in self._totals:
             nodes = self.members(partition)
-            self._totals[partition] = [sum(n.free.cpus for n in nodes), sum(len(n.free.gpus) for n in nodes)]
+            self._totals[partition] = Totals(
+                sum(n.free.cpus for n in nodes), sum(len(n.free.gpus) for n in nodes)
+            )
         return self._totals[partition]
 
     def start_now(self, partition: str, req: Request, limit: float) -> list[NodeAllocation] | None:
         """Allocate ``req`` now if it fits without breaking a reservation; None otherwise."""
-        cpus, gpus = self.totals(partition)
-        if req.nodes * req.cpus > cpus or req.nodes * req.gpus > gpus:
+        totals = self.totals(partition)
+        if req.nodes * req.cpus > totals.cpus or req.nodes * req.gpus > totals.gpus:
             return None  # not even the partition's whole free capacity is enough: skip the node scan
         shape = (partition, msgspec.structs.replace(req, nodes=0))
         if self._fitting.get(shape, req.nodes) < req.nodes:
@@ -303,8 +319,8 @@ class Planner:
             out.append(alloc)
             for name, totals in self._totals.items():
                 if name in node.free.partitions:
-                    totals[0] -= alloc.cpus
-                    totals[1] -= len(alloc.gpus)
+                    totals.cpus -= alloc.cpus
+                    totals.gpus -= len(alloc.gpus)
         return out
 
     def started_in(self, resv: str, node: str) -> int:
@@ -324,7 +340,7 @@ class Planner:
             self.nodes[n]
             for n in nodes
             if node_fits(self.nodes[n].free, req)
-            and (caps is None or caps.get(n, 0) >= need(self.nodes[n].free, req)[1])
+            and (caps is None or caps.get(n, 0) >= need(self.nodes[n].free, req).gpus)
             and self.nodes[n].fits_during(req, self.now, end, exempt=resv)
         ]
         picked = choose(fit, req, self.topology, _free)
@@ -337,8 +353,8 @@ class Planner:
                 key = (resv, alloc.node)
                 self._member_gpus[key] = self._member_gpus.get(key, 0) + len(alloc.gpus)
                 node.resv = [
-                    (n, s, e, c, max(g - len(alloc.gpus), 0) if n == resv else g, m)
-                    for n, s, e, c, g, m in node.resv
+                    msgspec.structs.replace(h, gpus=max(h.gpus - len(alloc.gpus), 0)) if h.resv == resv else h
+                    for h in node.resv
                 ]
         return out
 
@@ -362,9 +378,17 @@ class Planner:
                             if name in node.free.partitions:
                                 index.remove(node.key())
                                 index.held[node.free.name] = node
-                    node.holds.append((t, t + limit, *need(node.free, req)))
+                    want = need(node.free, req)
+                    node.holds.append(Hold(t, t + limit, want.cpus, want.gpus, want.mem_mb))
                 return t
         return None
+
+
+class Totals(msgspec.Struct, gc=False):
+    """The free capacity of a partition now, kept current as the cycle starts jobs."""
+
+    cpus: int  # free CPUs
+    gpus: int  # free GPUs
 
 
 def _free(node: NodePlan) -> Free:

@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
+from corral.libs.core.reasons import PendingReason, held_reason
 from corral.libs.core.state import Job, State, array_tasks, is_array
 from corral.libs.slurm.dependency import format_item
 from corral.schemas.api import TERMINAL_STATES
@@ -147,10 +148,11 @@ def dependency_status(state: State, job: Job, singletons: Singletons | None = No
     return combine((item_status(state, job, item, ones) for item in deps.items), deps.any_of)
 
 
-def pending_reason(state: State, job: Job, now: float, singletons: Singletons) -> str | None:
+def pending_reason(state: State, job: Job, now: float, singletons: Singletons) -> PendingReason | None:
     """Why a pending job may not be considered now (Slurm's reason), or None if it is eligible."""
-    if job.held:
-        return "JobHeldAdmin" if job.held == "admin" else "JobHeldUser"
+    held = held_reason(job)
+    if held is not None:
+        return held
     status = dependency_status(state, job, singletons)
     if status == "never":
         return "DependencyNeverSatisfied"

@@ -25,11 +25,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from corral.libs.core.qos import QosPolicy
+from corral.libs.core.reasons import PendingReason
 from corral.libs.core.state import Job, State
 from corral.schemas import events as ev
 
 if TYPE_CHECKING:
-    from corral.libs.core.plan import Policy
+    from corral.libs.core.policy import Policy
 
 #: A scope a limit counts in: ("qos-user", qos, user), ("qos", qos), ("assoc", account),
 #: ("assoc-user", account, user).
@@ -104,7 +105,7 @@ class Limits:
             return "jobs"
         return ""
 
-    def reason(self, job: Job) -> str | None:
+    def reason(self, job: Job) -> PendingReason | None:
         """Slurm's reason code of the first limit the job would exceed by starting now, or None."""
         name = qos_name(self.policy, job)
         qos = self.policy.qos_by_name.get(name)

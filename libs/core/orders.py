@@ -14,7 +14,7 @@ from corral.libs.core.state import Job, State
 from corral.schemas import api
 
 if TYPE_CHECKING:
-    from corral.libs.core.plan import Policy
+    from corral.libs.core.policy import Policy
 
 
 def orders(state: State, policy: Policy) -> list[api.Order]:

@@ -1,10 +1,10 @@
 """Placement: which nodes, CPUs, memory and exact GPU indices a job gets, on a working copy of usage.
 
-Pure and deterministic. ``Usage`` is the free capacity the planner still has in this cycle; a job
-is placed on whole nodes of its partition that are up and have enough free GPUs (of the requested
-type), CPUs and memory, preferring the nodes with the fewest free GPUs that still fit (best fit,
-to keep whole nodes free for large jobs), ties broken by name. GPU indices are the lowest free
-ones, so no index is ever given to two runs.
+Pure and deterministic. ``Free`` is the capacity a node still has free in this cycle; the planner
+(``backfill.py``, which also weighs reservations) places a job on whole nodes of its partition that are
+up and have enough free GPUs (of the requested type), CPUs and memory, preferring the nodes with the
+fewest free GPUs that still fit (best fit, to keep whole nodes free for large jobs), ties broken by
+name. GPU indices are the lowest free ones, so no index is ever given to two runs.
 
 Node choice (``-w``, ``-x``, ``-C``): a node is eligible only if it is not excluded and has the
 required features; every node of ``-w`` is part of the selection, the rest chosen freely. An
@@ -82,6 +82,14 @@ def unavailable_nodes(state: State, job: Job) -> list[str]:
     return out
 
 
+class Amount(msgspec.Struct, frozen=True, gc=False):
+    """CPUs, GPUs and memory on one node: what a request takes there, or what is free there."""
+
+    cpus: int  # CPUs
+    gpus: int  # GPUs (a count)
+    mem_mb: int  # memory MiB
+
+
 class Request(msgspec.Struct, frozen=True):
     """What one node of a job needs (a struct, not a dataclass: one is built per pending job and cycle)."""
 
@@ -148,19 +156,23 @@ def mem_need(free: Free, req: Request) -> int:
     return free.total_mem_mb if req.mem_mb == 0 or req.exclusive else (req.mem_mb or 0)
 
 
-def need(free: Free, req: Request) -> tuple[int, int, int]:
-    """(CPUs, GPUs, memory) the request takes on this node: all of them for ``--exclusive``."""
+def need(free: Free, req: Request) -> Amount:
+    """What one node of the request takes on this node: all of it for ``--exclusive``."""
     if req.exclusive:
-        return free.total_cpus, free.total_gpus, free.total_mem_mb
-    return req.cpus, req.gpus, mem_need(free, req)
+        return Amount(free.total_cpus, free.total_gpus, free.total_mem_mb)
+    return Amount(req.cpus, req.gpus, mem_need(free, req))
 
 
 def node_fits(free: Free, req: Request) -> bool:
     """Whether one node of the request fits the node's free capacity now."""
     if not eligible(free, req) or ((req.mem_mb == 0 or req.exclusive) and not free.idle):
         return False
-    cpus, gpus, mem = need(free, req)
-    return len(free.gpus) >= max(gpus, req.gpus) and free.cpus >= max(cpus, req.cpus) and free.mem_mb >= mem
+    want = need(free, req)
+    return (
+        len(free.gpus) >= max(want.gpus, req.gpus)
+        and free.cpus >= max(want.cpus, req.cpus)
+        and free.mem_mb >= want.mem_mb
+    )
 
 
 def pick(fit: Sequence[T], req: Request, name: Callable[[T], str]) -> list[T] | None:
@@ -184,27 +196,9 @@ def give_back(free: Free | None, alloc: NodeAllocation) -> None:
 
 def take(free: Free, req: Request) -> NodeAllocation:
     """Take one node's part of the request from its free capacity: the lowest free GPU indices."""
-    cpus, count, mem = need(free, req)
-    gpus, free.gpus = free.gpus[:count], free.gpus[count:]
-    free.cpus -= cpus
-    free.mem_mb -= mem
+    want = need(free, req)
+    gpus, free.gpus = free.gpus[: want.gpus], free.gpus[want.gpus :]
+    free.cpus -= want.cpus
+    free.mem_mb -= want.mem_mb
     free.idle = False
-    return NodeAllocation(node=free.name, gpus=gpus, cpus=cpus, mem_mb=mem)
-
-
-def could_ever_fit(nodes: list[Free], req: Request) -> bool:
-    """Whether the request fits these nodes when they are completely idle."""
-    return pick([n for n in nodes if node_fits(n, req)], req, lambda n: n.name) is not None
-
-
-def place(free: dict[str, Free], partition: str, req: Request) -> list[NodeAllocation] | None:
-    """Choose nodes for ``req`` in ``partition`` and take their capacity from ``free``.
-
-    Returns the allocation (first node runs the batch script), or None if it does not fit now.
-    """
-    candidates = [f for f in free.values() if partition in f.partitions and node_fits(f, req)]
-    candidates.sort(key=lambda f: (len(f.gpus), f.cpus, f.name))
-    chosen = pick(candidates, req, lambda f: f.name)
-    if chosen is None:
-        return None
-    return [take(f, req) for f in sorted(chosen, key=lambda f: f.name)]
+    return NodeAllocation(node=free.name, gpus=gpus, cpus=want.cpus, mem_mb=want.mem_mb)

@@ -1,33 +1,43 @@
 """The scheduling cycle: ``plan(state, now, policy) -> Plan``.
 
 Pure: the shell publishes the returned decisions and only then considers them applied, when they
-come back through the log and ``state.apply`` folds them. One cycle:
+come back through the log and ``state.apply`` folds them. One cycle (``plan``), in order:
 
-1. conclude runs whose batch script exited (COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, CANCELLED;
-   ``conclude.py``);
-2. conclude runs that lost a node (requeue if the job allows it, NODE_FAIL otherwise);
-3. cancel pending jobs whose cancel was requested; answer hold, release and update requests
-   (``JobHeld``, ``JobReleased``, ``JobUpdated``; one decision per job and cycle, and such a job is
-   not placed in the same cycle);
-4. set aside pending jobs that are not eligible (``eligibility.py``: held, dependency not met,
-   begin time not come): they show their reason, are never placed, block nothing and get no
-   reservation; ``Plan.wake_at`` is the next begin time, for the shell to plan again then;
-5. place the eligible jobs in queue order through the backfill planner: the first job of a
-   partition that does not fit blocks the ones behind it (reason ``Resources`` for it,
-   ``Priority`` for them), so small jobs cannot starve a large one. A task of a job array that
-   already runs its ``%P`` tasks (counting those started earlier in the cycle, not those concluded
-   in it) waits with reason ``JobArrayTaskLimit``: like an ineligible job it blocks nothing and gets
-   no reservation.
-   A job a QOS or association limit holds back (``limits.py``: counts of the running jobs, kept
-   current as the cycle starts jobs) waits with Slurm's reason (``QOSMaxGRESPerUser``,
-   ``AssocGrpGRES``, ...); as in Slurm it too blocks nothing and gets no reservation;
-6. with preemption on (``preempt.py``), the first job of a partition that does not fit preempts a
-   minimal set of runs it may preempt (``JobPreempted``), if that makes it fit now; a run being
-   preempted is concluded (requeued, or PREEMPTED) once its exit is reported, and counts as ending
-   at the end of its grace time meanwhile.
-7. advance reservations (``reservations.py``): unanswered create/delete requests are answered first; a
-   live reservation holds its nodes (or GPUs) from outsiders over its window, and a job that asks for
-   one (``--reservation``) is placed only inside it.
+1. ``_conclude``: conclude runs whose batch script exited (COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY,
+   CANCELLED; a preempted run is requeued or PREEMPTED) or that lost a node (requeued if the job allows
+   it, NODE_FAIL otherwise; ``conclude.py``); cancel pending jobs whose cancel was requested; answer hold,
+   release and update requests (``JobHeld``, ``JobReleased``, ``JobUpdated``: one decision per job and
+   cycle, and such a job is not placed in the same cycle);
+2. answer advance reservation requests (``reservations.answer_requests``);
+3. ``_capacity``: every node's capacity now (runs concluded in step 1 give theirs back) and over time:
+   each run gives its resources back at its start + time limit (a run being preempted at the end of its
+   grace time), and a live advance reservation holds its nodes (or GPUs) from outsiders over its window;
+4. ``Cycle.consider`` each pending job in queue order (``priority.queue_order``): first the gates, each
+   stopping the job with its reason; a job a gate stops blocks nobody and gets no reservation:
+
+   - ``ineligible``: held, a dependency not met, its begin time not come (``eligibility.py``);
+     ``Plan.wake_at`` is the next begin time, for the shell to plan again then;
+   - ``array_task_limit``: a task of a job array that already runs its ``%P`` tasks (counting those
+     started earlier in the cycle, not those concluded in it): ``JobArrayTaskLimit``;
+   - ``held_back``: a QOS or association limit (``limits.py``: counts of the running jobs, kept current
+     as the cycle starts jobs), with Slurm's reason (``QOSMaxGRESPerUser``, ``AssocGrpGRES``, ...);
+   - ``named_nodes_down``: a node it names (``-w``) is down or drained: ``ReqNodeNotAvail``;
+   - ``behind_blocked`` (FIFO): behind its partition's first job that could not start: ``Priority``;
+
+5. then the steps, for a job through the gates:
+
+   - ``start_in_reservation``: a job that asks for an advance reservation (``--reservation``) is placed
+     only inside it, or waits there (``reservations.py``) blocking nobody outside;
+   - ``start``: place it now through the backfill planner (``backfill.py``) if it fits without delaying
+     a job with a reservation;
+   - ``block``: otherwise it waits: ``Resources`` if it is its partition's first job to, ``Priority``
+     behind it, so small jobs cannot starve a large one (``ReqNodeNotAvail`` for the first while a MAINT
+     reservation holds nodes of the partition);
+   - ``preempt`` (``preempt.py``, with preemption on): the partition's first blocked job preempts a
+     minimal set of runs it may preempt (``JobPreempted``) if that makes it fit now; a run being
+     preempted is concluded (requeued, or PREEMPTED) once its exit is reported;
+   - ``reserve``: the blocked job gets its planned start (``Plan.starts``) while its partition has
+     reservations left: none with FIFO, one with EASY, every blocked job's with conservative backfill.
 
 The per-node work the state still needs (launches, kills, signals) is derived apart, in ``orders.py``.
 """
@@ -35,138 +45,21 @@ The per-node work the state still needs (launches, kills, signals) is derived ap
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import astuple, dataclass, field
-from functools import cached_property
-from typing import Literal
+from dataclasses import dataclass, field
 
 from corral.libs.core import preempt, reservations
 from corral.libs.core.backfill import INF, Planner
 from corral.libs.core.conclude import answer_change, answer_control, conclusion_of
 from corral.libs.core.eligibility import Singletons, needs_check, pending_reason
-from corral.libs.core.fair_share import (
-    Account,
-    UserAssoc,
-    build_tree,
-    classic_factors,
-    fair_tree_factors,
-    user_key,
-)
-from corral.libs.core.limits import Limits, concluded_runs, qos_of
-from corral.libs.core.placement import free_capacity, give_back, request_of, unavailable_nodes
-from corral.libs.core.priority import ClusterSize, PriorityWeights, factors, total
-from corral.libs.core.qos import NORMAL, AssocLimits, QosPolicy
+from corral.libs.core.limits import Limits, concluded_runs
+from corral.libs.core.placement import Request, free_capacity, give_back, request_of, unavailable_nodes
+from corral.libs.core.policy import Backfill, Policy
+from corral.libs.core.priority import queue_order
+from corral.libs.core.reasons import MAINTENANCE, PendingReason, text, unavailable
 from corral.libs.core.state import Job, State, array_throttle
 from corral.libs.core.topology import in_force, switch_deadline
 from corral.libs.slurm import hostlist
-from corral.schemas import api
 from corral.schemas import events as ev
-
-Backfill = Literal["fifo", "easy", "conservative"]
-FairShareAlgorithm = Literal["fair_tree", "classic"]
-
-
-@dataclass(frozen=True)
-class PartitionPolicy:
-    """What the planner needs to know of a partition."""
-
-    name: str  # name
-    default: bool  # the default partition
-    max_time_s: int | None  # MaxTime
-    default_time_s: int | None  # DefaultTime (None: MaxTime)
-    tier: int = 1  # PriorityTier: jobs of higher tiers are considered first
-    preempt_mode: preempt.PartitionPreemptMode | None = None  # PreemptMode of its jobs (None: the default)
-    grace_time_s: float | None = None  # GraceTime of its preempted jobs (None: the default)
-    qos: str | None = None  # the QOS of jobs in the partition without --qos (None: the default QOS)
-
-
-@dataclass(frozen=True)
-class Policy:
-    """Scheduling policy and cluster facts that are configuration, not log."""
-
-    partitions: tuple[PartitionPolicy, ...]  # in config order
-    cluster: str = "corral"  # cluster name
-    backfill: Backfill = "easy"  # fifo | easy | conservative
-    backfill_window_s: int | None = 86400  # how far ahead reservations are planned (Slurm bf_window)
-    backfill_resolution_s: int = 0  # bf_resolution: plan run ends on this grid of seconds (0: exact)
-    accounts: tuple[Account, ...] = ()  # the fair-share account tree (empty: every user its own account)
-    associations: tuple[UserAssoc, ...] = ()  # users' associations with accounts
-    fairshare: FairShareAlgorithm = "fair_tree"  # fair_tree | classic
-    weights: PriorityWeights = field(
-        default_factory=PriorityWeights
-    )  # multifactor priority weights (all 0: FIFO)
-    preempt: preempt.PreemptPolicy = field(
-        default_factory=preempt.PreemptPolicy
-    )  # PreemptType and the default PreemptMode and GraceTime
-    qos: tuple[QosPolicy, ...] = ()  # configured QOS (``normal`` is always there, configured or not)
-    default_qos: str = NORMAL  # QOS of jobs without --qos in a partition without its own QOS
-    account_limits: tuple[AssocLimits, ...] = ()  # association limits, by account
-
-    blocks: dict[str, str] = field(default_factory=dict)  # topology: node -> block ([[blocks]])
-    max_switch_wait_s: int = 300  # max_switch_wait: the longest --switches binds a pending job
-
-    @cached_property
-    def qos_by_name(self) -> dict[str, QosPolicy]:
-        """Every QOS by name, ``normal`` included."""
-        return {NORMAL: QosPolicy(NORMAL), **{q.name: q for q in self.qos}}
-
-    @cached_property
-    def limits_by_account(self) -> dict[str, AssocLimits]:
-        """Association limits by account."""
-        return {a.account: a for a in self.account_limits}
-
-    @cached_property
-    def limits_running(self) -> bool:
-        """True if some QOS or association limits what may run at once (the cycle counts then)."""
-        return any(q.limits_running for q in self.qos) or any(a.limits_running for a in self.account_limits)
-
-    @cached_property
-    def top_qos_priority(self) -> int:
-        """The highest QOS priority (the QOS factor is relative to it)."""
-        return max((q.priority for q in self.qos_by_name.values()), default=0)
-
-    @cached_property
-    def _parents(self) -> dict[str, str]:
-        return {a.name: a.parent for a in self.accounts if a.parent is not None}
-
-    def account_chain(self, account: str) -> list[str]:
-        """The account and its ancestors up to (not including) root; just the account if not in the tree."""
-        chain = [account]
-        parent = self._parents.get(account)
-        while parent is not None and parent != "root" and parent not in chain:
-            chain.append(parent)
-            parent = self._parents.get(parent)
-        return chain
-
-    @cached_property
-    def default_partition(self) -> str:
-        """Name of the default partition."""
-        for part in self.partitions:
-            if part.default:
-                return part.name
-        return self.partitions[0].name if self.partitions else "batch"
-
-    @cached_property
-    def by_name(self) -> dict[str, PartitionPolicy]:
-        """Partitions by name."""
-        return {p.name: p for p in self.partitions}
-
-    def partition_of(self, job: Job) -> str:
-        """The partition a job runs in."""
-        return job.spec.partition or self.default_partition
-
-    def time_limit(self, job: Job) -> int | None:
-        """Effective time limit of a job's next run: its own, else the partition's default, capped at
-        the QOS's MaxWall (a job asking for more is refused at submit)."""
-        if job.spec.time_limit_s is not None:
-            return job.spec.time_limit_s
-        part = self.by_name.get(self.partition_of(job))
-        limit = None
-        if part is not None:
-            limit = part.default_time_s if part.default_time_s is not None else part.max_time_s
-        wall = qos_of(self, job).max_wall_s
-        if wall is not None and (limit is None or limit > wall):
-            return wall
-        return limit
 
 
 @dataclass
@@ -174,20 +67,36 @@ class Plan:
     """A cycle's output: decisions to append, and facts for squeue."""
 
     decisions: list[ev.Event] = field(default_factory=list)  # in the order to append them
-    reasons: dict[int, str] = field(default_factory=dict)  # pending reason by job id
+    reasons: dict[int, PendingReason] = field(default_factory=dict)  # pending reason by job id
+    details: dict[int, str] = field(default_factory=dict)  # what squeue shows after a reason, by job id
     priorities: dict[int, int] = field(default_factory=dict)  # priority of each pending job
     starts: dict[int, float] = field(default_factory=dict)  # planned start of jobs with a reservation
     wake_at: float | None = None  # the earliest future begin time or --switches lapse (plan again then)
 
+    def wake(self, when: float | None) -> None:
+        """Ask the shell to plan again at ``when`` (the earliest such time wins)."""
+        if when is not None and (self.wake_at is None or when < self.wake_at):
+            self.wake_at = when
 
-def pending_order(job: Job) -> tuple[float, int]:
-    """FIFO queue order: submit time, then id."""
-    return (job.submit_time, job.job_id)
+    def reason_text(self, job_id: int, default: PendingReason = "Priority") -> str:
+        """A pending job's reason as squeue shows it (``default`` for a job this plan has no reason for)."""
+        return text(self.reasons.get(job_id, default), self.details.get(job_id, ""))
 
 
 def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
     """Decide what happens next. Deterministic in (state, now, policy, epoch)."""
     out = Plan()
+    pending = _conclude(state, out)
+    if state.resv_requests:
+        out.decisions.extend(reservations.answer_requests(state, now, policy.default_partition))
+    cycle = Cycle(state, now, policy, out, epoch)
+    for job, priority in queue_order(state, now, policy, pending):
+        cycle.consider(job, priority)
+    return out
+
+
+def _conclude(state: State, out: Plan) -> list[Job]:
+    """Step 1: conclude the runs that ended, cancel and answer; the jobs left to consider, in log order."""
     pending: list[Job] = []
     for job_id in state.active:
         job = state.jobs[job_id]
@@ -201,62 +110,189 @@ def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
             out.decisions.append(answer)
         else:
             pending.append(job)
-    if state.resv_requests:
-        out.decisions.extend(reservations.answer_requests(state, now, policy.default_partition))
-    _schedule(state, now, policy, pending, out, epoch)
-    return out
+    return pending
 
 
-def queue_order(state: State, now: float, policy: Policy, pending: list[Job]) -> list[tuple[Job, int]]:
-    """Pending jobs with their priority, in the order they are considered.
+class Cycle:
+    """Steps 3 to 5 of the module docstring: the capacity of the cycle, and each pending job through the
+    gates and steps in order (``consider``), recording what it decides in the cycle's ``Plan``.
 
-    A job's priority is its admin-set one (``scontrol update Priority=``) when it has one, else the
-    sum of its weighted factors (``priority_factors``); with every weight 0 it is 1 for all.
+    Built after the conclusions and answers are in ``out``: they free resources and spare their jobs.
     """
-    tiers = {p.name: p.tier for p in policy.partitions}
-    computed: dict[int, int] = {}
-    if any(astuple(policy.weights)[:4]) or policy.weights.qos or any(j.spec.nice for j in pending):
-        computed = {job_id: total(f) for job_id, f in priority_factors(state, now, policy, pending).items()}
-    ranked = []
-    for job in pending:
-        tier = tiers.get(policy.partition_of(job), 1)
-        value = job.priority_override
-        if value is None:
-            value = computed.get(job.job_id, 1)
-        ranked.append(((-tier, -value, job.submit_time, job.job_id), job, value))
-    ranked.sort(key=lambda r: r[0])
-    return [(job, value) for _, job, value in ranked]
+
+    def __init__(self, state: State, now: float, policy: Policy, out: Plan, epoch: int) -> None:
+        self.state, self.now, self.policy, self.out, self.epoch = state, now, policy, out, epoch
+        live = reservations.live(state, now) if state.reservations else []
+        self.planner = _capacity(state, now, policy, live)  # every node's capacity now and over time
+        self.maint = reservations.maint_nodes(live, now)  # nodes a MAINT reservation holds now
+        self.window = INF if policy.backfill_window_s is None else float(policy.backfill_window_s)
+        self.depth = DEPTH[policy.backfill]  # reservations per partition (None: every blocked job)
+        self.blocked: set[str] = set()  # partitions with a job that could not start (FIFO stops there)
+        self.reserved: dict[str, int] = {}  # reservations planned per partition (preemptions count)
+        self.singletons = Singletons(state)  # for ``singleton`` dependencies (built on first use)
+        self.array_running = _array_running(state, out)  # running tasks per job array, kept current
+        self.limits = Limits.of(state, policy, concluded_runs(out.decisions))  # None: no limit configured
+        self.preempting = policy.preempt.preempt_type != "off"
+        self.draining = preempt.draining_for(state) if self.preempting else set()  # their victims still end
+        # Jobs concluded in this cycle are not preempted in it (nor twice by two preemptors).
+        self.spared = set(_decided_jobs(out.decisions))
+
+    def consider(self, job: Job, priority: int) -> None:
+        """One pending job, in queue order: the gates (the first that stops it gives its reason; it then
+        blocks nobody and gets no reservation), then start it, or block, preempt for it and reserve."""
+        self.out.priorities[job.job_id] = 0 if job.held else priority
+        partition = self.policy.partition_of(job)
+        reason = (
+            self.ineligible(job)
+            or self.array_task_limit(job)
+            or self.held_back(job)
+            or self.named_nodes_down(job)
+            or self.behind_blocked(job, partition)
+        )
+        if reason is not None:
+            self.out.reasons[job.job_id] = reason
+            return
+        req = in_force(request_of(job), job, self.now, self.policy.max_switch_wait_s)
+        limit_s = self.policy.time_limit(job)
+        limit = INF if limit_s is None else self.planner.span(float(limit_s))
+        if job.spec.reservation is not None:
+            self.start_in_reservation(job, partition, req, limit_s, limit)
+            return
+        if self.start(job, partition, req, limit_s, limit):
+            return
+        first = self.block(job, partition, req)
+        if first and self.preempt(job, partition, req):
+            return
+        self.reserve(job, partition, req, limit)
+
+    # --- gates: each returns the reason that stops the job now, or None ---------------------------------
+
+    def ineligible(self, job: Job) -> PendingReason | None:
+        """Held, a dependency not met, or its begin time not come (``eligibility.py``)."""
+        if not needs_check(job):
+            return None
+        begin = job.spec.begin_time
+        if begin is not None and begin > self.now:
+            self.out.wake(begin)
+        return pending_reason(self.state, job, self.now, self.singletons)
+
+    def array_task_limit(self, job: Job) -> PendingReason | None:
+        """A task of an array that already runs its ``%P`` tasks (those the cycle started count)."""
+        throttle = array_throttle(job)
+        if throttle and self.array_running.get(job.array_job_id, 0) >= throttle:
+            return "JobArrayTaskLimit"
+        return None
+
+    def held_back(self, job: Job) -> PendingReason | None:
+        """A QOS or association limit the job would exceed by starting now (``limits.py``)."""
+        return self.limits.reason(job) if self.limits is not None else None
+
+    def named_nodes_down(self, job: Job) -> PendingReason | None:
+        """A node the job names (``-w``) is down or drained: it waits until it is back."""
+        if not job.spec.nodelist:
+            return None
+        missing = unavailable_nodes(self.state, job)
+        if not missing:
+            return None
+        self.out.details[job.job_id] = unavailable(hostlist.compress(missing))
+        return "ReqNodeNotAvail"
+
+    def behind_blocked(self, job: Job, partition: str) -> PendingReason | None:
+        """FIFO: a job behind the first of its partition that could not start (a reservation's member
+        is placed inside its reservation, so nobody outside blocks it)."""
+        if self.depth == 0 and partition in self.blocked and job.spec.reservation is None:
+            return "Priority"
+        return None
+
+    # --- steps --------------------------------------------------------------------------------------------
+
+    def start_in_reservation(
+        self, job: Job, partition: str, req: Request, limit_s: int | None, limit: float
+    ) -> None:
+        """A member of an advance reservation starts inside it, or waits without blocking anyone."""
+        placed = reservations.start_member(self.planner, self.state, job, partition, req, limit, self.now)
+        if not isinstance(placed, str):
+            self.allocate(job, partition, placed, limit_s)
+            return
+        self.out.reasons[job.job_id] = placed
+        resv = self.state.reservations.get(job.spec.reservation or "")
+        if placed == "Reservation" and resv is not None and resv.start_time > self.now:
+            self.out.wake(resv.start_time)  # plan again when its window opens
+
+    def start(self, job: Job, partition: str, req: Request, limit_s: int | None, limit: float) -> bool:
+        """Start the job now if it fits without delaying a job with a reservation (``backfill.py``)."""
+        allocation = self.planner.start_now(partition, req, limit)
+        if allocation is None:
+            return False
+        self.allocate(job, partition, allocation, limit_s)
+        return True
+
+    def allocate(
+        self, job: Job, partition: str, allocation: list[ev.NodeAllocation], limit_s: int | None
+    ) -> None:
+        """Decide the start (``JobAllocated``); count it for its array's ``%P`` and its limits."""
+        self.out.decisions.append(
+            ev.JobAllocated(
+                job_id=job.job_id,
+                attempt=job.restart_count,
+                partition=partition,
+                allocations=allocation,
+                time_limit_s=limit_s,
+                epoch=self.epoch,
+            )
+        )
+        if job.array_job_id:
+            self.array_running[job.array_job_id] = self.array_running.get(job.array_job_id, 0) + 1
+        if self.limits is not None:
+            self.limits.started(job, allocation)
+
+    def block(self, job: Job, partition: str, req: Request) -> bool:
+        """The job does not fit now: ``Resources`` if it is its partition's first to wait (then it blocks
+        the partition and may preempt), ``Priority`` behind that one; True for the first."""
+        top = partition not in self.blocked
+        self.out.reasons[job.job_id] = "Resources" if top else "Priority"
+        if self.maint and top and any(n in self.maint for n in self.planner.nodes_of(partition)):
+            self.out.reasons[job.job_id] = "ReqNodeNotAvail"
+            self.out.details[job.job_id] = MAINTENANCE
+        if req.switches is not None:
+            self.out.wake(switch_deadline(job, self.policy.max_switch_wait_s))  # when --switches lapses
+        self.blocked.add(partition)
+        return top
+
+    def preempt(self, job: Job, partition: str, req: Request) -> bool:
+        """With preemption on, the partition's first blocked job has a minimal set of runs it may preempt
+        preempted (``preempt.py``), if that lets it fit now; True if it did."""
+        if not self.preempting or job.job_id in self.draining:
+            return False
+        members = (n.free for n in self.planner.members(partition))
+        victims = preempt.preempt_for(self.state, self.policy, job, req, members, self.spared, self.epoch)
+        if not victims:
+            return False
+        # Its reservation comes once these decisions are folded (the victims' ends are then known).
+        self.out.decisions.extend(victims)
+        self.spared.update(v.job_id for v in victims)
+        self.reserved[partition] = self.reserved.get(partition, 0) + 1
+        return True
+
+    def reserve(self, job: Job, partition: str, req: Request, limit: float) -> None:
+        """Plan the blocked job's earliest start within the window (``Plan.starts``), while its partition
+        has reservations left: none with FIFO, one with EASY, every blocked job's with conservative."""
+        count = self.reserved.get(partition, 0)
+        if self.depth is not None and count >= self.depth:
+            return
+        self.reserved[partition] = count + 1
+        start = self.planner.reserve(partition, req, limit, self.window)
+        if start is not None:
+            self.out.starts[job.job_id] = start
 
 
-def priority_factors(
-    state: State, now: float, policy: Policy, pending: list[Job]
-) -> dict[int, api.PriorityFactors]:
-    """The weighted factors of each pending job's computed priority (what ``sprio`` shows), by id."""
-    size = ClusterSize(
-        gpus=sum(n.gpus for n in state.nodes.values()), cpus=sum(n.cpus for n in state.nodes.values())
-    )
-    top_tier = max((p.tier for p in policy.partitions), default=1) or 1
-    tiers = {p.name: p.tier for p in policy.partitions}
-    shares = fairshare_factors(state, now, policy, {job.user for job in pending})
-    out = {}
-    for job in pending:
-        tier = tiers.get(policy.partition_of(job), 1)
-        fs = shares.get(user_key(job.user, job.spec.account or job.user), 0.0)
-        qos = qos_of(policy, job).priority / policy.top_qos_priority if policy.top_qos_priority > 0 else 0.0
-        out[job.job_id] = factors(job, now, policy.weights, size, tier / top_tier, fs, qos)
-    return out
+#: Reservations per partition of each backfill policy (None: no bound).
+DEPTH: dict[Backfill, int | None] = {"fifo": 0, "easy": 1, "conservative": None}
 
 
-def fairshare_factors(state: State, now: float, policy: Policy, users: set[str]) -> dict[str, float]:
-    """Fair-share factor of every user association (only computed when its weight counts)."""
-    if policy.weights.fairshare <= 0:
-        return {}
-    tree = build_tree(policy.accounts, policy.associations, sorted(users))
-    factors = fair_tree_factors if policy.fairshare == "fair_tree" else classic_factors
-    return factors(tree, state.usage, now, state.usage_policy.half_life_s)
-
-
-def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out: Plan, epoch: int) -> None:
+def _capacity(state: State, now: float, policy: Policy, live: list[ev.ReservationCreated]) -> Planner:
+    """Step 3: the planner over the nodes that are up, with what is free now, when each run gives its
+    resources back, and the holds of the live advance reservations."""
     free = free_capacity(state.nodes)
     for job_id in state.active:
         job = state.jobs[job_id]
@@ -279,94 +315,8 @@ def _schedule(state: State, now: float, policy: Policy, pending: list[Job], out:
             [ev.NodeAllocation(node=orphan.node, gpus=orphan.gpus, cpus=orphan.cpus, mem_mb=orphan.mem_mb)],
             now,
         )
-    live = reservations.live(state, now) if state.reservations else []
     reservations.hold(planner, state, live)
-    maint = reservations.maint_nodes(live, now)
-    window = INF if policy.backfill_window_s is None else float(policy.backfill_window_s)
-    depth = {"fifo": 0, "easy": 1, "conservative": None}[policy.backfill]
-    blocked: set[str] = set()  # partitions with a job that could not start (FIFO stops there)
-    reserved: dict[str, int] = {}
-    waiting = _ineligible(state, now, pending, out)
-    running = _array_running(state, out)
-    draining = preempt.draining_for(state) if policy.preempt.preempt_type != "off" else set()
-    # Jobs concluded in this cycle are not preempted in it (nor twice by two preemptors).
-    spared = set(_decided_jobs(out.decisions))
-    limits = Limits.of(state, policy, concluded_runs(out.decisions))
-    for job, value in queue_order(state, now, policy, pending):
-        out.priorities[job.job_id] = 0 if job.held else value
-        if job.job_id in waiting:
-            continue
-        throttle = array_throttle(job)
-        if throttle and running.get(job.array_job_id, 0) >= throttle:
-            out.reasons[job.job_id] = "JobArrayTaskLimit"
-            continue
-        # A job a QOS or association limit holds back, like an ineligible one, blocks nothing.
-        limited = limits.reason(job) if limits is not None else None
-        if limited is not None:
-            out.reasons[job.job_id] = limited
-            continue
-        # A job that names (-w) a down or drained node cannot start until it is back: it waits, like an
-        # ineligible job, without blocking or reserving for anyone (Slurm's ReqNodeNotAvail).
-        missing = unavailable_nodes(state, job)
-        if missing:
-            out.reasons[job.job_id] = f"ReqNodeNotAvail, UnavailableNodes:{hostlist.compress(missing)}"
-            continue
-        partition = policy.partition_of(job)
-        if depth == 0 and partition in blocked and job.spec.reservation is None:
-            out.reasons[job.job_id] = "Priority"
-            continue
-        req = in_force(request_of(job), job, now, policy.max_switch_wait_s)
-        limit_s = policy.time_limit(job)
-        limit = INF if limit_s is None else planner.span(float(limit_s))
-        if job.spec.reservation is not None:
-            allocation, why = reservations.start_member(planner, state, job, partition, req, limit, now)
-            resv = state.reservations.get(job.spec.reservation)
-            if why == "Reservation" and resv is not None and resv.start_time > now:
-                out.wake_at = resv.start_time if out.wake_at is None else min(out.wake_at, resv.start_time)
-        else:
-            allocation, why = planner.start_now(partition, req, limit), ""
-        if allocation is not None:
-            out.decisions.append(
-                ev.JobAllocated(
-                    job_id=job.job_id,
-                    attempt=job.restart_count,
-                    partition=partition,
-                    allocations=allocation,
-                    time_limit_s=limit_s,
-                    epoch=epoch,
-                )
-            )
-            if job.array_job_id:
-                running[job.array_job_id] = running.get(job.array_job_id, 0) + 1
-            if limits is not None:
-                limits.started(job, allocation)
-            continue
-        if job.spec.reservation is not None:
-            out.reasons[job.job_id] = why  # inside its reservation: it blocks nobody outside
-            continue
-        top = partition not in blocked
-        out.reasons[job.job_id] = "Resources" if top else "Priority"
-        if maint and top and any(n in maint for n in planner.nodes_of(partition)):
-            out.reasons[job.job_id] = reservations.MAINT_REASON
-        if req.switches is not None:
-            _wake(out, switch_deadline(job, policy.max_switch_wait_s))  # plan again when --switches lapses
-        blocked.add(partition)
-        if top and policy.preempt.preempt_type != "off" and job.job_id not in draining:
-            victims = preempt.preempt_for(
-                state, policy, job, req, (n.free for n in planner.members(partition)), spared, epoch
-            )
-            if victims:
-                # Its reservation comes once these decisions are folded (the victims' ends are then known).
-                out.decisions.extend(victims)
-                spared.update(v.job_id for v in victims)
-                reserved[partition] = reserved.get(partition, 0) + 1
-                continue
-        if depth is not None and reserved.get(partition, 0) >= depth:
-            continue
-        reserved[partition] = reserved.get(partition, 0) + 1
-        start = planner.reserve(partition, req, limit, window)
-        if start is not None:
-            out.starts[job.job_id] = start
+    return planner
 
 
 def _decided_jobs(decisions: list[ev.Event]) -> Iterator[int]:
@@ -386,26 +336,3 @@ def _array_running(state: State, out: Plan) -> dict[int, int]:
         if job.state == "RUNNING" and job.array_job_id in running:
             running[job.array_job_id] -= 1
     return running
-
-
-def _ineligible(state: State, now: float, pending: list[Job], out: Plan) -> set[int]:
-    """Ids of the pending jobs that may not start now; records their reasons and the next begin time."""
-    singletons = Singletons(state)
-    waiting: set[int] = set()
-    for job in pending:
-        if not needs_check(job):
-            continue
-        begin = job.spec.begin_time
-        if begin is not None and begin > now:
-            _wake(out, begin)
-        reason = pending_reason(state, job, now, singletons)
-        if reason is not None:
-            out.reasons[job.job_id] = reason
-            waiting.add(job.job_id)
-    return waiting
-
-
-def _wake(out: Plan, when: float | None) -> None:
-    """Ask the shell to plan again at ``when`` (the earliest such time wins)."""
-    if when is not None and (out.wake_at is None or when < out.wake_at):
-        out.wake_at = when

@@ -42,7 +42,7 @@ from corral.schemas import api
 from corral.schemas import events as ev
 
 if TYPE_CHECKING:
-    from corral.libs.core.plan import Policy
+    from corral.libs.core.policy import Policy
 
 #: Slurm's PreemptType: preempt/none, preempt/partition_prio, preempt/qos.
 PreemptType = Literal["off", "partition_prio", "qos"]
@@ -77,7 +77,7 @@ def qos_may_preempt(policy: Policy, preemptor: Job, victim: Job) -> bool:
 
 def may_preempt(policy: Policy, preemptor: Job, victim: Job) -> bool:
     """Whether ``preemptor`` may preempt the run of ``victim`` under the configured PreemptType."""
-    if terms(policy, victim)[0] == "off":
+    if terms(policy, victim).mode == "off":
         return False
     if policy.preempt.preempt_type == "partition_prio":
         return partition_may_preempt(policy, preemptor, victim)
@@ -86,8 +86,16 @@ def may_preempt(policy: Policy, preemptor: Job, victim: Job) -> bool:
     return False
 
 
-def terms(policy: Policy, victim: Job) -> tuple[PartitionPreemptMode, float]:
-    """(PreemptMode, GraceTime) of a victim, each its own source's else the scheduler's default.
+@dataclass(frozen=True)
+class Terms:
+    """What happens to a victim's run when it is preempted."""
+
+    mode: PartitionPreemptMode  # PreemptMode: requeue, cancel, or off (never preempted)
+    grace_s: float  # GraceTime: seconds between SIGTERM and SIGKILL (0: KillWait)
+
+
+def terms(policy: Policy, victim: Job) -> Terms:
+    """A victim's PreemptMode and GraceTime, each its own source's else the scheduler's default.
 
     The source is the victim's QOS with ``preempt_type = "qos"`` (Slurm: the preempted job's QOS), else
     its run's partition (Slurm's partition PreemptMode applies to partition_prio only).
@@ -101,7 +109,7 @@ def terms(policy: Policy, victim: Job) -> tuple[PartitionPreemptMode, float]:
         part = policy.by_name.get(victim.partition)
         mode = part.preempt_mode if part is not None else None
         grace = part.grace_time_s if part is not None else None
-    return (
+    return Terms(
         mode if mode is not None else policy.preempt.preempt_mode,
         grace if grace is not None else policy.preempt.grace_time_s,
     )
@@ -181,14 +189,14 @@ def preempt_for(
     chosen = _choose(nodes, req, ranked, lambda v: value(policy, v))
     out = []
     for victim in chosen:
-        mode, grace = terms(policy, victim)
+        given = terms(policy, victim)
         out.append(
             ev.JobPreempted(
                 job_id=victim.job_id,
                 attempt=victim.restart_count,
                 # Slurm: a job that may not be requeued is cancelled when preempted in requeue mode.
-                mode="requeue" if mode == "requeue" and victim.spec.requeue else "cancel",
-                grace_s=grace,
+                mode="requeue" if given.mode == "requeue" and victim.spec.requeue else "cancel",
+                grace_s=given.grace_s,
                 by_job=job.job_id,
                 epoch=epoch,
             )

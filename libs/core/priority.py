@@ -16,16 +16,23 @@ NICE); the priority is their sum (NICE, the job's nice value, subtracted), at le
 (Corral has no site factor); QOS is PriorityWeightQOS x the job's QOS priority over the highest.
 An admin's ``scontrol update Priority=`` replaces the sum (``Job.priority_override``).
 
-Queue order is a comparator chain ending in a deterministic tie-break: partition PriorityTier
-(higher first), priority (higher first), submit time, job id.
+Queue order (``queue_order``, the order the cycle considers pending jobs in) is a comparator chain ending
+in a deterministic tie-break: partition PriorityTier (higher first), priority (higher first), submit time,
+job id.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
+from typing import TYPE_CHECKING
 
-from corral.libs.core.state import Job
+from corral.libs.core.fair_share import build_tree, classic_factors, fair_tree_factors, user_key
+from corral.libs.core.limits import qos_of
+from corral.libs.core.state import Job, State
 from corral.schemas.api import PriorityFactors
+
+if TYPE_CHECKING:
+    from corral.libs.core.policy import Policy
 
 
 @dataclass(frozen=True)
@@ -82,14 +89,50 @@ def total(parts: PriorityFactors) -> int:
     return max(int(value - parts.nice), 1)
 
 
-def priority(
-    job: Job,
-    now: float,
-    weights: PriorityWeights,
-    size: ClusterSize,
-    tier_factor: float,
-    fairshare: float = 0.0,
-    qos_factor: float = 0.0,
-) -> int:
-    """The job's priority value at ``now`` (higher runs first)."""
-    return total(factors(job, now, weights, size, tier_factor, fairshare, qos_factor))
+def queue_order(state: State, now: float, policy: Policy, pending: list[Job]) -> list[tuple[Job, int]]:
+    """Pending jobs with their priority, in the order they are considered.
+
+    A job's priority is its admin-set one (``scontrol update Priority=``) when it has one, else the
+    sum of its weighted factors (``priority_factors``); with every weight 0 it is 1 for all.
+    """
+    tiers = {p.name: p.tier for p in policy.partitions}
+    computed: dict[int, int] = {}
+    if any(astuple(policy.weights)[:4]) or policy.weights.qos or any(j.spec.nice for j in pending):
+        computed = {job_id: total(f) for job_id, f in priority_factors(state, now, policy, pending).items()}
+    ranked = []
+    for job in pending:
+        tier = tiers.get(policy.partition_of(job), 1)
+        value = job.priority_override
+        if value is None:
+            value = computed.get(job.job_id, 1)
+        ranked.append(((-tier, -value, job.submit_time, job.job_id), job, value))
+    ranked.sort(key=lambda r: r[0])
+    return [(job, value) for _, job, value in ranked]
+
+
+def priority_factors(
+    state: State, now: float, policy: Policy, pending: list[Job]
+) -> dict[int, PriorityFactors]:
+    """The weighted factors of each pending job's computed priority (what ``sprio`` shows), by id."""
+    size = ClusterSize(
+        gpus=sum(n.gpus for n in state.nodes.values()), cpus=sum(n.cpus for n in state.nodes.values())
+    )
+    top_tier = max((p.tier for p in policy.partitions), default=1) or 1
+    tiers = {p.name: p.tier for p in policy.partitions}
+    shares = fairshare_factors(state, now, policy, {job.user for job in pending})
+    out = {}
+    for job in pending:
+        tier = tiers.get(policy.partition_of(job), 1)
+        fs = shares.get(user_key(job.user, job.spec.account or job.user), 0.0)
+        qos = qos_of(policy, job).priority / policy.top_qos_priority if policy.top_qos_priority > 0 else 0.0
+        out[job.job_id] = factors(job, now, policy.weights, size, tier / top_tier, fs, qos)
+    return out
+
+
+def fairshare_factors(state: State, now: float, policy: Policy, users: set[str]) -> dict[str, float]:
+    """Fair-share factor of every user association (only computed when its weight counts)."""
+    if policy.weights.fairshare <= 0:
+        return {}
+    tree = build_tree(policy.accounts, policy.associations, sorted(users))
+    compute = fair_tree_factors if policy.fairshare == "fair_tree" else classic_factors
+    return compute(tree, state.usage, now, state.usage_policy.half_life_s)

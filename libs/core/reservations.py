@@ -34,9 +34,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from corral.libs.core.backfill import INF, Planner
+from corral.libs.core.backfill import INF, Hold, Planner
 from corral.libs.core.outcome import APPLIED, Outcome, ignored
 from corral.libs.core.placement import Request
+from corral.libs.core.reasons import PendingReason
 from corral.libs.core.state import Job, Node, State, drained
 from corral.schemas import events as ev
 
@@ -47,8 +48,6 @@ INVALID_NODES = "Invalid node name specified"
 INVALID_PARTITION = "Invalid partition name specified"
 INVALID_TIME = "Invalid time specification"
 INVALID_RESV = "Requested reservation is invalid"
-#: Pending reason of an outsider job blocked while a MAINT reservation holds nodes of its partition.
-MAINT_REASON = "ReqNodeNotAvail, Reserved for maintenance"
 
 
 # --- fold -----------------------------------------------------------------------------------------------
@@ -213,10 +212,11 @@ def create(
             return ev.ReservationRejected(name=req.name, reason=BUSY)
         nodes = sorted(n.name for n in free[: req.node_count])
     else:
-        choice = _choose_gpus(state, members, req, start, maint, ignore_jobs)
-        if choice is None:
+        taken = _choose_gpus(state, members, req, start, maint, ignore_jobs)
+        if taken is None:
             return ev.ReservationRejected(name=req.name, reason=BUSY)
-        nodes, gpus = choice
+        nodes = sorted(taken)
+        gpus = [taken[n] for n in nodes]
     return ev.ReservationCreated(
         name=req.name,
         start_time=req.start_time,
@@ -238,8 +238,8 @@ def _choose_gpus(
     start: float,
     maint: bool,
     ignore_jobs: bool,
-) -> tuple[list[str], list[int]] | None:
-    """``req.gpu_count`` GPUs over the partition's nodes: (nodes, GPUs on each), None if too few."""
+) -> dict[str, int] | None:
+    """``req.gpu_count`` GPUs over the partition's nodes: the GPUs taken on each node; None if too few."""
     available: list[tuple[bool, int, str]] = []
     for node in members:
         if not node.up or drained(node) or not node.gpus:
@@ -260,10 +260,7 @@ def _choose_gpus(
         take = min(-minus_free, left)
         taken[name] = take
         left -= take
-    if left > 0:
-        return None
-    names = sorted(taken)
-    return names, [taken[n] for n in names]
+    return taken if left <= 0 else None
 
 
 # --- the planner --------------------------------------------------------------------------------------------
@@ -291,12 +288,14 @@ def hold(planner: Planner, state: State, reservations: list[ev.ReservationCreate
             node = planner.nodes.get(name)
             if node is None:
                 continue
-            free = node.free
+            start, end, free = resv.start_time, resv.end_time, node.free
             if resv.gpus:
-                amount = (0, max(resv.gpus[index] - used.get(name, 0), 0), 0)
+                gpus = max(resv.gpus[index] - used.get(name, 0), 0)
+                node.resv.append(Hold(start, end, 0, gpus, 0, resv=resv.name))
             else:
-                amount = (free.total_cpus, free.total_gpus, free.total_mem_mb)
-            node.resv.append((resv.name, resv.start_time, resv.end_time, *amount))
+                node.resv.append(
+                    Hold(start, end, free.total_cpus, free.total_gpus, free.total_mem_mb, resv.name)
+                )
 
 
 def maint_nodes(reservations: list[ev.ReservationCreated], now: float) -> set[str]:
@@ -314,15 +313,15 @@ def start_member(
     req: Request,
     limit: float,
     now: float,
-) -> tuple[list[ev.NodeAllocation] | None, str]:
-    """Start a job that asks for a reservation, inside it: (allocation, "") or (None, pending reason)."""
+) -> list[ev.NodeAllocation] | PendingReason:
+    """Start a job that asks for a reservation, inside it: its allocation, or the reason it waits."""
     name = job.spec.reservation
     resv = state.reservations.get(name or "")
     if resv is None or resv.end_time <= now:
-        return None, "ReservationDeleted"
+        return "ReservationDeleted"
     account = job.spec.account or job.user
     if not may_use(resv, job.user, account) or now < resv.start_time or now + limit > resv.end_time:
-        return None, "Reservation"
+        return "Reservation"
     nodes = [n for n in resv.nodes if n in planner.nodes and partition in planner.nodes[n].free.partitions]
     caps: dict[str, int] | None = None
     if resv.gpus:
@@ -332,4 +331,4 @@ def start_member(
             for n, g in zip(resv.nodes, resv.gpus, strict=True)
         }
     allocation = planner.start_in(resv.name, nodes, req, limit, caps)
-    return (allocation, "") if allocation is not None else (None, "Resources")
+    return allocation if allocation is not None else "Resources"

@@ -29,7 +29,7 @@ from corral.libs.core.fair_share import (
     fair_tree_factors,
     level_fairshare,
 )
-from corral.libs.core.plan import Policy
+from corral.libs.core.policy import Policy
 from corral.schemas import api
 
 

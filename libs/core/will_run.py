@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 
 from corral.libs.core.fold import slim_spec
 from corral.libs.core.placement import request_of
-from corral.libs.core.plan import Plan, Policy, plan
+from corral.libs.core.plan import Plan, plan
+from corral.libs.core.policy import Policy
 from corral.libs.core.state import Job, State
 from corral.schemas import events as ev
 
@@ -56,5 +57,5 @@ def _estimate(outlook: Plan, job: Job, now: float) -> WillRun:
             return WillRun(job.job_id, now, [a.node for a in decision.allocations], "", cpus)
     req = request_of(job)  # what the placement would take: CPUs per node times nodes
     asked = req.cpus * req.nodes
-    reason = outlook.reasons.get(job.job_id, "Resources")
+    reason = outlook.reason_text(job.job_id, "Resources")
     return WillRun(job.job_id, outlook.starts.get(job.job_id), [], reason, asked)

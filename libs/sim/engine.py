@@ -49,7 +49,8 @@ from corral.libs.config.policy import policy_of, usage_policy_of
 from corral.libs.core.eligibility import needs_check
 from corral.libs.core.fold import apply
 from corral.libs.core.placement import Request, free_capacity, request_of
-from corral.libs.core.plan import Backfill, PartitionPolicy, Policy, plan
+from corral.libs.core.plan import plan
+from corral.libs.core.policy import Backfill, PartitionPolicy, Policy
 from corral.libs.core.state import Job, State, UsagePolicy
 from corral.libs.core.topology import fits_idle, in_force
 from corral.libs.sim.reactions import REACTIONS

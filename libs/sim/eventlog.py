@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import msgspec
 
 from corral.libs.core.fold import apply
-from corral.libs.core.plan import PartitionPolicy
+from corral.libs.core.policy import PartitionPolicy
 from corral.libs.core.state import Job, State
 from corral.libs.sim.engine import JobRecord, SimCluster
 from corral.libs.sim.workload import SimJob, WorkloadError

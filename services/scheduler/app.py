@@ -36,6 +36,7 @@ from corral.libs.config.policy import policy_of, usage_policy_of
 from corral.libs.core import plan as planner
 from corral.libs.core.fold import apply
 from corral.libs.core.orders import orders
+from corral.libs.core.policy import Policy
 from corral.libs.core.state import State
 from corral.libs.core.will_run import will_run
 from corral.libs.infra import roles
@@ -320,7 +321,7 @@ class Scheduler:
         return priority_views.shares_reply(self.state, self.policy, req, user, time.time())
 
 
-def plan_paused(state: State, now: float, policy: planner.Policy, epoch: int) -> planner.Plan:
+def plan_paused(state: State, now: float, policy: Policy, epoch: int) -> planner.Plan:
     """``plan()`` with the cyclic GC paused: a pass over a deep queue allocates (acyclic) objects by the
     hundred thousand, and each collection they trigger would rescan the whole live heap."""
     enabled = gc.isenabled()

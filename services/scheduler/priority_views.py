@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from corral.libs.core.plan import Policy, priority_factors, queue_order
+from corral.libs.core.policy import Policy
+from corral.libs.core.priority import priority_factors, queue_order
 from corral.libs.core.shares import share_rows
 from corral.libs.core.state import Job, State
 from corral.schemas import api

@@ -9,7 +9,9 @@ from corral.libs.config.policy import policy_of as policy_of
 from corral.libs.config.policy import usage_policy_of as usage_policy_of
 from corral.libs.core.eligibility import dependency_text
 from corral.libs.core.limits import qos_name
-from corral.libs.core.plan import Plan, Policy
+from corral.libs.core.plan import Plan
+from corral.libs.core.policy import Policy
+from corral.libs.core.reasons import held_reason
 from corral.libs.core.reservations import live
 from corral.libs.core.state import Job, Node, State, array_throttle, drain_reason, drained
 from corral.libs.core.topology import switch_wait_s
@@ -25,10 +27,9 @@ def job_info(job: Job, outlook: Plan, policy: Policy, dependency: str = "") -> a
 
     ``dependency`` is the Slurm text of its unmet dependencies (``eligibility.dependency_text``).
     """
-    reason = outlook.reasons.get(job.job_id, "Priority")
-    if job.held:
-        # The hold is state: shown at once, even before the next plan.
-        reason = "JobHeldAdmin" if job.held == "admin" else "JobHeldUser"
+    # A hold is state: shown at once, even before the next plan.
+    held = held_reason(job)
+    reason = outlook.reason_text(job.job_id) if held is None else held
     spec = job.spec
     running = bool(job.allocations) and job.state == "RUNNING"
     nodes = [a.node for a in job.allocations]

@@ -10,8 +10,10 @@ import hashlib
 from typing import Any
 
 from corral.libs.config.cluster import ClusterConfig, parse_config
+from corral.libs.core.backfill import INF, Planner
 from corral.libs.core.fold import apply
-from corral.libs.core.plan import PartitionPolicy, Policy
+from corral.libs.core.placement import Free, Request
+from corral.libs.core.policy import PartitionPolicy, Policy
 from corral.libs.core.state import State, decode_state, encode_state
 from corral.schemas import codec
 from corral.schemas import events as ev
@@ -249,3 +251,9 @@ def semantic(state: State) -> bytes:
     for j in copy.jobs.values():
         j.last_seq = 0
     return encode_state(copy)
+
+
+def place(free: dict[str, Free], partition: str, req: Request) -> list[ev.NodeAllocation] | None:
+    """Start ``req`` in ``partition`` now, as the planner does with nothing reserved (an unlimited run);
+    the capacity it takes comes off ``free``. None if it does not fit."""
+    return Planner(free, 0.0).start_now(partition, req, INF)

@@ -9,7 +9,8 @@ from builders import Log, allocated, cluster, exited, job, policy, submitted
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.libs.core.plan import Plan, Policy, plan
+from corral.libs.core.plan import Plan, plan
+from corral.libs.core.policy import Policy
 from corral.schemas import events as ev
 
 pytestmark = pytest.mark.unit

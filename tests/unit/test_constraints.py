@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from builders import Log, allocated, cluster, env, job, policy, registered, submitted
+from builders import Log, allocated, cluster, env, job, place, policy, registered, submitted
 
 from corral.libs.core.backfill import Planner
-from corral.libs.core.placement import Free, Request, could_ever_fit, free_capacity, place, request_of_spec
+from corral.libs.core.placement import Free, Request, free_capacity, request_of_spec
 from corral.libs.core.plan import Plan, plan
+from corral.libs.core.topology import fits_idle
 from corral.schemas import events as ev
 from corral.schemas.events import Constraint
 
@@ -104,9 +105,8 @@ def test_eligible_nodes(req: Request, names: list[str] | None) -> None:
             free("n4", 1),
         )
 
-    assert chosen(place(nodes(), "gpu", req)) == names
     assert chosen(Planner(nodes(), 0.0).start_now("gpu", req, 60.0)) == names
-    assert could_ever_fit(list(nodes().values()), req) == (names is not None)
+    assert fits_idle(list(nodes().values()), req, {}) == (names is not None)
 
 
 def test_exclusive_takes_the_whole_idle_node() -> None:

@@ -11,7 +11,8 @@ from builders import Log, allocated, cluster, exited, job, policy, submitted
 
 from corral.libs.core.eligibility import Singletons, combine, dependency_status, dependency_text
 from corral.libs.core.fold import fold
-from corral.libs.core.plan import Plan, Policy, plan
+from corral.libs.core.plan import Plan, plan
+from corral.libs.core.policy import Policy
 from corral.libs.core.state import encode_state
 from corral.libs.slurm.dependency import format_dependency, parse_dependency
 from corral.schemas import events as ev

@@ -10,7 +10,8 @@ from builders import Log, cluster, exited, job, partition, policy, submitted
 
 from corral.libs.core.fair_share import Account
 from corral.libs.core.limits import qos_name
-from corral.libs.core.plan import PartitionPolicy, Plan, Policy, plan
+from corral.libs.core.plan import Plan, plan
+from corral.libs.core.policy import PartitionPolicy, Policy
 from corral.libs.core.priority import PriorityWeights
 from corral.libs.core.qos import AssocLimits, QosPolicy
 from corral.schemas import events as ev

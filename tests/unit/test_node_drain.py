@@ -291,7 +291,7 @@ def test_pending_reason_of_a_job_that_only_fits_on_drained_nodes(
     log = Log(*cluster(nodes=2))
     log.add(*before, submitted(1, job(nodes=len(nodelist) or 1, gpus=8, nodelist=nodelist)))
     out = plan(log.state, log.at, policy())
-    assert out.decisions == [] and out.reasons[1] == reason
+    assert out.decisions == [] and out.reason_text(1) == reason
 
 
 def test_a_job_waiting_for_a_drained_node_blocks_nobody() -> None:

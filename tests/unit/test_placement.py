@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from builders import Log, allocated, cluster, job, submitted
+from builders import Log, allocated, cluster, job, place, submitted
 
-from corral.libs.core.placement import Free, Request, could_ever_fit, free_capacity, place, request_of
+from corral.libs.core.placement import Free, Request, free_capacity, request_of
 from corral.libs.core.state import Job
+from corral.libs.core.topology import fits_idle
 from corral.schemas import events as ev
 
 pytestmark = pytest.mark.unit
@@ -170,8 +171,8 @@ def test_request_of(spec: ev.JobSpec, req: Request) -> None:
     assert request_of(Job(job_id=1, user="alice", spec=spec, submit_time=0.0)) == req
 
 
-def test_could_ever_fit_counts_idle_nodes() -> None:
+def test_fits_idle_counts_idle_nodes() -> None:
     idle = [free("n1", 8), free("n2", 4, gpu_type="a100")]
-    assert could_ever_fit(idle, request(gpus=4, nodes=2))
-    assert not could_ever_fit(idle, request(gpus=8, nodes=2))
-    assert not could_ever_fit(idle, request(gpus=4, nodes=2, gpu_type="a100"))
+    assert fits_idle(idle, request(gpus=4, nodes=2), {})
+    assert not fits_idle(idle, request(gpus=8, nodes=2), {})
+    assert not fits_idle(idle, request(gpus=4, nodes=2, gpu_type="a100"), {})

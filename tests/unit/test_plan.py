@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from corral.libs.core.fold import fold
 from corral.libs.core.orders import orders
-from corral.libs.core.plan import Plan, Policy, plan
+from corral.libs.core.plan import Plan, plan
+from corral.libs.core.policy import Policy
 from corral.libs.core.state import State, encode_state
 from corral.schemas import api, codec
 from corral.schemas import events as ev

@@ -11,7 +11,8 @@ from builders import T0, Log, allocated, cluster, env, exited, job, numbered, se
 from corral.libs.config.cluster import ConfigError, parse_config
 from corral.libs.core.fold import fold
 from corral.libs.core.orders import orders
-from corral.libs.core.plan import PartitionPolicy, Plan, Policy, plan
+from corral.libs.core.plan import Plan, plan
+from corral.libs.core.policy import PartitionPolicy, Policy
 from corral.libs.core.preempt import PreemptPolicy
 from corral.libs.core.state import Preemption, encode_state
 from corral.schemas import api

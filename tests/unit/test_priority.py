@@ -9,8 +9,9 @@ from builders import Log, allocated, cluster, exited, job, policy, submitted
 
 from corral.libs.config.cluster import ConfigError, parse_config
 from corral.libs.core.fair_share import Account, UserAssoc
-from corral.libs.core.plan import PartitionPolicy, plan, queue_order
-from corral.libs.core.priority import PriorityWeights
+from corral.libs.core.plan import plan
+from corral.libs.core.policy import PartitionPolicy
+from corral.libs.core.priority import PriorityWeights, queue_order
 
 pytestmark = pytest.mark.unit
 

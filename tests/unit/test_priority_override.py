@@ -7,8 +7,9 @@ import dataclasses
 import pytest
 from builders import Log, cluster, job, policy, submitted
 
-from corral.libs.core.plan import Plan, Policy, plan, queue_order
-from corral.libs.core.priority import PriorityWeights
+from corral.libs.core.plan import Plan, plan
+from corral.libs.core.policy import Policy
+from corral.libs.core.priority import PriorityWeights, queue_order
 from corral.schemas import events as ev
 from corral.schemas.codec import decode
 

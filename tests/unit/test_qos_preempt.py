@@ -9,7 +9,8 @@ from builders import Log, allocated, cluster, exited, job, submitted
 
 from corral.libs.config.cluster import parse_config
 from corral.libs.core.fold import fold
-from corral.libs.core.plan import PartitionPolicy, Plan, Policy, plan
+from corral.libs.core.plan import Plan, plan
+from corral.libs.core.policy import PartitionPolicy, Policy
 from corral.libs.core.preempt import PreemptPolicy
 from corral.libs.core.qos import QosPolicy
 from corral.libs.core.state import encode_state

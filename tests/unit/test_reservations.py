@@ -9,8 +9,8 @@ import pytest
 from builders import Log, allocated, cluster, job, policy, submitted
 
 from corral.libs.core.fold import fold
-from corral.libs.core.plan import Plan, Policy, plan
-from corral.libs.core.reservations import MAINT_REASON
+from corral.libs.core.plan import Plan, plan
+from corral.libs.core.policy import Policy
 from corral.libs.core.state import decode_state, encode_state
 from corral.schemas import events as ev
 
@@ -248,7 +248,7 @@ def test_deleting_a_reservation_frees_its_nodes() -> None:
     answer(log)
     log.add(submitted(1, job(gpus=1, nodes=1, time_s=100)), step=0.0)
     out = run(log)
-    assert started(out) == {} and out.reasons[1] == MAINT_REASON
+    assert started(out) == {} and out.reason_text(1) == "ReqNodeNotAvail, Reserved for maintenance"
     log.add(ev.ReservationDeleteRequested(name="R", user="root"), step=0.0)
     out = run(log)
     assert ev.ReservationDeleted(name="R", by="root") in out.decisions

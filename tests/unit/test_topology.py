@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.libs.core.placement import Free, Request
-from corral.libs.core.plan import Plan, Policy, plan
+from corral.libs.core.plan import Plan, plan
+from corral.libs.core.policy import Policy
 from corral.libs.core.topology import Topology, choose
 from corral.schemas import events as ev
 

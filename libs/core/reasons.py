@@ -1,0 +1,73 @@
+"""Why a pending job waits: Slurm's reason codes, as one type (pure).
+
+Each cycle records the reason of every pending job it does not start (``Plan.reasons``, squeue's REASON
+column); the step that stops a job names it. As in Slurm (a job's ``state_reason`` and ``state_desc``),
+a reason is a code, and ``ReqNodeNotAvail`` carries a detail that squeue prints after it
+(``Plan.reason_text``): ``UnavailableNodes:<hostlist>`` or ``Reserved for maintenance``.
+
+By who sets them:
+
+- eligibility (``eligibility.py``, in this order): ``JobHeldUser``, ``JobHeldAdmin``,
+  ``DependencyNeverSatisfied``, ``Dependency``, ``BeginTime``;
+- a job array's ``%P``: ``JobArrayTaskLimit``;
+- QOS and association limits (``limits.py``): ``InvalidQOS``, ``QOSMaxGRESPerUser``,
+  ``QOSMaxJobsPerUserLimit``, ``QOSGrpGRES``, ``AssocMaxJobsLimit``, ``AssocGrpGRES``,
+  ``AssocGrpJobsLimit``;
+- nodes it names (``-w``) down or drained, or a maintenance reservation: ``ReqNodeNotAvail``;
+- the queue: ``Resources`` (the first job of its partition that does not fit), ``Priority`` (behind it);
+- advance reservations (``reservations.py``): ``Reservation``, ``ReservationDeleted``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    # Types only: squeue's commands import this module and should not load the state's.
+    from corral.libs.core.state import Job
+
+PendingReason = Literal[
+    "JobHeldUser",
+    "JobHeldAdmin",
+    "DependencyNeverSatisfied",
+    "Dependency",
+    "BeginTime",
+    "JobArrayTaskLimit",
+    "InvalidQOS",
+    "QOSMaxGRESPerUser",
+    "QOSMaxJobsPerUserLimit",
+    "QOSGrpGRES",
+    "AssocMaxJobsLimit",
+    "AssocGrpGRES",
+    "AssocGrpJobsLimit",
+    "ReqNodeNotAvail",
+    "Resources",
+    "Priority",
+    "Reservation",
+    "ReservationDeleted",
+]
+
+#: Reasons of a job that is not eligible yet: it is never placed, blocks nobody, has no EligibleTime.
+INELIGIBLE: frozenset[PendingReason] = frozenset(
+    {"JobHeldUser", "JobHeldAdmin", "DependencyNeverSatisfied", "Dependency", "BeginTime"}
+)
+
+#: The detail of ``ReqNodeNotAvail`` for an outsider while a MAINT reservation holds nodes of its partition.
+MAINTENANCE = "Reserved for maintenance"
+
+
+def held_reason(job: Job) -> PendingReason | None:
+    """The reason of a held job (``sbatch -H``, ``scontrol hold``: by its user or an admin), else None."""
+    if not job.held:
+        return None
+    return "JobHeldAdmin" if job.held == "admin" else "JobHeldUser"
+
+
+def unavailable(nodes: str) -> str:
+    """The detail of ``ReqNodeNotAvail`` for a job that names nodes (a hostlist) that are down or drained."""
+    return f"UnavailableNodes:{nodes}"
+
+
+def text(reason: PendingReason, detail: str = "") -> str:
+    """A reason as squeue shows it: the code, and its detail after a comma."""
+    return f"{reason}, {detail}" if detail else reason
