@@ -40,6 +40,7 @@ from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.schemas.codec import DecodeError, decode, encode
 from corral.services.agent import confine, inventory, runner
+from corral.services.agent.crashpoints import CrashPoints
 from corral.services.agent.jobenv import base_environment
 from corral.services.agent.records import Record, Records
 from corral.services.agent.step_cgroups import StepCgroups
@@ -64,9 +65,11 @@ class Agent:
         node: NodeConfig,
         state_dir: Path,
         detect_gpus: inventory.Detector = inventory.nvml_gpus,
+        crash: CrashPoints | None = None,
     ) -> None:
         self.bus = bus
         self.detect_gpus = detect_gpus
+        self.crash = crash or CrashPoints()
         self.config = config
         self.node = node
         self.dir = state_dir
@@ -164,6 +167,7 @@ class Agent:
             )
             return
         self.records.put(runner.launch_record(order))
+        self.crash.reached("launch.recorded")
         with _tracer.start_as_current_span(
             "launch",
             context=telemetry.extract(order.traceparent),
@@ -191,7 +195,13 @@ class Agent:
         cgroup = await asyncio.to_thread(self.cgroups.create, order, self.run_dir(*key))
         try:
             run = await runner.start(
-                order, self.run_dir(*key), self.base_env, self.records, self.config.kill_wait_s, cgroup
+                order,
+                self.run_dir(*key),
+                self.base_env,
+                self.records,
+                self.config.kill_wait_s,
+                cgroup,
+                self.crash.reached,
             )
         except runner.LaunchError as exc:
             self.log.warning("launch failed", job_id=order.job_id, error=str(exc))
@@ -200,7 +210,9 @@ class Agent:
             return
         # Known as running here before RunStarted is out: srun may ask for a step as soon as it sees it.
         self.runs[run.key] = run
+        self.crash.reached("launch.handshake_recorded")
         await self.report_start(run)
+        self.crash.reached("launch.started_reported")
         self.log.info("run started", job_id=order.job_id, attempt=order.attempt, pid=run.pid)
         self._supervise_in_background(run)
 
@@ -362,7 +374,7 @@ async def main(ctx: Context) -> None:
     except KeyError:
         raise SystemExit(f"corral-agent: error: node {name!r} is not in {ctx.config.source}") from None
     state_dir = ctx.args.state_dir or ctx.settings.state_dir / "agents" / name
-    agent = Agent(ctx.bus, ctx.config, node, Path(state_dir))
+    agent = Agent(ctx.bus, ctx.config, node, Path(state_dir), crash=CrashPoints(ctx.args.crash_at))
     step_server = Steps(
         ctx.bus.nc,
         name,

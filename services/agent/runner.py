@@ -255,6 +255,7 @@ async def start(
     records: Records,
     kill_wait: float,
     cgroup: str | None = None,
+    reached: Callable[[str], None] = lambda point: None,
 ) -> Run:
     """Start the batch script under its supervisor (in the memory cgroup ``cgroup``, if any: see
     confine.py) and record it; LaunchError says why it could not be."""
@@ -300,6 +301,7 @@ async def start(
         if err_fd != out_fd:
             os.close(err_fd)
     assert proc.stdout is not None
+    reached("launch.supervisor_started")  # (failure tests: crashpoints.py)
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), HANDSHAKE_S)).decode().strip()
     except TimeoutError:

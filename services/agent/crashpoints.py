@@ -1,0 +1,38 @@
+"""Named points of the agent's launch path where a failure test makes the agent die (``--crash-at``).
+
+Failure is the normal case: an agent can die anywhere, and what it left on disk (its run records, the
+run's directory) and the supervisors it started must be enough for the next agent process to re-adopt
+every run exactly once. The restart and adoption table test (``tests/e2e/test_e2e_adoption.py``) stops the
+agent at each of these points with ``os._exit`` (no cleanup, as SIGKILL), then restarts it. Unarmed, a
+point does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: The points, in the order a launch reaches them.
+POINTS = (
+    "launch.recorded",  # the launch record is written; nothing started
+    "launch.supervisor_started",  # the supervisor process exists; its handshake is not read
+    "launch.handshake_recorded",  # the supervisor's pids are recorded; RunStarted is not appended
+    "launch.started_reported",  # RunStarted is appended and recorded
+)
+
+#: The agent's exit status at an armed point.
+CRASH_EXIT = 97
+
+
+class CrashPoints:
+    """The agent's crash points; ``armed`` is the one that ends the process (None: none)."""
+
+    def __init__(self, armed: str | None = None) -> None:
+        if armed is not None and armed not in POINTS:
+            raise ValueError(f"--crash-at: unknown point {armed!r}; one of {', '.join(POINTS)}")
+        self.armed = armed
+
+    def reached(self, name: str) -> None:
+        """The launch reached ``name``: die here if armed for it."""
+        assert name in POINTS, name
+        if name == self.armed:
+            os._exit(CRASH_EXIT)
