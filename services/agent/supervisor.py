@@ -166,8 +166,11 @@ def main(argv: list[str]) -> int:
             os.close(procs_fd)
     group.append(proc.pid)
     write_pids(run_dir, proc.pid)
-    sys.stdout.write(f"{proc.pid}\n")
-    sys.stdout.flush()
+    # The handshake. An agent that died meanwhile reads nothing (EPIPE): the script runs on, and the next
+    # agent finds it through the pids file written above.
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.write(f"{proc.pid}\n")
+        sys.stdout.flush()
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
