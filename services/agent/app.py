@@ -389,6 +389,7 @@ async def main(ctx: Context) -> None:
             remove=agent.remove_peer_cgroup,
         ),
         latest_attempt=agent.records.latest_attempt,
+        reached=agent.crash.reached,
     )
     agent.steps = step_server
     await agent.register()

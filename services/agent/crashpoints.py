@@ -1,4 +1,5 @@
-"""Named points of the agent's launch path where a failure test makes the agent die (``--crash-at``).
+"""Named points of the agent's launch paths (a batch script's, a step's) where a failure test makes the
+agent die (``--crash-at``).
 
 Failure is the normal case: an agent can die anywhere, and what it left on disk (its run records, the
 run's directory) and the supervisors it started must be enough for the next agent process to re-adopt
@@ -17,6 +18,8 @@ POINTS = (
     "launch.supervisor_started",  # the supervisor process exists; its handshake is not read
     "launch.handshake_recorded",  # the supervisor's pids are recorded; RunStarted is not appended
     "launch.started_reported",  # RunStarted is appended and recorded
+    "step.supervisor_started",  # a step's supervisor exists here; its handshake is not read
+    "step.started",  # its tasks run; srun has no answer yet
 )
 
 #: The agent's exit status at an armed point.

@@ -174,6 +174,7 @@ class Steps:
         append: Callable[..., Any],  # (event, msg_id=...)
         cgroups: StepCgroups | None = None,
         latest_attempt: Callable[[int], int] = lambda job_id: -1,
+        reached: Callable[[str], None] = lambda point: None,
     ) -> None:
         self.nc = nc
         self.node = node
@@ -184,6 +185,7 @@ class Steps:
         self.run_dir = run_dir  # (job, attempt) -> the run's directory (where its script is)
         self.append = append  # append an event to the log (retrying)
         self.latest_attempt = latest_attempt  # job -> the newest attempt this node has seen (-1: none)
+        self.reached = reached  # a crash point of a step's launch (failure tests: crashpoints.py)
         # The memory cgroups tasks join (none: unconfined).
         self.cgroups = cgroups or StepCgroups(lambda j, a: None, lambda order: None, lambda j, a: None)
         # Steps by (job, attempt, step): a requeued job's new run numbers its steps from 0 again, and the
@@ -458,6 +460,7 @@ class Steps:
         transport, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(reader), local.proc.stdout
         )
+        self.reached("step.supervisor_started")
         try:
             line = (await asyncio.wait_for(reader.readline(), HANDSHAKE_S)).decode().strip()
         except TimeoutError:
@@ -473,6 +476,7 @@ class Steps:
             self._fail_tasks(local, line.removeprefix("error ") or "the step's supervisor failed")
             return
         local.pids = local.dir.pids()
+        self.reached("step.started")
         self._spawn(self._listen(local, reader, transport))
         if local.stdin_fd is not None:
             local.stdin_sub = await self.nc.subscribe(

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from agent_cluster import wait_until
-from e2e_cli import Cli
+from e2e_cli import BIN, Cli
 
 from corral.cli.local_cluster import LocalCluster
 from corral.services.agent.crashpoints import CRASH_EXIT
@@ -61,6 +61,7 @@ def one_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCl
     cluster.start(ready_timeout=90)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
     env["CORRAL_STATE_DIR"] = str(cluster.state_dir)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # the job's srun
     try:
         yield cluster, Cli(env=env, workdir=root)
     finally:
@@ -130,4 +131,67 @@ def test_the_agent_takes_up_a_run_exactly_once_whatever_point_it_died_at(
         assert ran == ["0"], ran
     else:
         assert ran[-1:] == ["1"] and set(ran) <= {"0", "1"}, ran
+    wait_until(lambda: not job_pids(job), 10, f"nothing of job {job} left running ({job_pids(job)})")
+
+
+STEP_SCRIPT = """#!/bin/bash
+#SBATCH -o job.%j.out
+srun -n 1 bash -c 'echo "task $SLURM_JOB_ID $SLURM_RESTART_COUNT" >> tasks.log
+                   while [ ! -e go.$SLURM_JOB_ID ]; do sleep 0.1; done'
+echo "srun exited $?"
+while [ ! -e go.$SLURM_JOB_ID ]; do sleep 0.1; done
+exit 3
+"""
+
+STEP_ROWS = [
+    ("step.supervisor_started", "alive"),
+    ("step.supervisor_started", "dies"),
+    ("step.started", "alive"),
+    ("step.started", "dies"),
+]
+
+
+def step_pids(job: int) -> list[int]:
+    """Live processes of the job's step tasks (they carry SLURM_STEP_ID)."""
+    return [
+        pid
+        for pid in job_pids(job)
+        if b"\0SLURM_STEP_ID=" in b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
+    ]
+
+
+@pytest.mark.parametrize(("point", "supervisor"), STEP_ROWS, ids=[f"{p}-{s}" for p, s in STEP_ROWS])
+def test_a_step_launch_cut_by_the_agent_dying_runs_its_tasks_once_and_is_accounted(
+    one_node: tuple[LocalCluster, Cli], point: str, supervisor: str
+) -> None:
+    cluster, cli = one_node
+    restart_agent(cluster, point)
+    job = cli.sbatch(STEP_SCRIPT)
+    agent = cluster.process("agent-node1")
+    assert agent.proc is not None
+    wait_until(lambda: agent.proc is not None and agent.proc.poll() is not None, 30, "the agent to die")
+    assert agent.proc.returncode == CRASH_EXIT
+    time.sleep(0.5)
+    if supervisor == "dies":
+        for pid in step_pids(job):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+    restart_agent(cluster, None)
+    (cli.workdir / f"go.{job}").touch()
+    row = cli.wait_state(job, ("FAILED", "COMPLETED", "CANCELLED", "NODE_FAIL"), timeout=60)
+    assert row == "FAILED|3:0", row  # the batch script's end, its one run
+    tasks = [
+        line for line in (cli.workdir / "tasks.log").read_text().splitlines() if f" {job} " in f"{line} "
+    ]
+    assert tasks == [f"task {job} 0"], tasks  # the task ran, once
+    # The step is accounted as ended, not left RUNNING.
+    wait_until(
+        lambda: (
+            (out := cli("sacct", "-j", str(job), "-P", "-n", "-o", "JobID,State").stdout)
+            and f"{job}.0|" in out
+            and f"{job}.0|RUNNING" not in out
+        ),
+        30,
+        f"step {job}.0 accounted as ended",
+    )
     wait_until(lambda: not job_pids(job), 10, f"nothing of job {job} left running ({job_pids(job)})")
