@@ -4,7 +4,7 @@ Cycle:
 1. register: append ``NodeRegistered`` with the node's inventory (GPUs from NVML when a driver is present,
    else from the cluster config); a GPU count that does not match the config registers the node drained;
 2. reconcile: runs recorded as launched but never reported are re-adopted: each batch script runs under a
-   detached supervisor (runner.py, supervisor.py) that outlives the agent, so a run still alive is supervised
+   detached supervisor (runner.py, stepd.py) that outlives the agent, so a run still alive is supervised
    again (time limit included) and one that ended meanwhile is reported with its exit status;
 3. heartbeat on ``corral.hb.<node>`` every interval (not an event);
 4. consume ``corral.work.<node>`` durably, in order: a launch starts the batch script (at most once

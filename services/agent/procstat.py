@@ -1,6 +1,6 @@
 """Process identity from ``/proc`` (stdlib only): a pid alone does not name a process, pids are reused.
 
-The supervisors (``services/agent/supervisor.py``, ``stepd.py``) load this file by path (they run with
+The supervisors (``stepd.py``) load this file by path (they run with
 ``python -I`` and import nothing of corral), so it must stay stdlib-only.
 """
 

@@ -1,8 +1,9 @@
 """Running one batch script under its supervisor and supervising it to its end, across agent restarts.
 
-The agent does not run the script itself: it starts a detached supervisor (supervisor.py, Slurm's
-slurmstepd) in its own session, which starts the script in its own process group in the submit
-directory, waits for it and writes its exit status to ``<run dir>/status``. So the job outlives the agent;
+The agent does not run the script itself: it starts a detached supervisor (``stepd.py``, Slurm's
+slurmstepd, the same that runs srun's steps; the script is its step ``batch``) in its own session, which
+starts the script in its own session in the submit directory, waits for it and writes its exit status
+to ``<run dir>/status``. So the job outlives the agent;
 the agent supervises through its record (records.py: supervisor pid and start ticks, script pid = process
 group, start time, deadline, warning signal) and the status file, whether it started the run in this
 lifetime or re-adopts it after a restart.
@@ -30,9 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.schemas.api import LaunchOrder
-from corral.services.agent import killseq, supervisor
+from corral.services.agent import killseq, memcg, procstat, stepd
 from corral.services.agent.jobenv import job_environment, output_paths
 from corral.services.agent.records import Record, Records
+from corral.services.agent.stepdir import BATCH_STEP, OutputTarget, StepDir, StepSpec, TaskSpec
 
 #: How often an adopted run (not this process's child) is checked.
 POLL_S = 0.2
@@ -117,12 +119,12 @@ def vanished(rec: Record) -> Outcome:
 
 
 def read_pids(run_dir: Path) -> tuple[int, int, int] | None:
-    """(supervisor pid, its start ticks, script pid) from the run directory, if the supervisor wrote them."""
-    try:
-        sup, ticks, pid = (int(x) for x in (run_dir / supervisor.PIDS_FILE).read_text().split())
-    except (OSError, ValueError):
+    """(supervisor pid, its start ticks, script pid) from the run directory, once the supervisor started
+    the script."""
+    pids = StepDir.batch(run_dir, 0, 0).pids()
+    if pids is None or "0" not in pids.tasks:
         return None
-    return sup, ticks, pid
+    return pids.stepd[0], pids.stepd[1], pids.tasks["0"][0]
 
 
 # the run -------------------------------------------------------------------------------------------
@@ -159,7 +161,7 @@ class Run:
     def status(self) -> Outcome | None:
         """The outcome from the status file, if the supervisor wrote it."""
         try:
-            data = (self.run_dir / supervisor.STATUS_FILE).read_bytes()
+            data = (self.run_dir / stepd.STATUS_FILE).read_bytes()
         except OSError:
             return None
         try:
@@ -171,7 +173,7 @@ class Run:
         """The recorded supervisor process still exists (same pid and start time, not a zombie)."""
         if self.proc is not None:
             return self.proc.returncode is None
-        return supervisor.start_ticks(self.rec.supervisor) == self.rec.supervisor_start
+        return procstat.start_ticks(self.rec.supervisor) == self.rec.supervisor_start
 
     async def _until_ended(self) -> None:
         if self.proc is not None:
@@ -242,10 +244,39 @@ class Run:
         self.signal(signal.SIGKILL)
 
 
-def _open_output(path: str, append: bool) -> int:
+def _check_output(path: str, append: bool) -> None:
+    """Make sure the script's output file can be opened (its supervisor opens it for the script), so that
+    the launch fails with a clear reason instead of a script that never starts."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-    return os.open(path, flags, 0o644)
+    os.close(os.open(path, flags, 0o644))
+
+
+def batch_spec(order: LaunchOrder, run_dir: Path, env: dict[str, str], cgroup: str | None) -> StepSpec:
+    """The batch step as the supervisor (``stepd.py``) runs it: one task, the script, in the submit
+    directory, with its output files, in the run's cgroup (which it owns)."""
+    spec = order.spec
+    stdout_path, stderr_path = output_paths(order)
+    append = spec.open_mode == "append"
+    return StepSpec(
+        user=order.user,
+        key="",
+        job_id=order.job_id,
+        attempt=order.attempt,
+        step_id=BATCH_STEP,
+        tasks=[
+            TaskSpec(
+                task=0,
+                argv=[str(run_dir / "script"), *spec.argv],
+                cwd=spec.workdir,
+                env=env,
+                stdout=OutputTarget(path=stdout_path, append=append),
+                stderr=OutputTarget(path=stderr_path, append=append) if stderr_path else None,
+            )
+        ],
+        cgroup_procs=None if cgroup is None else os.path.join(cgroup, memcg.PROCS),
+        batch=True,
+    )
 
 
 async def start(
@@ -269,54 +300,54 @@ async def start(
     stdout_path, stderr_path = output_paths(order)
     append = spec.open_mode == "append"
     try:
-        out_fd = _open_output(stdout_path, append)
-        err_fd = _open_output(stderr_path, append) if stderr_path else out_fd
+        _check_output(stdout_path, append)
+        if stderr_path:
+            _check_output(stderr_path, append)
     except OSError as exc:
         raise LaunchError(f"cannot open output file: {exc.strerror}: {exc.filename}") from None
+    env = job_environment(order, base_env, os.getuid())
+    sdir = StepDir.batch(run_dir, order.job_id, order.attempt)
+    sdir.write_spec(batch_spec(order, run_dir, env, cgroup))
+    log = os.open(run_dir / "stepd.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
+        # The one supervisor of every step (stepd.py), detached in its own session so it outlives us.
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-I",  # isolated: the job's PYTHON* variables and a venv cannot break it
             "-S",  # no site: it is stdlib-only, and site (with an editable install's finder) costs ~15 ms
-            supervisor.__file__,
-            *([f"--cgroup={cgroup}"] if cgroup else []),
+            stepd.__file__,
             str(run_dir),
-            str(out_fd),
-            str(err_fd),
-            spec.workdir,
-            str(script),
-            *spec.argv,
             cwd=run_dir,
-            env=job_environment(order, base_env, os.getuid()),
+            env=env,  # (it carries the job's identity, as the job's processes do)
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
+            stderr=log,
             start_new_session=True,
-            pass_fds=(out_fd, err_fd),
         )
     except OSError as exc:
         raise LaunchError(f"cannot start the job's supervisor: {exc.strerror}") from None
     finally:
-        os.close(out_fd)
-        if err_fd != out_fd:
-            os.close(err_fd)
+        os.close(log)
     assert proc.stdout is not None
     reached("launch.supervisor_started")  # (failure tests: crashpoints.py)
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), HANDSHAKE_S)).decode().strip()
     except TimeoutError:
         line = "error the job's supervisor did not answer"
-    if not line.isdigit():
+    pids = sdir.pids() if line == "ok" else None
+    failed = sdir.exit_of(0, order.node)
+    if pids is None or "0" not in pids.tasks:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         await proc.wait()
-        raise LaunchError(line.removeprefix("error ") or "the job's supervisor failed to start")
+        why = failed.error if failed is not None and failed.error else line.removeprefix("error ")
+        raise LaunchError(f"cannot execute the batch script: {why}" if failed else why or "no supervisor")
     rec = records.update(
         order.job_id,
         order.attempt,
-        pid=int(line),
+        pid=pids.tasks["0"][0],
         supervisor=proc.pid,
-        supervisor_start=supervisor.start_ticks(proc.pid) or 0,
+        supervisor_start=pids.stepd[1],
     )
     return Run(rec, run_dir, records, kill_wait, proc)
 

@@ -3,8 +3,8 @@
 An ignored signal stays ignored across exec, and a non-interactive shell cannot trap a signal that was
 ignored when it started (POSIX). So an agent started under ``nohup`` (SIGHUP ignored) would start every
 job with SIGHUP ignored: ``trap ... HUP`` in a batch script would do nothing and ``scancel -s HUP`` would
-reach nothing. Slurm's slurmstepd resets every signal before it starts a task; so do the run supervisor
-(``services/agent/supervisor.py``) and the step supervisor (``stepd.py``), in the forked child, before exec.
+reach nothing. Slurm's slurmstepd resets every signal before it starts a task; so does the supervisor
+of every step, the batch script's included (``stepd.py``), in the forked child, before exec.
 
 Built-in modules only: ``stepd.py`` loads it by path and pays for every import.
 """

@@ -1,5 +1,5 @@
-"""The per-step supervisor (slurmstepd for srun's tasks): runs one node's tasks of one step, outliving the
-agent.
+"""The supervisor of every step (slurmstepd): runs one node's tasks of one step, outliving the agent. The
+batch script is a step too (``batch``: one task, in its run's directory, which also owns the run's cgroup).
 
 The agent starts one per (job, attempt, step) on each node that has tasks of the step, detached (its own
 session), stdlib-only and run by file path with ``python -I -S``, so neither the job's environment nor the
@@ -21,7 +21,9 @@ agent's packages can break it, and an agent restart or upgrade does not touch th
 4. waits; as each task ends, kills what it left in its session and writes ``exit.<task>`` atomically
    (``{"exit_code", "signal", "error"}``), then says ``exit <task>`` on stdout so that a listening agent
    looks at once (an agent that is gone is not an error: a restarted one finds the files);
-5. exits when every task has ended;
+5. exits when every task has ended; the batch step first reads its cgroup's OOM count and peak, removes
+   it (killing what is left in it) and writes ``status`` (``{"exit_code", "signal", "oom", "peak_bytes"}``,
+   fsynced): what the agent reports of the run, now or after a restart;
 6. on SIGTERM (the agent's request, ``killseq.py``, as the batch script's supervisor) runs the kill
    sequence over every task's session: SIGCONT + SIGTERM, SIGKILL after the grace; it exits once the
    sessions are empty, so its end tells the agent that nothing of the step is left here.
@@ -47,6 +49,35 @@ if TYPE_CHECKING:
 SPEC_FILE = "step.spec"
 PIDS_FILE = "pids"
 EXIT_PREFIX = "exit."
+#: The batch step's outcome, in its run's directory (``runner.py`` reads it, now or after a restart).
+STATUS_FILE = "status"
+
+
+def write_status(step_dir: str, code: int, signum: int, confined: dict[str, object]) -> None:
+    """The batch step's status, atomically and durably (write + fsync + rename): it is what the agent
+    reports of the run, even after a crash of the whole node's agent."""
+    oom = "true" if confined.get("oom") else "false"
+    fields = [f'"exit_code": {code}', f'"signal": {signum}', f'"oom": {oom}']
+    if confined.get("peak_bytes") is not None:
+        fields.append(f'"peak_bytes": {confined["peak_bytes"]}')
+    tmp = os.path.join(step_dir, STATUS_FILE + ".tmp")
+    with open(tmp, "w") as fh:
+        fh.write("{" + ", ".join(fields) + "}")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, os.path.join(step_dir, STATUS_FILE))
+
+
+def end_confined(cgroup: str, memcg: ModuleType, oom_before: int | None) -> dict[str, object]:
+    """What the batch step's cgroup (the run's, which it owns) tells, then its removal, killing what is left
+    in it (leftovers that escaped the task's session, srun's tasks here): the status's cgroup part."""
+    oom_after = memcg.oom_count(cgroup)
+    peak = memcg.peak_bytes(cgroup)
+    memcg.remove(cgroup)
+    return {
+        "oom": oom_before is not None and oom_after is not None and oom_after > oom_before,
+        "peak_bytes": peak,
+    }
 
 
 def load_lib(name: str) -> ModuleType:
@@ -195,7 +226,17 @@ def main(argv: list[str]) -> int:
             procs_fd = os.open(spec["cgroup_procs"], os.O_WRONLY | os.O_CLOEXEC)
         except OSError:
             procs_fd = None  # the tasks run unconfined, as the agent's own runs would
+    # The batch step owns its run's cgroup: its kill sequence reaches every process in it (srun's tasks on
+    # this node too), and once the script ended it reads the OOM count and the peak, and removes it.
+    batch = bool(spec.get("batch"))
+    cgroup = os.path.dirname(spec["cgroup_procs"]) if batch and procs_fd is not None else None
+    memcg = load_lib("memcg") if cgroup is not None else None
+    oom_before = None
+    if memcg is not None:
+        killing.members = lambda: memcg.members(cgroup)
+        oom_before = memcg.oom_count(cgroup)
     running: dict[int, int] = {}  # pid -> task
+    codes: dict[int, tuple[int, int]] = {}  # task -> (exit code, signal)
     pids: list[str] = []
     me = f"[{os.getpid()}, {procstat.start_ticks('self') or 0}]"
 
@@ -243,13 +284,15 @@ def main(argv: list[str]) -> int:
                 pass
             groups.remove(pid)
         code = os.waitstatus_to_exitcode(status)
-        write_atomically(
-            os.path.join(step_dir, f"{EXIT_PREFIX}{task_id}"), exit_json(max(code, 0), max(-code, 0))
-        )
+        codes[task_id] = (max(code, 0), max(-code, 0))
+        write_atomically(os.path.join(step_dir, f"{EXIT_PREFIX}{task_id}"), exit_json(*codes[task_id]))
         say(sys.stdout, f"exit {task_id}")
     killing.wait_out()
     if killing.started:
         killing.send(_signal.SIGKILL)  # nothing is left, or the grace is over: no leftover stays
+    if batch and codes:
+        confined = end_confined(cgroup, memcg, oom_before) if memcg is not None and cgroup else {}
+        write_status(step_dir, *codes[0], confined)
     return 0
 
 

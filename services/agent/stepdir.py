@@ -42,6 +42,8 @@ _T = TypeVar("_T")
 
 #: How a step directory is named: ``<job>.<attempt>.<step>``.
 StepKey = tuple[int, int, int]
+#: The step id of the batch step (Slurm's ``<job>.batch``), which lives in its run's directory.
+BATCH_STEP = -1
 
 
 class OutputTarget(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,6 +77,7 @@ class StepSpec(msgspec.Struct, frozen=True, kw_only=True):
     cgroup_procs: str | None = None  # ``cgroup.procs`` of the run's memory cgroup the tasks join, if any
     peer_cgroup: bool = False  # that cgroup is a peer's run cgroup (step_cgroups.py), not the batch run's
     oom_base: int = 0  # the cgroup's OOM kill count when the step started (an adopted step compares with it)
+    batch: bool = False  # the batch step: the run's script, in its run directory; it owns the run's cgroup
 
 
 class CoordRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,6 +115,13 @@ class StepDir:
     def __init__(self, root: Path, key: StepKey) -> None:
         self.key = key
         self.path = root / ".".join(map(str, key))
+
+    @classmethod
+    def batch(cls, run_dir: Path, job_id: int, attempt: int) -> StepDir:
+        """The batch step's directory: the run's own (``<agent state>/jobs/<job>.<attempt>/``)."""
+        sdir = cls(run_dir.parent, (job_id, attempt, BATCH_STEP))
+        sdir.path = run_dir
+        return sdir
 
     @staticmethod
     def all(root: Path) -> list[StepDir]:

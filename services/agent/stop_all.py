@@ -20,7 +20,7 @@ from corral.services.agent import killseq, memcg, procstat
 def kill_runs(agents_dir: Path, kill_wait: float) -> int:
     """Kill the runs the node agents under ``agents_dir`` left running; returns how many.
 
-    Each run directory (``<node>/jobs/<job>.<attempt>/``) names its processes in ``pids`` (supervisor pid,
+    Each run directory (``<node>/jobs/<job>.<attempt>/``) names its processes in ``pids`` (the supervisor,
     its start ticks, script pid = the job's process group) until its ``status`` is written; a ``killed``
     file written first tells the agent to report the run killed. SIGCONT + SIGTERM to each job's process
     group, SIGKILL to what is left after KillWait. Then no run's memory cgroup (named in ``cgroup``) is left:
@@ -32,8 +32,8 @@ def kill_runs(agents_dir: Path, kill_wait: float) -> int:
         if (run_dir / "status").exists():
             continue
         try:
-            script_pid = int(pids.read_text().split()[2])
-        except (OSError, ValueError, IndexError):
+            script_pid = int(json.loads(pids.read_text())["tasks"]["0"][0])
+        except (OSError, ValueError, IndexError, KeyError, TypeError):
             continue
         (run_dir / "killed").write_text("stopped with the local cluster\n")
         groups.append(script_pid)

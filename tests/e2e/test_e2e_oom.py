@@ -4,6 +4,7 @@ nothing it started survives it; and no cgroup of the cluster is left once it sto
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -159,7 +160,8 @@ def test_a_run_whose_supervisor_vanished_is_emptied_and_removed_by_its_agent(
     job = cli.sbatch("#!/bin/bash\necho script $$\nsleep 300\n", "--mem=100M", "--no-requeue", "-o", str(out))
     pids = cluster.state_dir / "agents" / "node1" / "jobs" / f"{job}.0" / "pids"
     wait_until(lambda: pids.exists() and out.exists() and "script" in out.read_text(), what="job running")
-    supervisor, _, script = (int(x) for x in pids.read_text().split())
+    recorded = json.loads(pids.read_text())  # the batch step's supervisor and its task 0, the script
+    supervisor, script = recorded["stepd"][0], recorded["tasks"]["0"][0]
     os.kill(supervisor, signal.SIGKILL)
     assert cli.wait_state(job, ENDED, timeout=60).startswith("NODE_FAIL")
     wait_until(lambda: not Path(f"/proc/{script}").exists(), timeout=10, what="the script killed")

@@ -126,9 +126,12 @@ def test_a_vanished_supervisor_is_reported_killed(ending: str, expected: runner.
 
 def test_pids_file(tmp_path: Path) -> None:
     assert runner.read_pids(tmp_path) is None
-    (tmp_path / "pids").write_text("10 12345 11\n")
+    # the batch step's supervisor writes its pids as every step's: itself, then each task (the script: 0)
+    (tmp_path / "pids").write_text('{"stepd": [10, 12345], "tasks": {"0": [11, 12346]}}')
     assert runner.read_pids(tmp_path) == (10, 12345, 11)
-    (tmp_path / "pids").write_text("10 12")
+    (tmp_path / "pids").write_text('{"stepd": [10, 12345], "tasks": {}}')  # before the script started
+    assert runner.read_pids(tmp_path) is None
+    (tmp_path / "pids").write_text('{"stepd": [10')
     assert runner.read_pids(tmp_path) is None
 
 

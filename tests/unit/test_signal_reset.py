@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.services.agent import stepd, supervisor
+from corral.services.agent import stepd
 from corral.services.agent.stepdir import OutputTarget, StepDir, StepSpec, TaskSpec
 
 pytestmark = pytest.mark.unit
@@ -29,20 +29,27 @@ def test_a_batch_script_can_trap_a_signal_its_agent_ignores(tmp_path: Path) -> N
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/bash\n{TRAPS_HUP}\n")
     script.chmod(0o755)
-    out = os.open(tmp_path / "job.out", os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        argv = [sys.executable, "-I", "-S", supervisor.__file__, str(tmp_path), str(out), str(out)]
-        done = subprocess.run(
-            [*argv, str(tmp_path), str(script)],
-            capture_output=True,
-            pass_fds=(out,),
-            preexec_fn=as_under_nohup,
-            timeout=30,
-        )
-    finally:
-        os.close(out)
+    # the batch step, as runner.batch_spec writes it: one task, the script, in the run's directory
+    run_dir = tmp_path / "run"
+    sdir = StepDir.batch(run_dir, 1, 0)
+    sdir.create()
+    task = TaskSpec(
+        task=0,
+        argv=[str(script)],
+        cwd=str(tmp_path),
+        env={"PATH": os.defpath},
+        stdout=OutputTarget(path=str(tmp_path / "job.out")),
+    )
+    sdir.write_spec(StepSpec(user="u", key="", job_id=1, attempt=0, step_id=-1, tasks=[task], batch=True))
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", stepd.__file__, str(run_dir)],
+        capture_output=True,
+        preexec_fn=as_under_nohup,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "job.out").read_text() == "trapped\ndone\n"
+    assert (run_dir / "status").read_text() == '{"exit_code": 0, "signal": 0, "oom": false}'
 
 
 def test_a_step_task_can_trap_a_signal_its_agent_ignores(tmp_path: Path) -> None:
