@@ -14,15 +14,9 @@ from corral.cli.options import Option as Opt
 from corral.cli.options import OptionTable, flag, unsupported
 from corral.cli.sbatch import read_script
 from corral.cli.sbatch import submit as submit_job
-from corral.cli.sbatch_args import (
-    MAX_ENVIRONMENT_BYTES,
-    MAX_SCRIPT_BYTES,
-    NOT_A_SCRIPT,
-    Submission,
-    build_submission,
-    directive_lines,
-    parse_command_line,
-)
+from corral.cli.sbatch_args import Submission, build_submission, parse_command_line
+from corral.cli.sbatch_env import MAX_ENVIRONMENT_BYTES
+from corral.cli.sbatch_script import MAX_SCRIPT_BYTES, NOT_A_SCRIPT, directive_lines
 from corral.libs.runtime.credentials import Credentials
 from corral.libs.slurm.errors import FormatError
 from corral.libs.slurm.timefmt import parse_begin_time
