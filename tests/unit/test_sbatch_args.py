@@ -141,6 +141,7 @@ OPTION_CASES: list[tuple[list[str], bytes, str, Any]] = [
     (["--mem=0", "s.sh"], SCRIPT, "mem_per_node_mb", 0),
     (["--open-mode=append", "s.sh"], SCRIPT, "open_mode", "append"),
     (["--open-mode", "truncate", "s.sh"], SCRIPT, "open_mode", "truncate"),
+    (["s.sh"], SCRIPT, "requeue", True),
     (["--no-requeue", "s.sh"], SCRIPT, "requeue", False),
     (["--no-requeue", "--requeue", "s.sh"], SCRIPT, "requeue", True),
     (["-D", "sub/../out", "s.sh"], SCRIPT, "workdir", "/home/alice/run/out"),
