@@ -22,14 +22,20 @@ Job lifecycle (``squeue``/``sacct`` states)::
 Who writes what (one writer per kind of event keeps replay deterministic):
 
 - the gateway appends intents: ``JobSubmitted``, ``JobCancelRequested``, ``JobHoldRequested``,
-  ``JobReleaseRequested``, ``JobUpdateRequested``;
+  ``JobReleaseRequested``, ``JobUpdateRequested``, ``JobRequeueRequested``, ``JobSignalRequested``; the
+  admins' node requests ``NodeDrainRequested``, ``NodeResumeRequested``, ``NodeDownRequested``; and the
+  reservation requests ``ReservationCreateRequested``, ``ReservationDeleteRequested``;
 - the scheduler appends decisions and conclusions: ``JobAllocated``, ``JobRequeued``,
-  ``JobCompleted``, ``JobFailed``, ``JobCancelled``, ``JobNodeFailed``, ``JobHeld``, ``JobReleased``,
-  ``JobUpdated``, ``JobPreempted``;
-- an agent appends facts about runs on its own node: ``NodeRegistered``, ``RunStarted``,
-  ``RunExited``;
+  ``JobCompleted``, ``JobFailed`` (a node failure is ``JobFailed(reason="NodeFail")``), ``JobCancelled``,
+  ``JobHeld``, ``JobReleased``, ``JobUpdated``, ``JobPreempted``, and ``ReservationCreated``,
+  ``ReservationRejected``, ``ReservationDeleted``;
+- an agent appends facts about its own node and the runs on it: ``NodeRegistered``, ``RunStarted``,
+  ``RunExited``, and (the batch node's agent) ``StepStarted``, ``StepExited``;
 - health appends node facts: ``NodeDown``, ``NodeUp``, and answers the gateway's admin intents
-  ``NodeDrainRequested``/``NodeResumeRequested`` with ``NodeDrained``/``NodeResumed``.
+  ``NodeDrainRequested``/``NodeResumeRequested``/``NodeDownRequested`` with
+  ``NodeDrained``/``NodeResumed``/``NodeDown(by=admin)``.
+
+``lifecycle.WRITERS`` holds the same as data.
 
 A *run* (attempt) is one allocation of a job, numbered from 0 (= ``SLURM_RESTART_COUNT``); every
 run fact carries (job id, attempt) and a fact for an older attempt changes nothing.

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from corral.cli.errors import CliError, run_command, warn
 from corral.cli.options import version_text
-from corral.cli.sbatch_args import MAX_SCRIPT_BYTES, build_submission, parse_command_line
+from corral.cli.sbatch_args import build_submission, parse_command_line
+from corral.cli.sbatch_script import MAX_SCRIPT_BYTES
 from corral.schemas.events import JobSpec
 
 if TYPE_CHECKING:

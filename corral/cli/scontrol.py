@@ -8,7 +8,7 @@
   ``update``; a user may only lower a time limit, only an admin sets a priority, and ``Priority=0`` holds
   the job, as in Slurm);
 - ``scontrol show job [ID]`` prints Slurm's multi-line ``Key=Value`` record of each job (``-o``: one line
-  each) from the scheduler's ``jobs`` verb; ``show hostnames [LIST]`` and ``show hostlist LIST`` expand and
+  each; ``scontrol_show_job.py``); ``show hostnames [LIST]`` and ``show hostlist LIST`` expand and
   compress host lists locally (``LIST`` defaults to ``SLURM_JOB_NODELIST``);
 - ``scontrol create reservation ...``, ``delete ReservationName=X`` and ``show reservation[s] [X]``:
   advance reservations (``scontrol_resv.py``);
@@ -16,31 +16,27 @@
   ``scontrol_nodes.py``;
 - the other commands of Slurm's scontrol are refused by name as not supported by Corral yet.
 
-Commands and ``show`` entities are case-insensitive, as in Slurm. Rendering is pure: ``show_job``.
+Commands and ``show`` entities are case-insensitive, as in Slurm. Parsing is pure: ``control_ids``,
+``update_request``.
 """
 
 from __future__ import annotations
 
 import os
-import posixpath
 import signal
 import sys
-import time
-from collections.abc import Callable, Sequence
-from datetime import tzinfo
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from corral.cli import scontrol_nodes, scontrol_resv
+from corral.cli import scontrol_nodes, scontrol_resv, scontrol_show_job
 from corral.cli.errors import EXIT_FAILURE, CliError, error_line, run_command
-from corral.cli.jobrefs import JobRef, ids_of, job_label, named, parse_job_refs, split_job_list, split_refs
+from corral.cli.jobrefs import JobRef, job_label, parse_job_refs, split_job_list, split_refs
 from corral.cli.options import OptionTable, flag, parse_job_ids, unsupported, version_text
-from corral.libs.core.reasons import INELIGIBLE
 from corral.libs.slurm import hostlist
-from corral.libs.slurm.memory import format_memory
-from corral.libs.slurm.timefmt import format_elapsed_sacct, format_timestamp, parse_time_limit
+from corral.libs.slurm.timefmt import parse_time_limit
 
 if TYPE_CHECKING:
-    from corral.schemas.api import ControlReply, JobInfo, UpdateRequest
+    from corral.schemas.api import ControlReply, UpdateRequest
 
 COMMAND = "scontrol"
 
@@ -94,9 +90,6 @@ LATER_ENTITIES = frozenset(
         "aliases", "dwstat", "bbstat", "hostlistsorted",
     }
 )  # fmt: skip
-
-#: Resolves a user name to ``(uid, group name, gid)``; None if the machine does not know it.
-UserLookup = Callable[[str], "tuple[int, str, int] | None"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,7 +243,7 @@ def _show(words: Sequence[str], *, oneliner: bool) -> int:
         raise CliError("scontrol show needs an entity: job, hostnames or hostlist")
     entity, rest = words[0].lower(), list(words[1:])
     if entity in ("job", "jobs", "jobid"):
-        return _show_jobs(rest, oneliner)
+        return scontrol_show_job.show(rest, oneliner)
     if entity in ("node", "nodes", "partition", "partitions"):
         return scontrol_nodes.show(entity.rstrip("s"), rest, oneliner)
     if entity in ("reservation", "reservations", "res"):
@@ -269,153 +262,6 @@ def _show(words: Sequence[str], *, oneliner: bool) -> int:
     if entity in LATER_ENTITIES:
         raise CliError(f"scontrol show {entity} is not supported by Corral yet")
     raise CliError(f"invalid entity: {words[0]} for keyword: show")
-
-
-def _show_jobs(words: Sequence[str], oneliner: bool) -> int:
-    from corral.cli.client import find_cluster
-    from corral.schemas.api import JobsReply, JobsRequest
-
-    if len(words) > 1:
-        raise CliError(f"unexpected argument '{words[1]}' after the job id")
-    refs = parse_job_refs([words[0]], "job id") if words else []
-    reply = find_cluster().call("jobs", JobsRequest(job_ids=ids_of(refs)), JobsReply)
-    jobs = [job for job in reply.jobs if named(refs, job.job_id, job.array_job_id, job.array_task_id)]
-    if refs and not jobs:
-        raise CliError("slurm_load_jobs error: Invalid job id specified")
-    if not jobs:
-        print("No jobs in the system")
-        return 0
-    now = time.time()
-    out = []
-    for job in jobs:
-        lines = show_job(job, now, local_user)
-        out.append(" ".join(lines) + "\n" if oneliner else "\n   ".join(lines) + "\n\n")
-    sys.stdout.write("".join(out))
-    return 0
-
-
-def local_user(user: str) -> tuple[int, str, int] | None:
-    """``(uid, group name, gid)`` of a local user, None if this machine does not know the name."""
-    import grp
-    import pwd
-
-    try:
-        entry = pwd.getpwnam(user)
-    except KeyError:
-        return None
-    try:
-        group = grp.getgrgid(entry.pw_gid).gr_name
-    except KeyError:
-        group = str(entry.pw_gid)
-    return entry.pw_uid, group, entry.pw_gid
-
-
-def show_job(job: JobInfo, now: float, lookup: UserLookup, tz: tzinfo | None = None) -> list[str]:
-    """The lines of ``scontrol show job`` for one job (Slurm's keys, in Slurm's order)."""
-    ids = lookup(job.user)
-    user = f"{job.user}({ids[0]})" if ids else job.user
-    group = f"{ids[1]}({ids[2]})" if ids else "(null)"
-    pending = job.state == "PENDING"
-    default = "slurm-%j.out" if job.array_task_id is None else "slurm-%A_%a.out"
-    stdout = output_path(job.stdout or default, job)
-    array = []
-    if job.array_task_id is not None:
-        array = [f"ArrayJobId={job.array_job_id} ArrayTaskId={job.array_task_id}"]
-        if job.array_throttle:
-            array[0] += f" ArrayTaskThrottle={job.array_throttle}"
-    return [
-        f"JobId={job.job_id} {array[0] + ' ' if array else ''}JobName={job.name}",
-        f"UserId={user} GroupId={group} MCS_label=N/A",
-        f"Priority={job.priority} Nice={job.nice} Account={job.account} QOS={job.qos or 'normal'}",
-        f"JobState={job.state} Reason={job.reason or 'None'} Dependency={job.dependency or '(null)'}",
-        f"Requeue={int(job.requeue)} Restarts={job.restart_count} BatchFlag=1 Reboot=0 "
-        f"ExitCode={job.exit_code}:{job.signal}",
-        f"RunTime={format_elapsed_sacct(_run_time(job, now))} TimeLimit={_limit(job.time_limit_s)} "
-        "TimeMin=N/A",
-        f"SubmitTime={format_timestamp(job.submit_time, tz)} EligibleTime={_eligible(job, tz)}",
-        f"StartTime={format_timestamp(job.start_time, tz)} EndTime={_end(job, tz)} Deadline=N/A",
-        f"Partition={job.partition} AllocNode:Sid=(null):0",
-        f"NodeList={'(null)' if pending or not job.node_list else job.node_list}",
-        f"NumNodes={job.num_nodes} NumCPUs={job.num_cpus} NumTasks={job.num_tasks} "
-        f"CPUs/Task={max(job.num_cpus // max(job.num_tasks, 1), 1)}",
-        f"TRES={_tres(job)}",
-        f"MinMemoryNode={format_memory(job.min_memory_mb or 0)}",
-        f"WorkDir={job.workdir}",
-        f"StdErr={output_path(job.stderr, job) if job.stderr else stdout}",
-        "StdIn=/dev/null",
-        f"StdOut={stdout}",
-        *_topology(job),
-    ]
-
-
-def _topology(job: JobInfo) -> list[str]:
-    """Slurm's optional ``Switches=N@wait`` line (with ``SegmentSize=`` for --segment); none without them."""
-    parts = []
-    if job.switches:
-        parts.append(f"Switches={job.switches}@{format_elapsed_sacct(job.switches_wait_s)}")
-    if job.segment:
-        parts.append(f"SegmentSize={job.segment}")
-    return [" ".join(parts)] if parts else []
-
-
-def output_path(pattern: str, job: JobInfo) -> str:
-    """An output pattern with ``%j %J %A %a %x %u %N %%`` filled in, made absolute against the workdir.
-
-    ``%N`` (the batch node) stays as is while the job has no node, as in Slurm; ``%A``/``%a`` are the
-    array's id and the task's index for an array task (``%A`` is the job id otherwise, ``%a`` stays).
-    """
-    first = hostlist.first(job.node_list) if job.node_list else "%N"
-    task = job.array_task_id
-    values = {"j": str(job.job_id), "J": str(job.job_id), "x": job.name, "u": job.user}
-    values |= {"A": str(job.array_job_id if task is not None else job.job_id)}
-    values |= {"N": first, "%": "%"} | ({"a": str(task)} if task is not None else {})
-    out = []
-    index = 0
-    while index < len(pattern):
-        char = pattern[index]
-        if char == "%" and index + 1 < len(pattern) and pattern[index + 1] in values:
-            out.append(values[pattern[index + 1]])
-            index += 2
-            continue
-        out.append(char)
-        index += 1
-    return posixpath.join(job.workdir, "".join(out))
-
-
-def _run_time(job: JobInfo, now: float) -> int:
-    if job.start_time is None or job.state == "PENDING":
-        return 0
-    end = job.end_time if job.end_time is not None else now
-    return max(0, int(end - job.start_time))
-
-
-def _limit(seconds: int | None) -> str:
-    return "UNLIMITED" if seconds is None else format_elapsed_sacct(seconds)
-
-
-def _eligible(job: JobInfo, tz: tzinfo | None) -> str:
-    if job.begin_time is not None:
-        return format_timestamp(job.begin_time, tz)
-    if job.state == "PENDING" and job.reason in INELIGIBLE:
-        return "Unknown"
-    return format_timestamp(job.submit_time, tz)
-
-
-def _end(job: JobInfo, tz: tzinfo | None) -> str:
-    if job.end_time is not None:
-        return format_timestamp(job.end_time, tz)
-    if job.state == "RUNNING" and job.start_time is not None and job.time_limit_s is not None:
-        return format_timestamp(job.start_time + job.time_limit_s, tz)
-    return "Unknown"
-
-
-def _tres(job: JobInfo) -> str:
-    parts = [f"cpu={job.num_cpus}", f"node={job.num_nodes}"]
-    if job.min_memory_mb:
-        parts.insert(1, f"mem={format_memory(job.min_memory_mb * job.num_nodes)}")
-    if job.gpus_per_node:
-        parts.append(f"gres/gpu={job.gpus_per_node * job.num_nodes}")
-    return ",".join(parts)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -331,6 +332,46 @@ async def test_subscribe_publish_and_next_message(alice_url: str) -> None:
     assert reply == b"in between"
     assert nothing is None
     assert 0.15 < waited < 2
+
+
+async def test_subscribed_messages_with_a_reply_subject_and_headers(server_url: str, alice_url: str) -> None:
+    """A message of a subscription may come as MSG or HMSG with a reply subject (one more field on the
+    line); its payload comes out, without the headers."""
+    publisher = await nats.connect(server_url, user="alice", password=ALICE_PASSWORD, allow_reconnect=False)
+    back = "io.alice.k2.back"  # a reply subject nobody answers on
+
+    def receive(ready: threading.Event) -> list[tuple[str, bytes]]:
+        with Connection(alice_url, inbox_prefix=INBOX) as conn:
+            conn.subscribe("io.alice.k2.>")
+            ready.set()
+            got = []
+            for _ in range(4):
+                msg = conn.next_message(5)
+                assert msg is not None
+                got.append((msg.subject, msg.data))
+            return got
+
+    ready = threading.Event()
+    try:
+        received = asyncio.create_task(asyncio.to_thread(receive, ready))
+        while not ready.is_set():
+            await asyncio.sleep(0.01)
+        await publisher.publish("io.alice.k2.a", b"plain", reply=back)
+        await publisher.publish(
+            "io.alice.k2.b", b"with headers", reply="io.alice.k2.back", headers={"A": "1"}
+        )
+        await publisher.publish("io.alice.k2.c", b"", headers={"A": "1"})
+        await publisher.publish("io.alice.k2.d", b"last")
+        await publisher.flush()
+        got = await received
+    finally:
+        await publisher.close()
+    assert got == [
+        ("io.alice.k2.a", b"plain"),
+        ("io.alice.k2.b", b"with headers"),
+        ("io.alice.k2.c", b""),
+        ("io.alice.k2.d", b"last"),
+    ]
 
 
 async def test_subscription_refused_and_publish_refused(alice_url: str) -> None:

@@ -13,7 +13,7 @@ from corral.cli import sacct, squeue
 from corral.cli.errors import CliError
 from corral.cli.jobrefs import JobRef, parse_job_refs, split_job_list
 from corral.cli.scancel import cancel_request
-from corral.cli.scontrol import show_job
+from corral.cli.scontrol_show_job import show_job
 from corral.libs.core.eligibility import dependency_status
 from corral.libs.core.fold import fold
 from corral.libs.core.orders import orders

@@ -14,15 +14,9 @@ from corral.cli.options import Option as Opt
 from corral.cli.options import OptionTable, flag, unsupported
 from corral.cli.sbatch import read_script
 from corral.cli.sbatch import submit as submit_job
-from corral.cli.sbatch_args import (
-    MAX_ENVIRONMENT_BYTES,
-    MAX_SCRIPT_BYTES,
-    NOT_A_SCRIPT,
-    Submission,
-    build_submission,
-    directive_lines,
-    parse_command_line,
-)
+from corral.cli.sbatch_args import Submission, build_submission, parse_command_line
+from corral.cli.sbatch_env import MAX_ENVIRONMENT_BYTES
+from corral.cli.sbatch_script import MAX_SCRIPT_BYTES, NOT_A_SCRIPT, directive_lines
 from corral.libs.runtime.credentials import Credentials
 from corral.libs.slurm.errors import FormatError
 from corral.libs.slurm.timefmt import parse_begin_time
@@ -147,6 +141,7 @@ OPTION_CASES: list[tuple[list[str], bytes, str, Any]] = [
     (["--mem=0", "s.sh"], SCRIPT, "mem_per_node_mb", 0),
     (["--open-mode=append", "s.sh"], SCRIPT, "open_mode", "append"),
     (["--open-mode", "truncate", "s.sh"], SCRIPT, "open_mode", "truncate"),
+    (["s.sh"], SCRIPT, "requeue", True),
     (["--no-requeue", "s.sh"], SCRIPT, "requeue", False),
     (["--no-requeue", "--requeue", "s.sh"], SCRIPT, "requeue", True),
     (["-D", "sub/../out", "s.sh"], SCRIPT, "workdir", "/home/alice/run/out"),

@@ -9,7 +9,8 @@ from builders import T0
 
 from corral.cli.errors import CliError
 from corral.cli.jobrefs import JobRef
-from corral.cli.scontrol import control_ids, failure_lines, main, output_path, show_job, update_request
+from corral.cli.scontrol import control_ids, failure_lines, main, update_request
+from corral.cli.scontrol_show_job import output_path, show_job
 from corral.schemas import api
 
 pytestmark = pytest.mark.unit

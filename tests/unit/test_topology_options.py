@@ -10,7 +10,7 @@ from builders import T0, Log, cluster, job, submitted
 
 from corral.cli.errors import CliError, error_line
 from corral.cli.sbatch_args import build_submission, parse_command_line
-from corral.cli.scontrol import show_job
+from corral.cli.scontrol_show_job import show_job
 from corral.libs.config.cluster import BlockConfig, ClusterConfig, ConfigError, parse_config
 from corral.libs.core.plan import Plan
 from corral.libs.runtime.errors import InvalidInput

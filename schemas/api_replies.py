@@ -1,0 +1,109 @@
+"""The API's replies: one tagged Struct per verb's answer, and ``ApiError`` for a rejected request.
+
+Both are tagged, so a client decodes ``Reply | ApiError``.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from corral.schemas.api_views import (
+    AcctJob,
+    CancelOutcome,
+    JobInfo,
+    JobOutcome,
+    JobPriority,
+    NodeInfo,
+    PartitionInfo,
+    PriorityWeightsInfo,
+    ReservationInfo,
+    ShareInfo,
+)
+
+
+class ApiError(msgspec.Struct, frozen=True, tag="error", kw_only=True):
+    """A rejected request: nothing was appended to the log."""
+
+    error: str  # one line for the user, naming the problem and the fix
+    field: str | None = None  # the request field at fault, if one is
+    code: str = "invalid"  # invalid | forbidden | not_found | unavailable | internal
+    retryable: bool = False  # whether the same request may succeed later
+
+
+class SubmitReply(msgspec.Struct, frozen=True, tag="submitted", kw_only=True):
+    """The job was accepted and appended to the log."""
+
+    job_id: int  # the new job's id
+
+
+class WillRunReply(msgspec.Struct, frozen=True, tag="will_run_reply", kw_only=True):
+    """The estimate for a job that was validated but not submitted (``sbatch --test-only``)."""
+
+    job_id: int  # the id it was planned under (about the id it would get)
+    start: float | None  # Unix time it would start (now: at once); None: not within the backfill window
+    nodes: list[str] = []  # the nodes it would get at once ([] if it would wait)
+    cpus: int = 0  # the CPUs it would be allocated
+    partition: str = ""  # its partition
+    reason: str = ""  # its pending reason if it would wait
+
+
+class CancelReply(msgspec.Struct, frozen=True, tag="cancel_reply", kw_only=True):
+    """Outcome per job."""
+
+    outcomes: list[CancelOutcome]  # one per requested job
+
+
+class ControlReply(msgspec.Struct, frozen=True, tag="control_reply", kw_only=True):
+    """Outcome per job of a hold, release or update request."""
+
+    outcomes: list[JobOutcome]  # one per requested job
+
+
+class JobsReply(msgspec.Struct, frozen=True, tag="jobs_reply", kw_only=True):
+    """The matching jobs, in queue order."""
+
+    jobs: list[JobInfo]  # matches
+
+
+class PriorityReply(msgspec.Struct, frozen=True, tag="priority_reply", kw_only=True):
+    """The matching pending jobs, in queue order, and the weights."""
+
+    jobs: list[JobPriority]  # matches
+    weights: PriorityWeightsInfo  # the weights in force
+
+
+class SharesReply(msgspec.Struct, frozen=True, tag="shares_reply", kw_only=True):
+    """The tree in depth-first order, root first."""
+
+    rows: list[ShareInfo]  # associations
+
+
+class NodesReply(msgspec.Struct, frozen=True, tag="nodes_reply", kw_only=True):
+    """Nodes and partitions."""
+
+    nodes: list[NodeInfo]  # nodes, sorted by name
+    partitions: list[PartitionInfo]  # partitions, in config order
+
+
+class AcctReply(msgspec.Struct, frozen=True, tag="acct_reply", kw_only=True):
+    """Matching accounting records, by job id."""
+
+    jobs: list[AcctJob]  # matches
+
+
+class ReservationReply(msgspec.Struct, frozen=True, tag="reservation_reply", kw_only=True):
+    """The scheduler created or deleted the reservation."""
+
+    name: str  # the reservation
+
+
+class ReservationsReply(msgspec.Struct, frozen=True, tag="reservations_reply", kw_only=True):
+    """Reservations, by name."""
+
+    reservations: list[ReservationInfo]  # matches
+
+
+class NodeUpdateReply(msgspec.Struct, frozen=True, tag="node_update_reply", kw_only=True):
+    """Every node of the request is drained (or resumed)."""
+
+    nodes: list[str]  # the nodes, as requested

@@ -1,0 +1,115 @@
+"""What a user asks for when submitting a job: ``JobSpec`` and its parts (dependencies, arrays, constraints,
+the warning signal). Carried by ``JobSubmitted`` and the API's ``SubmitRequest``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from corral.schemas.ids import JobId
+
+#: ``--open-mode`` of the job's stdout and stderr files.
+OpenMode = Literal["truncate", "append"]
+
+#: Kinds of job dependency (sbatch -d), with Slurm's meaning:
+#: after = the dependee started (or ended without starting), afterok = it COMPLETED,
+#: afternotok = it ended in any other terminal state, afterany = it ended,
+#: singleton = no earlier job of the same name and user is pending or running.
+DependencyType = Literal["after", "afterok", "afternotok", "afterany", "singleton"]
+
+
+class Dependency(msgspec.Struct, frozen=True, kw_only=True):
+    """One condition of a job's dependency list (``afterok:5:6`` is two of them)."""
+
+    type: DependencyType  # the kind of condition
+    job_id: JobId = 0  # the job it is about; 0 for singleton
+
+
+class Dependencies(msgspec.Struct, frozen=True, kw_only=True):
+    """A job's dependency list: all of it must hold (``,``) or any one item (``?``)."""
+
+    items: list[Dependency]  # the conditions, in the order given
+    any_of: bool = False  # True: one satisfied item is enough (``?``); False: all must be (``,``)
+
+
+class ArrayRange(msgspec.Struct, frozen=True, kw_only=True):
+    """One item of ``sbatch --array``: ``start[-end[:step]]`` (a single index has end = start)."""
+
+    start: int  # first index
+    end: int  # last index (inclusive)
+    step: int = 1  # every step-th index from start
+
+
+class ArraySpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A job array (``sbatch --array=0-999%32``): one job per index, each with its own job id.
+
+    The task with the k-th smallest index gets the k-th id of the block the gateway reserved; the first
+    id is the array's id (``SLURM_ARRAY_JOB_ID``, ``%A``). At most MaxArraySize (1001) tasks, indices
+    0..1000.
+    """
+
+    ranges: list[ArrayRange]  # the items as given; the indices are their union, in ascending order
+    throttle: int = 0  # ``%P``: at most this many tasks of the array run at once; 0 = no limit
+
+
+class Constraint(msgspec.Struct, frozen=True, kw_only=True):
+    """``--constraint``: node features a job's nodes must have (``a``, ``a&b`` all of them, ``a|b`` any)."""
+
+    features: list[str]  # feature names, as given, at least one
+    any_of: bool = False  # True: a node needs one of the features (``|``); False: all of them (``&``)
+
+
+class WarnSignal(msgspec.Struct, frozen=True, kw_only=True):
+    """``--signal=[B:]SIG@T``: a warning signal T seconds before the time limit, once per run."""
+
+    signum: int  # the signal's number (10 = SIGUSR1 on Linux)
+    seconds_before: int = 60  # T: seconds before the limit (Slurm's default 60)
+    batch_only: bool = False  # B: only the batch shell gets it; else the tasks of the job's steps
+
+
+class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What a user asked for: everything needed to schedule and launch a batch job.
+
+    The script is copied at submit time; the submitter may delete the file right after.
+    """
+
+    name: str  # job name (-J); defaults to the script's file name, "sbatch" for stdin
+    script: str  # the batch script's full text
+    argv: list[str] = []  # arguments passed to the script
+    workdir: str  # absolute submit directory; the script runs here
+    environment: dict[str, str] = {}  # the submitter's environment to export (--export=ALL)
+    stdout: str | None = None  # -o pattern (%j %x %u %N ...); None = slurm-%j.out in workdir
+    stderr: str | None = None  # -e pattern; None = merged into stdout
+    open_mode: OpenMode = "truncate"  # --open-mode for stdout/stderr
+    partition: str | None = None  # -p; None = the cluster's default partition
+    account: str | None = None  # -A; None = the user's default account
+    nodes: int = 1  # -N: number of nodes
+    ntasks: int = 1  # -n: number of tasks
+    ntasks_per_node: int | None = None  # --ntasks-per-node
+    cpus_per_task: int = 1  # -c
+    mem_per_node_mb: int | None = None  # --mem in MiB; None = the partition default (0 = whole node)
+    gpus_per_node: int = 0  # from --gres=gpu[:type]:N or --gpus-per-node
+    gpu_type: str | None = None  # typed GPU request (gpu:h100:4); None = any type
+    time_limit_s: int | None = None  # -t in seconds; None = the partition's default
+    requeue: bool = True  # --requeue / --no-requeue: may the job be requeued on node failure
+    submit_host: str = ""  # host sbatch ran on (SLURM_SUBMIT_HOST)
+    dependencies: Dependencies | None = None  # -d: start only once these hold; None = no dependency
+    held: bool = False  # -H: submitted held (JobHeldUser) until released
+    begin_time: float | None = None  # -b: not eligible before this Unix time; None = at once
+    array: ArraySpec | None = None  # -a/--array: one job per index; None = a single job
+    nodelist: list[str] = []  # -w: nodes the job must include (expanded hostlist); [] = any
+    exclude: list[str] = []  # -x: nodes the job must not use (expanded hostlist)
+    constraint: Constraint | None = None  # -C: node features required; None = any node
+    exclusive: bool = False  # --exclusive: whole nodes, all their CPUs, GPUs and memory, shared with no job
+    gpus_per_task: int | None = None  # --gpus-per-task (gpus_per_node already holds tasks per node x this)
+    cpus_per_gpu: int | None = None  # --cpus-per-gpu: CPUs per node = gpus_per_node x this (not with -c)
+    qos: str | None = None  # -q/--qos; None = the partition's QOS, else the default QOS (resolved at submit)
+    nice: int = 0  # --nice: subtracted from the priority; only an admin may give a negative value
+    reservation: str | None = None  # --reservation: run only in this advance reservation; None = outside any
+    switches: int | None = None  # --switches=N: at most N topology blocks; None = any number
+    switches_wait_s: int | None = None  # --switches=N@T: wait at most T s for them (None: max_switch_wait)
+    segment: int | None = None  # --segment=N: nodes in segments of N, each inside one block; None = no rule
+    warn_signal: WarnSignal | None = None  # --signal: warning signal before the time limit; None = none
+    wckey: str | None = None  # --wckey: workload characterization key, recorded with the job; None = none
