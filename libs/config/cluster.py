@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.libs.config import values as cv
+from corral.libs.config.qos import check_qos_references, parse_qos
 from corral.libs.config.scheduler import SchedulerConfig as SchedulerConfig
 from corral.libs.config.scheduler import parse_scheduler
 from corral.libs.config.tables import AccountConfig as AccountConfig
@@ -145,9 +146,6 @@ def parse_config(
 ) -> ClusterConfig:
     """Parse and validate a cluster configuration; ``scheduler`` keys replace the file's ``[scheduler]``
     ones before validation (``corral sim --set``)."""
-    # QOS parsing lives in its own module, which builds on this one's helpers.
-    from corral.libs.config.qos import check_qos_references, parse_qos
-
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -17,12 +17,15 @@ A QOS ``normal`` (priority 0, no limits) always exists, as in Slurm; a ``[[qos]]
 
 from __future__ import annotations
 
-from typing import Any, cast, get_args
+from typing import TYPE_CHECKING, Any, cast, get_args
 
 from corral.libs.config import values as cv
-from corral.libs.config.cluster import ClusterConfig, ConfigError
+from corral.libs.config.values import ConfigError
 from corral.libs.core.qos import NORMAL, PreemptMode, QosPolicy
 from corral.schemas.subjects import valid_token
+
+if TYPE_CHECKING:
+    from corral.libs.config.cluster import ClusterConfig
 
 
 def _grace(value: Any, where: str) -> int:
