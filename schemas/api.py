@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from corral.schemas import lifecycle
 from corral.schemas.api_replies import (
     AcctReply,
     ApiError,
@@ -129,18 +130,7 @@ __all__ = [
 
 #: A job's state as shown by squeue and sacct: the fold's ``lifecycle.JobState`` and, for a batch step whose
 #: run was requeued, REQUEUED.
-JobState = Literal[
-    "PENDING",
-    "RUNNING",
-    "REQUEUED",
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "OUT_OF_MEMORY",
-    "PREEMPTED",
-]
+JobState = Literal[lifecycle.JobState, "REQUEUED"]
 
 
 #: API verbs and the service that answers each.

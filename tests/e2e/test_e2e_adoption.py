@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from agent_cluster import wait_until
-from e2e_cli import BIN, Cli
+from e2e_cli import BIN, Cli, job_processes
 
 from corral.cli.local_cluster import LocalCluster
 from corral.services.agent.crashpoints import CRASH_EXIT
@@ -69,19 +69,8 @@ def one_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCl
 
 
 def job_pids(job: int) -> list[int]:
-    """Live (not zombie) processes of the job: its supervisor and script carry its environment."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            raw = Path(f"/proc/{pid}/environ").read_bytes()
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and f"\0SLURM_JOB_ID={job}\0".encode() in b"\0" + raw:
-            found.append(int(pid))
-    return found
+    """Live processes of the job: its supervisors and its script carry its environment."""
+    return [pid for pid, _, _ in job_processes(job)]
 
 
 def starts(cli: Cli, job: int) -> list[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from agent_cluster import wait_until
-from e2e_cli import BIN, Cli
+from e2e_cli import BIN, Cli, job_processes
 
 from corral.cli.local_cluster import LocalCluster
 
@@ -61,25 +61,6 @@ def events(cli: Cli) -> list[str]:
     """The payload's lines so far."""
     path = cli.workdir / "events.log"
     return path.read_text().splitlines() if path.exists() else []
-
-
-def job_processes(job: int) -> list[tuple[int, str, str]]:
-    """(pid, node, attempt) of every live process of the job, read from /proc/<pid>/environ."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            raw = Path(f"/proc/{pid}/environ").read_bytes()
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state == "Z":
-            continue
-        env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
-        if env.get("SLURM_JOB_ID") == str(job):
-            found.append((int(pid), env.get("SLURMD_NODENAME", "?"), env.get("SLURM_RESTART_COUNT", "?")))
-    return found
 
 
 def both_up(cli: Cli, attempt: int) -> bool:
