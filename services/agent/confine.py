@@ -3,7 +3,7 @@
 With ``[cluster] constrain_ram_space = true`` each run gets a memory cgroup of its own (``memcg.py``)
 limited to the memory the run was allocated on this node, or to the node's configured memory when the job
 asked for none. The agent creates it before it starts the run's supervisor, which puts the batch script in
-it (the batch step's ``cgroup_procs``, ``stepd.py``); srun's tasks on this node join it too (``steps.py``).
+it (the batch step's ``cgroup_procs``, ``stepd.py``); srun's tasks on this node join it too (``stepd.py``).
 Its path is written to
 ``<run dir>/cgroup`` *before* it is created, so whoever finds the run ended — the supervisor, the agent after
 a restart, ``corral up``'s stop — can remove it. Where no memory cgroup is usable the runs go unconfined

@@ -129,8 +129,13 @@ def test_a_task_that_cannot_start_gets_an_exit_saying_why(
 async def test_a_supervisor_stuck_starting_a_task_leaves_none_running(
     sdir: StepDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from corral.services.agent import steps
-    from corral.services.agent.steps import LocalStep, Steps
+    from corral.services.agent import step_local
+    from corral.services.agent.background import Background
+    from corral.services.agent.crashpoints import CrashPoints
+    from corral.services.agent.step_cgroups import StepCgroups
+    from corral.services.agent.step_local import StepLocal
+    from corral.services.agent.step_output import StepOutput
+    from corral.services.agent.step_state import LocalStep, StepTable
 
     # task 1's output is a FIFO nobody reads: opening it blocks the supervisor after it started task 0
     fifo = sdir.path / "blocked"
@@ -142,15 +147,20 @@ async def test_a_supervisor_stuck_starting_a_task_leaves_none_running(
         user="u", key="k", job_id=1, attempt=0, step_id=0, tasks=[task(sdir, 0, "sleep 300"), blocked]
     )
     sdir.write_spec(spec)
-    monkeypatch.setattr(steps, "HANDSHAKE_S", 3.0)
-    agent_steps = Steps(
-        nc=None,  # type: ignore[arg-type]  # not used before a handshake
+    monkeypatch.setattr(step_local, "HANDSHAKE_S", 3.0)
+    nc = None  # not used before a handshake
+    table, background = StepTable(), Background()
+    cgroups = StepCgroups(lambda j, a: None, lambda order: None, lambda j, a: None)
+    agent_steps = StepLocal(
+        nc=nc,  # type: ignore[arg-type]
         node="n1",
-        state_dir=tmp_path,
+        root=tmp_path,
         kill_wait=1.0,
-        orders=lambda job_id: None,
-        run_dir=lambda job_id, attempt: tmp_path,
-        append=lambda *args, **kwargs: None,
+        table=table,
+        cgroups=cgroups,
+        output=StepOutput(nc, "n1", table, cgroups, background),  # type: ignore[arg-type]
+        crash=CrashPoints(),
+        background=background,
     )
     local = LocalStep(user="u", key="k", step=(1, 0, 0), tasks=[0, 1], dir=sdir)
     await agent_steps._start_stepd(local, spec)

@@ -1,0 +1,65 @@
+"""What the agent tells the log about its node's runs: ``RunStarted`` and ``RunExited``, each appended
+(retrying until the log takes it, deduplicated by a message id) before the run's record says it was
+reported, so a restarted agent reports what its predecessor did not, and nothing twice."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from corral.libs.runtime.bus import Bus
+from corral.libs.runtime.errors import TransientError
+from corral.schemas import events as ev
+from corral.services.agent import runner
+from corral.services.agent.records import Record, Records
+
+
+class Reporter:
+    """Appends the node's facts to the log."""
+
+    def __init__(self, bus: Bus, node: str, records: Records, log: Any) -> None:
+        self.bus = bus
+        self.node = node  # this node's name
+        self.records = records  # where a run's reports are recorded
+        self.log = log
+
+    async def append(self, body: ev.Event, msg_id: str | None = None) -> None:
+        """Append an event, retrying (with backoff) while the log is unavailable."""
+        delay = 0.2
+        while True:
+            try:
+                await self.bus.append(body, msg_id=msg_id)
+                return
+            except TransientError as exc:
+                self.log.warning("append failed, retrying", error=str(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def report_start(self, run: runner.Run) -> None:
+        """Append RunStarted (retrying until the log takes it), then record that it was reported."""
+        job_id, attempt = run.key
+        await self.append(
+            ev.RunStarted(job_id=ev.JobId(job_id), attempt=attempt, node=ev.NodeName(self.node), pid=run.pid),
+            msg_id=f"start:{job_id}:{attempt}:{self.node}",
+        )
+        self.records.update(job_id, attempt, start_reported=True)
+
+    async def report_exit(
+        self, job_id: int, attempt: int, outcome: runner.Outcome, launch_error: str | None = None
+    ) -> None:
+        """Append RunExited (retrying until the log takes it), then record that it was reported."""
+        body = ev.RunExited(
+            job_id=ev.JobId(job_id),
+            attempt=attempt,
+            node=ev.NodeName(self.node),
+            exit_code=outcome.exit_code,
+            signal=outcome.signal,
+            killed=outcome.killed,
+            timed_out=outcome.timed_out,
+            launch_error=launch_error,
+            oom=outcome.oom,
+        )
+        await self.append(body, msg_id=f"exit:{job_id}:{attempt}:{self.node}")
+        if self.records.get(job_id, attempt) is None:
+            self.records.put(Record(job_id=job_id, attempt=attempt))
+        self.records.update(job_id, attempt, exited=True)

@@ -1,0 +1,76 @@
+"""The runs table of a node: the runs this agent supervises, their records and directories, and what the
+steps and the memory cgroups need to know of them.
+
+Run directories are ``<agent state>/jobs/<job>.<attempt>/``; each keeps its launch order (``order.json``,
+written before the supervisor starts), so that a run this agent re-adopted after a restart can still
+answer srun's step requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from corral.schemas import api
+from corral.schemas.codec import DecodeError, decode, encode
+from corral.services.agent import confine, runner
+from corral.services.agent.records import Records
+
+#: The launch order of a run, kept in its directory (for steps).
+ORDER_FILE = "order.json"
+
+
+class Runs:
+    """The runs of this node: live ones by (job, attempt), and their records on disk."""
+
+    def __init__(self, state_dir: Path, cgroups: confine.RunCgroups) -> None:
+        self.dir = state_dir  # the agent's state directory
+        self.records = Records(state_dir / "runs.jsonl")  # what was launched and reported, durably
+        self.live: dict[tuple[int, int], runner.Run] = {}  # the runs supervised now
+        self.cgroups = cgroups  # the node's run memory cgroups
+
+    def run_dir(self, job_id: int, attempt: int) -> Path:
+        """Where a run's script, pids and status files live."""
+        return self.dir / "jobs" / f"{job_id}.{attempt}"
+
+    def keep_order(self, order: api.LaunchOrder) -> None:
+        """Keep the run's launch order in its directory (what steps need of the run later, even after an
+        agent restart); best effort."""
+        with contextlib.suppress(OSError):
+            self.run_dir(order.job_id, order.attempt).mkdir(parents=True, exist_ok=True)
+            (self.run_dir(order.job_id, order.attempt) / ORDER_FILE).write_bytes(encode(order))
+
+    def running_order(self, job_id: int) -> api.LaunchOrder | None:
+        """The launch order of the job's run running on this node (its batch node), if any: kept in the
+        run's directory at launch, so a run this agent re-adopted after a restart has it too. A run whose
+        kill sequence has begun (cancel, time limit, requeue, preemption) is not running any more: its steps
+        end with it, as cancelled."""
+        keys = [key for key in self.live if key[0] == job_id]
+        if not keys or self.live[max(keys)].rec.ending:
+            return None
+        try:
+            data = (self.run_dir(*max(keys)) / ORDER_FILE).read_bytes()
+            order: api.LaunchOrder = decode(data, api.LaunchOrder)
+        except (OSError, DecodeError):
+            return None
+        return order
+
+    def latest_attempt(self, job_id: int) -> int:
+        """The newest attempt of the job this node has seen (-1: none)."""
+        return self.records.latest_attempt(job_id)
+
+    def run_cgroup(self, job_id: int, attempt: int) -> str | None:
+        """The run's memory cgroup on this node, if it exists."""
+        return self.cgroups.of(self.run_dir(job_id, attempt))
+
+    def create_cgroup(self, order: api.LaunchOrder) -> str | None:
+        """Make the run's memory cgroup on this node (None: runs go unconfined)."""
+        return self.cgroups.create(order, self.run_dir(order.job_id, order.attempt))
+
+    def remove_peer_cgroup(self, job_id: int, attempt: int) -> None:
+        """Remove the run cgroup a peer made for the steps of a run (step_cgroups.py) and its record."""
+        run_dir = self.run_dir(job_id, attempt)
+        if confine.release(run_dir):
+            with contextlib.suppress(OSError):
+                (run_dir / confine.CGROUP_FILE).unlink()
+                run_dir.rmdir()
