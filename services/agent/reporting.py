@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from corral.libs.runtime.bus import Bus
 from corral.libs.runtime.errors import TransientError
+from corral.libs.runtime.ports import EventLog
 from corral.schemas import events as ev
 from corral.services.agent import runner
 from corral.services.agent.records import Record, Records
@@ -17,8 +17,8 @@ from corral.services.agent.records import Record, Records
 class Reporter:
     """Appends the node's facts to the log."""
 
-    def __init__(self, bus: Bus, node: str, records: Records, log: Any) -> None:
-        self.bus = bus
+    def __init__(self, events: EventLog, node: str, records: Records, log: Any) -> None:
+        self.events = events  # the log (the real Bus, or an in-memory one in unit tests)
         self.node = node  # this node's name
         self.records = records  # where a run's reports are recorded
         self.log = log
@@ -28,7 +28,7 @@ class Reporter:
         delay = 0.2
         while True:
             try:
-                await self.bus.append(body, msg_id=msg_id)
+                await self.events.append(body, msg_id=msg_id)
                 return
             except TransientError as exc:
                 self.log.warning("append failed, retrying", error=str(exc))

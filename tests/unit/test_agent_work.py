@@ -1,0 +1,154 @@
+"""The agent's work orders on the in-memory log (``MemLog``) with the node's steps faked: what it reports,
+and when, in milliseconds. The e2e tests run the same code against real processes, NATS and supervisors."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from nats.aio.msg import Msg
+from test_jobenv import launch as launch_order
+
+from corral.libs.runtime import telemetry
+from corral.libs.runtime.errors import InvalidInput
+from corral.libs.runtime.memlog import MemLog
+from corral.schemas import api
+from corral.schemas import events as ev
+from corral.schemas.codec import encode
+from corral.services.agent import confine
+from corral.services.agent.crashpoints import CrashPoints
+from corral.services.agent.reporting import Reporter
+from corral.services.agent.runs import Runs
+from corral.services.agent.work import STALE_ATTEMPT, Work
+from tests.unit.builders import cluster_config
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
+
+
+@dataclass
+class FakeSteps:
+    """The node's steps, as the runs see them (``work.RunSteps``): calls recorded; ``end_run`` returns once
+    ``gone`` is set (the run's tasks here are gone)."""
+
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+    gone: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def signal_run(self, job_id: int, attempt: int, sig: int, *, everywhere: bool) -> None:
+        self.calls.append(("signal_run", job_id, attempt, sig, everywhere))
+
+    def kill_run_here(self, job_id: int, attempt: int, grace: float) -> None:
+        self.calls.append(("kill_run_here", job_id, attempt, grace))
+
+    async def end_run(self, job_id: int, attempt: int, grace: float | None = None) -> None:
+        self.calls.append(("end_run", job_id, attempt, grace))
+        await self.gone.wait()
+
+    def had_oom(self, job_id: int, attempt: int) -> bool:
+        return False
+
+    def cgroups_in_use(self) -> set[str]:
+        return set()
+
+
+@dataclass
+class Node:
+    """One node's work consumer on a MemLog."""
+
+    work: Work
+    log: MemLog
+    steps: FakeSteps
+
+    def exits(self) -> list[ev.RunExited]:
+        return [b for b in self.log.bodies() if isinstance(b, ev.RunExited)]
+
+
+def node(tmp_path: Path, name: str = "gpu02") -> Node:
+    config = cluster_config(nodes=2)
+    log, steps = MemLog(), FakeSteps()
+    logger = telemetry.logger(node=name)
+    runs = Runs(tmp_path, confine.RunCgroups(None, "test", config.node(name), logger))
+    reporter = Reporter(log, name, runs.records, logger)
+    work = Work(name, config, runs, reporter, steps, {"PATH": "/bin"}, CrashPoints(), logger)
+    return Node(work, log, steps)
+
+
+async def settle() -> None:
+    """Let the work's background tasks run until they wait."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_a_peer_reports_a_killed_run_gone_only_once_its_tasks_here_are_gone(tmp_path: Path) -> None:
+    peer = node(tmp_path)
+    await peer.work.kill(api.KillOrder(job_id=7, attempt=0, node="gpu02", reason="requeue", grace_s=4.0))
+    await settle()
+    # The tasks got the kill sequence at once (with the order's grace), and are being waited for.
+    assert peer.steps.calls[:2] == [("kill_run_here", 7, 0, 4.0), ("end_run", 7, 0, 4.0)]
+    assert peer.exits() == []  # its GPUs stay held: the tasks may still be checkpointing
+    peer.steps.gone.set()
+    await settle()
+    (exit,) = peer.exits()
+    assert (exit.job_id, exit.attempt, exit.node, exit.killed, exit.signal) == (7, 0, "gpu02", True, 15)
+    # A redelivered kill order changes nothing: the run is already recorded as killed and reported here.
+    await peer.work.kill(api.KillOrder(job_id=7, attempt=0, node="gpu02", reason="requeue"))
+    await settle()
+    assert len(peer.exits()) == 1
+
+
+async def test_a_kill_order_without_a_grace_waits_killwait(tmp_path: Path) -> None:
+    peer = node(tmp_path)
+    peer.steps.gone.set()
+    await peer.work.kill(api.KillOrder(job_id=7, attempt=1, node="gpu02", reason="cancel"))
+    await settle()
+    assert ("kill_run_here", 7, 1, peer.work.config.kill_wait_s) in peer.steps.calls
+    assert [e.attempt for e in peer.exits()] == [1]
+
+
+async def test_a_launch_older_than_an_attempt_seen_here_is_refused_and_reported(tmp_path: Path) -> None:
+    batch = node(tmp_path, "gpu01")
+    batch.steps.gone.set()
+    await batch.work.kill(api.KillOrder(job_id=7, attempt=2, node="gpu01", reason="requeue"))
+    await settle()
+    await batch.work.launch(launch_order(job_id=7, attempt=1, workdir=str(tmp_path)))
+    stale = [e for e in batch.exits() if e.attempt == 1]
+    assert [(e.launch_error, e.exit_code) for e in stale] == [(STALE_ATTEMPT, 1)]
+    # and its redelivery does nothing more
+    await batch.work.launch(launch_order(job_id=7, attempt=1, workdir=str(tmp_path)))
+    assert len([e for e in batch.exits() if e.attempt == 1]) == 1
+
+
+async def test_a_launch_that_cannot_start_is_reported_with_why(tmp_path: Path) -> None:
+    batch = node(tmp_path, "gpu01")
+    batch.steps.gone.set()
+    await batch.work.launch(launch_order(job_id=8, attempt=0, workdir=str(tmp_path / "missing")))
+    (exit,) = batch.exits()
+    assert exit.launch_error == f"cannot chdir to {tmp_path / 'missing'}: no such directory"
+    assert not [b for b in batch.log.bodies() if isinstance(b, ev.RunStarted)]
+
+
+async def test_a_signal_order_for_a_run_not_live_here_reaches_only_its_step_tasks(tmp_path: Path) -> None:
+    peer = node(tmp_path)
+    order = api.SignalOrder(job_id=7, attempt=0, node="gpu02", signal=10, scope="steps", request_id="r")
+    peer.work.signal(order)
+    assert peer.steps.calls == [("signal_run", 7, 0, signal.SIGUSR1, False)]
+    assert peer.log.bodies() == []
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b"{", "malformed order"),
+        (encode(api.KillOrder(job_id=1, attempt=0, node="gpu01", reason="cancel")), "delivered to gpu02"),
+    ],
+    ids=["malformed", "another node's"],
+)
+async def test_a_bad_order_is_refused_as_invalid_input(tmp_path: Path, data: bytes, error: str) -> None:
+    peer = node(tmp_path)
+    with pytest.raises(InvalidInput, match=error):
+        await peer.work.handle([cast(Msg, SimpleNamespace(data=data))])
+    assert peer.log.bodies() == [] and peer.steps.calls == []
