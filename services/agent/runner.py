@@ -128,6 +128,10 @@ def read_pids(run_dir: Path) -> tuple[int, int, int] | None:
 
 
 # the run -------------------------------------------------------------------------------------------
+#: (job, attempt, signal) -> signal the run's step tasks on every node (the agent's steps do it).
+StepSignaller = Callable[[int, int, int], None]
+
+
 class Run:
     """One run on this node, supervised through its record and status file."""
 
@@ -138,6 +142,7 @@ class Run:
         records: Records,
         kill_wait: float,
         proc: asyncio.subprocess.Process | None = None,
+        step_signaller: StepSignaller | None = None,
     ) -> None:
         self.rec = rec
         self.run_dir = run_dir
@@ -145,8 +150,7 @@ class Run:
         self.kill_wait = kill_wait
         self.proc = proc  # the supervisor, when this agent process started it (None: adopted)
         self.ended = asyncio.Event()
-        # (job, attempt, signal) -> signal the run's step tasks everywhere; set by the agent (it has steps).
-        self.step_signaller: Callable[[int, int, int], None] | None = None
+        self.step_signaller = step_signaller  # the --signal warning's way to the run's step tasks everywhere
 
     @property
     def pid(self) -> int:
@@ -287,6 +291,7 @@ async def start(
     kill_wait: float,
     cgroup: str | None = None,
     reached: Callable[[str], None] = lambda point: None,
+    step_signaller: StepSignaller | None = None,
 ) -> Run:
     """Start the batch script under its supervisor (in the memory cgroup ``cgroup``, if any: see
     confine.py) and record it; LaunchError says why it could not be."""
@@ -349,10 +354,16 @@ async def start(
         supervisor=proc.pid,
         supervisor_start=pids.stepd[1],
     )
-    return Run(rec, run_dir, records, kill_wait, proc)
+    return Run(rec, run_dir, records, kill_wait, proc, step_signaller)
 
 
-def adopt(rec: Record, run_dir: Path, records: Records, kill_wait: float) -> Run:
+def adopt(
+    rec: Record,
+    run_dir: Path,
+    records: Records,
+    kill_wait: float,
+    step_signaller: StepSignaller | None = None,
+) -> Run:
     """The run of a record a previous agent process left unreported (its supervisor may be alive or not).
 
     A record without a supervisor (the agent died between starting it and recording the handshake) is
@@ -366,4 +377,4 @@ def adopt(rec: Record, run_dir: Path, records: Records, kill_wait: float) -> Run
             rec = records.update(rec.job_id, rec.attempt, supervisor=sup, supervisor_start=ticks, pid=pid)
     if not rec.ending and (run_dir / KILLED_FILE).exists():
         rec = records.update(rec.job_id, rec.attempt, ending="killed")
-    return Run(rec, run_dir, records, kill_wait)
+    return Run(rec, run_dir, records, kill_wait, step_signaller=step_signaller)

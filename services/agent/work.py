@@ -97,7 +97,11 @@ class Work:
         )  # a removal may wait for a cgroup to empty
         for rec in unfinished:
             run = runner.adopt(
-                rec, self.runs.run_dir(rec.job_id, rec.attempt), records, self.config.kill_wait_s
+                rec,
+                self.runs.run_dir(rec.job_id, rec.attempt),
+                records,
+                self.config.kill_wait_s,
+                self._signal_steps_everywhere,
             )
             self.log.info("run adopted", job_id=rec.job_id, attempt=rec.attempt, pid=run.pid)
             if not rec.start_reported and run.pid:
@@ -167,6 +171,7 @@ class Work:
                 self.config.kill_wait_s,
                 cgroup,
                 self.crash.reached,
+                self._signal_steps_everywhere,
             )
         except runner.LaunchError as exc:
             self.log.warning("launch failed", job_id=order.job_id, error=str(exc))
@@ -185,8 +190,6 @@ class Work:
 
     def _supervise_in_background(self, run: runner.Run) -> None:
         self.runs.live[run.key] = run
-        # runner.Run takes its --signal warning's receiver as an attribute (runner.py is not this module's).
-        run.step_signaller = self._signal_steps_everywhere
         self.background.spawn(self._supervise(run))
 
     async def kill(self, order: api.KillOrder) -> None:
