@@ -3,6 +3,7 @@ re-adopted; duplicate launches run nothing twice."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -245,7 +246,7 @@ def test_stopping_the_local_cluster_kills_its_jobs(tmp_path: Path) -> None:
         cli.wait_state(job, ("RUNNING",))
         tasks = task_pids(cli.workdir, job)
         pids = next((cluster.state_dir / "agents").glob(f"*/jobs/{job}.0/pids"))
-        script_pid = int(pids.read_text().split()[2])
+        script_pid = json.loads(pids.read_text())["tasks"]["0"][0]  # the batch step's task 0: the script
     assert not Path(f"/proc/{script_pid}").exists()
     assert not any(alive(p) for p in tasks), "srun's tasks outlived corral up"
     assert (pids.parent / "killed").exists()
