@@ -14,6 +14,8 @@ from typing import Any
 
 from corral.libs.config.cluster import ClusterConfig, NodeConfig
 from corral.libs.runtime.bus import Bus
+from corral.libs.runtime.clock import SystemClock
+from corral.libs.runtime.ports import Clock
 from corral.schemas import events as ev
 from corral.schemas import subjects
 from corral.services.agent import inventory
@@ -23,9 +25,16 @@ class Registration:
     """Registers the node and keeps it known alive."""
 
     def __init__(
-        self, bus: Bus, config: ClusterConfig, node: NodeConfig, detect_gpus: inventory.Detector, log: Any
+        self,
+        bus: Bus,
+        config: ClusterConfig,
+        node: NodeConfig,
+        detect_gpus: inventory.Detector,
+        log: Any,
+        clock: Clock | None = None,
     ) -> None:
         self.bus = bus
+        self.clock = clock or SystemClock()  # the heartbeat's interval
         self.config = config  # the cluster (partitions, heartbeat interval)
         self.node = node  # this node's configuration
         self.detect_gpus = detect_gpus  # the GPUs actually present
@@ -58,5 +67,4 @@ class Registration:
         while not stop.is_set():
             with contextlib.suppress(Exception):
                 await self.bus.nc.publish(subject, b"")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.config.heartbeat_interval_s)
+            await self.clock.sleep(self.config.heartbeat_interval_s, wake=stop)

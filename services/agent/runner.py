@@ -25,11 +25,12 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from corral.libs.runtime.clock import SystemClock
+from corral.libs.runtime.ports import Clock
 from corral.schemas.api import LaunchOrder
 from corral.services.agent import killseq, memcg, procstat, stepd
 from corral.services.agent.jobenv import job_environment, output_paths
@@ -60,11 +61,11 @@ class Outcome:
 
 
 # pure parts ----------------------------------------------------------------------------------------
-def launch_record(order: LaunchOrder) -> Record:
+def launch_record(order: LaunchOrder, now: float) -> Record:
     """The record of a launch decided here, written before anything runs. It holds the run's time limit and
     ``--signal`` warning already (the deadline counts from now, a few ms before the script starts), so that a
-    run adopted after an agent stopped in the middle of its launch keeps them."""
-    started_at = time.time()
+    run adopted after an agent stopped in the middle of its launch keeps them. ``now``: the agent's clock."""
+    started_at = now
     warn = order.spec.warn_signal
     return Record(
         job_id=order.job_id,
@@ -143,6 +144,7 @@ class Run:
         kill_wait: float,
         proc: asyncio.subprocess.Process | None = None,
         step_signaller: StepSignaller | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.rec = rec
         self.run_dir = run_dir
@@ -151,6 +153,7 @@ class Run:
         self.proc = proc  # the supervisor, when this agent process started it (None: adopted)
         self.ended = asyncio.Event()
         self.step_signaller = step_signaller  # the --signal warning's way to the run's step tasks everywhere
+        self.clock = clock or SystemClock()  # when the warning and the time limit are due
 
     @property
     def pid(self) -> int:
@@ -193,13 +196,17 @@ class Run:
             # runs its sequence once, however often it is asked)
             self._request_kill(self.kill_wait)
         done = asyncio.ensure_future(self._until_ended())
+        over = asyncio.Event()
+        done.add_done_callback(lambda _: over.set())
         try:
             while not done.done():
                 wake = next_wakeup(self.rec)
-                timeout = None if wake is None else max(wake - time.time(), 0.0)
-                await asyncio.wait({done}, timeout=timeout)
+                if wake is None:
+                    await over.wait()
+                else:
+                    await self.clock.sleep(max(wake - self.clock.now(), 0.0), wake=over)
                 if not done.done():
-                    self._on_time(time.time())
+                    self._on_time(self.clock.now())
         finally:
             done.cancel()
         self.ended.set()
@@ -292,6 +299,7 @@ async def start(
     cgroup: str | None = None,
     reached: Callable[[str], None] = lambda point: None,
     step_signaller: StepSignaller | None = None,
+    clock: Clock | None = None,
 ) -> Run:
     """Start the batch script under its supervisor (in the memory cgroup ``cgroup``, if any: see
     confine.py) and record it; LaunchError says why it could not be."""
@@ -354,7 +362,7 @@ async def start(
         supervisor=proc.pid,
         supervisor_start=pids.stepd[1],
     )
-    return Run(rec, run_dir, records, kill_wait, proc, step_signaller)
+    return Run(rec, run_dir, records, kill_wait, proc, step_signaller, clock)
 
 
 def adopt(
@@ -363,6 +371,7 @@ def adopt(
     records: Records,
     kill_wait: float,
     step_signaller: StepSignaller | None = None,
+    clock: Clock | None = None,
 ) -> Run:
     """The run of a record a previous agent process left unreported (its supervisor may be alive or not).
 
@@ -377,4 +386,4 @@ def adopt(
             rec = records.update(rec.job_id, rec.attempt, supervisor=sup, supervisor_start=ticks, pid=pid)
     if not rec.ending and (run_dir / KILLED_FILE).exists():
         rec = records.update(rec.job_id, rec.attempt, ending="killed")
-    return Run(rec, run_dir, records, kill_wait, step_signaller=step_signaller)
+    return Run(rec, run_dir, records, kill_wait, step_signaller=step_signaller, clock=clock)

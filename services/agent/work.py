@@ -21,7 +21,9 @@ from nats.aio.msg import Msg
 
 from corral.libs.config.cluster import ClusterConfig
 from corral.libs.runtime import telemetry
+from corral.libs.runtime.clock import SystemClock
 from corral.libs.runtime.errors import InvalidInput
+from corral.libs.runtime.ports import Clock
 from corral.schemas import api
 from corral.schemas.codec import DecodeError, decode
 from corral.services.agent import confine, runner
@@ -69,6 +71,7 @@ class Work:
         base_env: dict[str, str],
         crash: CrashPoint,
         log: Any,
+        clock: Clock | None = None,
     ) -> None:
         self.node = node  # this node's name
         self.config = config  # the cluster (KillWait)
@@ -78,6 +81,7 @@ class Work:
         self.base_env = base_env  # what every job's environment starts from
         self.crash = crash  # the crash points of a launch (failure tests)
         self.log = log
+        self.clock = clock or SystemClock()  # the runs' time limits and warnings (a FakeClock in unit tests)
         self.background = Background()  # the runs' supervision (cancelled at shutdown)
 
     async def reconcile(self) -> None:
@@ -102,6 +106,7 @@ class Work:
                 records,
                 self.config.kill_wait_s,
                 self._signal_steps_everywhere,
+                self.clock,
             )
             self.log.info("run adopted", job_id=rec.job_id, attempt=rec.attempt, pid=run.pid)
             if not rec.start_reported and run.pid:
@@ -140,7 +145,7 @@ class Work:
                 order.job_id, order.attempt, runner.Outcome(1, 0, False, False), STALE_ATTEMPT
             )
             return
-        records.put(runner.launch_record(order))
+        records.put(runner.launch_record(order, self.clock.now()))
         self.crash.reached("launch.recorded")
         with _tracer.start_as_current_span(
             "launch",
@@ -172,6 +177,7 @@ class Work:
                 cgroup,
                 self.crash.reached,
                 self._signal_steps_everywhere,
+                self.clock,
             )
         except runner.LaunchError as exc:
             self.log.warning("launch failed", job_id=order.job_id, error=str(exc))

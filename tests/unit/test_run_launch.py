@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ def order_for(tmp_path: Path) -> LaunchOrder:
 
 def fresh_records(tmp_path: Path, order: LaunchOrder) -> Records:
     records = Records(tmp_path / "runs.jsonl")
-    records.put(runner.launch_record(order))  # as the agent does before launching
+    records.put(runner.launch_record(order, time.time()))  # as the agent does before launching
     return records
 
 
