@@ -62,13 +62,22 @@ def _allocation_problem(state: State, job: Job, body: ev.JobAllocated) -> Outcom
     return None
 
 
-def _allocated(state: State, seq: int, at: float, body: ev.JobAllocated) -> Outcome:
+def _fenced(state: State, seq: int, body: ev.JobAllocated | ev.JobPreempted) -> Job | Outcome:
+    """The job of a leader's decision (allocation, preemption), if it exists and the decision's epoch is not
+    older than one seen; the newest epoch seen is noted (the fence against a deposed leader)."""
     job = job_for(state, seq, body.job_id)
     if job is None:
         return ignored("unknown_job")
     if body.epoch < state.epoch:
         return ignored("stale_epoch")
     state.epoch = body.epoch
+    return job
+
+
+def _allocated(state: State, seq: int, at: float, body: ev.JobAllocated) -> Outcome:
+    job = _fenced(state, seq, body)
+    if not isinstance(job, Job):
+        return job
     problem = _allocation_problem(state, job, body)
     if problem is not None:
         return problem
@@ -297,12 +306,9 @@ def _requeued(state: State, seq: int, at: float, body: ev.JobRequeued) -> Outcom
 
 
 def _preempted(state: State, seq: int, at: float, body: ev.JobPreempted) -> Outcome:
-    job = job_for(state, seq, body.job_id)
-    if job is None:
-        return ignored("unknown_job")
-    if body.epoch < state.epoch:
-        return ignored("stale_epoch")
-    state.epoch = body.epoch
+    job = _fenced(state, seq, body)
+    if not isinstance(job, Job):
+        return job
     # Only a live run that is not ending already, and only once: a run is never preempted twice.
     if job.state != "RUNNING":
         return ignored("wrong_state")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 from corral.schemas import events as ev
+from corral.schemas.lifecycle import WRITERS
 
 #: What a cycle does after folding a decision: ``start`` schedules the run's end, ``preempt`` schedules the
 #: victim's kill, ``settle`` records an ended job (or plans again if the job is still live), ``resv`` just
@@ -44,21 +45,9 @@ WRITES: dict[type, str] = {
 _NO_GATEWAY = "an intent: there is no gateway (no user acts after submitting)"
 #: The events that never occur in a simulation, and why.
 IGNORED: dict[type, str] = {
+    # every gateway intent but the submission, which the simulator makes itself (lifecycle.WRITERS)
     **dict.fromkeys(
-        (
-            ev.JobCancelRequested,
-            ev.JobHoldRequested,
-            ev.JobReleaseRequested,
-            ev.JobUpdateRequested,
-            ev.JobRequeueRequested,
-            ev.JobSignalRequested,
-            ev.ReservationCreateRequested,
-            ev.ReservationDeleteRequested,
-            ev.NodeDrainRequested,
-            ev.NodeResumeRequested,
-            ev.NodeDownRequested,
-        ),
-        _NO_GATEWAY,
+        (t for t, writer in WRITERS.items() if writer == "gateway" and t is not ev.JobSubmitted), _NO_GATEWAY
     ),
     ev.RunStarted: "the core decides nothing from a script's start; a run counts from its allocation",
     ev.StepStarted: "no steps: a simulated run is one batch script",

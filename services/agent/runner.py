@@ -348,8 +348,9 @@ async def start(
     except TimeoutError:
         line = "error the job's supervisor did not answer"
     pids = sdir.pids() if line == "ok" else None
-    failed = sdir.exit_of(0, order.node)
     if pids is None or "0" not in pids.tasks:
+        # No script: the supervisor's own failure, or the script's start (its exit file says why).
+        failed = sdir.exit_of(0, order.node)
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         await proc.wait()
