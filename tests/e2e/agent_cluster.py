@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from e2e_cli import Cli
+from e2e_cli import Cli, user_env
 
 from corral.cli.local_cluster import LocalCluster, ensure_resolvable
 from corral.libs.config.cluster import local_config_text
@@ -37,8 +36,7 @@ def agent_cluster(
     assert config.node_timeout_s == node_timeout and config.kill_wait_s == kill_wait
     assert ensure_resolvable([n.name for n in config.nodes]) is None
     cluster.start(ready_timeout=90)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
-    env["CORRAL_STATE_DIR"] = str(cluster.state_dir)
+    env = user_env(cluster.state_dir)
     work = root / "work"
     work.mkdir()
     try:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from e2e_cli import BIN, Cli
+from e2e_cli import BIN, Cli, user_env
 
 from corral.cli.local_cluster import LocalCluster, ensure_resolvable
 
@@ -29,9 +29,7 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
 @pytest.fixture(scope="session")
 def cli(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Cli:
     """The commands, pointed at the local cluster."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
-    env["CORRAL_STATE_DIR"] = str(local_cluster.state_dir)
-    return Cli(env=env, workdir=tmp_path_factory.mktemp("work"))
+    return Cli(env=user_env(local_cluster.state_dir), workdir=tmp_path_factory.mktemp("work"))
 
 
 @pytest.fixture

@@ -19,6 +19,17 @@ from corral.libs.infra import roles
 BIN = Path(sys.executable).parent
 
 
+def user_env(state_dir: Path, *, commands_on_path: bool = False) -> dict[str, str]:
+    """The environment of a user of the cluster at ``state_dir``: this process's, without a job's or a
+    cluster's identity (``SLURM_*``, ``CORRAL_*``); with ``commands_on_path``, Corral's commands come first on
+    ``PATH``, so that the jobs it submits find ``srun``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
+    env["CORRAL_STATE_DIR"] = str(state_dir)
+    if commands_on_path:
+        env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
 @dataclass
 class Cli:
     """Runs Corral's Slurm commands as a user would, against one cluster."""
@@ -83,10 +94,8 @@ def own_cluster(root: Path, config: str, nodes: int, gpus_per_node: int) -> Iter
     parsed = cluster.prepare()
     assert ensure_resolvable([n.name for n in parsed.nodes]) is None
     cluster.start(ready_timeout=90)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
-    env["CORRAL_STATE_DIR"] = str(cluster.state_dir)
     try:
-        yield Cli(env=env, workdir=root)
+        yield Cli(env=user_env(cluster.state_dir), workdir=root)
     finally:
         cluster.stop()
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from agent_cluster import wait_until
-from e2e_cli import BIN, Cli, job_processes
+from e2e_cli import Cli, job_processes, user_env
 
 from corral.cli.local_cluster import LocalCluster
 from corral.services.agent.crashpoints import CRASH_EXIT
@@ -59,9 +59,7 @@ def one_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCl
     cluster = LocalCluster(root / "state", getpass.getuser(), nodes=1, gpus_per_node=2)
     cluster.prepare()
     cluster.start(ready_timeout=90)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
-    env["CORRAL_STATE_DIR"] = str(cluster.state_dir)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # the job's srun
+    env = user_env(cluster.state_dir, commands_on_path=True)
     try:
         yield cluster, Cli(env=env, workdir=root)
     finally:
@@ -90,17 +88,22 @@ def restart_agent(cluster: LocalCluster, crash_at: str | None) -> None:
     cluster.revive("agent-node1")
 
 
+def submit_to_a_dying_agent(cluster: LocalCluster, cli: Cli, point: str, script: str) -> int:
+    """Arm the agent to die at ``point``, submit ``script``, and wait until the agent died there."""
+    restart_agent(cluster, point)
+    job = cli.sbatch(script)
+    agent = cluster.process("agent-node1")
+    wait_until(lambda: agent.proc is not None and agent.proc.poll() is not None, 30, "the agent to die")
+    assert agent.proc is not None and agent.proc.returncode == CRASH_EXIT
+    return job
+
+
 @pytest.mark.parametrize(("point", "supervisor", "history"), ROWS, ids=[f"{p}-{s}" for p, s, _ in ROWS])
 def test_the_agent_takes_up_a_run_exactly_once_whatever_point_it_died_at(
     one_node: tuple[LocalCluster, Cli], point: str, supervisor: str, history: str
 ) -> None:
     cluster, cli = one_node
-    restart_agent(cluster, point)
-    job = cli.sbatch(SCRIPT)
-    agent = cluster.process("agent-node1")
-    assert agent.proc is not None
-    wait_until(lambda: agent.proc is not None and agent.proc.poll() is not None, 30, "the agent to die")
-    assert agent.proc.returncode == CRASH_EXIT
+    job = submit_to_a_dying_agent(cluster, cli, point, SCRIPT)
     time.sleep(0.5)  # a supervisor started just before the crash has its script running by now
     if supervisor == "dies":
         for pid in job_pids(job):
@@ -154,12 +157,7 @@ def test_a_step_launch_cut_by_the_agent_dying_runs_its_tasks_once_and_is_account
     one_node: tuple[LocalCluster, Cli], point: str, supervisor: str
 ) -> None:
     cluster, cli = one_node
-    restart_agent(cluster, point)
-    job = cli.sbatch(STEP_SCRIPT)
-    agent = cluster.process("agent-node1")
-    assert agent.proc is not None
-    wait_until(lambda: agent.proc is not None and agent.proc.poll() is not None, 30, "the agent to die")
-    assert agent.proc.returncode == CRASH_EXIT
+    job = submit_to_a_dying_agent(cluster, cli, point, STEP_SCRIPT)
     time.sleep(0.5)
     if supervisor == "dies":
         for pid in step_pids(job):

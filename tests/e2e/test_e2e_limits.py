@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_cli import Cli
+from e2e_cli import Cli, user_env
 
 from corral.cli.local_cluster import LocalCluster, ensure_resolvable
 from corral.libs.config.cluster import local_config_text
@@ -36,8 +36,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
     config = cluster.prepare()
     assert ensure_resolvable([n.name for n in config.nodes]) is None
     cluster.start(ready_timeout=90)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
-    env["CORRAL_STATE_DIR"] = str(cluster.state_dir)
+    env = user_env(cluster.state_dir)
     try:
         yield Cli(env=env, workdir=Path(state))
     finally:

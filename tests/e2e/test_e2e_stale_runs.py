@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from agent_cluster import wait_until
-from e2e_cli import BIN, Cli, job_processes
+from e2e_cli import Cli, job_processes, user_env
 
 from corral.cli.local_cluster import LocalCluster
 
@@ -45,9 +45,7 @@ def own_cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, Cli]]:
     cluster = LocalCluster(tmp_path / "state", getpass.getuser(), nodes=2, gpus_per_node=2)
     cluster.prepare()
     cluster.start(ready_timeout=90)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
-    env["CORRAL_STATE_DIR"] = str(cluster.state_dir)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # the job's srun
+    env = user_env(cluster.state_dir, commands_on_path=True)
     payload = tmp_path / "payload.sh"
     payload.write_text(PAYLOAD)
     payload.chmod(0o755)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_cli import Cli
+from e2e_cli import Cli, user_env
 
 from corral.cli.local_cluster import LocalCluster
 
@@ -22,8 +22,7 @@ def own_cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, Cli]]:
     cluster = LocalCluster(tmp_path / "state", getpass.getuser(), nodes=2, gpus_per_node=2)
     cluster.prepare()
     cluster.start(ready_timeout=90)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
-    env["CORRAL_STATE_DIR"] = str(cluster.state_dir)
+    env = user_env(cluster.state_dir)
     try:
         yield cluster, Cli(env=env, workdir=tmp_path)
     finally:

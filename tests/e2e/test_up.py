@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_cli import Cli
+from e2e_cli import Cli, user_env
 
 pytestmark = pytest.mark.e2e
 
@@ -67,8 +67,7 @@ def processes_using(state: Path) -> list[str]:
 
 def test_up_stops_cleanly_and_keeps_every_job(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
-    env["CORRAL_STATE_DIR"] = str(state)
+    env = user_env(state)
     cli = Cli(env=env, workdir=tmp_path)
     proc = start_up(state, env, "--nodes", "1", "--gpus-per-node", "2")
     try:
