@@ -179,7 +179,10 @@ def _child(conn: socket.socket, server: _Server) -> int:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the command runs
+    # held until the command runs, not ignored: a Ctrl-C the client forwards before "go" or before the
+    # command's handler is in place then stops the command at its start (it was lost, and the command ran on)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     fds: list[int] = []
     try:
         conn.settimeout(HANDSHAKE_TIMEOUT)
@@ -225,7 +228,6 @@ def _become(
 ) -> None:
     """Take the client's streams, directory, umask, environment and argv."""
     import io
-    import signal
     import time
 
     stdin, stdout, stderr, cwd = fds
@@ -255,14 +257,16 @@ def _become(
             )
         )
     sys.stdin, sys.stdout, sys.stderr = made
-    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _run(command: str) -> int:
     """Run the command's ``main`` as its own process would: its status, with exit and flush semantics kept."""
+    import signal
+
     from corral.cli import launch
 
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a held Ctrl-C is raised here
         status = launch.load(command)()
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
