@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import otlp_receiver
 import pytest
 
 from corral.cli import cmdclient
@@ -36,6 +37,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ.pop("XDG_RUNTIME_DIR", None)
     else:
         os.environ["XDG_RUNTIME_DIR"] = before
+
+
+@pytest.fixture
+def otlp() -> Iterator[otlp_receiver.OtlpReceiver]:
+    """A real OTLP/HTTP receiver on a free port that decodes what it gets with opentelemetry-proto."""
+    yield from otlp_receiver.serve()
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,10 @@ class Settings:
     cluster_config: Path | None  # CORRAL_CLUSTER_CONFIG: the cluster TOML
     database_url: str | None  # CORRAL_DATABASE_URL: PostgreSQL DSN (accounting)
     nats_url: str | None  # CORRAL_NATS_URL: overrides the URL in the credentials file
-    otlp_endpoint: str | None  # OTEL_EXPORTER_OTLP_ENDPOINT: where to export spans
+    otlp_endpoint: str | None  # OTEL_EXPORTER_OTLP_ENDPOINT: the OTLP base URL (``/v1/traces`` is appended)
+    otlp_traces_endpoint: str | None  # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: the full URL for spans, used as-is
+    otlp_headers: str | None  # OTEL_EXPORTER_OTLP_TRACES_HEADERS or ..._HEADERS: ``k=v,k2=v2`` (URL-encoded)
+    otlp_protocol: str | None  # OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or ..._PROTOCOL: only http/protobuf
     state_dir: Path  # CORRAL_STATE_DIR or ~/.corral
     unix_user: str  # the user this process runs as
 
@@ -44,9 +47,21 @@ def from_env() -> Settings:
         database_url=os.environ.get("CORRAL_DATABASE_URL") or None,
         nats_url=os.environ.get("CORRAL_NATS_URL") or None,
         otlp_endpoint=os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
+        otlp_traces_endpoint=os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or None,
+        otlp_headers=_first("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"),
+        otlp_protocol=_first("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"),
         state_dir=default_state_dir(),
         unix_user=getpass.getuser(),
     )
+
+
+def _first(*names: str) -> str | None:
+    """The value of the first of ``names`` that is set and not empty (a signal's own variable first)."""
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value
+    return None
 
 
 def environment() -> dict[str, str]:

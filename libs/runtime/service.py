@@ -20,6 +20,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
+from corral.libs.config import otlp
 from corral.libs.config import settings as settings_mod
 from corral.libs.config.cluster import ClusterConfig, ConfigError, load_config
 from corral.libs.runtime import bus as busmod
@@ -102,7 +103,11 @@ def run(
         return _fail(name, str(exc))
     if env.nats_url:
         creds = Credentials(url=env.nats_url, user=creds.user, password=creds.password)
-    telemetry.configure(name, env.otlp_endpoint)
+    try:
+        target = otlp.target(env)
+    except ConfigError as exc:
+        return _fail(name, str(exc))
+    telemetry.configure(name, target)
     return asyncio.run(_serve(name, main, creds, config, args, env))
 
 

@@ -2,7 +2,10 @@
 
 - ``configure(service)`` once per process: structlog renders JSON with the service name, and the
   current span's trace id / span id on every line; OpenTelemetry exports spans over OTLP/HTTP
-  when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (read by the settings of each service, passed here).
+  (protobuf) to the target the standard ``OTEL_EXPORTER_OTLP_*`` variables name
+  (``corral.libs.config.otlp``: a base endpoint gets ``/v1/traces`` appended, a traces endpoint is used
+  as-is), read by each service's settings and passed here.
+- ``span_exporter(target)`` is that exporter, for the tracer service's derived spans too.
 - ``inject()`` returns the W3C ``traceparent`` of the current span (for NATS headers and the
   envelope's meta); ``extract(traceparent)`` gives a context to start child spans under.
 """
@@ -18,8 +21,10 @@ import structlog
 from opentelemetry import context, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from corral.libs.config.otlp import OtlpTarget
 
 _propagator = TraceContextTextMapPropagator()
 
@@ -33,7 +38,22 @@ def _add_trace_ids(logger: Any, method: str, event: MutableMapping[str, Any]) ->
     return event
 
 
-def configure(service: str, otlp_endpoint: str | None = None, level: int = logging.INFO) -> None:
+def span_exporter(target: OtlpTarget) -> SpanExporter:
+    """The OTLP/HTTP (protobuf) exporter that POSTs spans to ``target.url`` exactly."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(endpoint=target.url, headers=target.headers)
+
+
+def provider(service: str, target: OtlpTarget | None) -> TracerProvider:
+    """A tracer provider for ``corral-<service>`` that exports to ``target`` in batches (none: no export)."""
+    tracer_provider = TracerProvider(resource=Resource.create({"service.name": f"corral-{service}"}))
+    if target is not None:
+        tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter(target)))
+    return tracer_provider
+
+
+def configure(service: str, target: OtlpTarget | None = None, level: int = logging.INFO) -> None:
     """Set up JSON logging to stderr and tracing for one service process."""
     structlog.configure(
         processors=[
@@ -49,12 +69,7 @@ def configure(service: str, otlp_endpoint: str | None = None, level: int = loggi
         cache_logger_on_first_use=True,
     )
     structlog.contextvars.bind_contextvars(service=service)
-    provider = TracerProvider(resource=Resource.create({"service.name": f"corral-{service}"}))
-    if otlp_endpoint:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=otlp_endpoint)))
-    trace.set_tracer_provider(provider)
+    trace.set_tracer_provider(provider(service, target))
 
 
 def tracer(name: str) -> trace.Tracer:
