@@ -26,6 +26,7 @@ from pathlib import Path
 
 import msgspec
 
+from corral.libs.config import otlp, settings
 from corral.libs.config.cluster import ClusterConfig, load_config, local_config_text
 from corral.libs.infra import NatsServer, NatsUser, PostgresServer, roles
 from corral.libs.runtime.bus import connect, declare
@@ -118,7 +119,7 @@ class LocalCluster:
         self.postgres = PostgresServer(self.state_dir / "postgres")
         self.postgres.start()
         (self.state_dir / "logs").mkdir(exist_ok=True)
-        for name in ("accounting", "scheduler", "gateway", "health"):
+        for name in ("accounting", "scheduler", "gateway", "health", *self._optional_services()):
             role = f"corral-{name}"
             extra = ["--database-url", self.postgres.dsn] if name == "accounting" else []
             if name == "gateway":
@@ -131,6 +132,11 @@ class LocalCluster:
                 role, role, "corral.services.agent", ["--node", node.name, "--state-dir", str(agent_dir)]
             )
         self.wait_ready(ready_timeout)
+
+    @staticmethod
+    def _optional_services() -> tuple[str, ...]:
+        """The tracer, when spans have somewhere to go (the OTEL_EXPORTER_OTLP_* variables name a target)."""
+        return ("tracer",) if otlp.target(settings.from_env()) is not None else ()
 
     async def _declare(self) -> None:
         assert self.nats is not None

@@ -5,7 +5,8 @@
   subject), heartbeat as its node and consume its node's work;
 - only the scheduler may publish decisions and orders; only the gateway intents (admin node drain and
   resume included); only health node liveness and drain facts; the admin role may do anything (stream
-  declaration, admin verbs).
+  declaration, admin verbs);
+- the tracer only reads the log (its own durable consumer) and publishes nothing but dead letters.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ GATEWAY = "corral-gateway"
 SCHEDULER = "corral-scheduler"
 HEALTH = "corral-health"
 ACCOUNTING = "corral-accounting"
+TRACER = "corral-tracer"
 
 #: Every service role (agents are per node: ``agent_role(node)``).
-SERVICE_ROLES = (ADMIN, GATEWAY, SCHEDULER, HEALTH, ACCOUNTING)
+SERVICE_ROLES = (ADMIN, GATEWAY, SCHEDULER, HEALTH, ACCOUNTING, TRACER)
 
 _GATEWAY_EVENTS = (
     "job_submitted",
@@ -99,6 +101,8 @@ def service_user(role: str, password: str) -> NatsUser:
         subscribe += [subjects.heartbeat_subject("*")]
     elif role == ACCOUNTING:
         subscribe += _verbs("accounting")
+    elif role == TRACER:
+        pass  # read-only: the JetStream client API of its consumer, and dead letters
     else:
         raise ValueError(f"unknown service role {role!r}")
     return NatsUser(role, password, publish=publish, subscribe=subscribe, allow_responses=True)

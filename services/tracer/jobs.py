@@ -1,0 +1,123 @@
+"""The tracer's memory of the log: each live job's entries, and the spans each new entry ends.
+
+``Jobs.add(seq, envelope)`` files an entry under the jobs it concerns (an array's submission and a
+whole-array cancel under every task, a ``NodeDown`` under the node) and returns the spans of those jobs
+that this entry ended (``SpanRecord.end_seq == seq``), derived from everything filed so far
+(``libs.trace.derive``). A span is therefore produced exactly once per pass over the log, when its end is
+read, with the same ids in every pass. A job's entries are forgotten once its job span ended and the
+shell ``commit``-ted the spans (a late fact ends no span); until then ``rollback`` files the same entries
+again, for a batch whose export failed. A node keeps its newest ``NODE_HISTORY`` downs, the causes of
+requeues.
+
+Pure: no IO; the service shell (``app.py``) feeds it and exports what it returns.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from corral.libs.slurm.array import array_indices
+from corral.libs.slurm.errors import FormatError
+from corral.libs.trace import derive
+from corral.libs.trace.spans import SpanRecord
+from corral.schemas import events as ev
+
+#: NodeDown entries kept per node.
+NODE_HISTORY = 64
+
+
+class Jobs:
+    """Entries of the jobs whose trace is not finished, by job id."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, list[tuple[int, ev.Envelope]]] = defaultdict(list)  # job id -> its entries
+        self.arrays: dict[int, int] = {}  # an array's id -> its number of tasks
+        self.downs: dict[str, list[tuple[int, ev.Envelope]]] = defaultdict(list)  # node -> its NodeDowns
+        self.position = 0  # the last entry filed
+        self.finished: set[int] = set()  # jobs whose job span ended since the last commit
+
+    def add(self, seq: int, envelope: ev.Envelope | None) -> list[SpanRecord]:
+        """File the entry at ``seq``; the spans it ended. An entry at or before ``position`` (redelivered) or
+        one that failed to decode (None) ends nothing."""
+        if seq <= self.position:
+            return []
+        self.position = seq
+        if envelope is None:
+            return []
+        body = envelope.body
+        if isinstance(body, ev.NodeDown):
+            downs = self.downs[body.node]
+            if not downs or downs[-1][0] < seq:
+                downs.append((seq, envelope))
+            del downs[:-NODE_HISTORY]
+            return self._ended(seq, [j for j, es in self.entries.items() if self._ran_on(es, body.node)])
+        job_ids = self._jobs_of(body)
+        for job_id in job_ids:
+            entries = self.entries[job_id]
+            if not entries or entries[-1][0] < seq:
+                entries.append((seq, envelope))
+        return self._ended(seq, job_ids)
+
+    def commit(self) -> None:
+        """The spans returned so far are exported: forget the jobs they finished."""
+        for job_id in self.finished:
+            self.entries.pop(job_id, None)
+        self.finished.clear()
+        for array_id in [a for a in self.arrays if not any(j in self.entries for j in self._tasks(a))]:
+            del self.arrays[array_id]
+
+    def rollback(self, position: int) -> None:
+        """The spans returned after ``position`` were not exported: take those entries again."""
+        self.position = position
+        self.finished.clear()
+
+    def _jobs_of(self, body: ev.Event) -> list[int]:
+        """The jobs an entry is about."""
+        job_id = getattr(body, "job_id", None)
+        if job_id is None:
+            return []
+        if isinstance(body, ev.JobSubmitted):
+            if job_id in self.entries or job_id in self.arrays:
+                return []  # a duplicate submission: the fold ignores it too
+            if body.spec.array is None:
+                return [job_id]
+            try:
+                count = len(array_indices(body.spec.array))
+            except FormatError:
+                return []
+            self.arrays[body.job_id] = count
+            return list(range(body.job_id, body.job_id + count))
+        if isinstance(body, ev.JobCancelRequested) and body.whole_array and job_id in self.arrays:
+            return [j for j in self._tasks(job_id) if j in self.entries]
+        return [job_id] if job_id in self.entries else []
+
+    @staticmethod
+    def _ran_on(entries: list[tuple[int, ev.Envelope]], node: str) -> bool:
+        return any(
+            isinstance(e.body, ev.JobAllocated) and any(a.node == node for a in e.body.allocations)
+            for _, e in entries
+        )
+
+    def _ended(self, seq: int, job_ids: list[int]) -> list[SpanRecord]:
+        ended: list[SpanRecord] = []
+        for job_id in job_ids:
+            entries = self.entries[job_id]
+            nodes = {
+                a.node for _, e in entries if isinstance(e.body, ev.JobAllocated) for a in e.body.allocations
+            }
+            downs = [d for node in nodes for d in self.downs.get(node, [])]
+            spans = derive.spans(job_id, entries + downs)
+            ended += [s for s in spans if s.end_seq == seq and _exported_here(s, job_id)]
+            if any(s.kind == "job" and s.end_ns is not None for s in spans):
+                self.finished.add(job_id)
+        return ended
+
+    def _tasks(self, array_id: int) -> range:
+        return range(array_id, array_id + self.arrays.get(array_id, 1))
+
+
+def _exported_here(span: SpanRecord, job_id: int) -> bool:
+    """The tracer exports the spans derived from the log; an array's submit span once, with its first task."""
+    if span.exporter != "tracer":
+        return False
+    return span.kind != "submit" or span.attributes.get("corral.job.id") == job_id
