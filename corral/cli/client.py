@@ -7,6 +7,11 @@ Where the cluster is:
 2. otherwise the local cluster of ``corral up``: the state directory is ``CORRAL_STATE_DIR`` or
    ``~/.corral`` and the credentials file is ``<state>/credentials/<unix user>.json``.
 
+A caller that is inside a trace passes it on: a valid W3C ``TRACEPARENT`` in the environment (as CI systems
+and ``opentelemetry-instrument`` set it) goes with every call as the NATS ``traceparent`` header, and the
+gateway's spans (a submission's trace, the job's) continue it. An invalid one is ignored, as the W3C
+specification says.
+
 Calls use the small synchronous NATS client rather than nats-py and asyncio: these commands are started
 by the thousand by submitit and dask, so their start-up time is what users feel.
 """
@@ -23,6 +28,7 @@ import msgspec
 from corral.cli.errors import CliError
 from corral.libs.runtime import nats_request
 from corral.libs.runtime.credentials import Credentials, read_credentials
+from corral.libs.trace.spans import parse_traceparent
 from corral.schemas.api import ApiError
 from corral.schemas.subjects import api_subject, inbox_prefix, valid_token
 
@@ -38,6 +44,7 @@ class Cluster(msgspec.Struct, frozen=True):
     url: str  # nats://host:port
     credentials: Credentials  # user and password (the URL in the file may differ from ``url``)
     timeout: float = DEFAULT_TIMEOUT  # seconds per call
+    traceparent: str | None = None  # the caller's W3C trace context (TRACEPARENT), sent with each call
 
     @property
     def user(self) -> str:
@@ -59,6 +66,7 @@ class Cluster(msgspec.Struct, frozen=True):
                 user=user,
                 password=self.credentials.password,
                 inbox_prefix=inbox_prefix(user),
+                headers={"traceparent": self.traceparent} if self.traceparent else None,
                 timeout=self.timeout,
             )
         except nats_request.RequestTimeout as exc:
@@ -120,4 +128,6 @@ def find_cluster(environ: Mapping[str, str] | None = None) -> Cluster:
         raise CliError(str(exc)) from None
     if not valid_token(credentials.user):
         raise CliError(f"the user name {credentials.user!r} in {path} cannot be used on the cluster")
-    return Cluster(url=remote_url or credentials.url, credentials=credentials)
+    given = env.get("TRACEPARENT", "").strip()
+    traceparent = given if parse_traceparent(given) is not None else None
+    return Cluster(url=remote_url or credentials.url, credentials=credentials, traceparent=traceparent)

@@ -4,6 +4,10 @@ The caller is the last token of the request subject (``corral.api.v1.<verb>.<use
 server only lets a user publish on their own token, so that is the authenticated identity. A
 handler returns the reply Struct or raises a CorralError, which becomes an ``ApiError`` reply; a
 malformed request is answered with an error naming the field and never reaches the handler.
+
+A request's ``traceparent`` header (W3C trace context, sent by a caller that is inside a trace, e.g.
+``TRACEPARENT`` in the environment of ``sbatch``) is the parent of the spans the handler starts, so the
+gateway's submit span continues the caller's trace; without one the handler starts a new trace.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from corral.libs.runtime import telemetry
 from corral.libs.runtime.errors import CorralError, Forbidden, InvalidInput, NotFound, TransientError
 from corral.libs.runtime.telemetry import logger
 from corral.schemas import subjects
@@ -54,7 +59,8 @@ async def serve(
         try:
             _, user = subjects.api_caller(msg.subject)
             request = decode(msg.data, request_type)
-            reply: Any = await handler(user, request)
+            with telemetry.attached((msg.headers or {}).get("traceparent")):
+                reply: Any = await handler(user, request)
         except DecodeError as exc:
             reply = ApiError(error=f"malformed {verb} request: {exc}", field=_field_of(str(exc)))
         except CorralError as exc:

@@ -2,7 +2,8 @@
 
 - ``append`` publishes one envelope with ``Nats-Msg-Id`` (retries are deduplicated by the server)
   and, when asked, ``Nats-Expected-Last-Subject-Sequence`` over a wildcard subject (optimistic
-  concurrency per job: two writers cannot both win).
+  concurrency per job: two writers cannot both win). An append with the job's ``traceparent`` is a
+  short span (``append <tag>``) in the job's trace.
 - ``read`` replays the log in order from a sequence, with the decoded envelope or the decode
   error of each entry (a malformed entry never stops a reader).
 - ``consume`` runs a durable pull consumer: handler success -> ack, ``TransientError`` -> nak
@@ -26,6 +27,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 
+from corral.libs.runtime import telemetry
 from corral.libs.runtime.credentials import Credentials
 from corral.libs.runtime.errors import AppendConflict, InvalidInput, TransientError
 from corral.libs.runtime.ports import Appended, decode_entry
@@ -34,10 +36,12 @@ from corral.libs.runtime.ports import Appended, decode_entry
 from corral.libs.runtime.ports import LogEntry as LogEntry
 from corral.schemas import subjects
 from corral.schemas.codec import encode, envelope
-from corral.schemas.events import Event
+from corral.schemas.events import Envelope, Event
 
 #: JetStream's error code for a failed expected-last-subject-sequence check.
 _WRONG_LAST_SEQUENCE = 10071
+
+_tracer = telemetry.tracer(__name__)
 
 #: How long a retry with the same Nats-Msg-Id is recognised as a duplicate.
 DUPLICATE_WINDOW_S = 24 * 3600.0
@@ -128,6 +132,28 @@ class Bus:
             traceparent=traceparent,
         )
         subject = subjects.event_subject(body)
+        if traceparent is None:
+            return await self._publish(env, subject, msg_id, expect_last_seq, expect_subject)
+        tag = type(body).__struct_config__.tag
+        with _tracer.start_as_current_span(
+            f"append {tag}",
+            context=telemetry.extract(traceparent),
+            attributes={"messaging.destination.name": subject, "corral.actor": self.actor},
+        ) as span:
+            appended = await self._publish(env, subject, msg_id, expect_last_seq, expect_subject)
+            span.set_attribute("messaging.message.id", msg_id or env.meta.event_id)
+            span.set_attribute("corral.log.seq", appended.seq)
+            return appended
+
+    async def _publish(
+        self,
+        env: Envelope,
+        subject: str,
+        msg_id: str | None,
+        expect_last_seq: int | None,
+        expect_subject: str | None,
+    ) -> Appended:
+        traceparent = env.meta.traceparent
         headers = {"Nats-Msg-Id": msg_id or env.meta.event_id}
         if traceparent:
             headers["traceparent"] = traceparent

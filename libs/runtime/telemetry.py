@@ -7,14 +7,18 @@
   as-is), read by each service's settings and passed here.
 - ``span_exporter(target)`` is that exporter, for the tracer service's derived spans too.
 - ``inject()`` returns the W3C ``traceparent`` of the current span (for NATS headers and the
-  envelope's meta); ``extract(traceparent)`` gives a context to start child spans under.
+  envelope's meta); ``extract(traceparent)`` gives a context to start child spans under;
+  ``attached(traceparent)`` makes it the current context for a block (a request's handler);
+- ``about_job(job_id, traceparent)``: every log line in the block carries ``job_id``, ``trace_id`` and
+  ``span_id`` (the current live span's ids when there is one, else the job's trace context).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import structlog
@@ -25,6 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from corral.libs.config.otlp import OtlpTarget
+from corral.libs.trace.spans import parse_traceparent
 
 _propagator = TraceContextTextMapPropagator()
 
@@ -89,6 +94,31 @@ def extract(traceparent: str | None) -> context.Context:
     if not traceparent:
         return context.Context()
     return _propagator.extract({"traceparent": traceparent})
+
+
+@contextlib.contextmanager
+def about_job(job_id: int, traceparent: str | None) -> Iterator[None]:
+    """Bind ``job_id`` and the job's trace ids to the log lines of the block (structlog contextvars)."""
+    fields: dict[str, Any] = {"job_id": job_id}
+    ids = parse_traceparent(traceparent)
+    if ids is not None:
+        fields["trace_id"], fields["span_id"] = ids
+    with structlog.contextvars.bound_contextvars(**fields):
+        yield
+
+
+@contextlib.contextmanager
+def attached(traceparent: str | None) -> Iterator[None]:
+    """Within the block, spans started without an explicit context are children of ``traceparent``
+    (nothing changes when it is None or invalid)."""
+    if not traceparent:
+        yield
+        return
+    token = context.attach(extract(traceparent))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def logger(**bound: Any) -> Any:

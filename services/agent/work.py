@@ -147,17 +147,21 @@ class Work:
             return
         records.put(runner.launch_record(order, self.clock.now()))
         self.crash.reached("launch.recorded")
-        with _tracer.start_as_current_span(
-            "launch",
-            context=telemetry.extract(order.traceparent),
-            attributes={
-                "corral.job_id": order.job_id,
-                "corral.attempt": order.attempt,
-                "corral.user": order.user,
-                "corral.partition": order.partition,
-                "corral.nodes": ",".join(a.node for a in order.allocations),
-                "corral.gpus": ",".join(str(g) for g in order.allocations[0].gpus),
-            },
+        with (
+            telemetry.about_job(order.job_id, order.traceparent),
+            _tracer.start_as_current_span(
+                "launch",
+                context=telemetry.extract(order.traceparent),
+                attributes={
+                    "corral.job.id": order.job_id,
+                    "corral.attempt": order.attempt,
+                    "enduser.id": order.user,
+                    "corral.partition": order.partition,
+                    "host.name": self.node,
+                    "corral.nodes": [a.node for a in order.allocations],
+                    "corral.gpu.indices": list(order.allocations[0].gpus),
+                },
+            ),
         ):
             await self._launch(order, key)
 

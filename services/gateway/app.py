@@ -100,15 +100,17 @@ class Gateway:
         await self.reservations.check_job(user, spec)
         if req.test_only:
             return await self.asks.will_run(user, spec)
-        with _tracer.start_as_current_span("submit", attributes={"corral.user": user}) as span:
+        with _tracer.start_as_current_span("submit", attributes={"enduser.id": user}) as span:
             job_id = await self.ids.next_job_id(array_size(spec))
-            span.set_attribute("corral.job_id", job_id)
-            appended = await self.events.append(
-                ev.JobSubmitted(job_id=ev.JobId(job_id), user=user, spec=spec),
-                msg_id=f"submit:{user}:{req.token}",
-                correlation_id=str(job_id),
-                traceparent=telemetry.inject(),
-            )
+            span.set_attribute("corral.job.id", job_id)
+            traceparent = telemetry.inject()
+            with telemetry.about_job(job_id, traceparent):
+                appended = await self.events.append(
+                    ev.JobSubmitted(job_id=ev.JobId(job_id), user=user, spec=spec),
+                    msg_id=f"submit:{user}:{req.token}",
+                    correlation_id=str(job_id),
+                    traceparent=traceparent,
+                )
             if appended.duplicate:
                 original = await self.events.entry(appended.seq)
                 if original.envelope is None or not isinstance(original.envelope.body, ev.JobSubmitted):

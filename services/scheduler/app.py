@@ -213,6 +213,11 @@ class Scheduler:
             return
         job_id = decision.job_id
         job = self.state.jobs[job_id]
+        with telemetry.about_job(job_id, job.traceparent):
+            await self._append_decision(decision, job_id)
+
+    async def _append_decision(self, decision: Event, job_id: int) -> None:
+        job = self.state.jobs[job_id]
         tag = type(decision).__struct_config__.tag
         try:
             appended = await self.bus.append(
@@ -221,6 +226,7 @@ class Scheduler:
                 expect_last_seq=job.last_seq,
                 expect_subject=subjects.job_events(job_id),
                 correlation_id=str(job_id),
+                traceparent=job.traceparent,
             )
         except AppendConflict:
             self.log.info("decision superseded by a newer event", job_id=job_id, decision=tag)
