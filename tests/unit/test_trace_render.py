@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from builders import allocated, exited, job
+from builders import allocated, job
 
 from corral.libs.trace import derive
 from corral.libs.trace.render import BAR, NAME, duration, render
