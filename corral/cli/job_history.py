@@ -1,11 +1,12 @@
 """One job's log entries, for ``corral trace``: the one place the commands read a job's history.
 
-``job_entries(job_id)`` returns the entries a job's spans are derived from (``libs/trace/derive.py``): those
-on its subjects and its steps', its array's submission and whole-array cancels, and the nodes' ``NodeDown``
-facts (the causes of requeues). Today it reads the log itself, as ``corral log export`` does, with the
-credentials that command finds (``log_export.log_credentials``: the admin role of the local cluster, or
-``--credentials``), and keeps the job's entries. A gateway verb that answers a job's history to its owner
-(and to auditors) can replace the body of this one function.
+``job_entries(job_id)`` returns the entries a job's spans are derived from (``libs/trace/derive.py``):
+those on its subjects and its steps', its array's submission and whole-array cancels, and the nodes'
+``NodeDown`` (the causes of requeues) and ``NodeRegistered`` (their GPUs' type) facts. Today it reads the
+log itself, as ``corral log export`` does, with the credentials that command finds
+(``log_export.log_credentials``: the admin role of the local cluster, or ``--credentials``), and keeps the
+job's entries. A gateway verb that answers a job's history to its owner (and to auditors) can replace the
+body of this one function.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from corral.schemas import events as ev
 
 def _concerns(body: ev.Event, job_id: int) -> bool:
     """Whether an entry may be about the job (the derivation keeps exactly what counts)."""
-    if isinstance(body, ev.NodeDown):
+    if isinstance(body, ev.NodeDown | ev.NodeRegistered):
         return True
     other = getattr(body, "job_id", None)
     if other is None:

@@ -2,7 +2,8 @@
 
 ``spans(job_id, entries)`` takes the log entries (``(seq, envelope)``, any order, unrelated ones allowed)
 that concern one job: its own (the submission of its array for an array task), its step facts, and the
-node events of the nodes it ran on (for the causes of requeues). It returns the job's span tree:
+node events of the nodes it ran on (``NodeRegistered`` for their GPU type, ``NodeDown`` for the causes
+of requeues). It returns the job's span tree:
 
     submit (the gateway's live span: its id is the job's traceparent)
     └── job <id>                       submit → conclusion
@@ -55,7 +56,6 @@ IGNORED: dict[type[ev.Event], str] = {
     ev.JobHoldRequested: "an intent: the JobHeld decision is the pending reason's change",
     ev.JobReleaseRequested: "an intent: JobReleased is the change",
     ev.JobUpdateRequested: "an intent: JobUpdated is the change",
-    ev.NodeRegistered: "node facts count only as causes (NodeDown)",
     ev.NodeUp: "node facts count only as causes (NodeDown)",
     ev.NodeDrained: "a drain ends no run",
     ev.NodeResumed: "a drain ends no run",
@@ -81,6 +81,7 @@ HANDLED: frozenset[type[ev.Event]] = frozenset(
         ev.StepStarted,
         ev.StepExited,
         ev.NodeDown,
+        ev.NodeRegistered,
         ev.JobRequeued,
         *_CONCLUSIONS,
         ev.JobHeld,
@@ -139,7 +140,8 @@ class _Derivation:
         self.nodes: list[ev.NodeAllocation] = []  # the current attempt's allocation
         self.run_exit: tuple[int, float] | None = None  # (seq, time) of the batch node's exit, this attempt
         self.cancel_at: float | None = None  # when a cancel was requested
-        self.gpu_type = ""
+        self.gpu_type = ""  # the GPU type the job asked for ("" = any)
+        self.gpu_types: dict[str, str] = {}  # node -> its GPUs' type, as it last registered
         self.array_id = 0  # the submission's job id (an array's first task)
         self.attempt_seq = 0  # log position of the current attempt's allocation
 
@@ -173,6 +175,9 @@ class _Derivation:
     # entries -----------------------------------------------------------------------------------------
     def apply(self, seq: int, env: ev.Envelope) -> None:
         body, at = env.body, env.meta.occurred_at
+        if isinstance(body, ev.NodeRegistered):
+            self.gpu_types[body.node] = body.gpu_type or ""
+            return
         if isinstance(body, ev.JobSubmitted):
             self._submitted(seq, env, body)
             return
@@ -316,7 +321,7 @@ class _Derivation:
             "corral.node.role": "batch" if index == 0 else "peer",
             "corral.gpu.indices": list(alloc.gpus),
             "corral.gpu.count": len(alloc.gpus),
-            "corral.gpu.type": self.gpu_type if alloc.gpus else "",
+            "corral.gpu.type": (self.gpu_type or self.gpu_types.get(alloc.node, "")) if alloc.gpus else "",
             "corral.cpus": alloc.cpus,
             "corral.attempt": self.attempt,
         }

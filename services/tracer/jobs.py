@@ -6,8 +6,8 @@ that this entry ended (``SpanRecord.end_seq == seq``), derived from everything f
 (``libs.trace.derive``). A span is therefore produced exactly once per pass over the log, when its end is
 read, with the same ids in every pass. A job's entries are forgotten once its job span ended and the
 shell ``commit``-ted the spans (a late fact ends no span); until then ``rollback`` files the same entries
-again, for a batch whose export failed. A node keeps its newest ``NODE_HISTORY`` downs, the causes of
-requeues.
+again, for a batch whose export failed. A node keeps its newest ``NODE_HISTORY`` downs and registrations
+(the causes of requeues; its GPUs' type).
 
 Pure: no IO; the service shell (``app.py``) feeds it and exports what it returns.
 """
@@ -22,7 +22,7 @@ from corral.libs.trace import derive
 from corral.libs.trace.spans import SpanRecord
 from corral.schemas import events as ev
 
-#: NodeDown entries kept per node.
+#: NodeDown and NodeRegistered entries kept per node.
 NODE_HISTORY = 64
 
 
@@ -32,7 +32,8 @@ class Jobs:
     def __init__(self) -> None:
         self.entries: dict[int, list[tuple[int, ev.Envelope]]] = defaultdict(list)  # job id -> its entries
         self.arrays: dict[int, int] = {}  # an array's id -> its number of tasks
-        self.downs: dict[str, list[tuple[int, ev.Envelope]]] = defaultdict(list)  # node -> its NodeDowns
+        # node -> its newest NodeDown and NodeRegistered entries (causes; GPU types)
+        self.nodes: dict[str, list[tuple[int, ev.Envelope]]] = defaultdict(list)
         self.position = 0  # the last entry filed
         self.finished: set[int] = set()  # jobs whose job span ended since the last commit
 
@@ -45,11 +46,13 @@ class Jobs:
         if envelope is None:
             return []
         body = envelope.body
-        if isinstance(body, ev.NodeDown):
-            downs = self.downs[body.node]
-            if not downs or downs[-1][0] < seq:
-                downs.append((seq, envelope))
-            del downs[:-NODE_HISTORY]
+        if isinstance(body, ev.NodeDown | ev.NodeRegistered):
+            facts = self.nodes[body.node]
+            if not facts or facts[-1][0] < seq:
+                facts.append((seq, envelope))
+            del facts[:-NODE_HISTORY]
+            if isinstance(body, ev.NodeRegistered):
+                return []
             return self._ended(seq, [j for j, es in self.entries.items() if self._ran_on(es, body.node)])
         job_ids = self._jobs_of(body)
         for job_id in job_ids:
@@ -105,8 +108,8 @@ class Jobs:
             nodes = {
                 a.node for _, e in entries if isinstance(e.body, ev.JobAllocated) for a in e.body.allocations
             }
-            downs = [d for node in nodes for d in self.downs.get(node, [])]
-            spans = derive.spans(job_id, entries + downs)
+            facts = [f for node in sorted(nodes) for f in self.nodes.get(node, [])]
+            spans = derive.spans(job_id, entries + facts)
             ended += [s for s in spans if s.end_seq == seq and _exported_here(s, job_id)]
             if any(s.kind == "job" and s.end_ns is not None for s in spans):
                 self.finished.add(job_id)

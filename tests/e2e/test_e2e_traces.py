@@ -1,0 +1,310 @@
+"""One trace per job, end to end: a local cluster of real processes exports over OTLP/HTTP to a real receiver
+(``tests/otlp_receiver.py``, decoding with opentelemetry-proto), and the span trees it receives are the jobs':
+a 1-node job continuing its caller's TRACEPARENT, a 2-node GPU job with an srun step over both nodes, an
+array, a preempted job, a job requeued after its node's agent is killed; a tracer restart exports nothing
+twice, and a second pass over the log with a new consumer gives the same span ids. ``corral trace`` draws
+the same spans from the log."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import otlp_receiver
+import pytest
+from e2e_cli import BIN, Cli, user_env
+from otlp_receiver import OtlpReceiver, ReceivedSpan
+
+from corral.cli.local_cluster import LocalCluster, ensure_resolvable
+from corral.libs.infra import roles
+
+pytestmark = pytest.mark.e2e
+
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+
+#: Two nodes of two GPUs; "low" (the default) may be preempted by "high"; a node is down after 6 s.
+CONFIG = """
+[cluster]
+name = "local"
+heartbeat_interval = 1
+node_timeout = 6
+kill_wait = 1
+
+[scheduler]
+preempt_type = "partition_prio"
+preempt_mode = "requeue"
+
+[[nodes]]
+names = "node[1-2]"
+cpus = 8
+memory = "8G"
+gpus = 2
+gpu_type = "sim"
+
+[[partitions]]
+name = "low"
+nodes = "node[1-2]"
+default = true
+
+[[partitions]]
+name = "high"
+nodes = "node[1-2]"
+priority_tier = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def otlp() -> Iterator[OtlpReceiver]:
+    """The receiver every service of the cluster exports to."""
+    yield from otlp_receiver.serve()
+
+
+@pytest.fixture(scope="module")
+def traced(
+    tmp_path_factory: pytest.TempPathFactory, otlp: OtlpReceiver
+) -> Iterator[tuple[LocalCluster, Cli]]:
+    """A cluster whose services export to ``otlp`` (so ``corral up`` starts the tracer too); the variables
+    stay set while it runs, for the processes the tests restart."""
+    root = tmp_path_factory.mktemp("traces")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)
+        mp.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+        mp.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")
+        cluster = LocalCluster(root / "state", getpass.getuser(), nodes=2, gpus_per_node=2)
+        cluster.state_dir.mkdir(mode=0o700)
+        cluster.config_path.write_text(CONFIG)
+        assert ensure_resolvable([n.name for n in cluster.prepare().nodes]) is None
+        cluster.start(ready_timeout=90)
+        assert "tracer" in [p.name for p in cluster.processes]
+        try:
+            yield cluster, Cli(env=user_env(cluster.state_dir, commands_on_path=True), workdir=root)
+        finally:
+            cluster.stop()
+
+
+def derived(
+    otlp: OtlpReceiver, job: int, until: Callable[[dict[str, ReceivedSpan]], bool]
+) -> dict[str, ReceivedSpan]:
+    """The tracer's spans of ``job`` by name (`` @k`` for a node's or step's spans of attempt k > 0), once
+    ``until`` holds for them."""
+
+    def of_job(spans: list[ReceivedSpan]) -> dict[str, ReceivedSpan]:
+        found: dict[str, ReceivedSpan] = {}
+        job_span = next((s for s in spans if s.name == f"job {job}" and s.service == "corral-jobs"), None)
+        trace = job_span.trace_id if job_span else None
+        for span in spans:
+            if span.service != "corral-jobs" or span.trace_id != trace:
+                continue
+            if span.attributes.get("corral.span.kind") == "job" and span.name != f"job {job}":
+                continue  # another task of the same array
+            attempt = span.attributes.get("corral.attempt", 0)
+            kind = span.attributes.get("corral.span.kind")
+            key = f"{span.name} @{attempt}" if attempt and kind in ("launch", "run", "step") else span.name
+            found.setdefault(key, span)
+        return found
+
+    return of_job(otlp.wait_for(lambda spans: until(of_job(spans)), timeout=60))
+
+
+def parent_of(spans: dict[str, ReceivedSpan], name: str) -> str:
+    """The name of a span's parent among ``spans``."""
+    names = {s.span_id: n for n, s in spans.items()}
+    return names.get(spans[name].parent_id, "?")
+
+
+def done(spans: dict[str, ReceivedSpan]) -> bool:
+    return "conclude" in spans
+
+
+def test_a_one_node_job_continues_the_callers_trace(
+    traced: tuple[LocalCluster, Cli], otlp: OtlpReceiver
+) -> None:
+    _, cli = traced
+    cli.env["TRACEPARENT"] = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
+    try:
+        job = cli.sbatch("#!/bin/bash\n#SBATCH --gres=gpu:1\necho hi\n")
+    finally:
+        del cli.env["TRACEPARENT"]
+    assert cli.wait_state(job, ("COMPLETED",)) == "COMPLETED|0:0"
+    spans = derived(otlp, job, done)
+    assert {s.trace_id for s in spans.values()} == {CALLER_TRACE}
+    assert set(spans) == {f"job {job}", "queued", "attempt 0", "launch node1", "run node1", "conclude"}
+    assert parent_of(spans, "run node1") == "attempt 0" and parent_of(spans, "attempt 0") == f"job {job}"
+    # The gateway's submit span is the caller's child and the job span's parent.
+    # The services' own short spans are in the same trace: the gateway's submit (the caller's child and the
+    # job span's parent), the scheduler's decision, the agent's launch.
+    wanted = {
+        ("corral-gateway", "submit"),
+        ("corral-scheduler", "append job_allocated"),
+        ("corral-agent", "launch"),
+    }
+    trace = otlp.wait_for(
+        lambda received: wanted <= {(s.service, s.name) for s in received if s.trace_id == CALLER_TRACE}
+    )
+    [submit] = [
+        s for s in trace if s.trace_id == CALLER_TRACE and (s.service, s.name) == ("corral-gateway", "submit")
+    ]
+    assert submit.parent_id == CALLER_SPAN and spans[f"job {job}"].parent_id == submit.span_id
+    root = spans[f"job {job}"].attributes
+    assert root["corral.job.state"] == "COMPLETED" and root["enduser.id"] == getpass.getuser()
+    assert root["corral.gpu.count"] == 1 and root["corral.partition"] == "low"
+    assert spans["run node1"].attributes["process.exit.code"] == 0
+    # corral trace draws the same spans, from the log.
+    out = subprocess.run(
+        [str(BIN / "corral"), "trace", str(job), "--json"],
+        env=cli.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    drawn = json.loads(out.stdout)
+    ids = {s["span_id"]: s["name"] for s in drawn["spans"] if s["exporter"] == "tracer"}
+    assert ids == {s.span_id: s.name for s in spans.values()}
+    text = subprocess.run(
+        [str(BIN / "corral"), "trace", str(job)],
+        env=cli.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    ).stdout
+    assert f"└─ job {job}" in text and "├─ attempt 0" in text and "run node1" in text, text
+
+
+def test_a_two_node_gpu_job_with_an_srun_step(traced: tuple[LocalCluster, Cli], otlp: OtlpReceiver) -> None:
+    _, cli = traced
+    job = cli.sbatch(f"#!/bin/bash\n#SBATCH -N2 --gres=gpu:2\n{BIN}/srun -N2 hostname\n")
+    assert cli.wait_state(job, ("COMPLETED",)) == "COMPLETED|0:0"
+    spans = derived(otlp, job, done)
+    for node in ("node1", "node2"):
+        for kind in ("launch", "run"):
+            span = spans[f"{kind} {node}"]
+            assert parent_of(spans, f"{kind} {node}") == "attempt 0"
+            assert span.attributes["corral.gpu.indices"] == [0, 1]
+            assert span.attributes["corral.gpu.type"] == "sim"
+    [step] = [s for name, s in spans.items() if name.startswith(f"step {job}.0")]
+    assert step.attributes["corral.step.nodes"] == ["node1", "node2"]
+    assert step.attributes["process.exit.code"] == 0
+    assert spans[f"job {job}"].attributes["corral.nodes"] == ["node1", "node2"]
+    assert spans[f"job {job}"].attributes["corral.gpu.count"] == 4
+
+
+def test_an_array_tasks_spans(traced: tuple[LocalCluster, Cli], otlp: OtlpReceiver) -> None:
+    _, cli = traced
+    first = cli.sbatch("#!/bin/bash\ntrue\n", "--array=3-4")
+    for task in (first, first + 1):
+        assert cli.wait_state(task, ("COMPLETED",)).startswith("COMPLETED")
+    second = derived(otlp, first + 1, done)
+    root = second[f"job {first + 1}"].attributes
+    assert (root["corral.array.job_id"], root["corral.array.task_id"]) == (first, 4)
+    first_spans = derived(otlp, first, done)
+    assert first_spans[f"job {first}"].attributes["corral.array.task_id"] == 3
+    # One trace and one submit for the whole array.
+    assert first_spans[f"job {first}"].parent_id == second[f"job {first + 1}"].parent_id
+
+
+def test_a_preempted_job_names_its_preemptor(traced: tuple[LocalCluster, Cli], otlp: OtlpReceiver) -> None:
+    _, cli = traced
+    low = cli.sbatch(
+        "#!/bin/bash\n#SBATCH -p low -w node1 --gres=gpu:2\n"
+        'if [ "$SLURM_RESTART_COUNT" = 0 ]; then sleep 600; fi\n'
+    )
+    cli.wait_state(low, ("RUNNING",))
+    high = cli.sbatch("#!/bin/bash\n#SBATCH -p high -w node1 --gres=gpu:2\ntrue\n")
+    assert cli.wait_state(high, ("COMPLETED",), timeout=60) == "COMPLETED|0:0"
+    assert cli.wait_state(low, ("COMPLETED",), timeout=60) == "COMPLETED|0:0"
+    spans = derived(otlp, low, done)
+    events = dict(spans["attempt 0"].events)
+    assert events["preempted"]["corral.preempt.by_job"] == high
+    assert events["requeued"]["corral.requeue.reason"] == "Preempted"
+    assert events["requeued"]["corral.cause"] == "JobPreempted"
+    assert {"attempt 1", "queued 1", "run node1 @1"} <= spans.keys()
+    assert spans[f"job {low}"].attributes["corral.job.restart_count"] == 1
+
+
+def test_a_job_requeued_after_its_node_is_killed(
+    traced: tuple[LocalCluster, Cli], otlp: OtlpReceiver
+) -> None:
+    cluster, cli = traced
+    job = cli.sbatch("#!/bin/bash\n#SBATCH -N2 --gres=gpu:1\nsleep 600\n")
+    cli.wait_state(job, ("RUNNING",))
+    cluster.kill("agent-node2")
+    try:
+        cli.wait_state(job, ("PENDING",), timeout=40)
+    finally:
+        cluster.revive("agent-node2")
+    cli.wait_state(job, ("RUNNING",), timeout=60)
+    assert cli("scancel", str(job)).returncode == 0
+    assert cli.wait_state(job, ("CANCELLED",)).startswith("CANCELLED")
+    spans = derived(otlp, job, done)
+    first = dict(spans["attempt 0"].events)
+    assert first["node_down"]["host.name"] == "node2"
+    requeued = first["requeued"]
+    assert requeued["corral.requeue.reason"] == "NodeFail"
+    assert (requeued["corral.cause"], requeued["corral.cause.node"]) == ("NodeDown", "node2")
+    assert spans["run node2"].status == 2  # ended by the node going down
+    assert {"attempt 1", "queued 1", "launch node2 @1"} <= spans.keys()
+    assert spans["conclude"].attributes["corral.cancelled_by"] == getpass.getuser()
+    assert spans[f"job {job}"].attributes["corral.job.restart_count"] == 1
+
+
+def test_a_restart_exports_nothing_twice_and_a_replay_gives_the_same_ids(
+    traced: tuple[LocalCluster, Cli], otlp: OtlpReceiver, tmp_path: Path
+) -> None:
+    cluster, cli = traced
+    cluster.restart("tracer")
+    job = cli.sbatch("#!/bin/bash\ntrue\n")
+    assert cli.wait_state(job, ("COMPLETED",)) == "COMPLETED|0:0"
+    derived(otlp, job, done)
+    exported = [s for s in otlp.spans() if s.service == "corral-jobs"]
+    assert len({s.span_id for s in exported}) == len(exported)
+    with Replay(cluster, tmp_path) as again:
+        replayed = again.wait_for(lambda spans: len(spans) >= len(exported), timeout=60)
+
+    def key(s: ReceivedSpan) -> tuple[object, ...]:
+        return (s.trace_id, s.span_id, s.parent_id, s.name, s.start_ns, s.end_ns)
+
+    assert sorted(map(key, replayed)) == sorted(map(key, exported))
+
+
+class Replay:
+    """A second tracer with a new durable consumer, exporting the whole log again to its own receiver."""
+
+    def __init__(self, cluster: LocalCluster, tmp_path: Path) -> None:
+        self.cluster, self.tmp_path = cluster, tmp_path
+        self.receivers = otlp_receiver.serve()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> OtlpReceiver:
+        receiver = next(self.receivers)
+        env = user_env(self.cluster.state_dir)
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.url
+        argv = [
+            sys.executable,
+            "-m",
+            "corral.services.tracer",
+            "--credentials",
+            str(self.cluster.role_credentials(roles.TRACER)),
+            "--config",
+            str(self.cluster.config_path),
+            "--consumer",
+            "tracer-replay",
+        ]
+        with open(self.tmp_path / "replay.log", "wb") as log:
+            self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        time.sleep(0.1)
+        return receiver
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc is not None
+        self.proc.terminate()
+        self.proc.wait(15)
+        self.receivers.close()
