@@ -34,7 +34,8 @@ from corral.libs.trace.spans import parse_traceparent
 _propagator = TraceContextTextMapPropagator()
 
 
-def _add_trace_ids(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+def add_trace_ids(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor: the current live span's trace id and span id, over those bound for a job."""
     span = trace.get_current_span()
     ctx = span.get_span_context()
     if ctx.is_valid:
@@ -65,7 +66,7 @@ def configure(service: str, target: OtlpTarget | None = None, level: int = loggi
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            _add_trace_ids,
+            add_trace_ids,
             structlog.processors.format_exc_info,
             structlog.processors.JSONRenderer(),
         ],

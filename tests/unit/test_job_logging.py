@@ -1,0 +1,39 @@
+"""Every log line about a job carries job_id, trace_id and span_id: the job's trace context bound for the
+block (``telemetry.about_job``), and a live span's ids over them while one is current."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import structlog
+
+from corral.libs.runtime import telemetry
+
+pytestmark = pytest.mark.unit
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def _line() -> dict[str, Any]:
+    """What the configured pipeline adds to a log line now (contextvars, then the live span's ids)."""
+    event = structlog.contextvars.merge_contextvars(None, "info", {"event": "x"})
+    return dict(telemetry.add_trace_ids(None, "info", event))
+
+
+def test_a_log_line_about_a_job_names_the_job_and_its_trace() -> None:
+    with telemetry.about_job(12, TRACEPARENT):
+        assert _line() == {
+            "event": "x",
+            "job_id": 12,
+            "trace_id": "0af7651916cd43dd8448eb211c80319c",
+            "span_id": "b7ad6b7169203331",
+        }
+        tracer = telemetry.provider("test", None).get_tracer("t")
+        with tracer.start_as_current_span("launch", context=telemetry.extract(TRACEPARENT)) as span:
+            line = _line()
+            assert line["trace_id"] == "0af7651916cd43dd8448eb211c80319c"
+            assert line["span_id"] == format(span.get_span_context().span_id, "016x") != "b7ad6b7169203331"
+    assert _line() == {"event": "x"}
+    with telemetry.about_job(13, "not a traceparent"):
+        assert _line() == {"event": "x", "job_id": 13}
