@@ -39,6 +39,7 @@ class KillOrder(msgspec.Struct, frozen=True, tag="kill", kw_only=True):
     node: str  # the node
     reason: str  # "cancel" | "requeue" | "node_fail" | "preempt"
     grace_s: float | None = None  # seconds from SIGTERM to SIGKILL; None = the cluster's KillWait
+    traceparent: str | None = None  # trace context of the job
 
 
 class SignalOrder(msgspec.Struct, frozen=True, tag="signal", kw_only=True):
@@ -51,6 +52,7 @@ class SignalOrder(msgspec.Struct, frozen=True, tag="signal", kw_only=True):
     signal: int  # signal number
     scope: SignalScope = "steps"  # steps: the steps' tasks; batch: the batch shell; full: both + its children
     request_id: str  # the signal request's id (one order per request and node)
+    traceparent: str | None = None  # trace context of the job
 
 
 Order = LaunchOrder | KillOrder | SignalOrder

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from corral.libs.core import preempt
 from corral.libs.core.state import Job, State
 from corral.schemas import api
@@ -18,7 +20,19 @@ if TYPE_CHECKING:
 
 
 def orders(state: State, policy: Policy) -> list[api.Order]:
-    """Per-node work the state still needs, in a deterministic order."""
+    """Per-node work the state still needs, in a deterministic order; each order carries its job's trace
+    context, so that what the agent does and reports is in the job's trace."""
+    return [_traced(state, order) for order in _orders(state, policy)]
+
+
+def _traced(state: State, order: api.Order) -> api.Order:
+    job = state.jobs.get(order.job_id)
+    if isinstance(order, api.LaunchOrder) or job is None or job.traceparent is None:
+        return order
+    return msgspec.structs.replace(order, traceparent=job.traceparent)
+
+
+def _orders(state: State, policy: Policy) -> list[api.Order]:
     out: list[api.Order] = []
     for job_id in state.active:
         job = state.jobs[job_id]

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.array import array_indices, index_step
+from corral.libs.trace.spans import parse_traceparent, span_id_for
 from corral.schemas.api import LaunchOrder
 
 #: Slurm's value of %a / SLURM_ARRAY_TASK_ID-less jobs in file patterns (NO_VAL - 1).
@@ -115,6 +116,12 @@ def job_environment(order: LaunchOrder, base: dict[str, str], uid: int) -> dict[
         env["CUDA_VISIBLE_DEVICES"] = gpus
     else:
         env.pop("CUDA_VISIBLE_DEVICES", None)
+    ids = parse_traceparent(order.traceparent)
+    if ids is not None:
+        # Jobs and steps submitted from inside the job continue its trace, under this run's attempt span
+        # (the id the tracer derives), not under the submitter's exported TRACEPARENT.
+        attempt_span = span_id_for(ids[0], order.job_id, order.attempt, "", "attempt")
+        env["TRACEPARENT"] = f"00-{ids[0]}-{attempt_span}-01"
     return env
 
 

@@ -1,6 +1,7 @@
 """What the agent tells the log about its node's runs: ``RunStarted`` and ``RunExited``, each appended
 (retrying until the log takes it, deduplicated by a message id) before the run's record says it was
-reported, so a restarted agent reports what its predecessor did not, and nothing twice."""
+reported, so a restarted agent reports what its predecessor did not, and nothing twice. Each carries the
+job's trace context from the run's record (an append span in the job's trace)."""
 
 from __future__ import annotations
 
@@ -23,17 +24,22 @@ class Reporter:
         self.records = records  # where a run's reports are recorded
         self.log = log
 
-    async def append(self, body: ev.Event, msg_id: str | None = None) -> None:
+    async def append(self, body: ev.Event, msg_id: str | None = None, traceparent: str | None = None) -> None:
         """Append an event, retrying (with backoff) while the log is unavailable."""
         delay = 0.2
         while True:
             try:
-                await self.events.append(body, msg_id=msg_id)
+                await self.events.append(body, msg_id=msg_id, traceparent=traceparent)
                 return
             except TransientError as exc:
                 self.log.warning("append failed, retrying", error=str(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+    def _traceparent(self, job_id: int, attempt: int) -> str | None:
+        """The run's trace context, from its record (the order that started or killed it here)."""
+        rec = self.records.get(job_id, attempt)
+        return rec.traceparent if rec is not None else None
 
     async def report_start(self, run: runner.Run) -> None:
         """Append RunStarted (retrying until the log takes it), then record that it was reported."""
@@ -41,6 +47,7 @@ class Reporter:
         await self.append(
             ev.RunStarted(job_id=ev.JobId(job_id), attempt=attempt, node=ev.NodeName(self.node), pid=run.pid),
             msg_id=f"start:{job_id}:{attempt}:{self.node}",
+            traceparent=self._traceparent(job_id, attempt),
         )
         self.records.update(job_id, attempt, start_reported=True)
 
@@ -59,7 +66,11 @@ class Reporter:
             launch_error=launch_error,
             oom=outcome.oom,
         )
-        await self.append(body, msg_id=f"exit:{job_id}:{attempt}:{self.node}")
+        await self.append(
+            body,
+            msg_id=f"exit:{job_id}:{attempt}:{self.node}",
+            traceparent=self._traceparent(job_id, attempt),
+        )
         if self.records.get(job_id, attempt) is None:
             self.records.put(Record(job_id=job_id, attempt=attempt))
         self.records.update(job_id, attempt, exited=True)

@@ -128,7 +128,7 @@ def test_a_one_node_job_continues_the_callers_trace(
     _, cli = traced
     cli.env["TRACEPARENT"] = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
     try:
-        job = cli.sbatch("#!/bin/bash\n#SBATCH --gres=gpu:1\necho hi\n")
+        job = cli.sbatch("#!/bin/bash\n#SBATCH --gres=gpu:1 -o trace-%j.out\necho $TRACEPARENT\n")
     finally:
         del cli.env["TRACEPARENT"]
     assert cli.wait_state(job, ("COMPLETED",)) == "COMPLETED|0:0"
@@ -136,13 +136,13 @@ def test_a_one_node_job_continues_the_callers_trace(
     assert {s.trace_id for s in spans.values()} == {CALLER_TRACE}
     assert set(spans) == {f"job {job}", "queued", "attempt 0", "launch node1", "run node1", "conclude"}
     assert parent_of(spans, "run node1") == "attempt 0" and parent_of(spans, "attempt 0") == f"job {job}"
-    # The gateway's submit span is the caller's child and the job span's parent.
     # The services' own short spans are in the same trace: the gateway's submit (the caller's child and the
-    # job span's parent), the scheduler's decision, the agent's launch.
+    # job span's parent), the scheduler's decision, the agent's launch and its report of the exit.
     wanted = {
         ("corral-gateway", "submit"),
         ("corral-scheduler", "append job_allocated"),
         ("corral-agent", "launch"),
+        ("corral-agent", "append run_exited"),
     }
     trace = otlp.wait_for(
         lambda received: wanted <= {(s.service, s.name) for s in received if s.trace_id == CALLER_TRACE}
@@ -155,6 +155,9 @@ def test_a_one_node_job_continues_the_callers_trace(
     assert root["corral.job.state"] == "COMPLETED" and root["enduser.id"] == getpass.getuser()
     assert root["corral.gpu.count"] == 1 and root["corral.partition"] == "low"
     assert spans["run node1"].attributes["process.exit.code"] == 0
+    # Inside the job, TRACEPARENT names its attempt span: what the job submits continues its trace.
+    inside = (cli.workdir / f"trace-{job}.out").read_text().strip()
+    assert inside == f"00-{CALLER_TRACE}-{spans['attempt 0'].span_id}-01"
     # corral trace draws the same spans, from the log.
     out = subprocess.run(
         [str(BIN / "corral"), "trace", str(job), "--json"],

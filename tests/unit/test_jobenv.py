@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
+from corral.libs.trace.spans import span_id_for
 from corral.schemas.api import LaunchOrder
 from corral.schemas.events import JobSpec, NodeAllocation
 from corral.services.agent.jobenv import (
@@ -142,6 +144,14 @@ TWO_NODE = [
 def test_two_node_gpu_job_environment(name: str, value: str) -> None:
     order = launch({"gpu01": [1, 3], "gpu02": [0, 2]}, attempt=2, ntasks=4, ntasks_per_node=2)
     assert job_environment(order, {"PATH": "/usr/bin"}, UID)[name] == value
+
+
+def test_a_traced_job_passes_its_attempt_span_on_as_traceparent() -> None:
+    trace = "0af7651916cd43dd8448eb211c80319c"
+    order = msgspec.structs.replace(launch(attempt=1), traceparent=f"00-{trace}-b7ad6b7169203331-01")
+    env = job_environment(order, {"TRACEPARENT": "00-submitters-own-01"}, UID)
+    assert env["TRACEPARENT"] == f"00-{trace}-{span_id_for(trace, 4242, 1, '', 'attempt')}-01"
+    assert "TRACEPARENT" not in job_environment(launch(), {}, UID)
 
 
 @pytest.mark.parametrize("attempt", [0, 1, 7], ids=["first-run", "first-requeue", "seventh-requeue"])
