@@ -159,26 +159,12 @@ def test_a_one_node_job_continues_the_callers_trace(
     inside = (cli.workdir / f"trace-{job}.out").read_text().strip()
     assert inside == f"00-{CALLER_TRACE}-{spans['attempt 0'].span_id}-01"
     # corral trace draws the same spans, from the log.
-    out = subprocess.run(
-        [str(BIN / "corral"), "trace", str(job), "--json"],
-        env=cli.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    out = corral(cli, "trace", str(job), "--json")
     assert out.returncode == 0, out.stderr
     drawn = json.loads(out.stdout)
     ids = {s["span_id"]: s["name"] for s in drawn["spans"] if s["exporter"] == "tracer"}
     assert ids == {s.span_id: s.name for s in spans.values()}
-    text = subprocess.run(
-        [str(BIN / "corral"), "trace", str(job)],
-        env=cli.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    ).stdout
+    text = corral(cli, "trace", str(job)).stdout
     assert f"└─ job {job}" in text and "├─ attempt 0" in text and "run node1" in text, text
 
 
@@ -257,6 +243,28 @@ def test_a_job_requeued_after_its_node_is_killed(
     assert {"attempt 1", "queued 1", "launch node2 @1"} <= spans.keys()
     assert spans["conclude"].attributes["corral.cancelled_by"] == getpass.getuser()
     assert spans[f"job {job}"].attributes["corral.job.restart_count"] == 1
+    text = corral(cli, "trace", str(job)).stdout
+    [line] = [line for line in text.splitlines() if "· requeued" in line]
+    assert "requeue.reason=NodeFail cause=NodeDown" in line and "cause.node=node2" in line, text
+    assert "├─ attempt 0" in text and "attempt 1" in text and "queued 1" in text, text
+
+
+def test_corral_trace_refuses_bad_input(traced: tuple[LocalCluster, Cli]) -> None:
+    _, cli = traced
+    out = corral(cli, "trace", "abc")
+    assert (out.returncode, out.stderr) == (
+        1,
+        "corral trace: error: job id: 'abc' is not a job id (a positive number, e.g. 12)\n",
+    )
+    out = corral(cli, "trace", "99999")
+    assert (out.returncode, out.stderr) == (1, "corral trace: error: job 99999 is not in the log\n")
+
+
+def corral(cli: Cli, *argv: str) -> subprocess.CompletedProcess[str]:
+    """Run the ``corral`` command as the cluster's user."""
+    return subprocess.run(
+        [str(BIN / "corral"), *argv], env=cli.env, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def test_a_restart_exports_nothing_twice_and_a_replay_gives_the_same_ids(
