@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from builders import allocated, exited, job
 from hypothesis import given, settings
-from random_logs import logs
+from hypothesis import strategies as st
+from random_logs import NODES, logs, registered
 
 from corral.libs.core import fold
 from corral.libs.core.fold_runs import live_run
@@ -285,8 +286,75 @@ def _applied(entries: list[tuple[int, ev.Envelope]]) -> list[tuple[int, ev.Envel
     return kept
 
 
-@settings(max_examples=200, deadline=None)
-@given(logs())
+@st.composite
+def _run(draw: st.DrawFn, job_id: int, attempt: int) -> list[ev.Event]:
+    """One attempt of a job as the services write it, ending in a requeue or a conclusion (or still open),
+    with the facts an agent may report late or twice."""
+    nodes = draw(st.lists(st.sampled_from(NODES), min_size=1, max_size=2, unique=True))
+    out: list[ev.Event] = [allocated(job_id, {n: [job_id % 2] for n in nodes}, attempt=attempt)]
+    if draw(st.booleans()):
+        out.append(ev.RunStarted(job_id=job_id, attempt=attempt, node=nodes[0], pid=1))
+        if draw(st.booleans()):
+            out.append(
+                ev.StepStarted(
+                    job_id=job_id, attempt=attempt, step_id=0, node=nodes[0], name="s", nodes=nodes, ntasks=2
+                )
+            )
+            code = draw(st.sampled_from([0, 1]))
+            out.append(
+                ev.StepExited(job_id=job_id, attempt=attempt, step_id=0, node=nodes[0], exit_code=code)
+            )
+    end = draw(st.sampled_from(["requeue", "node", "preempt", "complete", "fail", "cancel", "open"]))
+    if end == "node":
+        out.append(ev.NodeDown(node=nodes[-1], reason="Not responding"))
+        out.append(ev.JobRequeued(job_id=job_id, attempt=attempt, reason="NodeFail"))
+        out.append(ev.NodeUp(node=nodes[-1]))
+    elif end == "preempt":
+        out.append(ev.JobPreempted(job_id=job_id, attempt=attempt, mode="requeue", by_job=9))
+        out.append(exited(job_id, nodes[0], attempt=attempt, killed=True, signal=9))
+        out.append(ev.JobRequeued(job_id=job_id, attempt=attempt, reason="Preempted"))
+    elif end == "requeue":
+        out.append(ev.JobRequeueRequested(job_id=job_id, user="alice"))
+        out.append(ev.JobRequeued(job_id=job_id, attempt=attempt, reason="Requested"))
+    elif end == "complete":
+        out.append(exited(job_id, nodes[0], attempt=attempt))
+        out.append(ev.JobCompleted(job_id=job_id, attempt=attempt))
+    elif end == "fail":
+        out.append(exited(job_id, nodes[0], attempt=attempt, exit_code=2))
+        out.append(ev.JobFailed(job_id=job_id, attempt=attempt, reason="NonZeroExitCode", exit_code=2))
+    elif end == "cancel":
+        out.append(ev.JobCancelRequested(job_id=job_id, user="bob"))
+        out.append(ev.JobCancelled(job_id=job_id, attempt=attempt, by="bob"))
+    if draw(st.booleans()):
+        out.append(exited(job_id, nodes[-1], attempt=attempt, killed=True))  # late, or a peer's
+    return out
+
+
+@st.composite
+def lifecycles(draw: st.DrawFn) -> list[tuple[int, ev.Envelope]]:
+    """Logs of three jobs that each go through up to three attempts, interleaved at random."""
+    streams: list[list[ev.Event]] = []
+    for job_id in (1, 2, 3):
+        held = draw(st.booleans())
+        spec = job(gpus=1, nodes=2, held=held)
+        stream: list[ev.Event] = [ev.JobSubmitted(job_id=job_id, user="alice", spec=spec)]
+        if held:
+            stream.append(ev.JobReleased(job_id=job_id, by="alice"))
+        for attempt in range(draw(st.integers(0, 3))):
+            stream += draw(_run(job_id, attempt))
+        streams.append(stream)
+    bodies: list[ev.Event] = [registered(n) for n in NODES]
+    while any(streams):
+        stream = draw(st.sampled_from([s for s in streams if s]))
+        bodies.append(stream.pop(0))
+    return [
+        (seq, codec.envelope(body, actor="test", occurred_at=T0 + seq, event_id=f"e{seq}"))
+        for seq, body in enumerate(bodies, start=1)
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(logs(), lifecycles()))
 def test_derived_spans_follow_the_fold_and_never_change_once_ended(
     entries: list[tuple[int, ev.Envelope]],
 ) -> None:
