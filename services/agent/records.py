@@ -34,6 +34,7 @@ class Record(msgspec.Struct, kw_only=True):
     # RunStarted is in the log: False from the launch until it is appended (an agent stopped in between
     # leaves it to its successor); True for records written before this field existed
     start_reported: bool = True
+    cause_id: str = ""  # event id of the run's JobAllocated (from its order): the cause of its facts
 
 
 class Records:

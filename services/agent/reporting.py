@@ -1,6 +1,7 @@
 """What the agent tells the log about its node's runs: ``RunStarted`` and ``RunExited``, each appended
 (retrying until the log takes it, deduplicated by a message id) before the run's record says it was
-reported, so a restarted agent reports what its predecessor did not, and nothing twice."""
+reported, so a restarted agent reports what its predecessor did not, and nothing twice. Each names the run's
+``JobAllocated`` as its cause (the event id its order carried, kept in the run's record)."""
 
 from __future__ import annotations
 
@@ -23,12 +24,13 @@ class Reporter:
         self.records = records  # where a run's reports are recorded
         self.log = log
 
-    async def append(self, body: ev.Event, msg_id: str | None = None) -> None:
-        """Append an event, retrying (with backoff) while the log is unavailable."""
+    async def append(self, body: ev.Event, msg_id: str | None = None, cause: str | None = None) -> None:
+        """Append an event (caused by the event id ``cause``), retrying (with backoff) while the log is
+        unavailable."""
         delay = 0.2
         while True:
             try:
-                await self.events.append(body, msg_id=msg_id)
+                await self.events.append(body, msg_id=msg_id, causation_id=cause)
                 return
             except TransientError as exc:
                 self.log.warning("append failed, retrying", error=str(exc))
@@ -41,6 +43,7 @@ class Reporter:
         await self.append(
             ev.RunStarted(job_id=ev.JobId(job_id), attempt=attempt, node=ev.NodeName(self.node), pid=run.pid),
             msg_id=f"start:{job_id}:{attempt}:{self.node}",
+            cause=self._cause(job_id, attempt),
         )
         self.records.update(job_id, attempt, start_reported=True)
 
@@ -59,7 +62,13 @@ class Reporter:
             launch_error=launch_error,
             oom=outcome.oom,
         )
-        await self.append(body, msg_id=f"exit:{job_id}:{attempt}:{self.node}")
+        cause = self._cause(job_id, attempt)
+        await self.append(body, msg_id=f"exit:{job_id}:{attempt}:{self.node}", cause=cause)
         if self.records.get(job_id, attempt) is None:
             self.records.put(Record(job_id=job_id, attempt=attempt))
         self.records.update(job_id, attempt, exited=True)
+
+    def _cause(self, job_id: int, attempt: int) -> str | None:
+        """The run's allocation's event id, as its order gave it (None for a run known by no order)."""
+        record = self.records.get(job_id, attempt)
+        return record.cause_id or None if record is not None else None

@@ -76,6 +76,7 @@ def launch_record(order: LaunchOrder, now: float) -> Record:
         warn_signal=warn.signum if warn else 0,
         warn_before_s=warn.seconds_before if warn else 0,
         warn_batch_only=warn.batch_only if warn else False,
+        cause_id=order.cause_id or "",
     )
 
 

@@ -257,6 +257,7 @@ class StepCoord:
                 oom=any(e.oom for e in exits),
             ),
             msg_id=f"step-exited:{ids}",  # once, also when a restarted agent appends it again
+            cause=order.cause_id,  # the run's allocation
         )
         step.dir.mark(COORD_EXITED)
         key = (order.job_id, order.attempt, step.step_id)
@@ -278,6 +279,7 @@ class StepCoord:
                 gpus=sum(len(p.gpus) for p in step.places) if step.launch.gpus_per_task else 0,
             ),
             msg_id=f"step-started:{ids}",
+            cause=step.order.cause_id,  # the run's allocation
         )
         step.dir.mark(COORD_STARTED)
 
