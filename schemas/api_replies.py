@@ -122,3 +122,6 @@ class HistoryReply(msgspec.Struct, frozen=True, tag="history_reply", kw_only=Tru
 
     entries: list[HistoryEntry]  # oldest first
     truncated: bool = False  # older entries matched too but were left out (the request's limit, or size)
+    # Entries outside the history that its entries name as causes (a node's NodeDown, a preemptor's
+    # submission), up to two steps back, scripts and environments left out: to say why, in log order
+    causes: list[HistoryEntry] = []

@@ -16,12 +16,20 @@ nodes' included. Anything else is refused with the job and the rule named.
 
 A reply holds at most the request's ``limit`` entries, the newest, and stays under ``MAX_REPLY_BYTES``
 (submissions carry whole scripts); ``truncated`` says that older entries were left out.
+
+Its ``causes`` are the entries outside the history that its entries name as their cause
+(``Meta.causation_id``), two steps back, so that ``corral audit`` can say why: the ``NodeDown`` of a node the
+job ran on (and the admin's request it answered), the preemptor's submission. They are looked for where such
+a cause can be (the events of the nodes an allocation names, the jobs an entry names, the preemptor's),
+with scripts and environments left out: they may be another user's.
 """
 
 from __future__ import annotations
 
 import collections
 from collections.abc import Callable
+
+import msgspec
 
 from corral.libs.runtime.errors import Forbidden, InvalidInput, NotFound
 from corral.libs.runtime.ports import EventLog, LogEntry
@@ -36,6 +44,11 @@ from corral.services.gateway.lookup import Found, JobLookup
 MAX_REPLY_BYTES = 3 * 1024 * 1024
 #: The rule a refusal names.
 RULE = "a user may read only their own jobs' history; the auditor and admin roles may read every history"
+
+#: How many steps back the causes outside the history are looked for.
+CAUSE_DEPTH = 2
+#: At most this many subjects are read for them.
+MAX_CAUSE_SUBJECTS = 64
 
 #: Decides whether one entry of the filtered read belongs to the history.
 Keep = Callable[[LogEntry], bool]
@@ -64,7 +77,9 @@ class History:
         else:
             assert req.user is not None
             filters, keep = self._of_user(user, req.user)
-        return await self._read(filters, keep, req.limit)
+        reply = await self._read(filters, keep, req.limit)
+        causes = await self._causes(reply.entries, set(filters))
+        return msgspec.structs.replace(reply, causes=causes)
 
     async def _of_job(self, user: str, job_id: int) -> tuple[list[str], Keep]:
         found = await self.lookup.find(job_id)
@@ -141,6 +156,52 @@ class History:
             chosen.append(item)
         chosen.reverse()
         return api.HistoryReply(entries=chosen, truncated=len(chosen) < kept)
+
+    async def _causes(self, entries: list[api.HistoryEntry], read: set[str]) -> list[api.HistoryEntry]:
+        """The entries outside ``entries`` that they name as causes, ``CAUSE_DEPTH`` steps back."""
+        known = {e.envelope.meta.event_id for e in entries}
+        found: list[api.HistoryEntry] = []
+        frontier = entries
+        for _ in range(CAUSE_DEPTH):
+            wanted = {
+                c for e in frontier if (c := e.envelope.meta.causation_id) is not None and c not in known
+            }
+            where = sorted(_where_causes_are(frontier) - read)[:MAX_CAUSE_SUBJECTS]
+            if not wanted or not where:
+                break
+            frontier = [
+                api.HistoryEntry(seq=entry.seq, envelope=_without_script(entry.envelope))
+                async for entry in self.events.entries(where)
+                if entry.envelope is not None and entry.envelope.meta.event_id in wanted
+            ]
+            known.update(e.envelope.meta.event_id for e in frontier)
+            found += frontier
+        return sorted(found, key=lambda e: e.seq)
+
+
+def _where_causes_are(entries: list[api.HistoryEntry]) -> set[str]:
+    """The subjects the causes of ``entries`` may be on: the nodes and jobs they name."""
+    out: set[str] = set()
+    for entry in entries:
+        body = entry.envelope.body
+        if isinstance(body, ev.JobAllocated):
+            out.update(subjects.node_events(a.node) for a in body.allocations)
+        if isinstance(body, ev.JobPreempted):
+            out.add(subjects.job_events(body.by_job))
+        if isinstance(body, ev.NODE_EVENTS):
+            out.add(subjects.node_events(body.node))
+        elif not isinstance(body, ev.RESERVATION_EVENTS):
+            out.add(subjects.job_events(body.job_id))
+    return out
+
+
+def _without_script(envelope: ev.Envelope) -> ev.Envelope:
+    """A submission without its script and environment (another user's may be shown as a cause)."""
+    body = envelope.body
+    if not isinstance(body, ev.JobSubmitted):
+        return envelope
+    spec = msgspec.structs.replace(body.spec, script="", environment={})
+    return msgspec.structs.replace(envelope, body=msgspec.structs.replace(body, spec=spec))
 
 
 def _everything(entry: LogEntry) -> bool:

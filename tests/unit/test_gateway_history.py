@@ -3,6 +3,7 @@ hold, who may read which, and that the auditor role reads everything and writes 
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from corral.libs.runtime.errors import Forbidden, InvalidInput, NotFound
@@ -161,3 +162,32 @@ async def test_the_auditor_reads_every_history_and_may_call_no_verb_that_writes(
     # The owner and the admin still may.
     await handlers["cancel"][1](ADMIN, api.CancelRequest(job_ids=[job_id]))
     assert rig.appended(job_id)[1:] == [ev.JobCancelRequested(job_id=ev.JobId(job_id), user=ADMIN)]
+
+
+async def test_the_causes_outside_a_jobs_history_come_with_it_without_scripts() -> None:
+    rig = Rig()
+    victim = await rig.submit("alice", "t1")
+    preemptor = await rig.submit("bob", "t2", script="#!/bin/sh\necho secret\n")
+    allocation = await rig.log.append(allocated(victim, "gpu01"))
+    request = await rig.log.append(ev.NodeDownRequested(node=ev.NodeName("gpu01"), user=ADMIN, reason="x"))
+    down = ev.NodeDown(node=ev.NodeName("gpu01"), reason="x", by=ADMIN)
+    downed = await rig.log.append(down, causation_id=request.envelope.meta.event_id)
+    await rig.log.append(ev.NodeDown(node=ev.NodeName("gpu02"), reason="Not responding"))
+    submission = rig.log.bodies(f"corral.evt.job.{preemptor}.>")[0]
+    assert isinstance(submission, ev.JobSubmitted)
+    preemption = ev.JobPreempted(
+        job_id=ev.JobId(victim), attempt=0, mode="requeue", by_job=ev.JobId(preemptor)
+    )
+    bob_submitted = await rig.log.last_entry(f"corral.evt.job.{preemptor}.job_submitted")
+    assert bob_submitted is not None and bob_submitted.envelope is not None
+    await rig.log.append(preemption, causation_id=bob_submitted.envelope.meta.event_id)
+    requeued = ev.JobRequeued(job_id=ev.JobId(victim), attempt=0, reason="NodeFail")
+    await rig.log.append(requeued, causation_id=downed.envelope.meta.event_id)
+    reply = await rig.gateway.history.history("alice", api.HistoryRequest(job_id=victim))
+    assert [e.envelope.body for e in reply.entries][-3:] == [allocation.envelope.body, preemption, requeued]
+    bob_spec = msgspec.structs.replace(submission.spec, script="", environment={})
+    assert [e.envelope.body for e in reply.causes] == [
+        msgspec.structs.replace(submission, spec=bob_spec),
+        request.envelope.body,
+        down,
+    ]
