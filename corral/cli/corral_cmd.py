@@ -1,5 +1,5 @@
-"""``corral``: run a local cluster (``up``), a showcase (``demo``), the simulator (``sim``) and operator
-tools (``log export``)."""
+"""``corral``: run a local cluster (``up``), a showcase (``demo``), the simulator (``sim``), a job's history
+(``audit``) and operator tools (``log export``)."""
 
 from __future__ import annotations
 
@@ -74,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         from corral.cli.log_export import main as log_main
 
         return log_main(words[1:])
+    if words[:1] == ["audit"]:
+        from corral.cli.audit import main as audit_main
+
+        return audit_main(words[1:])
     parser = argparse.ArgumentParser(prog="corral", description="Corral: a workload manager for GPU clusters")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="run a local cluster in the foreground")
@@ -84,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--state-dir", default=None, help="state directory (default: a fresh temporary one)")
     sub.add_parser("sim", help="replay a workload trace or an event log in virtual time (corral sim -h)")
     sub.add_parser("log", help="export the event log for a what-if replay (corral log export -h)")
+    sub.add_parser("audit", help="a job's history: who did what and why (corral audit -h)")
     args = parser.parse_args(argv)
     if args.command == "up":
         args.nodes_given = args.nodes is not None or args.gpus_per_node is not None
