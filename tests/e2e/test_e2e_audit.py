@@ -93,6 +93,14 @@ def test_a_job_requeued_after_its_node_was_killed_says_why_and_a_cancel_says_who
     cli.wait_state(job, ("RUNNING",), timeout=60)  # node2 is back: attempt 1
     assert cli("scancel", str(job)).returncode == 0
     cli.wait_state(job, ("CANCELLED",))
+    # Every fact an agent reported (node2's too, once revived) names the allocation of its run.
+    entries = audit(cli, str(job))
+    by_id = {e["envelope"]["meta"]["event_id"]: e["envelope"]["body"] for e in entries}
+    facts = [e["envelope"] for e in entries if e["actor"].startswith("agent-")]
+    assert {f["body"]["type"] for f in facts} >= {"run_started", "run_exited"}
+    for fact in facts:
+        allocation = by_id[fact["meta"]["causation_id"]]
+        assert (allocation["type"], allocation["attempt"]) == ("job_allocated", fact["body"]["attempt"])
     user = getpass.getuser()
     cancelled = wait_for(
         "the cancel", lambda: [e for e in audit(cli, str(job)) if e["event"] == "job_cancelled"]
