@@ -43,7 +43,6 @@ QUEUED = "queued"
 _QUEUEING = (ev.JobSubmitted, ev.JobRequeued, ev.JobReleased, ev.JobUpdated)
 #: Entries kept by their tag, the newest applied one.
 _BY_TAG = (
-    ev.JobAllocated,
     ev.JobPreempted,
     ev.JobRequeueRequested,
     ev.JobHoldRequested,
@@ -76,6 +75,9 @@ def record(state: State, env: ev.Envelope) -> None:
     if isinstance(body, ev.ReservationCreateRequested | ev.ReservationDeleteRequested):
         state.resv_causes[body.name] = event_id
         return
+    if isinstance(body, ev.ReservationCreated | ev.ReservationRejected | ev.ReservationDeleted):
+        state.resv_causes.pop(body.name, None)  # answered
+        return
     if isinstance(body, ev.NodeEvent | ev.ReservationEvent | ev.StepStarted | ev.StepExited):
         return
     job = state.jobs.get(body.job_id)
@@ -94,6 +96,10 @@ def record(state: State, env: ev.Envelope) -> None:
             task.causes = {QUEUED: event_id}
     elif isinstance(body, _QUEUEING):
         job.causes[QUEUED] = event_id
+    elif isinstance(body, ev.JobAllocated):
+        # A new run: what the previous one's conclusion was caused by is of no use any more.
+        queued = job.causes.get(QUEUED)
+        job.causes = {ALLOCATED: event_id} if queued is None else {QUEUED: queued, ALLOCATED: event_id}
     elif isinstance(body, ev.RunExited):
         if job.allocations and body.node == job.allocations[0].node and body.attempt == job.restart_count:
             job.causes[_RUN_EXITED] = event_id

@@ -128,3 +128,15 @@ def test_the_launch_and_kill_orders_name_the_runs_allocation() -> None:
     log.add(ev.JobCancelRequested(job_id=1, user="alice"))
     (kill,) = orders(log.state, POLICY)
     assert isinstance(kill, api.KillOrder) and kill.cause_id == log.allocation_id(1)
+
+
+def test_a_reservations_answer_is_caused_by_its_request() -> None:
+    log = Log(*cluster(nodes=2))
+    at = log.state.now
+    request = ev.ReservationCreateRequested(
+        name="maint", user="root", start_time=at, end_time=at + 3600, node_count=1
+    )
+    log.add(request)
+    cycle(log)
+    assert cause(log, ev.ReservationCreated) == request
+    assert log.state.resv_causes == {}  # answered: nothing kept
