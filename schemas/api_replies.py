@@ -19,6 +19,7 @@ from corral.schemas.api_views import (
     ReservationInfo,
     ShareInfo,
 )
+from corral.schemas.events import Envelope
 
 
 class ApiError(msgspec.Struct, frozen=True, tag="error", kw_only=True):
@@ -107,3 +108,20 @@ class NodeUpdateReply(msgspec.Struct, frozen=True, tag="node_update_reply", kw_o
     """Every node of the request is drained (or resumed)."""
 
     nodes: list[str]  # the nodes, as requested
+
+
+class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One entry of the log, as ``corral audit`` shows it."""
+
+    seq: int  # its stream sequence (the log's total order)
+    envelope: Envelope  # the entry: meta (who, when, why) and body (what)
+
+
+class HistoryReply(msgspec.Struct, frozen=True, tag="history_reply", kw_only=True):
+    """The entries asked for, in log order."""
+
+    entries: list[HistoryEntry]  # oldest first
+    truncated: bool = False  # older entries matched too but were left out (the request's limit, or size)
+    # Entries outside the history that its entries name as causes (a node's NodeDown, a preemptor's
+    # submission), up to two steps back, scripts and environments left out: to say why, in log order
+    causes: list[HistoryEntry] = []

@@ -141,6 +141,29 @@ class AcctRequest(msgspec.Struct, frozen=True, tag="acct", kw_only=True):
     limit: int = 10000  # at most this many jobs
 
 
+# --- history (corral audit) ----------------------------------------------------------------------------
+
+#: The most entries one history request may ask for.
+MAX_HISTORY = 10_000
+
+
+class HistoryRequest(msgspec.Struct, frozen=True, tag="history", kw_only=True):
+    """corral audit: entries of the log, exactly one of ``job_id``, ``node`` and ``user`` given.
+
+    - ``job_id``: the job's entries (``corral.evt.job.<id>.>``, its steps' facts), and for an array task
+      the array's submission and its whole-array cancels;
+    - ``node``: the node's events, and the job events that name it (allocations, its run and step facts);
+    - ``user``: every event of the user's jobs.
+
+    A user may read their own jobs' history; the auditor and admin roles may read every one.
+    """
+
+    job_id: int | None = None  # one job (an array task's own id, or an array's id: its first task)
+    node: str | None = None  # one node
+    user: str | None = None  # one user's jobs
+    limit: int = 1000  # at most this many entries, the newest (1-MAX_HISTORY)
+
+
 # --- reservations (scontrol create/delete/show reservation) ---------------------------------------------
 
 
@@ -213,4 +236,5 @@ Request = (
     | DeleteReservationRequest
     | ReservationsRequest
     | NodeUpdateRequest
+    | HistoryRequest
 )

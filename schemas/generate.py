@@ -33,6 +33,7 @@ DOCUMENTS: dict[str, Any] = {
     | api.ReservationReply
     | api.ReservationsReply
     | api.NodeUpdateReply
+    | api.HistoryReply
     | api.ApiError,
     "order.json": api.Order,
     "step.json": steps.StepRequest | steps.StepLaunched | steps.StepDone | steps.StepPolled,

@@ -28,6 +28,7 @@ class LaunchOrder(msgspec.Struct, frozen=True, tag="launch", kw_only=True):
     traceparent: str | None = None  # trace context of the job
     array_job_id: int = 0  # the array's id for an array task (SLURM_ARRAY_JOB_ID, %A), 0 otherwise
     array_task_id: int | None = None  # the task's index (SLURM_ARRAY_TASK_ID, %a), None if not a task
+    cause_id: str | None = None  # event id of the run's JobAllocated: the cause of the agent's facts about it
 
 
 class KillOrder(msgspec.Struct, frozen=True, tag="kill", kw_only=True):
@@ -40,6 +41,7 @@ class KillOrder(msgspec.Struct, frozen=True, tag="kill", kw_only=True):
     reason: str  # "cancel" | "requeue" | "node_fail" | "preempt"
     grace_s: float | None = None  # seconds from SIGTERM to SIGKILL; None = the cluster's KillWait
     traceparent: str | None = None  # trace context of the job
+    cause_id: str | None = None  # event id of the run's JobAllocated: the cause of the agent's facts about it
 
 
 class SignalOrder(msgspec.Struct, frozen=True, tag="signal", kw_only=True):

@@ -54,6 +54,16 @@ def job_events(job_id: int) -> str:
     return f"corral.evt.job.{job_id}.>"
 
 
+def step_events(job_id: int) -> str:
+    """Wildcard for every step fact of one job."""
+    return f"corral.evt.step.{job_id}.>"
+
+
+def node_events(node: str) -> str:
+    """Wildcard for every event of one node."""
+    return f"corral.evt.node.{node}.>"
+
+
 def node_subject(node: str, tag: str) -> str:
     """Subject of a node event."""
     return f"corral.evt.node.{node}.{tag}"

@@ -29,7 +29,7 @@ from corral.cli.errors import CliError
 from corral.libs.runtime import nats_request
 from corral.libs.runtime.credentials import Credentials, read_credentials
 from corral.libs.trace.spans import parse_traceparent
-from corral.schemas.api import ApiError
+from corral.schemas.api import ApiError, HistoryReply, HistoryRequest
 from corral.schemas.subjects import api_subject, inbox_prefix, valid_token
 
 R = TypeVar("R")
@@ -74,6 +74,10 @@ class Cluster(msgspec.Struct, frozen=True):
         except nats_request.NatsRequestError as exc:
             raise CliError(str(exc)) from None
         return decode_reply(reply.data, reply_type)
+
+    def history(self, request: HistoryRequest) -> HistoryReply:
+        """The log entries of a job, a node or a user's jobs (``corral audit``); CliError if refused."""
+        return self.call("history", request, HistoryReply)
 
 
 class CallTimeout(CliError):

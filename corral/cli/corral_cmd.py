@@ -1,5 +1,5 @@
 """``corral``: run a local cluster (``up``), a showcase (``demo``), the simulator (``sim``), a job's trace
-(``trace``) and operator tools (``log export``)."""
+(``trace``) and history (``audit``), and operator tools (``log export``)."""
 
 from __future__ import annotations
 
@@ -78,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
         from corral.cli.trace_cmd import main as trace_main
 
         return trace_main(words[1:])
+
+    if words[:1] == ["audit"]:
+        from corral.cli.audit import main as audit_main
+
+        return audit_main(words[1:])
     parser = argparse.ArgumentParser(prog="corral", description="Corral: a workload manager for GPU clusters")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="run a local cluster in the foreground")
@@ -89,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("sim", help="replay a workload trace or an event log in virtual time (corral sim -h)")
     sub.add_parser("log", help="export the event log for a what-if replay (corral log export -h)")
     sub.add_parser("trace", help="show a job's span tree, derived from the log (corral trace -h)")
+    sub.add_parser("audit", help="a job's history: who did what and why (corral audit -h)")
     args = parser.parse_args(argv)
     if args.command == "up":
         args.nodes_given = args.nodes is not None or args.gpus_per_node is not None

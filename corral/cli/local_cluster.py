@@ -4,8 +4,9 @@
 Everything lives in one state directory, so starting again on the same directory keeps every job:
 
     <state>/cluster.toml           the cluster configuration (written on first start)
-    <state>/credentials/<user>.json  the local user's credentials (0600), found by the commands
-    <state>/credentials/roles/      one credentials file per service role and agent (0600)
+    <state>/credentials/<user>.json  the local user's credentials (0600), found by the commands (and those
+                                   of the ``guests``, other users who may use it too)
+    <state>/credentials/roles/      one credentials file per service role and agent, and the auditor's (0600)
     <state>/nats/  <state>/postgres/  the servers' data
     <state>/agents/<node>/          each agent's run records, job scripts and run status files
     <state>/logs/<service>.log      each process's JSON log
@@ -51,6 +52,7 @@ class LocalCluster:
 
     state_dir: Path  # everything lives here
     user: str  # the Unix user who may use it
+    guests: tuple[str, ...] = ()  # other users who may use it (their credentials beside the user's)
     nodes: int = 2  # agents (simulated GPU nodes) on first start
     gpus_per_node: int = 4  # GPUs per node on first start
     node_prefix: str = "node"  # node names: <prefix>1 .. <prefix>N
@@ -67,7 +69,7 @@ class LocalCluster:
     @property
     def user_credentials(self) -> Path:
         """The local user's credentials file (what the commands look for)."""
-        return self.state_dir / "credentials" / f"{self.user}.json"
+        return self.credentials_of(self.user)
 
     def role_credentials(self, role: str) -> Path:
         """A role's credentials file."""
@@ -99,12 +101,19 @@ class LocalCluster:
         for node in self.config.nodes:
             role = roles.agent_role(node.name)
             users.append(roles.agent_user(node.name, self._password(role, self.role_credentials(role))))
-        users.append(roles.user_user(self.user, self._password(self.user, self.user_credentials)))
+        users.append(roles.auditor_user(self._password(roles.AUDITOR, self.role_credentials(roles.AUDITOR))))
+        for name in (self.user, *self.guests):
+            users.append(roles.user_user(name, self._password(name, self.credentials_of(name))))
         return users
 
+    def credentials_of(self, name: str) -> Path:
+        """The credentials file of the user or of one of the guests."""
+        return self.state_dir / "credentials" / f"{name}.json"
+
     def _write_credentials(self, users: list[NatsUser], url: str) -> None:
+        people = {self.user, *self.guests}
         for user in users:
-            path = self.user_credentials if user.user == self.user else self.role_credentials(user.user)
+            path = self.credentials_of(user.user) if user.user in people else self.role_credentials(user.user)
             write_credentials(path, Credentials(url=url, user=user.user, password=user.password))
 
     # start / stop --------------------------------------------------------------------------------
@@ -123,7 +132,7 @@ class LocalCluster:
             role = f"corral-{name}"
             extra = ["--database-url", self.postgres.dsn] if name == "accounting" else []
             if name == "gateway":
-                extra = ["--admin", roles.ADMIN]
+                extra = ["--admin", roles.ADMIN, "--auditor", roles.AUDITOR]
             self._spawn(name, role, f"corral.services.{name}", extra)
         for node in config.nodes:
             role = roles.agent_role(node.name)

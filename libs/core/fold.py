@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from corral.libs.core import causation
 from corral.libs.core.fold_nodes import NODE_HANDLERS
 from corral.libs.core.fold_runs import RUN_HANDLERS, job_for
 from corral.libs.core.outcome import APPLIED, Outcome, failed, ignored
@@ -64,11 +65,15 @@ def apply(state: State, seq: int, env: ev.Envelope) -> Outcome:
     body = env.body
     try:
         if isinstance(body, ev.JobSubmitted):
-            return _submitted(state, seq, env.meta.occurred_at, body, env.meta.traceparent)
-        handler = HANDLERS.get(type(body))
-        if handler is None:
-            return ignored("not_folded")
-        return handler(state, seq, env.meta.occurred_at, body)
+            outcome = _submitted(state, seq, env.meta.occurred_at, body, env.meta.traceparent)
+        else:
+            handler = HANDLERS.get(type(body))
+            if handler is None:
+                return ignored("not_folded")
+            outcome = handler(state, seq, env.meta.occurred_at, body)
+        if outcome.applied:
+            causation.record(state, env)
+        return outcome
     except Exception as exc:
         # A poison entry (a handler's bug, or a value nothing checked) must not stop the fold, nor every
         # replay after it: it is skipped, counted, and its outcome carries the error for the shell.

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from corral.libs.core.causation import ALLOCATED
 from corral.libs.core.fair_share import billing, charge, user_key
 from corral.libs.core.fold_nodes import drop_orphans
 from corral.libs.core.outcome import APPLIED, Outcome, ignored
@@ -199,6 +200,7 @@ def _release(state: State, job: Job) -> None:
                 gpus=list(alloc.gpus),
                 cpus=alloc.cpus,
                 mem_mb=alloc.mem_mb,
+                cause=job.causes.get(ALLOCATED, ""),
             )
         )
     for alloc in job.allocations:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from corral.libs.core import preempt
+from corral.libs.core.causation import ALLOCATED
 from corral.libs.core.state import Job, State
 from corral.schemas import api
 
@@ -39,22 +40,29 @@ def _orders(state: State, policy: Policy) -> list[api.Order]:
         if job.state != "RUNNING" or not job.allocations or job.run_exit is not None:
             continue
         batch = job.allocations[0].node
+        # The run's allocation is the cause of what its agents report of it (``causation.py``).
+        cause = job.causes.get(ALLOCATED)
         if not job.run_started:
             out.append(launch_order(job, policy))
-        if job.cancel_by is not None:
-            out.append(
-                api.KillOrder(job_id=job.job_id, attempt=job.restart_count, node=batch, reason="cancel")
-            )
-        elif job.preempting is not None:
+        reason = "cancel" if job.cancel_by is not None else "preempt" if job.preempting else "requeue"
+        if reason == "preempt":
             out.append(preempt.kill_order(job))
-        elif job.requeue_by is not None:
+        elif job.cancel_by is not None or job.requeue_by is not None:
             out.append(
-                api.KillOrder(job_id=job.job_id, attempt=job.restart_count, node=batch, reason="requeue")
+                api.KillOrder(
+                    job_id=job.job_id, attempt=job.restart_count, node=batch, reason=reason, cause_id=cause
+                )
             )
         out.extend(signal_orders(job))
     for orphan in state.orphans:
         out.append(
-            api.KillOrder(job_id=orphan.job_id, attempt=orphan.attempt, node=orphan.node, reason="requeue")
+            api.KillOrder(
+                job_id=orphan.job_id,
+                attempt=orphan.attempt,
+                node=orphan.node,
+                reason="requeue",
+                cause_id=orphan.cause or None,
+            )
         )
     return out
 
@@ -99,4 +107,5 @@ def launch_order(job: Job, policy: Policy) -> api.LaunchOrder:
         traceparent=job.traceparent,
         array_job_id=job.array_job_id,
         array_task_id=job.array_task_id,
+        cause_id=job.causes.get(ALLOCATED),
     )

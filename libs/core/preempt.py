@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
+from corral.libs.core.causation import ALLOCATED
 from corral.libs.core.limits import qos_name, qos_of
 from corral.libs.core.placement import Free, Request, eligible, give_back, node_fits, pick
 from corral.libs.core.state import Job, State
@@ -167,6 +168,7 @@ def kill_order(job: Job) -> api.KillOrder:
         node=job.allocations[0].node,
         reason="preempt",
         grace_s=p.grace_s if p.grace_s > 0 else None,
+        cause_id=job.causes.get(ALLOCATED),
     )
 
 

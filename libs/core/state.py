@@ -107,6 +107,9 @@ class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     requeue_by: str | None = None  # the user who asked to requeue the current run (scontrol requeue)
     requeue_hold: bool = False  # ... with requeuehold: held once PENDING again
     signals: list[PendingSignal] = []  # signal requests for the current run (scancel -s), in log order
+    # Event ids of the entries the job's next decisions may name as their cause, by kind (``causation.py``);
+    # emptied once the job ended.
+    causes: dict[str, str] = {}
 
 
 class AdminDrain(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -136,6 +139,7 @@ class Node(msgspec.Struct, kw_only=True, omit_defaults=True):
     drain: str = ""  # why its registration drained it (GPU count mismatch); "" = not drained by it
     admin_drain: AdminDrain | None = None  # an admin's drain (survives re-registration); None = none
     admin_down: AdminDrain | None = None  # an admin's down (its agent still runs); None = not downed by one
+    down_id: str = ""  # event id of the newest NodeDown (what a NODE_FAIL conclusion names as its cause)
 
 
 class Orphan(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -147,6 +151,7 @@ class Orphan(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     gpus: list[int] = []  # GPU indices it still holds there until it is seen to exit
     cpus: int = 0  # CPUs it still holds
     mem_mb: int = 0  # memory it still holds
+    cause: str = ""  # event id of the run's JobAllocated (the cause of its node's RunExited)
 
 
 class UsagePolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -175,6 +180,7 @@ class State(msgspec.Struct, kw_only=True):
         str, ev.ReservationCreateRequested | ev.ReservationDeleteRequested
     ] = {}  # unanswered reservation requests (the newest per name)
     resv_seqs: dict[str, int] = {}  # stream sequence of each reservation name's newest entry (concurrency)
+    resv_causes: dict[str, str] = {}  # event id of each reservation name's newest request (``causation.py``)
     early_drains: dict[str, AdminDrain] = {}  # admin drains of nodes not registered yet, by node name
     skipped: int = 0  # entries skipped because a fold handler raised on them (poison entries)
 

@@ -7,6 +7,8 @@
   resume included); only health node liveness and drain facts; the admin role may do anything (stream
   declaration, admin verbs);
 - the tracer only reads the log (its own durable consumer) and publishes nothing but dead letters.
+- the auditor role is a person's account (the API only, ``auditor_user``) that the gateway's ``--auditor``
+  lets read every job's history and refuses every verb that writes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ SCHEDULER = "corral-scheduler"
 HEALTH = "corral-health"
 ACCOUNTING = "corral-accounting"
 TRACER = "corral-tracer"
+#: The local cluster's auditor (``corral up`` passes it to the gateway's ``--auditor``).
+AUDITOR = "corral-auditor"
 
 #: Every service role (agents are per node: ``agent_role(node)``).
 SERVICE_ROLES = (ADMIN, GATEWAY, SCHEDULER, HEALTH, ACCOUNTING, TRACER)
@@ -137,12 +141,22 @@ def agent_user(node: str, password: str) -> NatsUser:
     return NatsUser(role, password, publish=publish, subscribe=subscribe, allow_responses=True)
 
 
+def auditor_user(password: str) -> NatsUser:
+    """The NATS user of the auditor role: a person's permissions (the API only); what it may read or change is
+    the gateway's rule (``--auditor``)."""
+    return _person(AUDITOR, password)
+
+
 def user_user(name: str, password: str) -> NatsUser:
     """The NATS user of a person: the API on their own subject token, replies on their own inbox."""
     if not subjects.valid_token(name):
         raise ValueError(f"user name {name!r} cannot be a subject token (letters, digits, - _)")
     if name.startswith("agent-") or name.startswith("corral-"):
         raise ValueError(f"user name {name!r} is reserved for Corral's services")
+    return _person(name, password)
+
+
+def _person(name: str, password: str) -> NatsUser:
     # The API and steps (srun) as themselves; their steps' output, and stdin to their steps' task 0.
     publish = [subjects.api_subject("*", name), steps.step_subject("*", name), f"corral.io.{name}.*.in"]
     subscribe = [_inbox(name), f"corral.io.{name}.>"]

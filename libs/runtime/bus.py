@@ -5,7 +5,8 @@
   concurrency per job: two writers cannot both win). An append with the job's ``traceparent`` is a
   short span (``append <tag>``) in the job's trace.
 - ``read`` replays the log in order from a sequence, with the decoded envelope or the decode
-  error of each entry (a malformed entry never stops a reader).
+  error of each entry (a malformed entry never stops a reader); ``entries`` reads the entries of a few
+  subjects at once (one job's or node's history) with the server doing the filtering.
 - ``consume`` runs a durable pull consumer: handler success -> ack, ``TransientError`` -> nak
   with delay, ``InvalidInput``/decode error -> term + a copy on the dead-letter subject;
 - ``dead_letter_entry`` keeps a copy of a log entry a reader skipped (a poison entry), once.
@@ -18,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Awaitable, Callable
+import uuid
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any
 
 import nats
@@ -228,6 +230,47 @@ class Bus:
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+    async def entries(self, subject_filters: Sequence[str]) -> AsyncGenerator[LogEntry, None]:
+        """Entries on any of ``subject_filters`` in log order, up to the newest there when it started.
+
+        One ephemeral pull consumer filtered on every subject at once, so the server skips the rest of the
+        log; no acks, in memory, deleted at the end (or by the server once idle). The pending count it is
+        created with says how many entries to read.
+        """
+        if not subject_filters:
+            return
+        name = f"history-{uuid.uuid4().hex}"
+        config = api.ConsumerConfig(
+            name=name,
+            filter_subjects=list(subject_filters),
+            deliver_policy=api.DeliverPolicy.ALL,
+            ack_policy=api.AckPolicy.NONE,
+            inactive_threshold=60.0,
+            mem_storage=True,
+            num_replicas=1,
+        )
+        try:
+            info = await self.js.add_consumer(subjects.EVENTS_STREAM, config)
+            psub = await self.js.pull_subscribe_bind(consumer=name, stream=subjects.EVENTS_STREAM)
+        except (APIError, TimeoutError, nats.errors.NoRespondersError) as exc:
+            raise TransientError(f"reading {', '.join(subject_filters)} failed: {exc!r}") from exc
+        try:
+            remaining = int(info.num_pending or 0)
+            while remaining > 0:
+                try:
+                    msgs = await psub.fetch(min(remaining, 512), timeout=5.0)
+                except TimeoutError as exc:
+                    raise TransientError(f"reading {', '.join(subject_filters)} timed out") from exc
+                for msg in msgs:
+                    meta = msg.metadata
+                    remaining = min(remaining - 1, meta.num_pending)
+                    yield decode_entry(meta.sequence.stream, msg.subject, msg.data)
+        finally:
+            with contextlib.suppress(Exception):
+                await psub.unsubscribe()
+            with contextlib.suppress(Exception):
+                await self.js.delete_consumer(subjects.EVENTS_STREAM, name)
 
     async def publish_order(self, subject: str, data: bytes, msg_id: str) -> int:
         """Put an order on a node's work subject; a republished order is deduplicated."""

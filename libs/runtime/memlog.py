@@ -10,7 +10,7 @@ entries are decoded on reading with ``ports.decode_entry``, as ``Bus`` does. The
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from corral.libs.runtime.errors import AppendConflict
@@ -124,6 +124,12 @@ class MemLog:
             if not follow:
                 return
             await grown.wait()
+
+    async def entries(self, subject_filters: Sequence[str]) -> AsyncIterator[LogEntry]:
+        """Entries on any of ``subject_filters`` in log order, up to the newest when it started."""
+        for stored in self._entries[: len(self._entries)]:
+            if any(subject_matches(f, stored.subject) for f in subject_filters):
+                yield decode_entry(stored.seq, stored.subject, stored.data)
 
     def bodies(self, subject: str = subjects.EVENTS_SUBJECTS) -> list[Event | None]:
         """The bodies on ``subject`` in log order (None for an unreadable entry): for a test's assertions."""

@@ -19,7 +19,7 @@ body claims another subject than its own, reads the same from either.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -98,6 +98,11 @@ class EventLog(Protocol):
     ) -> AsyncIterator[LogEntry]:
         """Entries on ``subject`` in log order from ``from_seq``, each with how many are ``pending`` after
         it; ends once the entries that were there when it started are read, unless ``follow``."""
+        ...
+
+    def entries(self, subject_filters: Sequence[str]) -> AsyncIterator[LogEntry]:
+        """Entries on any of ``subject_filters`` (wildcards allowed, no two overlapping) in log order, up to
+        those that were there when it started: one job's, one node's history (``corral audit``)."""
         ...
 
 

@@ -46,6 +46,7 @@ import msgspec
 
 from corral.libs.config.cluster import ClusterConfig
 from corral.libs.config.policy import policy_of, usage_policy_of
+from corral.libs.core.causation import cause_of
 from corral.libs.core.eligibility import needs_check
 from corral.libs.core.fold import apply
 from corral.libs.core.placement import Request, free_capacity, request_of
@@ -179,10 +180,11 @@ class _Run:
         for node in cluster.nodes:
             self.put(node, at)
 
-    def put(self, body: ev.Event, at: float) -> None:
-        """Append one event to the (virtual) log and fold it."""
+    def put(self, body: ev.Event, at: float, cause: str | None = None) -> None:
+        """Append one event (caused by the event id ``cause``) to the (virtual) log and fold it."""
         self.seq += 1
-        apply(self.state, self.seq, envelope(body, actor=ACTOR, occurred_at=at, event_id=str(self.seq)))
+        env = envelope(body, actor=ACTOR, occurred_at=at, event_id=str(self.seq), causation_id=cause)
+        apply(self.state, self.seq, env)
 
     def check_fits(self) -> None:
         """Refuse a job that could not run even on the idle cluster (it would block its queue forever)."""
@@ -264,13 +266,14 @@ class _Run:
                 if reaction is None:
                     raise SimError(f"the core decided {decision!r}, which the simulator has no reaction to")
                 assert not isinstance(decision, ev.NodeEvent)
+                cause = cause_of(state, decision)
                 if isinstance(decision, ev.RESERVATION_EVENTS):
-                    self.put(decision, now)
+                    self.put(decision, now, cause)
                     progressed = True
                     continue
                 job = state.jobs[decision.job_id]
                 before = job.state
-                self.put(decision, now)
+                self.put(decision, now, cause)
                 if reaction == "preempt":
                     # The victim stays RUNNING: its run ends after the grace (the preemptor waits for it).
                     if job.preempting is not None and job.preempting.at == now:

@@ -35,6 +35,7 @@ class Record(msgspec.Struct, kw_only=True):
     # leaves it to its successor); True for records written before this field existed
     start_reported: bool = True
     traceparent: str | None = None  # the job's trace context, from its order: the run's facts carry it
+    cause_id: str = ""  # event id of the run's JobAllocated (from its order): the cause of its facts
 
 
 class Records:

@@ -1,7 +1,8 @@
 """What the agent tells the log about its node's runs: ``RunStarted`` and ``RunExited``, each appended
 (retrying until the log takes it, deduplicated by a message id) before the run's record says it was
 reported, so a restarted agent reports what its predecessor did not, and nothing twice. Each carries the
-job's trace context from the run's record (an append span in the job's trace)."""
+job's trace context from the run's record (an append span in the job's trace) and names the run's
+``JobAllocated`` as its cause (the event id its order carried, kept in the run's record)."""
 
 from __future__ import annotations
 
@@ -24,12 +25,19 @@ class Reporter:
         self.records = records  # where a run's reports are recorded
         self.log = log
 
-    async def append(self, body: ev.Event, msg_id: str | None = None, traceparent: str | None = None) -> None:
-        """Append an event, retrying (with backoff) while the log is unavailable."""
+    async def append(
+        self,
+        body: ev.Event,
+        msg_id: str | None = None,
+        traceparent: str | None = None,
+        cause: str | None = None,
+    ) -> None:
+        """Append an event (in the trace ``traceparent`` names, caused by the event id ``cause``), retrying
+        (with backoff) while the log is unavailable."""
         delay = 0.2
         while True:
             try:
-                await self.events.append(body, msg_id=msg_id, traceparent=traceparent)
+                await self.events.append(body, msg_id=msg_id, traceparent=traceparent, causation_id=cause)
                 return
             except TransientError as exc:
                 self.log.warning("append failed, retrying", error=str(exc))
@@ -48,6 +56,7 @@ class Reporter:
             ev.RunStarted(job_id=ev.JobId(job_id), attempt=attempt, node=ev.NodeName(self.node), pid=run.pid),
             msg_id=f"start:{job_id}:{attempt}:{self.node}",
             traceparent=self._traceparent(job_id, attempt),
+            cause=self._cause(job_id, attempt),
         )
         self.records.update(job_id, attempt, start_reported=True)
 
@@ -70,7 +79,13 @@ class Reporter:
             body,
             msg_id=f"exit:{job_id}:{attempt}:{self.node}",
             traceparent=self._traceparent(job_id, attempt),
+            cause=self._cause(job_id, attempt),
         )
         if self.records.get(job_id, attempt) is None:
             self.records.put(Record(job_id=job_id, attempt=attempt))
         self.records.update(job_id, attempt, exited=True)
+
+    def _cause(self, job_id: int, attempt: int) -> str | None:
+        """The run's allocation's event id, as its order gave it (None for a run known by no order)."""
+        record = self.records.get(job_id, attempt)
+        return record.cause_id or None if record is not None else None

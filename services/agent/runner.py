@@ -77,6 +77,7 @@ def launch_record(order: LaunchOrder, now: float) -> Record:
         warn_before_s=warn.seconds_before if warn else 0,
         warn_batch_only=warn.batch_only if warn else False,
         traceparent=order.traceparent,
+        cause_id=order.cause_id or "",
     )
 
 

@@ -258,6 +258,7 @@ class StepCoord:
             ),
             msg_id=f"step-exited:{ids}",  # once, also when a restarted agent appends it again
             traceparent=order.traceparent,
+            cause=order.cause_id,  # the run's allocation
         )
         step.dir.mark(COORD_EXITED)
         key = (order.job_id, order.attempt, step.step_id)
@@ -280,6 +281,7 @@ class StepCoord:
             ),
             msg_id=f"step-started:{ids}",
             traceparent=step.order.traceparent,
+            cause=step.order.cause_id,  # the run's allocation
         )
         step.dir.mark(COORD_STARTED)
 

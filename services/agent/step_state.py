@@ -50,8 +50,15 @@ class RunsView(Protocol):
 class Appender(Protocol):
     """Appends an event to the log (retrying until the log takes it)."""
 
-    async def append(self, body: ev.Event, msg_id: str | None = None, traceparent: str | None = None) -> None:
-        """Append ``body``, deduplicated by ``msg_id``, in the trace ``traceparent`` names."""
+    async def append(
+        self,
+        body: ev.Event,
+        msg_id: str | None = None,
+        traceparent: str | None = None,
+        cause: str | None = None,
+    ) -> None:
+        """Append ``body``, deduplicated by ``msg_id``, in the trace ``traceparent`` names, caused by
+        the event id ``cause``."""
 
 
 class CrashPoint(Protocol):

@@ -140,7 +140,14 @@ class Work:
             # Refused and reported, so the log shows it; the fold ignores the exit of a run that is not the
             # job's current one, so it cannot disturb the newer attempt.
             self.log.warning("refusing launch of a stale attempt", job_id=order.job_id, attempt=order.attempt)
-            records.put(Record(job_id=order.job_id, attempt=order.attempt, traceparent=order.traceparent))
+            records.put(
+                Record(
+                    job_id=order.job_id,
+                    attempt=order.attempt,
+                    traceparent=order.traceparent,
+                    cause_id=order.cause_id or "",
+                )
+            )
             await self.reporter.report_exit(
                 order.job_id, order.attempt, runner.Outcome(1, 0, False, False), STALE_ATTEMPT
             )
@@ -217,7 +224,11 @@ class Work:
         if self.runs.records.get(*key) is None:
             self.runs.records.put(
                 Record(
-                    job_id=order.job_id, attempt=order.attempt, ending="killed", traceparent=order.traceparent
+                    job_id=order.job_id,
+                    attempt=order.attempt,
+                    ending="killed",
+                    traceparent=order.traceparent,
+                    cause_id=order.cause_id or "",
                 )
             )
             self.background.spawn(self._end_here(order.job_id, order.attempt, grace))

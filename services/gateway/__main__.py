@@ -10,6 +10,11 @@ from corral.services.gateway.app import main
 
 def _flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--admin", action="append", help="a user with the admin role (repeatable)")
+    p.add_argument(
+        "--auditor",
+        action="append",
+        help="a user with the auditor role: reads every job's history, may change nothing (repeatable)",
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,9 @@
 """The gateway: accepts job requests (submit, cancel, hold, release, update), admins' reservation requests
-(``reservations.py``) and node drain/resume requests (``nodes.py``); appends the accepted as intents.
+(``reservations.py``) and node drain/resume requests (``nodes.py``); appends the accepted as intents. It also
+answers ``history`` (``corral audit``, ``history.py``) from the log.
+
+Roles: ``--admin`` users may act on every job; ``--auditor`` users may read every history and call no verb
+that writes (every verb but ``history`` is refused to them, ``handlers``).
 
 Cycle of one request:
 1. take the caller from the request subject (bound to the authenticated connection);
@@ -16,6 +20,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -31,6 +36,7 @@ from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.services.gateway import control
 from corral.services.gateway.asks import SchedulerAsks
+from corral.services.gateway.history import History
 from corral.services.gateway.lookup import Found, JobLookup, task_of
 from corral.services.gateway.nodes import NodeUpdates
 from corral.services.gateway.policy import check_policy, check_submit_count, resolve_qos, submit_limits
@@ -46,6 +52,8 @@ MAX_PRIORITY = 0xFFFFFFFD
 #: Slurm's reply to a dependency on a job that does not exist.
 DEPENDENCY_PROBLEM = "Job dependency problem"
 _tracer = telemetry.tracer(__name__)
+#: A verb's handler: (caller, request) -> reply.
+Handler = Callable[[str, Any], Awaitable[Any]]
 
 
 class Gateway:
@@ -59,15 +67,49 @@ class Gateway:
         config: ClusterConfig,
         clock: Clock,
         admins: frozenset[str] = frozenset(),
+        auditors: frozenset[str] = frozenset(),
     ) -> None:
         self.events = events
         self.ids = ids
         self.asks = SchedulerAsks(scheduler)
         self.config = config
         self.admins = admins
+        self.auditors = auditors - admins  # an admin named auditor too keeps the admin's rights
         self.lookup = JobLookup(events, ids)
         self.reservations = Reservations(events, config, admins, clock)
         self.node_updates = NodeUpdates(events, config, admins, clock)
+        self.history = History(events, self.lookup, admins, self.auditors)
+
+    def handlers(self) -> dict[str, tuple[type[Any], Handler]]:
+        """Every verb the gateway serves: its request type and handler; the writing verbs refuse auditors."""
+        writers: dict[str, tuple[type[Any], Handler]] = {
+            "submit": (api.SubmitRequest, self.submit),
+            "cancel": (api.CancelRequest, self.cancel),
+            "hold": (api.HoldRequest, self.hold),
+            "release": (api.ReleaseRequest, self.release),
+            "update": (api.UpdateRequest, self.update),
+            "requeue": (api.RequeueRequest, self.requeue),
+            "signal": (api.SignalRequest, self.signal),
+            "create_reservation": (api.CreateReservationRequest, self.reservations.create),
+            "delete_reservation": (api.DeleteReservationRequest, self.reservations.delete),
+            "update_node": (api.NodeUpdateRequest, self.node_updates.update),
+        }
+        served = {verb: (kind, self._read_only_refused(verb, h)) for verb, (kind, h) in writers.items()}
+        served["history"] = (api.HistoryRequest, self.history.history)
+        return served
+
+    def _read_only_refused(self, verb: str, handler: Handler) -> Handler:
+        """``handler``, refusing the auditor role (read-only) before it runs."""
+
+        async def guarded(user: str, request: Any) -> Any:
+            if user in self.auditors:
+                raise Forbidden(
+                    f"Access/permission denied: {user} has the auditor role, which is read-only: "
+                    f"it may not {verb.replace('_', ' ')}"
+                )
+            return await handler(user, request)
+
+        return guarded
 
     async def submit(self, user: str, req: api.SubmitRequest) -> api.SubmitReply | api.WillRunReply:
         """Validate and append JobSubmitted; a retry with the same token returns the same job id.
@@ -369,32 +411,11 @@ async def main(ctx: Context) -> None:
         ctx.config,
         SystemClock(),
         admins=frozenset(ctx.args.admin or []),
+        auditors=frozenset(ctx.args.auditor or []),
     )
     subs = [
-        await serve(ctx.nc, "submit", api.SubmitRequest, gateway.submit, queue="gateway"),
-        await serve(ctx.nc, "cancel", api.CancelRequest, gateway.cancel, queue="gateway"),
-        await serve(ctx.nc, "hold", api.HoldRequest, gateway.hold, queue="gateway"),
-        await serve(ctx.nc, "release", api.ReleaseRequest, gateway.release, queue="gateway"),
-        await serve(ctx.nc, "update", api.UpdateRequest, gateway.update, queue="gateway"),
-        await serve(ctx.nc, "requeue", api.RequeueRequest, gateway.requeue, queue="gateway"),
-        await serve(ctx.nc, "signal", api.SignalRequest, gateway.signal, queue="gateway"),
-        await serve(
-            ctx.nc,
-            "create_reservation",
-            api.CreateReservationRequest,
-            gateway.reservations.create,
-            queue="gateway",
-        ),
-        await serve(
-            ctx.nc,
-            "delete_reservation",
-            api.DeleteReservationRequest,
-            gateway.reservations.delete,
-            queue="gateway",
-        ),
-        await serve(
-            ctx.nc, "update_node", api.NodeUpdateRequest, gateway.node_updates.update, queue="gateway"
-        ),
+        await serve(ctx.nc, verb, kind, handler, queue="gateway")
+        for verb, (kind, handler) in gateway.handlers().items()
     ]
     await ctx.stop.wait()
     for sub in subs:

@@ -12,6 +12,9 @@ Cycle:
    a down node that heartbeats again becomes ``NodeUp`` — unless an admin downed it: only a resume
    brings that one back.
 
+An answer names the request it answers as its cause (``Meta.causation_id``); a ``NodeDown`` for missed
+heartbeats and a ``NodeUp`` have no cause in the log (the reason is in the body).
+
 Every append is conditional on the node's last event sequence, so several health replicas never report
 the same change twice, and an answer computed from a stale view of the node is refused and tried again.
 
@@ -48,6 +51,7 @@ class Health:
         self.node_seq: dict[str, int] = {}  # last log sequence of each node's events
         self.seen: dict[str, float] = {}  # monotonic time of the latest heartbeat
         self.requests: dict[str, AdminRequest] = {}  # unanswered admin request of each node, the newest
+        self.request_ids: dict[str, str] = {}  # the event id of each of those requests (their answer's cause)
         self.admin_down: set[str] = set()  # nodes an admin downed (not brought up by heartbeats)
         self.wake = asyncio.Event()  # set when there are requests to answer and the log is read to its end
         self.started = clock.monotonic()
@@ -70,6 +74,8 @@ class Health:
                     self.admin_down.discard(body.node)
             elif isinstance(body, ev.NodeDrainRequested | ev.NodeResumeRequested | ev.NodeDownRequested):
                 self.requests[body.node] = body  # a newer request replaces an unanswered one
+                assert entry.envelope is not None
+                self.request_ids[body.node] = entry.envelope.meta.event_id
             elif isinstance(body, ev.NodeDrained | ev.NodeResumed):
                 self.requests.pop(body.node, None)
                 if isinstance(body, ev.NodeResumed) and body.node in self.admin_down:
@@ -98,13 +104,15 @@ class Health:
 
     async def answer(self, node: str) -> None:
         """Append the fact that answers the node's unanswered admin request, if it has one."""
-        request = self.requests.get(node)
+        request, cause = self.requests.get(node), self.request_ids.get(node)
         if isinstance(request, ev.NodeDrainRequested):
-            await self._report(ev.NodeDrained(node=request.node, reason=request.reason, by=request.user))
+            await self._report(
+                ev.NodeDrained(node=request.node, reason=request.reason, by=request.user), cause
+            )
         elif isinstance(request, ev.NodeResumeRequested):
-            await self._report(ev.NodeResumed(node=request.node, by=request.user))
+            await self._report(ev.NodeResumed(node=request.node, by=request.user), cause)
         elif isinstance(request, ev.NodeDownRequested):
-            await self._report(ev.NodeDown(node=request.node, reason=request.reason, by=request.user))
+            await self._report(ev.NodeDown(node=request.node, reason=request.reason, by=request.user), cause)
 
     def heartbeat(self, node: str) -> None:
         """Note a heartbeat of ``node``."""
@@ -122,12 +130,15 @@ class Health:
             elif not up and silent < self.timeout:
                 await self._report(ev.NodeUp(node=ev.NodeName(node)))
 
-    async def _report(self, body: ev.NodeDown | ev.NodeUp | ev.NodeDrained | ev.NodeResumed) -> None:
+    async def _report(
+        self, body: ev.NodeDown | ev.NodeUp | ev.NodeDrained | ev.NodeResumed, cause: str | None = None
+    ) -> None:
         try:
             await self.events.append(
                 body,
                 expect_last_seq=self.node_seq.get(body.node, 0),
                 expect_subject=f"corral.evt.node.{body.node}.>",
+                causation_id=cause,
             )
             # Not ``event=``: structlog's message is its ``event`` argument (a TypeError that ended the task).
             self.log.info("node state change", node=body.node, fact=type(body).__name__)

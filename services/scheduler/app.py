@@ -8,8 +8,9 @@ Cycle:
    from the submission's log entry (recent ones are kept in memory for that);
 3. decide: when caught up (and every decision it published has come back), ``plan()``;
 4. publish: append each decision with the job's last sequence as the expected subject sequence
-   (a concurrent intent, e.g. a cancel, makes the append fail and the job is decided again), then
-   put the per-node orders the state needs on the work stream (deterministic message ids);
+   (a concurrent intent, e.g. a cancel, makes the append fail and the job is decided again) and the
+   event that caused it (``causation.cause_of``), then put the per-node orders the state needs on the
+   work stream (deterministic message ids);
 5. the decisions count only when they come back through the log (step 2).
 
 Besides, a full pass runs every ``FULL_PASS_S`` and at the next begin time of a pending job
@@ -34,6 +35,7 @@ import msgspec
 from corral.libs.config.cluster import ClusterConfig
 from corral.libs.config.policy import policy_of, usage_policy_of
 from corral.libs.core import plan as planner
+from corral.libs.core.causation import cause_of
 from corral.libs.core.fold import apply
 from corral.libs.core.orders import orders
 from corral.libs.core.policy import Policy
@@ -227,6 +229,7 @@ class Scheduler:
                 expect_subject=subjects.job_events(job_id),
                 correlation_id=str(job_id),
                 traceparent=job.traceparent,
+                causation_id=cause_of(self.state, decision),
             )
         except AppendConflict:
             self.log.info("decision superseded by a newer event", job_id=job_id, decision=tag)
@@ -245,6 +248,7 @@ class Scheduler:
                 expect_last_seq=last,
                 expect_subject=subjects.resv_events(name),
                 correlation_id=name,
+                causation_id=cause_of(self.state, decision),
             )
         except AppendConflict:
             self.log.info("reservation decision superseded", reservation=name, decision=tag)

@@ -78,10 +78,15 @@ class Cli:
 
 def admin_cli(cli: Cli, cluster: LocalCluster) -> Cli:
     """The commands run as the cluster's admin role (the gateway's ``--admin``)."""
+    return cli_as(cli, cluster, cluster.role_credentials(roles.ADMIN))
+
+
+def cli_as(cli: Cli, cluster: LocalCluster, credentials: Path) -> Cli:
+    """The commands run as the identity of a credentials file (a role's, or a guest's of ``cluster``)."""
     assert cluster.nats is not None
     env = dict(cli.env)
     env["CORRAL_NATS_URL"] = cluster.nats.url
-    env["CORRAL_CREDENTIALS"] = str(cluster.role_credentials(roles.ADMIN))
+    env["CORRAL_CREDENTIALS"] = str(credentials)
     return dataclasses.replace(cli, env=env)
 
 

@@ -205,6 +205,28 @@ async def test_a_following_reader_gets_what_is_appended_after_it_started(log: Lo
             await reader
 
 
+async def test_entries_of_several_subjects_come_in_log_order_up_to_the_start(log: Log) -> None:
+    job, other, third = next(_ids), next(_ids), next(_ids)
+    first = await log.log.append(submitted(job))
+    await log.log.append(submitted(other))
+    step = ev.StepStarted(
+        job_id=ev.JobId(job), attempt=0, step_id=0, node=ev.NodeName("n1"), name="s", nodes=[], ntasks=1
+    )
+    stepped = await log.log.append(step)
+    await log.put(subjects.job_subject(job, "job_cancel_requested"), b"{not json")
+    last = await log.log.append(cancel(job))
+    filters = [subjects.job_events(job), subjects.step_events(job), subjects.job_events(third)]
+    got = [e async for e in log.log.entries(filters)]
+    assert [e.seq for e in got] == [first.seq, stepped.seq, last.seq - 1, last.seq]
+    assert [e.envelope is not None for e in got] == [True, True, False, True]
+    assert [e async for e in log.log.entries([subjects.job_events(third)])] == []
+    # What is appended while reading is not read: the reader ends with what was there at its start.
+    reader = log.log.entries([subjects.job_events(job)])
+    assert (await anext(reader)).seq == first.seq
+    await log.log.append(cancel(job))
+    assert [e.seq async for e in reader] == [last.seq - 1, last.seq]
+
+
 async def test_job_ids_come_in_blocks(log: Log) -> None:
     before = await log.ids.next_job_id()
     block = await log.ids.next_job_id(10)

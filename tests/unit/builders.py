@@ -11,6 +11,7 @@ from typing import Any
 
 from corral.libs.config.cluster import ClusterConfig, parse_config
 from corral.libs.core.backfill import INF, Planner
+from corral.libs.core.causation import cause_of
 from corral.libs.core.fold import apply
 from corral.libs.core.placement import Free, Request
 from corral.libs.core.policy import PartitionPolicy, Policy
@@ -114,11 +115,17 @@ def cluster(
     ]
 
 
-def env(body: ev.Event, at: float = T0, actor: str = "test", event_id: str | None = None) -> ev.Envelope:
+def env(
+    body: ev.Event,
+    at: float = T0,
+    actor: str = "test",
+    event_id: str | None = None,
+    causation_id: str | None = None,
+) -> ev.Envelope:
     """An envelope with a deterministic id (a digest of the body and time) and the given time."""
     if event_id is None:
         event_id = hashlib.blake2b(codec.encode(body) + repr(at).encode(), digest_size=16).hexdigest()
-    return codec.envelope(body, actor=actor, occurred_at=at, event_id=event_id)
+    return codec.envelope(body, actor=actor, occurred_at=at, event_id=event_id, causation_id=causation_id)
 
 
 def numbered(envelopes: list[ev.Envelope], start: int = 1) -> list[tuple[int, ev.Envelope]]:
@@ -148,6 +155,21 @@ class Log:
         for body in bodies:
             self.append(env(body, at=self.at + step))
         return self.state
+
+    def allocation_id(self, job_id: int, attempt: int = 0) -> str:
+        """The event id of the allocation of a job's run: the cause its orders name."""
+        return next(
+            e.meta.event_id
+            for _, e in self.entries
+            if isinstance(e.body, ev.JobAllocated) and (e.body.job_id, e.body.attempt) == (job_id, attempt)
+        )
+
+    def decide(self, decisions: list[ev.Event]) -> None:
+        """Append a cycle's decisions as the scheduler does: each with its cause, from the state the cycle
+        decided on (``causation.cause_of``)."""
+        causes = [cause_of(self.state, d) for d in decisions]
+        for body, cause in zip(decisions, causes, strict=True):
+            self.append(env(body, at=self.at + 1.0, actor="scheduler", causation_id=cause))
 
 
 def submitted(job_id: int, spec: ev.JobSpec | None = None, user: str = "alice") -> ev.JobSubmitted:

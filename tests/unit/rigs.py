@@ -25,6 +25,8 @@ from tests.unit.builders import cluster_config, job
 
 #: The cluster's admin in these tests.
 ADMIN = "root"
+#: The cluster's auditor (read-only) in these tests.
+AUDITOR = "auditor"
 #: The loops of one health service that sleep on the clock (answer_requests and monitor; follow waits on
 #: the log).
 HEALTH_SLEEPERS = 2
@@ -41,7 +43,13 @@ class Rig:
 
     def __post_init__(self) -> None:
         self.gateway = Gateway(
-            self.log, self.log, self.scheduler, cluster_config(nodes=2), self.clock, admins=frozenset({ADMIN})
+            self.log,
+            self.log,
+            self.scheduler,
+            cluster_config(nodes=2),
+            self.clock,
+            admins=frozenset({ADMIN}),
+            auditors=frozenset({AUDITOR}),
         )
 
     async def submit(self, user: str = "alice", token: str = "t1", **spec: object) -> int:

@@ -57,6 +57,9 @@ async def test_a_node_silent_for_node_timeout_is_down_and_a_heartbeat_brings_it_
         assert node_facts(log) == []
         await step(clock, 5.0)
         assert node_facts(log) == [ev.NodeDown(node=NODE, reason="Not responding")]
+        # Missed heartbeats are not in the log: the reason says it, and nothing is named as the cause.
+        down = await log.last_entry(subjects.node_subject(NODE, "node_down"))
+        assert down is not None and down.envelope is not None and down.envelope.meta.causation_id is None
         await step(clock, 5.0)  # still silent: reported once
         assert len(node_facts(log)) == 1
         health.heartbeat(NODE)
@@ -128,6 +131,10 @@ async def test_an_admin_request_is_answered_with_its_fact(
         assert await first_after(log, asked.seq, tag) == answer
         await step(clock, 5.0)  # answered once: the answer ends the request
         assert node_facts(log) == [answer]
+    # The answer names the request as its cause (Meta.causation_id).
+    answered = await log.last_entry(subjects.node_subject(NODE, tag))
+    assert answered is not None and answered.envelope is not None
+    assert answered.envelope.meta.causation_id == asked.envelope.meta.event_id
 
 
 async def test_a_newer_request_replaces_an_unanswered_one() -> None:

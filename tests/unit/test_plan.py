@@ -41,7 +41,7 @@ EIGHT = list(range(8))
 def cycle(log: Log, pol: Policy = POLICY, epoch: int = 0) -> Plan:
     """Plan on the log's state and append the decisions, as the live scheduler does."""
     out = plan(log.state, log.state.now, pol, epoch)
-    log.add(*out.decisions)
+    log.decide(out.decisions)
     return out
 
 
@@ -148,8 +148,8 @@ def test_a_running_job_with_a_down_node(requeue: bool, decision: ev.Event, final
     # Every node of the run is told to kill what it runs of it: the batch node's script, and the down
     # node's tasks (its order waits in its work queue for its agent, which may have died alone).
     assert orders(log.state, POLICY) == [
-        api.KillOrder(job_id=1, attempt=0, node="gpu01", reason="requeue"),
-        api.KillOrder(job_id=1, attempt=0, node="gpu02", reason="requeue"),
+        api.KillOrder(job_id=1, attempt=0, node="gpu01", reason="requeue", cause_id=log.allocation_id(1)),
+        api.KillOrder(job_id=1, attempt=0, node="gpu02", reason="requeue", cause_id=log.allocation_id(1)),
     ]
 
 
@@ -373,7 +373,9 @@ def test_launch_order_again_until_the_run_started() -> None:
 def test_kill_order_for_a_cancelled_running_job() -> None:
     log = running()
     log.add(ev.JobCancelRequested(job_id=1, user="bob"))
-    assert orders(log.state, POLICY) == [api.KillOrder(job_id=1, attempt=0, node="gpu01", reason="cancel")]
+    assert orders(log.state, POLICY) == [
+        api.KillOrder(job_id=1, attempt=0, node="gpu01", reason="cancel", cause_id=log.allocation_id(1))
+    ]
     log.add(exited(1, "gpu01", signal=15, killed=True))
     assert orders(log.state, POLICY) == []
 
@@ -385,8 +387,8 @@ def test_kill_order_for_an_orphan_until_it_exits() -> None:
     cycle(log)  # attempt 1
     kills = [o for o in orders(log.state, POLICY) if isinstance(o, api.KillOrder)]
     assert kills == [
-        api.KillOrder(job_id=1, attempt=0, node="gpu01", reason="requeue"),
-        api.KillOrder(job_id=1, attempt=0, node="gpu02", reason="requeue"),
+        api.KillOrder(job_id=1, attempt=0, node="gpu01", reason="requeue", cause_id=log.allocation_id(1)),
+        api.KillOrder(job_id=1, attempt=0, node="gpu02", reason="requeue", cause_id=log.allocation_id(1)),
     ]
     assert launch_of(log.state) == [1]
     log.add(exited(1, "gpu01", attempt=0, signal=15, killed=True))
@@ -568,6 +570,19 @@ def test_fold_of_a_recorded_log_is_deterministic(history: History, cut: int) -> 
     chunked = fold(log.entries[:cut])
     fold(log.entries[cut:], chunked)
     assert encode_state(chunked) == live
+
+
+@settings(max_examples=100, deadline=None)
+@given(histories)
+def test_every_decision_names_an_earlier_entry_as_its_cause(history: History) -> None:
+    """``Meta.causation_id`` of every decision is the event id of an entry before it (``causation.py``)."""
+    log = simulate(history)
+    seen: dict[str, ev.Event] = {}
+    for _, envelope in log.entries:
+        meta = envelope.meta
+        if meta.actor == "scheduler":
+            assert meta.causation_id in seen, f"{envelope.body!r} names no earlier entry as its cause"
+        seen[meta.event_id] = envelope.body
 
 
 def test_a_launch_order_carries_the_trace_of_the_submission() -> None:

@@ -181,7 +181,9 @@ def test_preemption_with_grace(
     assert victim.preempting == Preemption(mode=decision.mode, grace_s=grace, at=decided_at, by_job=2)
     # The run is killed with the grace time between SIGTERM and SIGKILL.
     assert orders(log.state, POLICY) == [
-        api.KillOrder(job_id=1, attempt=0, node="gpu01", reason="preempt", grace_s=grace)
+        api.KillOrder(
+            job_id=1, attempt=0, node="gpu01", reason="preempt", grace_s=grace, cause_id=log.allocation_id(1)
+        )
     ]
     # While it drains: no second preemption, the preemptor holds the reservation for the grace's end.
     draining = cycle(log, POLICY, epoch=3)

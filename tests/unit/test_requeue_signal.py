@@ -56,7 +56,9 @@ def test_a_requested_requeue_kills_the_run_then_requeues_it_with_restart_count_p
     log.add(ev.JobRequeueRequested(job_id=1, user="alice", hold=hold))
     assert log.state.jobs[1].state == "RUNNING"  # not concluded before the run is seen to exit
     assert cycle(log) == []
-    assert kills(log) == [api.KillOrder(job_id=1, attempt=0, node="gpu01", reason="requeue")]
+    assert kills(log) == [
+        api.KillOrder(job_id=1, attempt=0, node="gpu01", reason="requeue", cause_id=log.allocation_id(1))
+    ]
     log.add(exited(1, "gpu01", signal=15, killed=True))
     assert cycle(log)[0] == ev.JobRequeued(job_id=1, attempt=0, reason="Requested", hold=hold)
     job1 = log.state.jobs[1]

@@ -1,0 +1,151 @@
+"""Why a decision was taken: the event id of the entry that caused it (``Meta.causation_id``), pure.
+
+The fold keeps, for each job, node and reservation, the event ids of the entries a decision may name as its
+cause (``record``, called by ``fold.apply`` for every entry it applied), so that the shell can stamp each
+decision of ``plan()`` with its cause (``cause_of``) without reading the log, and a replay gives the same.
+
+The rule, decision by decision (the reason a conclusion gives is the cause it names, in the precedence of
+``conclude.py``):
+
+================================  ===========================================================================
+decision                          caused by
+================================  ===========================================================================
+``JobAllocated``                  what put the job in the queue as it is: its submission, or its latest
+                                  ``JobRequeued``, ``JobReleased`` or ``JobUpdated`` (the run that freed the
+                                  resources, or the dependency met, is the occasion, not recorded)
+``JobCancelled``                  the ``JobCancelRequested`` that marked the job (the first; a whole array's
+                                  marks each task)
+``JobRequeued``/``JobFailed``     ``Requested``: the ``JobRequeueRequested``; ``Preempted``: the
+                                  ``JobPreempted``; ``NodeFail``: the ``NodeDown`` of the run's first node
+                                  that is down (or, for a run its agent lost, its ``RunExited``)
+``JobCompleted``, other failures  the batch node's ``RunExited`` of the run (exit code, signal, OOM, time
+                                  limit, launch error)
+``JobPreempted``                  what put the preemptor in the queue (as ``JobAllocated`` above)
+``JobHeld``/``JobReleased``/      the ``JobHoldRequested``/``JobReleaseRequested``/``JobUpdateRequested``
+``JobUpdated``                    answered (the newest)
+``Reservation*``                  the newest request for the name
+================================  ===========================================================================
+
+The facts other services derive are stamped by them: an agent's run and step facts by the ``JobAllocated``
+their launch order names (``LaunchOrder.cause_id``, from ``Job.causes``), health's answers by the admin's
+request; a ``NodeDown`` for missed heartbeats and the gateway's intents have no cause in the log (the
+reason is in the body; the actor is the user).
+"""
+
+from __future__ import annotations
+
+from corral.libs.core.state import Job, State, array_tasks
+from corral.schemas import events as ev
+
+#: The key of ``Job.causes`` for what put the job in the queue as it is (see the module docstring).
+QUEUED = "queued"
+#: The entries that put a job in the queue as it is.
+_QUEUEING = (ev.JobSubmitted, ev.JobRequeued, ev.JobReleased, ev.JobUpdated)
+#: Entries kept by their tag, the newest applied one.
+_BY_TAG = (
+    ev.JobPreempted,
+    ev.JobRequeueRequested,
+    ev.JobHoldRequested,
+    ev.JobReleaseRequested,
+    ev.JobUpdateRequested,
+)
+
+
+def _tag(kind: type[ev.Event]) -> str:
+    tag = kind.__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag
+
+
+#: The key of ``Job.causes`` for the current run's allocation (the cause of the agents' facts about it).
+ALLOCATED = _tag(ev.JobAllocated)
+_CANCEL = _tag(ev.JobCancelRequested)
+_RUN_EXITED = _tag(ev.RunExited)
+_PREEMPTED = _tag(ev.JobPreempted)
+
+
+def record(state: State, env: ev.Envelope) -> None:
+    """Keep the event id of an entry the fold applied where a later decision will look for its cause."""
+    body, event_id = env.body, env.meta.event_id
+    if isinstance(body, ev.NodeDown):
+        node = state.nodes.get(body.node)
+        if node is not None:
+            node.down_id = event_id
+        return
+    if isinstance(body, ev.ReservationCreateRequested | ev.ReservationDeleteRequested):
+        state.resv_causes[body.name] = event_id
+        return
+    if isinstance(body, ev.ReservationCreated | ev.ReservationRejected | ev.ReservationDeleted):
+        state.resv_causes.pop(body.name, None)  # answered
+        return
+    if isinstance(body, ev.NodeEvent | ev.ReservationEvent | ev.StepStarted | ev.StepExited):
+        return
+    job = state.jobs.get(body.job_id)
+    if job is None:
+        return
+    if isinstance(body, ev.JobCancelRequested):
+        # The first cancel that marked a job is the one it is cancelled by (``fold._cancel_requested``).
+        targets = array_tasks(state, job.job_id) if body.whole_array else [job]
+        for target in targets:
+            if target.cancel_by is not None and target.state in ("PENDING", "RUNNING"):
+                target.causes.setdefault(_CANCEL, event_id)
+    elif job.state not in ("PENDING", "RUNNING"):
+        job.causes = {}  # an ended job decides nothing more
+    elif isinstance(body, ev.JobSubmitted):
+        for task in array_tasks(state, job.job_id) or [job]:
+            task.causes = {QUEUED: event_id}
+    elif isinstance(body, _QUEUEING):
+        job.causes[QUEUED] = event_id
+    elif isinstance(body, ev.JobAllocated):
+        # A new run: what the previous one's conclusion was caused by is of no use any more.
+        queued = job.causes.get(QUEUED)
+        job.causes = {ALLOCATED: event_id} if queued is None else {QUEUED: queued, ALLOCATED: event_id}
+    elif isinstance(body, ev.RunExited):
+        if job.allocations and body.node == job.allocations[0].node and body.attempt == job.restart_count:
+            job.causes[_RUN_EXITED] = event_id
+    elif isinstance(body, _BY_TAG):
+        job.causes[_tag(type(body))] = event_id
+
+
+def cause_of(state: State, decision: ev.Event) -> str | None:
+    """The event id of the entry that caused ``decision``, from the state the decision was taken on."""
+    if isinstance(decision, ev.ReservationCreated | ev.ReservationRejected | ev.ReservationDeleted):
+        return state.resv_causes.get(decision.name)
+    if isinstance(decision, ev.NodeEvent | ev.ReservationEvent | ev.StepStarted | ev.StepExited):
+        return None
+    job = state.jobs.get(decision.job_id)
+    if job is None:
+        return None
+    causes = job.causes
+    if isinstance(decision, ev.JobAllocated):
+        return causes.get(QUEUED)
+    if isinstance(decision, ev.JobPreempted):
+        preemptor = state.jobs.get(decision.by_job)
+        return preemptor.causes.get(QUEUED) if preemptor is not None else None
+    if isinstance(decision, ev.JobCancelled):
+        return causes.get(_CANCEL)
+    if isinstance(decision, ev.JobRequeued | ev.JobFailed):
+        return _ended_by(state, job, decision.reason)
+    if isinstance(decision, ev.JobCompleted):
+        return causes.get(_RUN_EXITED)
+    if isinstance(decision, ev.JobHeld):
+        return causes.get(_tag(ev.JobHoldRequested))
+    if isinstance(decision, ev.JobReleased):
+        return causes.get(_tag(ev.JobReleaseRequested))
+    if isinstance(decision, ev.JobUpdated):
+        return causes.get(_tag(ev.JobUpdateRequested))
+    return None
+
+
+def _ended_by(state: State, job: Job, reason: str) -> str | None:
+    """The cause a requeue's or a failure's reason names."""
+    if reason == "Requested":
+        return job.causes.get(_tag(ev.JobRequeueRequested))
+    if reason == "Preempted":
+        return job.causes.get(_PREEMPTED)
+    if reason == "NodeFail" and job.run_exit is None:
+        for alloc in job.allocations:
+            node = state.nodes.get(alloc.node)
+            if node is not None and not node.up and node.down_id:
+                return node.down_id
+    return job.causes.get(_RUN_EXITED)

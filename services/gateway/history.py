@@ -1,0 +1,218 @@
+"""The ``history`` verb (``corral audit``): a job's, a node's or a user's entries of the log, read-only.
+
+Which entries a history holds (read with one filtered pass, ``EventLog.entries``):
+
+- a job: every entry on its subjects (``corral.evt.job.<id>.>``) and its steps' facts
+  (``corral.evt.step.<id>.>``); an array task also gets its array's submission and the whole-array cancels,
+  which are on the array's id (the task has no submission of its own);
+- a node: its own events (``corral.evt.node.<node>.>``), the allocations that name it, and the run and step
+  facts its agent reported;
+- a user: every entry of the jobs the user submitted (their ids from the submissions, in log order, since a
+  submission always comes before its job's other entries).
+
+Who may read which (DESIGN §8; the caller comes from the request subject, never from the body): a user their
+own jobs' history and their own user history; the auditor role (read-only) and admins every history,
+nodes' included. Anything else is refused with the job and the rule named.
+
+A reply holds at most the request's ``limit`` entries, the newest, and stays under ``MAX_REPLY_BYTES``
+(submissions carry whole scripts); ``truncated`` says that older entries were left out.
+
+Its ``causes`` are the entries outside the history that its entries name as their cause
+(``Meta.causation_id``), two steps back, so that ``corral audit`` can say why: the ``NodeDown`` of a node the
+job ran on (and the admin's request it answered), the preemptor's submission. They are looked for where such
+a cause can be (the events of the nodes an allocation names, the jobs an entry names, the preemptor's),
+with scripts and environments left out: they may be another user's.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+
+import msgspec
+
+from corral.libs.runtime.errors import Forbidden, InvalidInput, NotFound
+from corral.libs.runtime.ports import EventLog, LogEntry
+from corral.libs.slurm.array import array_indices
+from corral.schemas import api, subjects
+from corral.schemas import events as ev
+from corral.schemas.api_requests import MAX_HISTORY
+from corral.schemas.codec import encode
+from corral.services.gateway.lookup import Found, JobLookup
+
+#: The largest reply the verb sends (the NATS server's max_payload is 8 MiB, the decoders' limit 4 MiB).
+MAX_REPLY_BYTES = 3 * 1024 * 1024
+#: The rule a refusal names.
+RULE = "a user may read only their own jobs' history; the auditor and admin roles may read every history"
+
+#: How many steps back the causes outside the history are looked for.
+CAUSE_DEPTH = 2
+#: At most this many subjects are read for them.
+MAX_CAUSE_SUBJECTS = 64
+
+#: Decides whether one entry of the filtered read belongs to the history.
+Keep = Callable[[LogEntry], bool]
+
+
+class History:
+    """Reads histories from the log for the callers allowed to see them."""
+
+    def __init__(
+        self, events: EventLog, lookup: JobLookup, admins: frozenset[str], auditors: frozenset[str]
+    ) -> None:
+        self.events = events
+        self.lookup = lookup
+        self.readers = admins | auditors  # who may read every history
+
+    async def history(self, user: str, req: api.HistoryRequest) -> api.HistoryReply:
+        """The entries the request names, if the caller may read them (Forbidden naming the rule if not)."""
+        if [req.job_id, req.node, req.user].count(None) != 2:
+            raise InvalidInput("give exactly one of a job id, --node NAME and --user NAME", field="job_id")
+        if not 1 <= req.limit <= MAX_HISTORY:
+            raise InvalidInput(f"limit must be 1-{MAX_HISTORY}, not {req.limit}", field="limit")
+        if req.job_id is not None:
+            filters, keep = await self._of_job(user, req.job_id)
+        elif req.node is not None:
+            filters, keep = self._of_node(user, req.node)
+        else:
+            assert req.user is not None
+            filters, keep = self._of_user(user, req.user)
+        reply = await self._read(filters, keep, req.limit)
+        causes = await self._causes(reply.entries, set(filters))
+        return msgspec.structs.replace(reply, causes=causes)
+
+    async def _of_job(self, user: str, job_id: int) -> tuple[list[str], Keep]:
+        found = await self.lookup.find(job_id)
+        if found is None:
+            raise NotFound(f"Invalid job id specified: no job {job_id}")
+        if found.user != user and user not in self.readers:
+            raise Forbidden(
+                f"Access/permission denied: job {job_id} belongs to {found.user}, not {user}: {RULE}"
+            )
+        filters = [subjects.job_events(job_id), subjects.step_events(job_id)]
+        array_id = found.submitted.job_id
+        if array_id == job_id:
+            return filters, _everything
+        filters += [
+            subjects.job_subject(array_id, "job_submitted"),
+            subjects.job_subject(array_id, "job_cancel_requested"),
+        ]
+        return filters, lambda entry: _of_task(entry, job_id, found)
+
+    def _of_node(self, user: str, node: str) -> tuple[list[str], Keep]:
+        if not subjects.valid_token(node):
+            raise InvalidInput(f"node name {node!r} is not a valid name", field="node")
+        if user not in self.readers:
+            raise Forbidden(
+                f"Access/permission denied: node {node}'s history holds every user's jobs: only the "
+                "auditor and admin roles may read it"
+            )
+        filters = [
+            subjects.node_events(node),
+            subjects.job_subject("*", "job_allocated"),
+            subjects.job_subject("*", "*", node),  # run facts reported by the node's agent
+            f"corral.evt.step.*.*.{node}",  # step facts reported by it
+        ]
+
+        def names_node(entry: LogEntry) -> bool:
+            body = entry.envelope.body if entry.envelope is not None else None
+            if isinstance(body, ev.JobAllocated):
+                return any(a.node == node for a in body.allocations)
+            return True
+
+        return filters, names_node
+
+    def _of_user(self, user: str, owner: str) -> tuple[list[str], Keep]:
+        if not subjects.valid_token(owner):
+            raise InvalidInput(f"user name {owner!r} is not a valid name", field="user")
+        if owner != user and user not in self.readers:
+            raise Forbidden(f"Access/permission denied: the jobs of {owner} are not {user}'s: {RULE}")
+        jobs: set[int] = set()
+
+        def owned(entry: LogEntry) -> bool:
+            body = entry.envelope.body if entry.envelope is not None else None
+            if isinstance(body, ev.JobSubmitted) and body.user == owner:
+                count = 1 if body.spec.array is None else len(array_indices(body.spec.array))
+                jobs.update(range(body.job_id, body.job_id + count))
+            return body is not None and getattr(body, "job_id", None) in jobs
+
+        return ["corral.evt.job.>", "corral.evt.step.>"], owned
+
+    async def _read(self, filters: list[str], keep: Keep, limit: int) -> api.HistoryReply:
+        """The newest ``limit`` kept entries within the reply's size, oldest first."""
+        newest: collections.deque[api.HistoryEntry] = collections.deque(maxlen=limit)
+        kept = 0
+        async for entry in self.events.entries(filters):
+            # An entry that fails to decode has nothing to show (the fold skips it too).
+            if entry.envelope is not None and keep(entry):
+                kept += 1
+                newest.append(api.HistoryEntry(seq=entry.seq, envelope=entry.envelope))
+        chosen: list[api.HistoryEntry] = []
+        size = 0
+        for item in reversed(newest):
+            size += len(encode(item))
+            if size > MAX_REPLY_BYTES:
+                break
+            chosen.append(item)
+        chosen.reverse()
+        return api.HistoryReply(entries=chosen, truncated=len(chosen) < kept)
+
+    async def _causes(self, entries: list[api.HistoryEntry], read: set[str]) -> list[api.HistoryEntry]:
+        """The entries outside ``entries`` that they name as causes, ``CAUSE_DEPTH`` steps back."""
+        known = {e.envelope.meta.event_id for e in entries}
+        found: list[api.HistoryEntry] = []
+        frontier = entries
+        for _ in range(CAUSE_DEPTH):
+            wanted = {
+                c for e in frontier if (c := e.envelope.meta.causation_id) is not None and c not in known
+            }
+            where = sorted(_where_causes_are(frontier) - read)[:MAX_CAUSE_SUBJECTS]
+            if not wanted or not where:
+                break
+            frontier = [
+                api.HistoryEntry(seq=entry.seq, envelope=_without_script(entry.envelope))
+                async for entry in self.events.entries(where)
+                if entry.envelope is not None and entry.envelope.meta.event_id in wanted
+            ]
+            known.update(e.envelope.meta.event_id for e in frontier)
+            found += frontier
+        return sorted(found, key=lambda e: e.seq)
+
+
+def _where_causes_are(entries: list[api.HistoryEntry]) -> set[str]:
+    """The subjects the causes of ``entries`` may be on: the nodes and jobs they name."""
+    out: set[str] = set()
+    for entry in entries:
+        body = entry.envelope.body
+        if isinstance(body, ev.JobAllocated):
+            out.update(subjects.node_events(a.node) for a in body.allocations)
+        if isinstance(body, ev.JobPreempted):
+            out.add(subjects.job_events(body.by_job))
+        if isinstance(body, ev.NODE_EVENTS):
+            out.add(subjects.node_events(body.node))
+        elif not isinstance(body, ev.RESERVATION_EVENTS):
+            out.add(subjects.job_events(body.job_id))
+    return out
+
+
+def _without_script(envelope: ev.Envelope) -> ev.Envelope:
+    """A submission without its script and environment (another user's may be shown as a cause)."""
+    body = envelope.body
+    if not isinstance(body, ev.JobSubmitted):
+        return envelope
+    spec = msgspec.structs.replace(body.spec, script="", environment={})
+    return msgspec.structs.replace(envelope, body=msgspec.structs.replace(body, spec=spec))
+
+
+def _everything(entry: LogEntry) -> bool:
+    return True
+
+
+def _of_task(entry: LogEntry, job_id: int, found: Found) -> bool:
+    """An entry of a task's filtered read: its own, its array's submission, a whole-array cancel."""
+    body = entry.envelope.body if entry.envelope is not None else None
+    if isinstance(body, ev.JobSubmitted):
+        return body.job_id == found.submitted.job_id
+    if isinstance(body, ev.JobCancelRequested) and body.job_id != job_id:
+        return body.whole_array
+    return True
