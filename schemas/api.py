@@ -29,6 +29,7 @@ from corral.schemas.api_replies import (
     SubmitReply,
     WillRunReply,
 )
+from corral.schemas.api_report import ReportReply, ReportRequest, ReportTres, TresCapacity, TresUsage
 from corral.schemas.api_requests import (
     AcctRequest,
     ArrayTasks,
@@ -52,6 +53,7 @@ from corral.schemas.api_requests import (
     WillRunRequest,
 )
 from corral.schemas.api_views import (
+    AcctAttempt,
     AcctJob,
     AcctStep,
     CancelOutcome,
@@ -73,6 +75,7 @@ from corral.schemas.orders import KillOrder, LaunchOrder, Order, SignalOrder, or
 __all__ = [
     "TERMINAL_STATES",
     "VERBS",
+    "AcctAttempt",
     "AcctJob",
     "AcctReply",
     "AcctRequest",
@@ -108,6 +111,9 @@ __all__ = [
     "PriorityRequest",
     "PriorityWeightsInfo",
     "ReleaseRequest",
+    "ReportReply",
+    "ReportRequest",
+    "ReportTres",
     "Request",
     "RequeueRequest",
     "ReservationInfo",
@@ -122,6 +128,8 @@ __all__ = [
     "SignalScope",
     "SubmitReply",
     "SubmitRequest",
+    "TresCapacity",
+    "TresUsage",
     "UpdateRequest",
     "WillRunReply",
     "WillRunRequest",
@@ -148,6 +156,7 @@ VERBS: dict[str, str] = {
     "priority": "scheduler",
     "shares": "scheduler",
     "acct": "accounting",
+    "report": "accounting",
     "create_reservation": "gateway",
     "delete_reservation": "gateway",
     "reservations": "scheduler",
