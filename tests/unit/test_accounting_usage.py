@@ -89,15 +89,20 @@ def test_a_requeued_attempt_ends_in_slurms_state_for_the_reason(reason: Any, sta
 
 def test_submission_and_allocation_carry_what_tres_need() -> None:
     spec = ev.JobSpec(
-        name="t", script="#!/bin/sh\n", workdir="/w", nodes=2, gpus_per_node=2, gpu_type="h100", mem_per_node_mb=8192
+        name="t",
+        script="#!/bin/sh\n",
+        workdir="/w",
+        nodes=2,
+        gpus_per_node=2,
+        gpu_type="h100",
+        mem_per_node_mb=8192,
     )
     alloc = [ev.NodeAllocation(node=ev.NodeName(n), gpus=[0, 1], cpus=4, mem_mb=8192) for n in ("a1", "a2")]
-    ops = convert(
-        [
-            (1, envelope(ev.JobSubmitted(job_id=ev.JobId(7), user="u", spec=spec), T0)),
-            (2, envelope(ev.JobAllocated(job_id=ev.JobId(7), attempt=0, partition="p", allocations=alloc, time_limit_s=None), T0)),
-        ]
-    )  # fmt: skip
+    submit = ev.JobSubmitted(job_id=ev.JobId(7), user="u", spec=spec)
+    allocate = ev.JobAllocated(
+        job_id=ev.JobId(7), attempt=0, partition="p", allocations=alloc, time_limit_s=None
+    )
+    ops = convert([(1, envelope(submit, T0)), (2, envelope(allocate, T0))])
     insert, start = ops
     assert (insert.mem_mb, insert.gpu_type, insert.num_gpus) == (16384, "h100", 4)  # type: ignore[union-attr]
     assert (start.mem_mb, start.num_gpus, start.num_cpus) == (16384, 4, 8)  # type: ignore[union-attr]
@@ -110,7 +115,10 @@ def test_submission_and_allocation_carry_what_tres_need() -> None:
     ("fields", "text"),
     [
         ({"cpus": 8, "gpus": 2, "mem_mb": 16384, "nodes": 1}, "billing=8,cpu=8,gres/gpu=2,mem=16G,node=1"),
-        ({"cpus": 4, "gpus": 2, "gpu_type": "h100", "nodes": 2}, "billing=4,cpu=4,gres/gpu:h100=2,gres/gpu=2,node=2"),
+        (
+            {"cpus": 4, "gpus": 2, "gpu_type": "h100", "nodes": 2},
+            "billing=4,cpu=4,gres/gpu:h100=2,gres/gpu=2,node=2",
+        ),
         ({"cpus": 2, "mem_mb": 3584, "nodes": 1}, "billing=2,cpu=2,mem=3584M,node=1"),
         ({"cpus": 2, "gpus": 1, "nodes": 1, "billing": False}, "cpu=2,gres/gpu=1,node=1"),
         ({"cpus": 0, "nodes": 0}, ""),
