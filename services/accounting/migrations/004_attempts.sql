@@ -1,5 +1,5 @@
 -- Every attempt of a job, the TRES it asked for, and the nodes' capacity over time (sacct -D, AllocTRES,
--- ReqTRES, sreport). Rows written before this migration keep the defaults below until the log is replayed.
+-- ReqTRES, sreport). The tables are then rebuilt from the log (at the end of this file).
 
 -- What the job asked for (ReqTRES, ReqGRES); num_* keep what its latest run got.
 ALTER TABLE jobs ADD COLUMN req_nodes integer NOT NULL DEFAULT 0;
@@ -48,3 +48,10 @@ CREATE TABLE node_periods (
 );
 
 CREATE INDEX node_periods_start_time ON node_periods (start_time);
+
+-- Rebuild from the log: rows projected before this migration have no attempts, requests or node periods, and
+-- replaying onto them would change nothing (last_seq). Emptied, with the position back at 0, they are behind
+-- the durable consumer, so the service replays the whole log (AccountingService.rewind_if_behind).
+TRUNCATE jobs, steps, attempts, node_periods;
+UPDATE consumer_positions SET last_seq = 0;
+UPDATE scheduler_epoch SET epoch = 0;
