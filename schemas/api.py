@@ -31,6 +31,7 @@ from corral.schemas.api_replies import (
     SubmitReply,
     WillRunReply,
 )
+from corral.schemas.api_report import ReportReply, ReportRequest, ReportTres, TresCapacity, TresUsage
 from corral.schemas.api_requests import (
     AcctRequest,
     ArrayTasks,
@@ -55,6 +56,7 @@ from corral.schemas.api_requests import (
     WillRunRequest,
 )
 from corral.schemas.api_views import (
+    AcctAttempt,
     AcctJob,
     AcctStep,
     CancelOutcome,
@@ -76,6 +78,7 @@ from corral.schemas.orders import KillOrder, LaunchOrder, Order, SignalOrder, or
 __all__ = [
     "TERMINAL_STATES",
     "VERBS",
+    "AcctAttempt",
     "AcctJob",
     "AcctReply",
     "AcctRequest",
@@ -114,6 +117,9 @@ __all__ = [
     "PriorityRequest",
     "PriorityWeightsInfo",
     "ReleaseRequest",
+    "ReportReply",
+    "ReportRequest",
+    "ReportTres",
     "Request",
     "RequeueRequest",
     "ReservationInfo",
@@ -128,6 +134,8 @@ __all__ = [
     "SignalScope",
     "SubmitReply",
     "SubmitRequest",
+    "TresCapacity",
+    "TresUsage",
     "UpdateRequest",
     "WillRunReply",
     "WillRunRequest",
@@ -154,6 +162,7 @@ VERBS: dict[str, str] = {
     "priority": "scheduler",
     "shares": "scheduler",
     "acct": "accounting",
+    "report": "accounting",
     "create_reservation": "gateway",
     "delete_reservation": "gateway",
     "reservations": "scheduler",

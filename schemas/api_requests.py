@@ -9,6 +9,7 @@ from typing import Literal
 
 import msgspec
 
+from corral.schemas.api_report import ReportRequest
 from corral.schemas.job_events import SignalScope
 from corral.schemas.job_spec import JobSpec
 
@@ -139,6 +140,7 @@ class AcctRequest(msgspec.Struct, frozen=True, tag="acct", kw_only=True):
     start_after: float | None = None  # -S: jobs that were eligible/ran after this time
     end_before: float | None = None  # -E: jobs that started before this time
     limit: int = 10000  # at most this many jobs
+    duplicates: bool = False  # -D: each job's earlier runs too (AcctJob.attempts)
 
 
 # --- history (corral audit) ----------------------------------------------------------------------------
@@ -237,4 +239,5 @@ Request = (
     | ReservationsRequest
     | NodeUpdateRequest
     | HistoryRequest
+    | ReportRequest
 )

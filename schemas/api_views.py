@@ -180,6 +180,24 @@ class AcctStep(msgspec.Struct, frozen=True, kw_only=True):
     num_gpus: int  # GPUs
 
 
+class AcctAttempt(msgspec.Struct, frozen=True, kw_only=True):
+    """An earlier run of a requeued job (``sacct -D`` shows it as a record of its own)."""
+
+    attempt: int  # run number (SLURM_RESTART_COUNT of that run)
+    state: str  # REQUEUED, NODE_FAIL or PREEMPTED (or the job's end, for its last run)
+    partition: str  # partition of the run
+    start_time: float  # Unix time of the allocation
+    end_time: float | None  # Unix time it ended
+    node_list: str  # nodes of the run
+    num_nodes: int  # nodes
+    num_cpus: int  # CPUs over all nodes
+    num_gpus: int  # GPUs over all nodes
+    mem_mb: int  # memory over all nodes, MiB
+    exit_code: int  # exit code
+    signal: int  # terminating signal
+    reason: str  # requeue or end reason
+
+
 class AcctJob(msgspec.Struct, frozen=True, kw_only=True):
     """One job's accounting record."""
 
@@ -207,6 +225,13 @@ class AcctJob(msgspec.Struct, frozen=True, kw_only=True):
     array_job_id: int | None = None  # the array's id for an array task, None otherwise
     array_task_id: int | None = None  # the task's index for an array task, None otherwise
     qos: str = ""  # the job's QOS ("" = submitted before jobs carried one)
+    req_nodes: int = 0  # nodes requested (ReqTRES node=)
+    req_cpus: int = 0  # CPUs requested
+    req_gpus: int = 0  # GPUs requested over all nodes
+    req_mem_mb: int | None = None  # memory requested over all nodes, MiB (None = the partition's default)
+    alloc_mem_mb: int = 0  # memory of the latest run over all nodes, MiB
+    gpu_type: str = ""  # the requested GPU type (gpu:h100:2); "" = any
+    attempts: list[AcctAttempt] = []  # earlier runs, oldest first (only with ``AcctRequest.duplicates``)
 
 
 # --- reservations (scontrol show reservation) -----------------------------------------------------------

@@ -27,6 +27,7 @@ DOCUMENTS: dict[str, Any] = {
     | api.JobsReply
     | api.NodesReply
     | api.AcctReply
+    | api.ReportReply
     | api.ControlReply
     | api.PriorityReply
     | api.SharesReply

@@ -18,7 +18,19 @@ import sys
 from collections.abc import Callable
 
 #: The commands started here: each is the module ``corral.cli.<name>`` with a ``main() -> int``.
-COMMANDS = ("sbatch", "squeue", "scancel", "sacct", "sinfo", "scontrol", "sprio", "sshare", "srun", "salloc")
+COMMANDS = (
+    "sbatch",
+    "squeue",
+    "scancel",
+    "sacct",
+    "sreport",
+    "sinfo",
+    "scontrol",
+    "sprio",
+    "sshare",
+    "srun",
+    "salloc",
+)
 
 
 def load(command: str) -> Callable[[], int]:
@@ -32,7 +44,7 @@ def load(command: str) -> Callable[[], int]:
 
 #: The commands a command server runs for its user (``cmdclient``, ``cmdserver``): the quick request/answer
 #: ones. srun and salloc, long-lived and interactive, always run in a process of their own.
-SERVED = ("sbatch", "squeue", "scancel", "sacct", "sinfo", "scontrol", "sprio", "sshare")
+SERVED = ("sbatch", "squeue", "scancel", "sacct", "sreport", "sinfo", "scontrol", "sprio", "sshare")
 
 
 def _run(command: str) -> int:
@@ -75,6 +87,10 @@ def sprio() -> int:
 
 def sshare() -> int:
     return _run("sshare")
+
+
+def sreport() -> int:
+    return _run("sreport")
 
 
 def srun() -> int:

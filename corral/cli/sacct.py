@@ -20,7 +20,15 @@ from corral.cli.fields import parse_states
 from corral.cli.jobrefs import JobRef, ids_of, named, parse_job_refs, split_job_list
 from corral.cli.options import Option as Opt
 from corral.cli.options import OptionTable, flag, unsupported, version_text
-from corral.cli.sacct_fields import COLUMNS, LATER_COLUMNS, Column, RowContext, job_rows, parse_time_point
+from corral.cli.sacct_fields import (
+    COLUMNS,
+    LATER_COLUMNS,
+    Column,
+    RowContext,
+    job_rows,
+    parse_time_point,
+    records,
+)
 
 if TYPE_CHECKING:
     from corral.schemas.api import AcctJob, AcctRequest
@@ -43,6 +51,7 @@ OPTIONS = OptionTable(
         Opt("delimiter"),
         flag("noheader", "n"),
         flag("allocations", "X"),
+        flag("duplicates", "D"),
         Opt("user", "u"),
         flag("allusers", "a"),
         Opt("accounts", "A"),
@@ -56,7 +65,7 @@ OPTIONS = OptionTable(
         flag("usage"),
         flag("version", "V"),
         *unsupported(
-            "yaml duplicates/D allclusters/L clusters/M nodelist/N qos/q truncate/T "
+            "yaml allclusters/L clusters/M nodelist/N qos/q truncate/T "
             "timelimit-min/k timelimit-max/K nnodes/i ncpus/I wckeys/W associations/x gid/g group file/f "
             "completion/c noconvert units batch-script/B env-vars array verbose/v whole-hetjob local "
             "federation uid reason/R constraints/C fedr expand-patterns"
@@ -74,6 +83,7 @@ Usage: sacct [OPTIONS...]
   -u, --user=USERS        these users' jobs        -a, --allusers     everyone's jobs (default: mine)
   -A, --accounts=NAMES    -r, --partition=NAMES    --name=NAMES      -s, --state=STATES
   -S, --starttime=TIME    -E, --endtime=TIME       (YYYY-MM-DD[THH:MM[:SS]], now, now-2days, today)
+  -D, --duplicates        every run of a requeued job, each a record (REQUEUED, NODE_FAIL, PREEMPTED)
   -l, --long              Slurm's long field list (the fields Corral records)
       --json              the jobs as Slurm's JSON (jobs[].job_id, name, state.current, exit_code, steps)
 """
@@ -87,6 +97,7 @@ class SacctArgs(msgspec.Struct):
     parsable: str | None = None  # None: fixed width; "P": --parsable2; "p": --parsable
     delimiter: str = "|"  # --delimiter
     steps: bool = True  # -X turns step rows off
+    duplicates: bool = False  # -D: every run of a requeued job
     jobs: list[JobRef] = []  # -j (an array's id: every task; A_T: one task)
     users: list[str] = []  # -u
     all_users: bool = False  # -a
@@ -126,6 +137,7 @@ def parse_args(argv: Sequence[str]) -> SacctArgs:
         parsable=parsable,
         delimiter=args.last("delimiter", "|") or "|",
         steps=not args.given("allocations"),
+        duplicates=args.given("duplicates"),
         jobs=parse_job_refs(split_job_list(args.all("jobs")), "--jobs"),
         users=args.items("user"),
         all_users=args.given("allusers"),
@@ -179,6 +191,7 @@ def acct_request(args: SacctArgs, me: str, now: float, tz: tzinfo | None = None)
         states=args.states,
         start_after=None if args.start is None else parse_time_point(args.start, "--starttime", now, tz),
         end_before=None if args.end is None else parse_time_point(args.end, "--endtime", now, tz),
+        duplicates=args.duplicates,
     )
 
 
@@ -211,7 +224,9 @@ def render_acct(
     ``uid_of`` maps a user name to what ``CANCELLED by`` shows.
     """
     context = RowContext(now=now, tz=tz, uid_of=uid_of)
-    rows = [row for job in jobs for row in job_rows(job, columns, context, steps)]
+    rows = [
+        row for job in jobs for record in records(job) for row in job_rows(record, columns, context, steps)
+    ]
     titles = [column.title for column in columns]
     if parsable is not None:
         end = delimiter if parsable == "p" else ""

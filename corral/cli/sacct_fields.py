@@ -13,6 +13,7 @@ from corral.cli.errors import CliError
 from corral.cli.jobrefs import job_label
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.timefmt import format_elapsed_sacct, format_timestamp
+from corral.libs.slurm.tres import gres_string, tres_string
 
 if TYPE_CHECKING:
     from corral.schemas.api import AcctJob, AcctStep
@@ -82,6 +83,47 @@ def _timelimit_raw(job: AcctJob) -> str:
     return "UNLIMITED" if job.time_limit_s is None else str(-(-job.time_limit_s // 60))
 
 
+def _alloc_cpus(job: AcctJob) -> int:
+    return job.num_cpus if _started(job) else 0
+
+
+def _alloc_tres(job: AcctJob) -> str:
+    """AllocTRES of a job: what its (latest) run got; empty if it never ran."""
+    if not _started(job):
+        return ""
+    return tres_string(
+        cpus=job.num_cpus,
+        gpus=job.num_gpus,
+        gpu_type=job.gpu_type,
+        mem_mb=job.alloc_mem_mb,
+        nodes=job.num_nodes,
+    )
+
+
+def _req_tres(job: AcctJob) -> str:
+    """ReqTRES of a job: what it asked for (memory only if it asked a size)."""
+    return tres_string(
+        cpus=job.req_cpus,
+        gpus=job.req_gpus,
+        gpu_type=job.gpu_type,
+        mem_mb=job.req_mem_mb,
+        nodes=job.req_nodes,
+    )
+
+
+def _step_tres(job: AcctJob, step: AcctStep) -> str:
+    """AllocTRES of a step: its CPUs, GPUs and nodes (Corral records no per-step memory)."""
+    nodes = len(hostlist.expand(step.node_list)) if step.node_list else 0
+    return tres_string(
+        cpus=step.num_cpus, gpus=step.num_gpus, gpu_type=job.gpu_type, nodes=nodes, billing=False
+    )
+
+
+def _cpu_time(cpus: int, start: float | None, end: float | None, now: float) -> int:
+    """CPUTimeRAW: allocated CPUs times the elapsed seconds."""
+    return cpus * _elapsed(start, end, now)
+
+
 def _column(title: str, width: int, job: _JobGetter, step: _StepGetter, right: bool = True) -> Column:
     return Column(title, width, right, job, step)
 
@@ -92,9 +134,7 @@ _ALL = [
     _column("JobName", 10, lambda j, c: j.name, lambda j, s, c: s.name),
     _column("Partition", 10, lambda j, c: j.partition, lambda j, s, c: ""),
     _column("Account", 10, lambda j, c: j.account, lambda j, s, c: j.account),
-    _column(
-        "AllocCPUS", 10, lambda j, c: str(j.num_cpus if _started(j) else 0), lambda j, s, c: str(s.num_cpus)
-    ),
+    _column("AllocCPUS", 10, lambda j, c: str(_alloc_cpus(j)), lambda j, s, c: str(s.num_cpus)),
     _column("State", 10, _job_state, lambda j, s, c: s.state),
     _column(
         "ExitCode", 8, lambda j, c: f"{j.exit_code}:{j.signal}", lambda j, s, c: f"{s.exit_code}:{s.signal}"
@@ -149,6 +189,29 @@ _ALL = [
     _column("Reason", 20, lambda j, c: j.reason or "None", lambda j, s, c: ""),
     _column("QOS", 10, lambda j, c: j.qos, lambda j, s, c: ""),
     _column("TimelimitRaw", 12, lambda j, c: _timelimit_raw(j), lambda j, s, c: ""),
+    _column("AllocTRES", 10, lambda j, c: _alloc_tres(j), lambda j, s, c: _step_tres(j, s)),
+    _column("ReqTRES", 10, lambda j, c: _req_tres(j), lambda j, s, c: ""),
+    # Corral measures no usage of its own yet (no cgroup statistics): empty, as Slurm prints unknown usage.
+    _column("TRESUsageInTot", 14, lambda j, c: "", lambda j, s, c: ""),
+    _column(
+        "AllocGRES",
+        12,
+        lambda j, c: gres_string(j.num_gpus, j.gpu_type) if _started(j) else "",
+        lambda j, s, c: gres_string(s.num_gpus, j.gpu_type),
+    ),
+    _column("ReqGRES", 12, lambda j, c: gres_string(j.req_gpus, j.gpu_type), lambda j, s, c: ""),
+    _column(
+        "CPUTimeRAW",
+        10,
+        lambda j, c: str(_cpu_time(_alloc_cpus(j), j.start_time, j.end_time, c.now)),
+        lambda j, s, c: str(_cpu_time(s.num_cpus, s.start_time, s.end_time, c.now)),
+    ),
+    _column(
+        "CPUTime",
+        10,
+        lambda j, c: format_elapsed_sacct(_cpu_time(_alloc_cpus(j), j.start_time, j.end_time, c.now)),
+        lambda j, s, c: format_elapsed_sacct(_cpu_time(s.num_cpus, s.start_time, s.end_time, c.now)),
+    ),
 ]
 
 #: Fields by lower-case name.
@@ -156,16 +219,44 @@ COLUMNS: dict[str, Column] = {column.title.lower(): column for column in _ALL}
 
 #: Slurm fields Corral does not print yet (lower case).
 _LATER = (
-    "AllocTRES ReqTRES ReqMem ReqCPUS ReqNodes MaxRSS AveRSS MaxVMSize AveVMSize CPUTime CPUTimeRAW "
+    "ReqMem ReqCPUS ReqNodes MaxRSS AveRSS MaxVMSize AveVMSize "
     "TotalCPU UserCPU SystemCPU Group GID UID QOSRAW Priority Cluster DerivedExitCode Comment "
     "Constraints Eligible Flags Layout Reservation ReservationId Suspended WCKey WCKeyID AssocID "
     "AdminComment BlockID Container ConsumedEnergy ConsumedEnergyRaw "
     "Extra FailedNode MaxDiskRead MaxDiskWrite MaxPages McsLabel Planned PlannedCPU PlannedCPURAW "
-    "StdErr StdIn StdOut SubmitLine TRESUsageInAve TRESUsageInMax TRESUsageInTot "
+    "StdErr StdIn StdOut SubmitLine TRESUsageInAve TRESUsageInMax "
     "TRESUsageOutAve TRESUsageOutMax TRESUsageOutTot AveCPU MinCPU AveCPUFreq AveDiskRead "
     "AveDiskWrite AvePages HetJobID HetJobOffset"
 )
 LATER_COLUMNS = frozenset(name.lower() for name in _LATER.split()) - COLUMNS.keys()
+
+
+def records(job: AcctJob) -> list[AcctJob]:
+    """``sacct -D``: each earlier run of ``job`` as a record of its own (no steps: only the latest run's are
+    kept), oldest first, then the job's own record."""
+    earlier = [
+        msgspec.structs.replace(
+            job,
+            state=attempt.state,
+            partition=attempt.partition,
+            start_time=attempt.start_time,
+            end_time=attempt.end_time,
+            node_list=attempt.node_list,
+            num_nodes=attempt.num_nodes,
+            num_cpus=attempt.num_cpus,
+            num_gpus=attempt.num_gpus,
+            alloc_mem_mb=attempt.mem_mb,
+            exit_code=attempt.exit_code,
+            signal=attempt.signal,
+            reason=attempt.reason,
+            restart_count=attempt.attempt,
+            cancelled_by=None,
+            steps=[],
+            attempts=[],
+        )
+        for attempt in job.attempts
+    ]
+    return [*earlier, job]
 
 
 def job_rows(job: AcctJob, columns: Sequence[Column], ctx: RowContext, steps: bool) -> list[list[str]]:

@@ -1,9 +1,12 @@
-"""The accounting service (slurmdbd): the log projected into PostgreSQL, and the sacct API."""
+"""The accounting service (slurmdbd): the log projected into PostgreSQL, and the sacct and sreport API."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
@@ -15,8 +18,8 @@ from corral.libs.runtime.errors import CorralError, InvalidInput, TransientError
 from corral.libs.runtime.service import Context
 from corral.libs.runtime.telemetry import logger
 from corral.schemas import subjects
-from corral.schemas.api import AcctReply, AcctRequest
-from corral.services.accounting import query, sql
+from corral.schemas.api import AcctReply, AcctRequest, ReportReply, ReportRequest
+from corral.services.accounting import query, report, sql
 from corral.services.accounting.folded import Projector
 from corral.services.accounting.projection import Batch, plan_batch
 
@@ -24,6 +27,8 @@ from corral.services.accounting.projection import Batch, plan_batch
 CONSUMER = "accounting"
 #: Seconds between attempts to reach the database at start.
 RETRY_S = 2.0
+
+_Reply = TypeVar("_Reply")
 
 
 class AccountingService:
@@ -42,12 +47,24 @@ class AccountingService:
        entry still missing) or dead-letters an entry on ``InvalidInput`` (undecodable, or a
        value the database refuses).
 
-    Beside the cycle it answers ``corral.api.v1.acct.<user>`` in the queue group ``accounting``.
+    Beside the cycle it answers ``corral.api.v1.acct.<user>`` (sacct) and ``corral.api.v1.report.<user>``
+    (sreport) in the queue group ``accounting``.
     """
 
-    def __init__(self, bus: Bus, pool: store.Pool, *, default_partition: str = "", consumer: str = CONSUMER):
+    def __init__(
+        self,
+        bus: Bus,
+        pool: store.Pool,
+        *,
+        default_partition: str = "",
+        consumer: str = CONSUMER,
+        cluster: str = "",
+        clock: Callable[[], float] = time.time,
+    ):
         self.bus = bus
         self.pool = pool
+        self.cluster = cluster  # the cluster's name, as sreport prints it
+        self.clock = clock  # where a running job's or an up node's time ends in a report
         self.default_partition = default_partition
         self.consumer = consumer
         self.log = logger(consumer=consumer)
@@ -57,6 +74,7 @@ class AccountingService:
         """Serve the API and project the log until ``stop`` is set."""
         await self.rewind_if_behind()
         sub = await serve(self.bus.nc, "acct", AcctRequest, self.acct, queue=CONSUMER)
+        report_sub = await serve(self.bus.nc, "report", ReportRequest, self.report, queue=CONSUMER)
         try:
             while not stop.is_set():
                 try:
@@ -73,6 +91,7 @@ class AccountingService:
                     # treat as "no messages yet"; consuming again resumes from the durable consumer.
                     self.log.warning("fetch timed out; consuming again")
         finally:
+            await report_sub.unsubscribe()
             await sub.unsubscribe()
 
     async def rewind_if_behind(self) -> None:
@@ -146,9 +165,19 @@ class AccountingService:
     async def acct(self, user: str, req: AcctRequest) -> AcctReply:
         """sacct for ``user`` (any user may read every job's record, as in Slurm's default)."""
         query.validate(req)
+        return await self._read(lambda conn: query.acct(conn, req))
+
+    async def report(self, user: str, req: ReportRequest) -> ReportReply:
+        """sreport for ``user`` (any user may read the cluster's usage, as in Slurm's default)."""
+        report.validate(req)
+        now = self.clock()
+        return await self._read(lambda conn: report.report(conn, req, now, self.cluster))
+
+    async def _read(self, answer: Callable[[store.Connection], Awaitable[_Reply]]) -> _Reply:
+        """``answer`` on a pooled connection; TransientError while the database is unavailable."""
         try:
             async with self.pool.acquire() as conn:
-                return await query.acct(conn, req)
+                return await answer(conn)
         except Exception as exc:
             if store.is_transient(exc):
                 raise TransientError("the accounting database is unavailable; try again") from exc
@@ -215,7 +244,10 @@ async def main(ctx: Context) -> None:
     partitions = ctx.config.partitions
     try:
         service = AccountingService(
-            ctx.bus, pool, default_partition=ctx.config.default_partition.name if partitions else ""
+            ctx.bus,
+            pool,
+            default_partition=ctx.config.default_partition.name if partitions else "",
+            cluster=ctx.config.name,
         )
         await service.run(ctx.stop)
     finally:

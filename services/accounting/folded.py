@@ -8,6 +8,9 @@ twice a no-op (each row's ``last_seq``). So ``sacct`` shows what the scheduler s
 decides from more than a job's own row: a node that went down between the scheduler's plan and the append
 of its ``JobAllocated``, a GPU given twice, an array's throttle, a held job.
 
+Node capacity follows the fold too: after a node event the fold applied, a change of the node's CPUs, GPUs
+or availability (down or drained: ``unavailable``) becomes a ``NodeChange`` (sreport's Reported and Down).
+
 ``Projector`` is pure: the shell feeds it the entries in log order (``operations``), tells it which
 position committed (``committed``), and replays the log into it up to the stored position at start
 (``fold_only``). The operations of entries folded but not yet committed are kept, so a transaction that
@@ -20,9 +23,9 @@ import msgspec
 
 from corral.libs.core.fold import apply
 from corral.libs.core.fold_runs import live_run
-from corral.libs.core.state import Job, State, array_tasks
+from corral.libs.core.state import Job, Node, State, array_tasks
 from corral.schemas import events as ev
-from corral.services.accounting.projection import Op, RaiseEpoch, RequestCancel, convert
+from corral.services.accounting.projection import NodeChange, Op, RaiseEpoch, RequestCancel, convert
 
 
 class Projector:
@@ -75,6 +78,7 @@ class Projector:
         epoch = state.epoch
         targets = _cancel_targets(state, body)
         before = {job.job_id for job in targets if job.cancel_by is not None}
+        node_before = _capacity(state, body)
         outcome = apply(state, seq, envelope)
         if outcome.reason == "handler_failed":
             self.skipped.append((seq, outcome.error))
@@ -86,9 +90,27 @@ class Projector:
                     job.job_id for job in targets if job.cancel_by is not None and job.job_id not in before
                 ]
                 ops = [_for_job(op, job_id) for op in ops for job_id in marked]
+        node_after = _capacity(state, body)
+        if node_after is not None and node_after != node_before:
+            node, cpus, gpus, available = node_after
+            at = envelope.meta.occurred_at
+            ops.append(NodeChange(seq=seq, node=node, at=at, cpus=cpus, gpus=gpus, available=available))
         if state.epoch > epoch:
             ops.append(RaiseEpoch(seq=seq, epoch=state.epoch))
         return ops
+
+
+def _capacity(state: State, body: ev.Event) -> tuple[str, int, int, bool] | None:
+    """A node event's node in the fold: name, CPUs, GPUs and availability; None if not a node event or
+    the node is not registered."""
+    name = getattr(body, "node", None) if isinstance(body, ev.NODE_EVENTS) else None
+    node = None if name is None else state.nodes.get(name)
+    return None if node is None else (node.name, node.cpus, node.gpus, not unavailable(node))
+
+
+def unavailable(node: Node) -> bool:
+    """True if the node is down or drained (sreport counts its time as Down, as Slurm does)."""
+    return not node.up or node.admin_down is not None or bool(node.drain) or node.admin_drain is not None
 
 
 def _cancel_targets(state: State, body: ev.Event) -> list[Job]:

@@ -28,6 +28,8 @@ class InsertJob(msgspec.Struct, frozen=True, kw_only=True):
     workdir: str  # submit directory
     array_tasks: list[int] = []  # an array's indices, ascending: task k is job ``job_id + k``; [] = one job
     qos: str = ""  # the job's QOS as resolved at submit ("" = submitted before jobs carried one)
+    mem_mb: int | None = None  # memory requested over all nodes (None = the partition's default)
+    gpu_type: str = ""  # GPU type of a typed request (gpu:h100:2); "" = any
 
 
 class RequestCancel(msgspec.Struct, frozen=True, kw_only=True):
@@ -40,7 +42,7 @@ class RequestCancel(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class StartRun(msgspec.Struct, frozen=True, kw_only=True):
-    """A run was allocated: the job turns RUNNING and its batch step row is (re)written."""
+    """A run was allocated: the job turns RUNNING, the attempt gets its row, the batch step is (re)written."""
 
     seq: int  # stream sequence of the event
     job_id: int  # the job
@@ -56,6 +58,7 @@ class StartRun(msgspec.Struct, frozen=True, kw_only=True):
     batch_node: str  # the node that runs the batch script
     batch_cpus: int  # CPUs of the batch step (those of the first node)
     batch_gpus: int  # GPUs of the batch step (those of the first node)
+    mem_mb: int = 0  # memory allocated over all nodes, MiB
 
 
 class ExitBatch(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,13 +89,17 @@ class EndJob(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RequeueJob(msgspec.Struct, frozen=True, kw_only=True):
-    """The run ended and the job is PENDING again, restart count + 1; its batch step ends REQUEUED."""
+    """The run ended and the job is PENDING again, restart count + 1; its batch step ends REQUEUED and
+    its attempt ``attempt_state``."""
 
     seq: int  # stream sequence of the event
     job_id: int  # the job
     attempt: int  # the run that ended
     end_time: float  # Unix time of the requeue
     reason: str  # RequeueReason
+    attempt_state: str = (
+        "REQUEUED"  # what sacct -D shows for the ended attempt: REQUEUED, NODE_FAIL, PREEMPTED
+    )
 
 
 class UpdateJob(msgspec.Struct, frozen=True, kw_only=True):
@@ -132,6 +139,17 @@ class EndStep(msgspec.Struct, frozen=True, kw_only=True):
     signal: int  # a terminating signal, 0 if none
 
 
+class NodeChange(msgspec.Struct, frozen=True, kw_only=True):
+    """A node's capacity or availability changed in the fold: its open period ends, a new one starts."""
+
+    seq: int  # stream sequence of the event
+    node: str  # the node
+    at: float  # Unix time of the event
+    cpus: int  # CPUs now
+    gpus: int  # GPUs now
+    available: bool  # False: down or drained
+
+
 class RaiseEpoch(msgspec.Struct, frozen=True, kw_only=True):
     """The fold saw a newer scheduler leader epoch in a decision (fencing): the table keeps the highest."""
 
@@ -149,5 +167,6 @@ Op = (
     | UpdateJob
     | StartStep
     | EndStep
+    | NodeChange
     | RaiseEpoch
 )

@@ -18,10 +18,15 @@ the fold marks (its live tasks).
 Updates: ``JobUpdated`` (``scontrol update`` of a pending job) rewrites a PENDING row's requested time
 limit and partition, as the fold does the spec; the allocation later overwrites both with the run's.
 
-Requeue semantics (Slurm-like, one row per job): a requeued job goes back to PENDING with its
-restart count + 1, its start time and node list cleared and the requeue reason as its reason;
+Requeue semantics (Slurm-like): the job's row is its latest record. A requeued job goes back to PENDING
+with its restart count + 1, its start time and node list cleared and the requeue reason as its reason;
 the batch step of the ended attempt stays, state REQUEUED, until the next allocation replaces it
 with the new attempt's batch step. Only the latest attempt's batch step is kept.
+
+Attempts: every allocation also inserts an ``attempts`` row (job, attempt), with the run's nodes, CPUs,
+GPUs and memory; the conclusion ends it with the job's state, a requeue with the state Slurm gives the
+earlier record (``REQUEUE_STATES``: REQUEUED, NODE_FAIL, PREEMPTED). ``sacct -D`` shows them, ``sreport``
+sums them. Node capacity over time (``node_periods``) comes from the fold's node state (``folded``).
 
 Steps (srun): ``StepStarted`` inserts ``N.<step>`` for the job's running attempt, ``StepExited`` ends it;
 a job's conclusion or requeue ends its steps still running (CANCELLED) and a new allocation drops the
@@ -52,6 +57,9 @@ from corral.services.accounting.ops import (
 )
 from corral.services.accounting.ops import (
     InsertJob as InsertJob,
+)
+from corral.services.accounting.ops import (
+    NodeChange as NodeChange,
 )
 from corral.services.accounting.ops import (
     Op as Op,
@@ -174,6 +182,8 @@ def _submitted(seq: int, at: float, body: ev.JobSubmitted, default_partition: st
         workdir=spec.workdir,
         array_tasks=tasks,
         qos=spec.qos or "",
+        mem_mb=None if spec.mem_per_node_mb is None else spec.nodes * spec.mem_per_node_mb,
+        gpu_type=spec.gpu_type or "",
     )
 
 
@@ -209,8 +219,20 @@ def _cancelled(seq: int, at: float, body: ev.JobCancelled, default_partition: st
     return _end(seq, body.job_id, body.attempt, at, "CANCELLED", 0, body.signal, cancelled_by=body.by)
 
 
+#: The state sacct -D shows for an attempt that ended in a requeue, by the requeue's reason (as Slurm's
+#: earlier job records: a node failure is NODE_FAIL, a preemption PREEMPTED, scontrol requeue REQUEUED).
+REQUEUE_STATES: dict[str, str] = {"NodeFail": "NODE_FAIL", "Preempted": "PREEMPTED", "Requested": "REQUEUED"}
+
+
 def _requeued(seq: int, at: float, body: ev.JobRequeued, default_partition: str) -> Op:
-    return RequeueJob(seq=seq, job_id=body.job_id, attempt=body.attempt, end_time=at, reason=body.reason)
+    return RequeueJob(
+        seq=seq,
+        job_id=body.job_id,
+        attempt=body.attempt,
+        end_time=at,
+        reason=body.reason,
+        attempt_state=REQUEUE_STATES.get(body.reason, "REQUEUED"),
+    )
 
 
 def _updated(seq: int, at: float, body: ev.JobUpdated, default_partition: str) -> Op:
@@ -279,7 +301,7 @@ IGNORED: dict[type, str] = {
     ev.JobHeld: "a hold " + _NO_COLUMN,
     ev.JobReleased: "a release " + _NO_COLUMN,
     ev.JobPreempted: "a kill order; the conclusion that follows is recorded",
-    **dict.fromkeys(ev.NODE_EVENTS, "node events change no job or step row"),
+    **dict.fromkeys(ev.NODE_EVENTS, "no job or step row; node_periods come from the fold's node state"),
     **dict.fromkeys(ev.RESERVATION_EVENTS, "reservations " + _NO_COLUMN),
 }
 
@@ -312,6 +334,7 @@ def _start_run(seq: int, at: float, body: ev.JobAllocated) -> StartRun:
         batch_node=first.node,
         batch_cpus=first.cpus,
         batch_gpus=len(first.gpus),
+        mem_mb=sum(a.mem_mb for a in body.allocations),
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any, get_args
 
 from corral.libs.runtime.errors import InvalidInput
 from corral.libs.runtime.store import Connection
-from corral.schemas.api import AcctJob, AcctReply, AcctRequest, AcctStep, JobState
+from corral.schemas.api import AcctAttempt, AcctJob, AcctReply, AcctRequest, AcctStep, JobState
 
 #: Most jobs one reply may hold, and most values one filter list may hold.
 MAX_LIMIT = 100_000
@@ -26,7 +26,8 @@ _BIGINT_MAX = 2**63 - 1
 _JOB_COLUMNS = (
     "job_id, name, user_name, account, partition, state, cancelled_by, exit_code, signal, submit_time,"
     " start_time, end_time, time_limit_s, num_nodes, num_cpus, num_gpus, node_list, restart_count,"
-    " workdir, reason, array_job_id, array_task_id, qos"
+    " workdir, reason, array_job_id, array_task_id, qos, req_nodes, req_cpus, req_gpus, req_mem_mb,"
+    " alloc_mem_mb, gpu_type"
 )
 _STEP_COLUMNS = (
     "job_id, step, name, state, exit_code, signal, start_time, end_time, node_list, num_cpus, num_tasks,"
@@ -36,6 +37,14 @@ _STEP_COLUMNS = (
 _STEPS = (
     f"SELECT {_STEP_COLUMNS} FROM steps WHERE job_id = ANY($1::bigint[])"
     " ORDER BY job_id, step <> 'batch', length(step), step"
+)
+# The earlier runs of each job (sacct -D): those before the job's row (its latest run, or the pending
+# record that follows a requeue).
+_EARLIER_ATTEMPTS = (
+    "SELECT a.job_id, attempt, a.state, a.partition, a.start_time, a.end_time, a.node_list, a.num_nodes,"
+    " a.num_cpus, a.num_gpus, a.mem_mb, a.exit_code, a.signal, a.reason"
+    " FROM attempts a JOIN jobs j USING (job_id)"
+    " WHERE a.job_id = ANY($1::bigint[]) AND a.attempt < j.restart_count ORDER BY a.job_id, attempt"
 )
 
 
@@ -100,13 +109,40 @@ async def acct(conn: Connection, req: AcctRequest) -> AcctReply:
     sql, params = jobs_query(req)
     rows = await conn.fetch(sql, *params)
     steps: dict[int, list[AcctStep]] = {}
+    earlier: dict[int, list[AcctAttempt]] = {}
     if rows:
-        for row in await conn.fetch(_STEPS, [row["job_id"] for row in rows]):
+        ids = [row["job_id"] for row in rows]
+        for row in await conn.fetch(_STEPS, ids):
             steps.setdefault(int(row["job_id"]), []).append(_step(row))
-    return AcctReply(jobs=[_job(row, steps.get(int(row["job_id"]), [])) for row in rows])
+        if req.duplicates:
+            for row in await conn.fetch(_EARLIER_ATTEMPTS, ids):
+                earlier.setdefault(int(row["job_id"]), []).append(_attempt(row))
+    return AcctReply(
+        jobs=[
+            _job(row, steps.get(int(row["job_id"]), []), earlier.get(int(row["job_id"]), [])) for row in rows
+        ]
+    )
 
 
-def _job(row: Any, steps: list[AcctStep]) -> AcctJob:
+def _attempt(row: Any) -> AcctAttempt:
+    return AcctAttempt(
+        attempt=row["attempt"],
+        state=row["state"],
+        partition=row["partition"],
+        start_time=row["start_time"],
+        end_time=row["end_time"],
+        node_list=row["node_list"],
+        num_nodes=row["num_nodes"],
+        num_cpus=row["num_cpus"],
+        num_gpus=row["num_gpus"],
+        mem_mb=row["mem_mb"],
+        exit_code=row["exit_code"],
+        signal=row["signal"],
+        reason=row["reason"],
+    )
+
+
+def _job(row: Any, steps: list[AcctStep], attempts: list[AcctAttempt]) -> AcctJob:
     return AcctJob(
         job_id=row["job_id"],
         name=row["name"],
@@ -132,6 +168,13 @@ def _job(row: Any, steps: list[AcctStep]) -> AcctJob:
         array_job_id=row["array_job_id"],
         array_task_id=row["array_task_id"],
         qos=row["qos"],
+        req_nodes=row["req_nodes"],
+        req_cpus=row["req_cpus"],
+        req_gpus=row["req_gpus"],
+        req_mem_mb=row["req_mem_mb"],
+        alloc_mem_mb=row["alloc_mem_mb"],
+        gpu_type=row["gpu_type"],
+        attempts=attempts,
     )
 
 

@@ -25,6 +25,7 @@ from corral.services.accounting.projection import (
     EndStep,
     ExitBatch,
     InsertJob,
+    NodeChange,
     Op,
     RaiseEpoch,
     RequestCancel,
@@ -65,9 +66,11 @@ class _Statement:
 
 _INSERT_JOB = _Statement("""
 INSERT INTO jobs (job_id, name, user_name, account, partition, state, submit_time, time_limit_s,
-                  num_nodes, num_cpus, num_gpus, workdir, last_seq, qos)
+                  num_nodes, num_cpus, num_gpus, workdir, last_seq, qos,
+                  req_nodes, req_cpus, req_gpus, req_mem_mb, gpu_type)
 VALUES (:job_id, :name, :user, :account, :partition, 'PENDING', :submit_time, :time_limit_s,
-        :num_nodes, :num_cpus, :num_gpus, :workdir, :seq, :qos)
+        :num_nodes, :num_cpus, :num_gpus, :workdir, :seq, :qos,
+        :num_nodes, :num_cpus, :num_gpus, :mem_mb, :gpu_type)
 ON CONFLICT (job_id) DO NOTHING
 """)
 
@@ -75,9 +78,11 @@ ON CONFLICT (job_id) DO NOTHING
 # nothing when any id of the block is taken (which also makes a replay a no-op).
 _INSERT_ARRAY = _Statement("""
 INSERT INTO jobs (job_id, name, user_name, account, partition, state, submit_time, time_limit_s,
-                  num_nodes, num_cpus, num_gpus, workdir, last_seq, array_job_id, array_task_id, qos)
+                  num_nodes, num_cpus, num_gpus, workdir, last_seq, array_job_id, array_task_id, qos,
+                  req_nodes, req_cpus, req_gpus, req_mem_mb, gpu_type)
 SELECT :job_id + task.k - 1, :name, :user, :account, :partition, 'PENDING', :submit_time, :time_limit_s,
-       :num_nodes, :num_cpus, :num_gpus, :workdir, :seq, :job_id, task.idx, :qos
+       :num_nodes, :num_cpus, :num_gpus, :workdir, :seq, :job_id, task.idx, :qos,
+       :num_nodes, :num_cpus, :num_gpus, :mem_mb, :gpu_type
 FROM unnest(:array_tasks::integer[]) WITH ORDINALITY AS task(idx, k)
 WHERE NOT EXISTS (
     SELECT 1 FROM jobs
@@ -99,9 +104,37 @@ _START_RUN = _Statement("""
 UPDATE jobs SET state = 'RUNNING', partition = :partition, start_time = :start_time, end_time = NULL,
                 time_limit_s = :time_limit_s, node_list = :node_list, num_nodes = :num_nodes,
                 num_cpus = :num_cpus, num_gpus = :num_gpus, restart_count = :attempt, reason = 'None',
-                last_seq = :seq
+                alloc_mem_mb = :mem_mb, last_seq = :seq
 WHERE job_id = :job_id AND last_seq < :seq
 RETURNING job_id
+""")
+
+# Every attempt keeps its row (sacct -D, sreport); the fold allocates an attempt once.
+_INSERT_ATTEMPT = _Statement("""
+INSERT INTO attempts (job_id, attempt, state, partition, start_time, end_time, node_list, num_nodes,
+                      num_cpus, num_gpus, mem_mb, last_seq)
+VALUES (:job_id, :attempt, 'RUNNING', :partition, :start_time, NULL, :node_list, :num_nodes,
+        :num_cpus, :num_gpus, :mem_mb, :seq)
+ON CONFLICT (job_id, attempt) DO NOTHING
+""")
+
+# An attempt ends once: with the job's conclusion, or with its requeue.
+_END_ATTEMPT = _Statement("""
+UPDATE attempts SET state = :state, end_time = :end_time, exit_code = :exit_code, signal = :signal,
+                    reason = :reason, last_seq = :seq
+WHERE job_id = :job_id AND attempt = :attempt AND end_time IS NULL AND last_seq < :seq
+""")
+
+# A node's open period ends where the next one starts (a replayed change finds it closed already).
+_CLOSE_NODE_PERIOD = _Statement("""
+UPDATE node_periods SET end_time = :at, last_seq = :seq
+WHERE node = :node AND end_time IS NULL AND last_seq < :seq
+""")
+
+_OPEN_NODE_PERIOD = _Statement("""
+INSERT INTO node_periods (node, start_seq, start_time, end_time, cpus, gpus, available, last_seq)
+VALUES (:node, :seq, :at, NULL, :cpus, :gpus, :available, :seq)
+ON CONFLICT (node, start_seq) DO NOTHING
 """)
 
 # Only the latest attempt's batch step is kept: a new allocation overwrites the old attempt's row.
@@ -218,6 +251,7 @@ async def apply_op(conn: Connection, op: Op) -> None:
             await _run(conn, _REQUEST_CANCEL, op)
         case StartRun():
             if await _run(conn, _START_RUN, op):
+                await _run(conn, _INSERT_ATTEMPT, op)
                 await _run(conn, _WRITE_BATCH, op)
                 await _run(conn, _DROP_OLD_STEPS, op)
         case RaiseEpoch():
@@ -226,10 +260,12 @@ async def apply_op(conn: Connection, op: Op) -> None:
             await _run(conn, _END_BATCH, op)
         case EndJob():
             if await _run(conn, _END_JOB, op):
+                await _run(conn, _END_ATTEMPT, op)
                 await _run(conn, _END_BATCH, op)
                 await _run(conn, _END_RUN_STEPS, op)
         case RequeueJob():
             if await _run(conn, _REQUEUE_JOB, op):
+                await _run(conn, _END_ATTEMPT, op, state=op.attempt_state, exit_code=0, signal=0)
                 await _run(conn, _END_BATCH, op, state="REQUEUED", exit_code=0, signal=0)
                 await _run(conn, _END_RUN_STEPS, op)
         case UpdateJob():
@@ -238,6 +274,9 @@ async def apply_op(conn: Connection, op: Op) -> None:
             await _run(conn, _START_STEP, op)
         case EndStep():
             await _run(conn, _END_STEP, op)
+        case NodeChange():
+            await _run(conn, _CLOSE_NODE_PERIOD, op)
+            await _run(conn, _OPEN_NODE_PERIOD, op)
 
 
 async def _run(conn: Connection, statement: _Statement, op: Op, **extra: Any) -> bool:

@@ -25,7 +25,18 @@ from corral.libs.runtime.credentials import Credentials
 from corral.libs.slurm.array import parse_array
 from corral.schemas import events as ev
 from corral.schemas import subjects
-from corral.schemas.api import AcctJob, AcctReply, AcctRequest, AcctStep, ApiError
+from corral.schemas.api import (
+    AcctAttempt,
+    AcctJob,
+    AcctReply,
+    AcctRequest,
+    AcctStep,
+    ApiError,
+    ReportReply,
+    ReportRequest,
+    TresCapacity,
+    TresUsage,
+)
 from corral.schemas.codec import encode
 from corral.services.accounting import sql
 from corral.services.accounting.app import CONSUMER, AccountingService
@@ -82,6 +93,8 @@ class Rig:
             await self.sql("SELECT * FROM jobs ORDER BY job_id"),
             await self.sql("SELECT * FROM steps ORDER BY job_id, step"),
             await self.sql("SELECT * FROM scheduler_epoch"),
+            await self.sql("SELECT * FROM attempts ORDER BY job_id, attempt"),
+            await self.sql("SELECT * FROM node_periods ORDER BY node, start_seq"),
         ]
 
     async def start(self) -> None:
@@ -235,6 +248,9 @@ def job(job_id: int, state: str, **fields: Any) -> AcctJob:
         "restart_count": 0,
         "workdir": "/home/alice",
         "reason": "None",
+        "req_nodes": fields.get("num_nodes", 1),
+        "req_cpus": 1,
+        "req_gpus": 2 * fields.get("num_nodes", 1),
     }
     return AcctJob(**{**base, **fields})
 
@@ -432,12 +448,13 @@ async def test_migrations_apply_once_even_when_run_concurrently(rig: Rig) -> Non
     finally:
         for pool in pools:
             await pool.close()
-    assert sorted(applied) == [[], [], [1, 2, 3]]
+    assert sorted(applied) == [[], [], [1, 2, 3, 4]]
     assert again == []
     assert await rig.sql("SELECT version, name FROM schema_migrations ORDER BY version") == [
         (1, "accounting"),
         (2, "arrays"),
         (3, "qos"),
+        (4, "attempts"),
     ]
 
 
@@ -544,3 +561,78 @@ async def test_qos_and_scontrol_updates_are_projected(rig: Rig) -> None:
     await rig.start()
     await rig.caught_up()
     assert await rig.dump() == before
+
+
+async def call(rig: Rig, verb: str, request: Any, reply_type: Any, user: str = "alice") -> Any:
+    nc = await connect(rig.creds(user), name=f"{verb}-{user}")
+    try:
+        reply = await nc.request(subjects.api_subject(verb, user), encode(request), timeout=10)
+    finally:
+        await nc.close()
+    return msgspec.json.decode(reply.data, type=reply_type | ApiError)
+
+
+async def test_every_attempt_is_kept_and_shown_with_duplicates(rig: Rig) -> None:
+    await rig.append(*SCENARIO)
+    await rig.start()
+    await rig.caught_up()
+    plain = await call(rig, "acct", AcctRequest(job_ids=[4]), AcctReply)
+    assert plain.jobs[0].attempts == []
+    reply = await call(rig, "acct", AcctRequest(job_ids=[4], duplicates=True), AcctReply)
+    assert reply.jobs[0].attempts == [
+        AcctAttempt(
+            attempt=0, state="NODE_FAIL", partition="gpu", start_time=T0 + 16, end_time=T0 + 18,
+            node_list="gpu[01-02]", num_nodes=2, num_cpus=8, num_gpus=4, mem_mb=0, exit_code=0, signal=0,
+            reason="NodeFail",
+        )
+    ]  # fmt: skip
+    assert await rig.sql(
+        "SELECT job_id, attempt, state, end_time FROM attempts ORDER BY job_id, attempt"
+    ) == [
+        (1, 0, "COMPLETED", T0 + 7),
+        (2, 0, "FAILED", T0 + 11),
+        (4, 0, "NODE_FAIL", T0 + 18),
+        (4, 1, "RUNNING", None),
+    ]
+
+
+async def test_report_sums_gpu_seconds_by_account_and_user_and_the_nodes_capacity(rig: Rig) -> None:
+    await rig.append(*SCENARIO)
+    await rig.start()
+    await rig.caught_up()
+    request = ReportRequest(start=T0, end=T0 + 30, tres=["gres/gpu", "cpu"])
+    reply = await call(rig, "report", request, ReportReply)
+    # GPUs x seconds in [T0, T0+30): job 1 2x3, job 2 2x2, job 4's first run 4x2, its second 4x10 (clipped).
+    assert reply.usage == [
+        TresUsage(tres="gres/gpu", account="", user="alice", seconds=58),
+        TresUsage(tres="cpu", account="", user="alice", seconds=12 + 8 + 16 + 80),
+    ]
+    # gpu01 from T0+1, gpu02 from T0+2, down from T0+17 to T0+19.
+    assert reply.capacity == [
+        TresCapacity(tres="gres/gpu", allocated=58, down=16, reported=8 * 29 + 8 * 28),
+        TresCapacity(tres="cpu", allocated=116, down=64, reported=32 * 29 + 32 * 28),
+    ]
+    bad = await call(rig, "report", ReportRequest(start=T0, end=T0), ReportReply)
+    assert isinstance(bad, ApiError) and bad.field == "end"
+
+
+async def test_the_attempts_migration_rebuilds_an_older_database_from_the_log(rig: Rig) -> None:
+    await rig.append(*SCENARIO)
+    await rig.start()
+    await rig.caught_up()
+    expected = await rig.dump()
+    await rig.stop()
+    # The database as the release before 004 left it: its tables, rows and position, no attempts.
+    await rig.execute(
+        "DROP TABLE attempts, node_periods; DELETE FROM schema_migrations WHERE version = 4;"
+        " ALTER TABLE jobs DROP COLUMN req_nodes, DROP COLUMN req_cpus, DROP COLUMN req_gpus,"
+        " DROP COLUMN req_mem_mb, DROP COLUMN gpu_type, DROP COLUMN alloc_mem_mb"
+    )
+    await rig.start()  # migrates (emptying the tables and the position), then replays the whole log
+
+    async def migrated() -> bool:
+        return await rig.sql("SELECT 1 FROM schema_migrations WHERE version = 4") == [(1,)]
+
+    await rig.until(migrated, "004 is applied")
+    await rig.caught_up()
+    assert await rig.dump() == expected

@@ -124,13 +124,35 @@ class Database:
 
     async def _project(self, log: list[tuple[int, ev.Envelope]]) -> dict[int, tuple[Any, ...]]:
         conn = self.conn
-        await conn.execute("TRUNCATE jobs, steps; UPDATE scheduler_epoch SET epoch = 0")
+        await conn.execute(
+            "TRUNCATE jobs, steps, attempts, node_periods; UPDATE scheduler_epoch SET epoch = 0"
+        )
         async with conn.transaction():
             await sql.apply_ops(conn, Projector().operations(log))
         rows = await conn.fetch(
             "SELECT job_id, state, node_list, start_time, end_time, restart_count FROM jobs ORDER BY job_id"
         )
+        attempts = await conn.fetch(
+            "SELECT job_id, attempt, state, start_time, end_time, node_list FROM attempts"
+        )
+        _check_attempts({row[0]: tuple(row[1:]) for row in rows}, [tuple(a) for a in attempts])
         return {row[0]: tuple(row[1:]) for row in rows}
+
+
+def _check_attempts(jobs: dict[int, tuple[Any, ...]], attempts: list[tuple[Any, ...]]) -> None:
+    """Every attempt row is of a run that ended before the job's latest, or is that run (same start, nodes,
+    and end if the job has ended)."""
+    for job_id, attempt, state, start, end, nodes in attempts:
+        job_state, job_nodes, job_start, job_end, restarts = jobs[job_id]
+        if attempt < restarts:
+            assert end is not None and state in ("REQUEUED", "NODE_FAIL", "PREEMPTED"), (
+                job_id,
+                attempt,
+                state,
+            )
+        else:
+            assert attempt == restarts and job_start == start and job_nodes == nodes, (job_id, attempt)
+            assert (state, end) == ((job_state, job_end) if job_end is not None else ("RUNNING", None))
 
 
 @pytest.fixture(scope="module")

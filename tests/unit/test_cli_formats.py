@@ -326,7 +326,7 @@ def test_sacct_time_points(text: str, expected: float) -> None:
     ("argv", "message"),
     [
         (["-o", "JobID,Color"], 'Invalid field requested: "Color"'),
-        (["-o", "AllocTRES"], "sacct field AllocTRES is not supported by Corral yet"),
+        (["-o", "MaxRSS"], "sacct field MaxRSS is not supported by Corral yet"),
         (["-o", "JobName%x"], 'invalid --format field "JobName%x": give a width as JobName%30'),
         (["-S", "yesterday"], None),
         (["--yaml"], "option --yaml is not supported by Corral yet"),

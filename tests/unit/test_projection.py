@@ -191,7 +191,9 @@ SEQUENCES: list[tuple[str, list[ev.Event], list[Op]]] = [
         [
             insert(),
             start(2),
-            RequeueJob(seq=3, job_id=JOB, attempt=0, end_time=T0 + 3, reason="NodeFail"),
+            RequeueJob(
+                seq=3, job_id=JOB, attempt=0, end_time=T0 + 3, reason="NodeFail", attempt_state="NODE_FAIL"
+            ),
             start(4, attempt=1, epoch=2),
         ],
     ),

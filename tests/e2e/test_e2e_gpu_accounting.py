@@ -1,0 +1,102 @@
+"""GPU accounting end to end: a 2-GPU job requeued once and another 2-GPU job, then sacct -D and sreport.
+
+Issue 11's "done means": ``sacct -D`` shows both runs of the requeued job, ``AllocTRES`` names
+``gres/gpu=2``, and sreport's GPU usage of the account equals the sum over the jobs' records of
+ElapsedRaw x GPUs (sreport in seconds; minutes and hours are the same seconds cut to whole units).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from e2e_cli import BIN, Cli
+
+pytestmark = pytest.mark.e2e
+
+
+def sreport(cli: Cli, *argv: str) -> subprocess.CompletedProcess[str]:
+    """Run sreport as a user would; from its module when the environment has no ``sreport`` script yet."""
+    if (BIN / "sreport").exists():
+        return cli("sreport", *argv)
+    return subprocess.run(
+        [sys.executable, "-m", "corral.cli.sreport", *argv],
+        env=cli.env,
+        cwd=cli.workdir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def gpu_seconds(cli: Cli, job: int) -> list[tuple[str, int, str]]:
+    """Each record of the job (``sacct -D -X``): its state, ElapsedRaw x GPUs, and AllocTRES."""
+    out = cli("sacct", "-j", str(job), "-D", "-X", "-P", "-n", "-o", "State,ElapsedRaw,AllocTRES,AllocGRES")
+    assert out.returncode == 0, out.stderr
+    records = []
+    for line in out.stdout.splitlines():
+        state, elapsed, tres, gres = line.split("|")
+        assert gres == "gpu:2", line
+        gpus = int(dict(item.split("=") for item in tres.split(","))["gres/gpu"])
+        records.append((state, int(elapsed) * gpus, tres))
+    return records
+
+
+def test_requeued_gpu_job_shows_every_run_and_sreport_sums_the_gpu_seconds(cli: Cli) -> None:
+    account = f"acct{uuid.uuid4().hex[:8]}"  # only this test's jobs are charged to it
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 5))
+    twice = cli.sbatch(
+        f"#!/bin/bash\n#SBATCH -t 5:00 --gres=gpu:2 -A {account}\n"
+        'if [ "$SLURM_RESTART_COUNT" = 0 ]; then sleep 120; fi\nsleep 2\n'
+    )
+    once = cli.sbatch(f"#!/bin/bash\n#SBATCH -t 5:00 --gres=gpu:2 -A {account}\nsleep 3\n")
+    cli.wait_state(twice, ("RUNNING",))
+    time.sleep(2)  # the first run lasts a few seconds
+    assert cli("scontrol", "requeue", str(twice)).returncode == 0
+    cli.wait_state(twice, ("COMPLETED",), timeout=120)
+    cli.wait_state(once, ("COMPLETED",), timeout=60)
+
+    runs = gpu_seconds(cli, twice)
+    assert [state for state, _, _ in runs] == ["REQUEUED", "COMPLETED"], runs
+    assert all("gres/gpu=2" in tres for _, _, tres in runs), runs
+    assert runs[0][1] >= 2 * 2  # two GPUs for at least two seconds
+    # Without -D only the latest record.
+    latest = cli("sacct", "-j", str(twice), "-X", "-P", "-n", "-o", "State").stdout.split()
+    assert latest == ["COMPLETED"]
+    expected = sum(seconds for _, seconds, _ in runs + gpu_seconds(cli, once))
+
+    window = [f"start={start}", "end=now+1hours", f"accounts={account}"]
+    report = "cluster", "AccountUtilizationByUser"
+    out = sreport(cli, "-P", "-n", "-t", "seconds", "--tres=gres/gpu", *report, *window)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split("|") for line in out.stdout.splitlines()]
+    by_row = {(acct, login): (tres, used) for _, acct, login, _, tres, used in rows}
+    user = cli.env.get("USER") or next(login for _, login in by_row if login)
+    assert by_row[(account, "")] == ("gres/gpu", str(expected)), rows
+    assert by_row[(account, user)] == ("gres/gpu", str(expected)), rows
+    assert by_row[("root", "")] == ("gres/gpu", str(expected)), rows
+    # Slurm's default unit is minutes; -t hours cuts the same seconds to whole hours.
+    for unit, divisor in (("minutes", 60), ("hours", 3600)):
+        out = sreport(cli, "-P", "-n", "-t", unit, "--tres=gres/gpu", *report, *window)
+        assert out.stdout.splitlines()[1].split("|")[-1] == str(expected // divisor), out.stdout
+    # The fixed-width report has Slurm's banner.
+    out = sreport(cli, "-t", "hours", "--tres=gres/gpu", *report, *window)
+    lines = out.stdout.splitlines()
+    assert lines[0] == "-" * 80 and lines[1].startswith("Cluster/Account/User Utilization "), lines
+    assert lines[2] == "Usage reported in TRES Hours", lines
+    top = sreport(cli, "-P", "-n", "-t", "seconds", "--tres=gres/gpu", "user", "TopUsage", *window)
+    assert top.stdout.splitlines()[0].split("|")[-1] == str(expected), top.stdout
+    util = sreport(cli, "-P", "-t", "seconds", "--tres=gres/gpu", "cluster", "utilization", *window[:2])
+    assert util.returncode == 0, util.stderr
+    header, values = util.stdout.splitlines()[4:6]
+    assert header == "Cluster|TRES Name|Allocated|Down|PLND Down|Idle|Planned|Reported", util.stdout
+    cells = values.split("|")
+    assert int(cells[2]) >= expected  # every GPU job of the window, others' included
+    assert int(cells[7]) >= 8 * 5  # 2 nodes x 4 GPUs for at least the few seconds since the start
+    # The end defaults to today 00:00, as Slurm's: before a start of now, which is refused.
+    refused = sreport(cli, "cluster", "utilization", f"start={start}")
+    assert refused.returncode == 1 and "must be after its start" in refused.stderr, refused
