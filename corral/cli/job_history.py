@@ -1,79 +1,26 @@
-"""One job's log entries, for ``corral trace``: the one place the commands read a job's history.
+"""One job's log entries, for ``corral trace``: the one place the commands read a job's history for its spans.
 
-``job_entries(job_id)`` returns the entries a job's spans are derived from (``libs/trace/derive.py``):
-those on its subjects and its steps', its array's submission and whole-array cancels, and the nodes'
-``NodeDown`` (the causes of requeues) and ``NodeRegistered`` (their GPUs' type) facts. Today it reads the
-log itself, as ``corral log export`` does, with the credentials that command finds
-(``log_export.log_credentials``: the admin role of the local cluster, or ``--credentials``), and keeps the
-job's entries. A gateway verb that answers a job's history to its owner (and to auditors) can replace the
-body of this one function.
+``job_entries(job_id)`` asks the gateway's ``history`` verb (``services/gateway/history.py``), so the same
+rule as ``corral audit`` decides who may see it: a user their own jobs, the auditor and admin roles every job;
+anyone else is refused, naming the job and the rule. The reply holds the job's entries (its subjects, its
+steps', an array task's submission and whole-array cancels) and the causes outside them (the ``NodeDown`` of a
+requeue, a preemptor's allocation), which the derivation (``libs/trace/derive.py``) reads beside them. The
+nodes' registrations (their GPUs' type) are not in a job's history: a span names the GPU type the job asked
+for; the tracer, which reads the whole log, also names the type of untyped requests' nodes.
 """
 
 from __future__ import annotations
 
-import asyncio
-
-from corral.cli.errors import CliError
-from corral.cli.log_export import CONNECT_TIMEOUT_S, log_credentials
-from corral.libs.runtime.credentials import Credentials
+from corral.cli.client import find_cluster
+from corral.schemas import api
 from corral.schemas import events as ev
+from corral.schemas.api_requests import MAX_HISTORY
 
 
-def _concerns(body: ev.Event, job_id: int) -> bool:
-    """Whether an entry may be about the job (the derivation keeps exactly what counts)."""
-    if isinstance(body, ev.NodeDown | ev.NodeRegistered):
-        return True
-    other = getattr(body, "job_id", None)
-    if other is None:
-        return False
-    if other == job_id:
-        return True
-    # An array's submission and whole-array cancel are on its first task's subject.
-    return other < job_id and isinstance(body, ev.JobSubmitted | ev.JobCancelRequested)
-
-
-async def _read(creds: Credentials, job_id: int) -> tuple[list[tuple[int, ev.Envelope]], float]:
-    import nats
-
-    from corral.libs.runtime.bus import Bus
-    from corral.schemas.subjects import inbox_prefix
-
-    async def quiet(exc: Exception) -> None:
-        """Connection errors become the one-line error below."""
-
-    try:
-        nc = await asyncio.wait_for(
-            nats.connect(
-                creds.url,
-                user=creds.user,
-                password=creds.password,
-                name="corral-trace",
-                inbox_prefix=inbox_prefix(creds.user),
-                allow_reconnect=False,
-                max_reconnect_attempts=0,
-                error_cb=quiet,
-            ),
-            CONNECT_TIMEOUT_S,
-        )
-    except Exception as exc:
-        raise CliError(f"cannot connect to NATS at {creds.url} as {creds.user}: {exc!r}") from None
-    found: list[tuple[int, ev.Envelope]] = []
-    last_at = 0.0
-    try:
-        async for entry in Bus(nc, actor=creds.user).read(1):
-            if entry.envelope is None:
-                continue
-            last_at = max(last_at, entry.envelope.meta.occurred_at)
-            if _concerns(entry.envelope.body, job_id):
-                found.append((entry.seq, entry.envelope))
-    except Exception as exc:
-        raise CliError(f"reading the log as {creds.user} failed: {exc!r}") from None
-    finally:
-        await nc.close()
-    return found, last_at
-
-
-def job_entries(job_id: int, credentials: str | None = None) -> tuple[list[tuple[int, ev.Envelope]], float]:
-    """The log entries about job ``job_id`` in log order, and the time of the log's newest entry (how far
-    an open span has run); CliError when the log cannot be read."""
-    return asyncio.run(_read(log_credentials(credentials), job_id))
+def job_entries(job_id: int) -> tuple[list[tuple[int, ev.Envelope]], float]:
+    """The log entries about job ``job_id`` and their causes in log order, and the time of the newest (how
+    far an open span has run); CliError when the cluster refuses or cannot be reached."""
+    reply = find_cluster().history(api.HistoryRequest(job_id=job_id, limit=MAX_HISTORY))
+    found = sorted({e.seq: e for e in (*reply.entries, *reply.causes)}.values(), key=lambda e: e.seq)
+    entries = [(e.seq, e.envelope) for e in found]
+    return entries, max((env.meta.occurred_at for _, env in entries), default=0.0)

@@ -4,7 +4,8 @@
     corral trace 12 --json     # {"job_id": 12, "trace_id": ..., "spans": [SpanRecord, ...]}
 
 The spans are those the tracer exports (``libs/trace/derive.py``, same ids), so this works on a cluster with
-no tracing backend. The job's entries come from ``job_history.job_entries``.
+no tracing backend. The job's entries come from ``job_history.job_entries`` (the gateway's ``history`` verb:
+a user may trace their own jobs, the auditor and admin roles every job).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=COMMAND, description="Show a job's trace, derived from the log.")
     parser.add_argument("job_id", help="the job's id (an array task by its own id)")
     parser.add_argument("--json", action="store_true", help="the spans as JSON")
-    parser.add_argument("--credentials", help="credentials file of a role that may read the log")
     return parser
 
 
@@ -40,7 +40,7 @@ def _trace(argv: list[str]) -> int:
             raise ValueError
     except ValueError:
         raise CliError(f"job id: {args.job_id!r} is not a job id (a positive number, e.g. 12)") from None
-    entries, last_at = job_entries(job_id, args.credentials)
+    entries, last_at = job_entries(job_id)
     spans = derive.spans(job_id, entries)
     if not spans:
         raise CliError(f"job {job_id} is not in the log")

@@ -119,8 +119,17 @@ def test_a_user_auditing_another_users_job_is_refused(cluster: LocalCluster, cli
     assert "a user may read only their own jobs' history" in refused.stderr
     for other in (["--user", getpass.getuser()], ["--node", "node1"]):
         assert guest("corral", "audit", *other).returncode == 1
+    # corral trace reads the same history: refused alike
+    traced = guest("corral", "trace", str(job))
+    assert (
+        traced.returncode == 1 and f"job {job} belongs to {getpass.getuser()}, not {GUEST}" in traced.stderr
+    )
     own = guest.sbatch("#!/bin/bash\n#SBATCH -o /dev/null\ntrue\n")
     assert audit(guest, str(own))[0]["actor"] == GUEST
+    cli.wait_state(own, ("COMPLETED",))
+    mine = guest("corral", "trace", str(own), "--json")
+    assert mine.returncode == 0, mine.stderr
+    assert "conclude" in {span["name"] for span in json.loads(mine.stdout)["spans"]}
 
 
 def test_the_auditor_reads_every_history_and_cannot_cancel(cluster: LocalCluster, cli: Cli) -> None:

@@ -257,7 +257,10 @@ def test_corral_trace_refuses_bad_input(traced: tuple[LocalCluster, Cli]) -> Non
         "corral trace: error: job id: 'abc' is not a job id (a positive number, e.g. 12)\n",
     )
     out = corral(cli, "trace", "99999")
-    assert (out.returncode, out.stderr) == (1, "corral trace: error: job 99999 is not in the log\n")
+    assert (out.returncode, out.stderr) == (
+        1,
+        "corral trace: error: Invalid job id specified: no job 99999\n",
+    )
 
 
 def corral(cli: Cli, *argv: str) -> subprocess.CompletedProcess[str]:
