@@ -9,6 +9,7 @@ Everything lives in one state directory, so starting again on the same directory
     <state>/nats/  <state>/postgres/  the servers' data
     <state>/agents/<node>/          each agent's run records, job scripts and run status files
     <state>/logs/<service>.log      each process's JSON log
+    <state>/metrics.json            where each process serves its Prometheus metrics: {name: URL}
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import msgspec
 
 from corral.libs.config.cluster import ClusterConfig, load_config, local_config_text
 from corral.libs.infra import NatsServer, NatsUser, PostgresServer, roles
+from corral.libs.infra.ports import free_port
 from corral.libs.runtime.bus import connect, declare
 from corral.libs.runtime.credentials import Credentials, new_password, read_credentials, write_credentials
 from corral.services.agent.stop_all import kill_runs
@@ -57,6 +59,8 @@ class LocalCluster:
     nats: NatsServer | None = None  # the NATS server
     postgres: PostgresServer | None = None  # the PostgreSQL server
     processes: list[Process] = field(default_factory=list)  # services and agents
+    metrics: bool = True  # each process serves Prometheus metrics on a free port of 127.0.0.1 (False: none)
+    metrics_urls: dict[str, str] = field(default_factory=dict)  # where, by process name (also metrics.json)
 
     @property
     def config_path(self) -> Path:
@@ -67,6 +71,11 @@ class LocalCluster:
     def user_credentials(self) -> Path:
         """The local user's credentials file (what the commands look for)."""
         return self.state_dir / "credentials" / f"{self.user}.json"
+
+    @property
+    def metrics_file(self) -> Path:
+        """Where the metrics URLs are written (``{process name: URL}``), for tools and tests."""
+        return self.state_dir / "metrics.json"
 
     def role_credentials(self, role: str) -> Path:
         """A role's credentials file."""
@@ -130,6 +139,7 @@ class LocalCluster:
             self._spawn(
                 role, role, "corral.services.agent", ["--node", node.name, "--state-dir", str(agent_dir)]
             )
+        self.metrics_file.write_bytes(msgspec.json.format(msgspec.json.encode(self.metrics_urls)) + b"\n")
         self.wait_ready(ready_timeout)
 
     async def _declare(self) -> None:
@@ -142,6 +152,11 @@ class LocalCluster:
             await nc.drain()
 
     def _spawn(self, name: str, role: str, module: str, extra: list[str]) -> None:
+        # A port chosen here, not by the process: the URL is known before it starts and stays the same
+        # when a test kills and revives it (the same command line).
+        port = free_port() if self.metrics else None
+        if port is not None:
+            self.metrics_urls[name] = f"http://127.0.0.1:{port}/metrics"
         argv = [
             sys.executable,
             "-m",
@@ -150,6 +165,8 @@ class LocalCluster:
             str(self.role_credentials(role)),
             "--config",
             str(self.config_path),
+            "--metrics-port",
+            "off" if port is None else str(port),
             *extra,
         ]
         self.processes.append(Process(name, argv, self._popen(name, argv)))
@@ -272,6 +289,7 @@ class LocalCluster:
                 kill_wait = self.config.kill_wait_s if self.config else 5.0
                 kill_runs(self.state_dir / "agents", kill_wait)
         self.processes.clear()
+        self.metrics_urls.clear()
         if self.postgres is not None:
             self.postgres.stop()
         if self.nats is not None:

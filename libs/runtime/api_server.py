@@ -4,10 +4,13 @@ The caller is the last token of the request subject (``corral.api.v1.<verb>.<use
 server only lets a user publish on their own token, so that is the authenticated identity. A
 handler returns the reply Struct or raises a CorralError, which becomes an ``ApiError`` reply; a
 malformed request is answered with an error naming the field and never reaches the handler.
+Each request's time and, for an ``ApiError`` reply, its code are recorded in the process's metrics
+(``metrics.current``), when it has any.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -15,6 +18,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from corral.libs.runtime import metrics as metricsmod
 from corral.libs.runtime.errors import CorralError, Forbidden, InvalidInput, NotFound, TransientError
 from corral.libs.runtime.telemetry import logger
 from corral.schemas import subjects
@@ -47,10 +51,12 @@ async def serve(
 ) -> Subscription:
     """Answer ``verb`` requests from any user with ``handler(user, request)``."""
     log = logger(verb=verb)
+    metrics = metricsmod.current.get()
 
     async def on_request(msg: Msg) -> None:
         if not msg.reply:
             return
+        started = time.perf_counter()
         try:
             _, user = subjects.api_caller(msg.subject)
             request = decode(msg.data, request_type)
@@ -63,6 +69,9 @@ async def serve(
             log.exception("request failed")
             reply = ApiError(error=f"internal error handling {verb}; see the service log", code="internal")
         await msg.respond(encode(reply))
+        if metrics is not None:
+            code = reply.code if isinstance(reply, ApiError) else None
+            metrics.served(verb, time.perf_counter() - started, code)
 
     return await nc.subscribe(subjects.api_subject(verb, "*"), queue=queue, cb=on_request)
 

@@ -1,6 +1,7 @@
 """What the agent tells the log about its node's runs: ``RunStarted`` and ``RunExited``, each appended
 (retrying until the log takes it, deduplicated by a message id) before the run's record says it was
-reported, so a restarted agent reports what its predecessor did not, and nothing twice."""
+reported, so a restarted agent reports what its predecessor did not, and nothing twice. Each report, once
+in the log, counts in the agent's metrics (``metrics.py``)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,21 @@ from corral.libs.runtime.errors import TransientError
 from corral.libs.runtime.ports import EventLog
 from corral.schemas import events as ev
 from corral.services.agent import runner
+from corral.services.agent.metrics import AgentMetrics
 from corral.services.agent.records import Record, Records
 
 
 class Reporter:
     """Appends the node's facts to the log."""
 
-    def __init__(self, events: EventLog, node: str, records: Records, log: Any) -> None:
+    def __init__(
+        self, events: EventLog, node: str, records: Records, log: Any, metrics: AgentMetrics | None = None
+    ) -> None:
         self.events = events  # the log (the real Bus, or an in-memory one in unit tests)
         self.node = node  # this node's name
         self.records = records  # where a run's reports are recorded
         self.log = log
+        self.metrics = metrics  # launches and exits by outcome (None: no metrics)
 
     async def append(self, body: ev.Event, msg_id: str | None = None) -> None:
         """Append an event, retrying (with backoff) while the log is unavailable."""
@@ -43,6 +48,8 @@ class Reporter:
             msg_id=f"start:{job_id}:{attempt}:{self.node}",
         )
         self.records.update(job_id, attempt, start_reported=True)
+        if self.metrics is not None:
+            self.metrics.started()
 
     async def report_exit(
         self, job_id: int, attempt: int, outcome: runner.Outcome, launch_error: str | None = None
@@ -63,3 +70,5 @@ class Reporter:
         if self.records.get(job_id, attempt) is None:
             self.records.put(Record(job_id=job_id, attempt=attempt))
         self.records.update(job_id, attempt, exited=True)
+        if self.metrics is not None:
+            self.metrics.exited(body)
