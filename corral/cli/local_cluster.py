@@ -10,6 +10,7 @@ Everything lives in one state directory, so starting again on the same directory
     <state>/agents/<node>/          each agent's run records, job scripts and run status files
     <state>/logs/<service>.log      each process's JSON log
     <state>/metrics.json            where each process serves its Prometheus metrics: {name: URL}
+    <state>/prometheus-targets.json the same for Prometheus (file_sd; infra/prometheus/prometheus.yml)
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ class LocalCluster:
             self._spawn(
                 role, role, "corral.services.agent", ["--node", node.name, "--state-dir", str(agent_dir)]
             )
-        self.metrics_file.write_bytes(msgspec.json.format(msgspec.json.encode(self.metrics_urls)) + b"\n")
+        self._write_metrics_files()
         self.wait_ready(ready_timeout)
 
     async def _declare(self) -> None:
@@ -150,6 +151,16 @@ class LocalCluster:
             await declare(nc.jetstream())
         finally:
             await nc.drain()
+
+    def _write_metrics_files(self) -> None:
+        """``metrics.json`` ({name: URL}) and ``prometheus-targets.json`` (Prometheus' file_sd format)."""
+        urls = self.metrics_urls
+        targets = [
+            {"targets": [url.split("/")[2]], "labels": {"service": name.split("-", 1)[0], "instance": name}}
+            for name, url in urls.items()
+        ]
+        for path, value in ((self.metrics_file, urls), (self.state_dir / "prometheus-targets.json", targets)):
+            path.write_bytes(msgspec.json.format(msgspec.json.encode(value)) + b"\n")
 
     def _spawn(self, name: str, role: str, module: str, extra: list[str]) -> None:
         # A port chosen here, not by the process: the URL is known before it starts and stays the same
