@@ -1,7 +1,7 @@
 """Prometheus metrics of one service process: its own registry, the families every service shares, the HTTP
 endpoint that serves them.
 
-- ``Metrics(service)`` holds a ``CollectorRegistry`` of its own (never the library's global one, so two
+- ``Metrics()`` holds a ``CollectorRegistry`` of its own (never the library's global one, so two
   services in one test process never mix their numbers) and the shared families:
   - ``corral_log_appends_total{event}``: appends to the log by event type (``Bus.append``; ``rate()`` gives
     appends per second);
@@ -84,8 +84,7 @@ class Snapshot(Collector):
 class Metrics:
     """The metrics of one service process."""
 
-    def __init__(self, service: str) -> None:
-        self.service = service  # the service's name (agents: agent-<node>)
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.appends = Counter(
@@ -114,9 +113,11 @@ class Metrics:
             registry=r,
         )
         self.api_errors = Counter(
-            "corral_api_errors", "API requests answered with an error, by verb and code", ["verb", "code"],
+            "corral_api_errors",
+            "API requests answered with an error, by verb and code",
+            ["verb", "code"],
             registry=r,
-        )  # fmt: skip
+        )
 
     def appended(self, event: str) -> None:
         """Count one append of an event of type ``event`` (its tag)."""

@@ -78,9 +78,9 @@ def parser(name: str) -> argparse.ArgumentParser:
         "(env CORRAL_METRICS_PORT)",
     )
     p.add_argument(
-        "--metrics-addr", help=f"address the metrics port binds (env CORRAL_METRICS_ADDR; default "
-        f"{settings_mod.METRICS_ADDR})",
-    )  # fmt: skip
+        "--metrics-addr",
+        help=f"address of the metrics port (env CORRAL_METRICS_ADDR; default {settings_mod.METRICS_ADDR})",
+    )
     return p
 
 
@@ -116,9 +116,10 @@ def run(
     if env.nats_url:
         creds = Credentials(url=env.nats_url, user=creds.user, password=creds.password)
     telemetry.configure(name, env.otlp_endpoint)
-    metrics = None if port is None else metricsmod.Metrics(_metrics_name(name, args))
-    endpoint = None
-    if metrics is not None and port is not None:
+    metrics: metricsmod.Metrics | None = None
+    endpoint: metricsmod.Endpoint | None = None
+    if port is not None:
+        metrics = metricsmod.Metrics()
         addr = args.metrics_addr or env.metrics_addr or settings_mod.METRICS_ADDR
         try:
             endpoint = metricsmod.serve(metrics, addr, port)
@@ -129,12 +130,6 @@ def run(
     finally:
         if endpoint is not None:
             endpoint.stop()
-
-
-def _metrics_name(name: str, args: argparse.Namespace) -> str:
-    """The service name the metrics carry: an agent's names its node."""
-    node = getattr(args, "node", None)
-    return f"{name}-{node}" if node else name
 
 
 async def _serve(

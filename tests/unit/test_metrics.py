@@ -156,8 +156,8 @@ def exposed() -> dict[str, set[str]]:
     An unused labelled family has no samples yet, so the label names are read from the family objects
     (prometheus-client keeps them in ``_labelnames``; a ``Snapshot`` in ``labels``).
     """
-    registry = Metrics("test").registry
-    holders = [Metrics("test"), SchedulerMetrics(registry), AgentMetrics(registry, "gpu01")]
+    registry = Metrics().registry
+    holders = [Metrics(), SchedulerMetrics(registry), AgentMetrics(registry, "gpu01")]
     suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"], "gauge": [""]}
     names: dict[str, set[str]] = {}
     for holder in holders:
@@ -234,7 +234,7 @@ def test_the_scrape_config_parses_and_names_every_service() -> None:
 
 
 def test_exposition_parses() -> None:
-    metrics = Metrics("test")
+    metrics = Metrics()
     metrics.appended("job_submitted")
     metrics.served("submit", 0.004, None)
     metrics.served("submit", 0.002, "invalid")
