@@ -65,10 +65,6 @@ class Snapshot(Collector):
         """Replace every sample (label values in ``labels`` order -> value); one assignment, so atomic."""
         self._samples = dict(samples)
 
-    def value(self, *labels: str) -> float | None:
-        """The current value of one sample (None if it has none)."""
-        return self._samples.get(labels)
-
     def describe(self) -> Iterable[Metric]:
         """The family without samples (for the registry's duplicate-name check)."""
         return [GaugeMetricFamily(self.name, self.documentation, labels=self.labels)]
