@@ -41,6 +41,9 @@ def _up(args: argparse.Namespace) -> int:
             f"state in {cluster.state_dir}. Ctrl-C stops it.",
             flush=True,
         )
+        print(f"corral: Prometheus metrics (also in {cluster.metrics_file}):", flush=True)
+        for name, url in cluster.metrics_urls.items():
+            print(f"  {name:<16} {url}", flush=True)
         while True:
             time.sleep(1.0)
             cluster.check_alive()

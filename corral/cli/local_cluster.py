@@ -10,6 +10,8 @@ Everything lives in one state directory, so starting again on the same directory
     <state>/nats/  <state>/postgres/  the servers' data
     <state>/agents/<node>/          each agent's run records, job scripts and run status files
     <state>/logs/<service>.log      each process's JSON log
+    <state>/metrics.json            where each process serves its Prometheus metrics: {name: URL}
+    <state>/prometheus-targets.json the same for Prometheus (file_sd; infra/prometheus/prometheus.yml)
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import msgspec
 from corral.libs.config import otlp, settings
 from corral.libs.config.cluster import ClusterConfig, load_config, local_config_text
 from corral.libs.infra import NatsServer, NatsUser, PostgresServer, roles
+from corral.libs.infra.ports import free_port
 from corral.libs.runtime.bus import connect, declare
 from corral.libs.runtime.credentials import Credentials, new_password, read_credentials, write_credentials
 from corral.services.agent.stop_all import kill_runs
@@ -60,6 +63,8 @@ class LocalCluster:
     nats: NatsServer | None = None  # the NATS server
     postgres: PostgresServer | None = None  # the PostgreSQL server
     processes: list[Process] = field(default_factory=list)  # services and agents
+    metrics: bool = True  # each process serves Prometheus metrics on a free port of 127.0.0.1 (False: none)
+    metrics_urls: dict[str, str] = field(default_factory=dict)  # where, by process name (also metrics.json)
 
     @property
     def config_path(self) -> Path:
@@ -70,6 +75,11 @@ class LocalCluster:
     def user_credentials(self) -> Path:
         """The local user's credentials file (what the commands look for)."""
         return self.credentials_of(self.user)
+
+    @property
+    def metrics_file(self) -> Path:
+        """Where the metrics URLs are written (``{process name: URL}``), for tools and tests."""
+        return self.state_dir / "metrics.json"
 
     def role_credentials(self, role: str) -> Path:
         """A role's credentials file."""
@@ -140,6 +150,7 @@ class LocalCluster:
             self._spawn(
                 role, role, "corral.services.agent", ["--node", node.name, "--state-dir", str(agent_dir)]
             )
+        self._write_metrics_files()
         self.wait_ready(ready_timeout)
 
     @staticmethod
@@ -156,7 +167,22 @@ class LocalCluster:
         finally:
             await nc.drain()
 
+    def _write_metrics_files(self) -> None:
+        """``metrics.json`` ({name: URL}) and ``prometheus-targets.json`` (Prometheus' file_sd format)."""
+        urls = self.metrics_urls
+        targets = [
+            {"targets": [url.split("/")[2]], "labels": {"service": name.split("-", 1)[0], "instance": name}}
+            for name, url in urls.items()
+        ]
+        for path, value in ((self.metrics_file, urls), (self.state_dir / "prometheus-targets.json", targets)):
+            path.write_bytes(msgspec.json.format(msgspec.json.encode(value)) + b"\n")
+
     def _spawn(self, name: str, role: str, module: str, extra: list[str]) -> None:
+        # A port chosen here, not by the process: the URL is known before it starts and stays the same
+        # when a test kills and revives it (the same command line).
+        port = free_port() if self.metrics else None
+        if port is not None:
+            self.metrics_urls[name] = f"http://127.0.0.1:{port}/metrics"
         argv = [
             sys.executable,
             "-m",
@@ -165,6 +191,8 @@ class LocalCluster:
             str(self.role_credentials(role)),
             "--config",
             str(self.config_path),
+            "--metrics-port",
+            "off" if port is None else str(port),
             *extra,
         ]
         self.processes.append(Process(name, argv, self._popen(name, argv)))
@@ -287,6 +315,7 @@ class LocalCluster:
                 kill_wait = self.config.kill_wait_s if self.config else 5.0
                 kill_runs(self.state_dir / "agents", kill_wait)
         self.processes.clear()
+        self.metrics_urls.clear()
         if self.postgres is not None:
             self.postgres.stop()
         if self.nats is not None:

@@ -32,6 +32,8 @@ class Settings:
     otlp_protocol: str | None  # OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or ..._PROTOCOL: only http/protobuf
     state_dir: Path  # CORRAL_STATE_DIR or ~/.corral
     unix_user: str  # the user this process runs as
+    metrics_port: str | None = None  # CORRAL_METRICS_PORT: the Prometheus port (``metrics_port()`` parses it)
+    metrics_addr: str | None = None  # CORRAL_METRICS_ADDR: the address it binds (default 127.0.0.1)
 
 
 def from_env() -> Settings:
@@ -52,6 +54,8 @@ def from_env() -> Settings:
         otlp_protocol=_first("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"),
         state_dir=default_state_dir(),
         unix_user=getpass.getuser(),
+        metrics_port=os.environ.get("CORRAL_METRICS_PORT") or None,
+        metrics_addr=os.environ.get("CORRAL_METRICS_ADDR") or None,
     )
 
 
@@ -62,6 +66,28 @@ def _first(*names: str) -> str | None:
         if value:
             return value
     return None
+
+
+#: The address a service's metrics endpoint binds when none is set.
+METRICS_ADDR = "127.0.0.1"
+#: The values of a metrics port setting that turn the endpoint off.
+METRICS_OFF = ("off", "-1")
+
+
+def metrics_port(value: str | None) -> int | None:
+    """The metrics port a setting names: a port number (0: pick a free one; the default when unset), or
+    None for ``off`` / ``-1`` (no endpoint, nothing recorded). ValueError names the setting and the fix."""
+    if value is None or value.strip() == "":
+        return 0
+    text = value.strip().lower()
+    if text in METRICS_OFF:
+        return None
+    if not text.isdigit() or int(text) > 65535:
+        raise ValueError(
+            f"--metrics-port (CORRAL_METRICS_PORT) must be a port number 0-65535 (0: a free port) "
+            f"or 'off', got {value!r}"
+        )
+    return int(text)
 
 
 def environment() -> dict[str, str]:

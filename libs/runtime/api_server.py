@@ -8,10 +8,14 @@ malformed request is answered with an error naming the field and never reaches t
 A request's ``traceparent`` header (W3C trace context, sent by a caller that is inside a trace, e.g.
 ``TRACEPARENT`` in the environment of ``sbatch``) is the parent of the spans the handler starts, so the
 gateway's submit span continues the caller's trace; without one the handler starts a new trace.
+
+Each request's time and, for an ``ApiError`` reply, its code are recorded in the process's metrics
+(``metrics.current``), when it has any.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -19,6 +23,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from corral.libs.runtime import metrics as metricsmod
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.errors import CorralError, Forbidden, InvalidInput, NotFound, TransientError
 from corral.libs.runtime.telemetry import logger
@@ -52,10 +57,12 @@ async def serve(
 ) -> Subscription:
     """Answer ``verb`` requests from any user with ``handler(user, request)``."""
     log = logger(verb=verb)
+    metrics = metricsmod.current.get()
 
     async def on_request(msg: Msg) -> None:
         if not msg.reply:
             return
+        started = time.perf_counter()
         try:
             _, user = subjects.api_caller(msg.subject)
             request = decode(msg.data, request_type)
@@ -69,6 +76,9 @@ async def serve(
             log.exception("request failed")
             reply = ApiError(error=f"internal error handling {verb}; see the service log", code="internal")
         await msg.respond(encode(reply))
+        if metrics is not None:
+            code = reply.code if isinstance(reply, ApiError) else None
+            metrics.served(verb, time.perf_counter() - started, code)
 
     return await nc.subscribe(subjects.api_subject(verb, "*"), queue=queue, cb=on_request)
 

@@ -10,6 +10,8 @@
 - ``consume`` runs a durable pull consumer: handler success -> ack, ``TransientError`` -> nak
   with delay, ``InvalidInput``/decode error -> term + a copy on the dead-letter subject;
 - ``dead_letter_entry`` keeps a copy of a log entry a reader skipped (a poison entry), once.
+- With a ``Metrics`` (``metrics.py``) it counts appends by event type and dead letters, and ``consume``
+  records its durable consumer's lag every ``LAG_POLL_S``.
 
 ``Bus`` is the real adapter of the ``EventLog`` and ``JobIds`` ports (``ports.py``), ``NatsApi`` that of
 ``ApiClient``; their in-memory fakes are in ``memlog.py``.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any
@@ -32,6 +35,7 @@ from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.credentials import Credentials
 from corral.libs.runtime.errors import AppendConflict, InvalidInput, TransientError
+from corral.libs.runtime.metrics import REJECTED, SKIPPED_ENTRY, Metrics
 from corral.libs.runtime.ports import Appended, decode_entry
 
 # Re-exported: the services that read the log name its entries from here.
@@ -47,6 +51,9 @@ _tracer = telemetry.tracer(__name__)
 
 #: How long a retry with the same Nats-Msg-Id is recognised as a duplicate.
 DUPLICATE_WINDOW_S = 24 * 3600.0
+
+#: Seconds between two reads of a durable consumer's info for its lag metric.
+LAG_POLL_S = 5.0
 
 
 async def declare(js: JetStreamContext, replicas: int = 1) -> None:
@@ -107,10 +114,11 @@ async def connect(creds: Credentials, name: str, **options: Any) -> Client:
 class Bus:
     """The log and the work queues, for one authenticated actor."""
 
-    def __init__(self, nc: Client, actor: str) -> None:
+    def __init__(self, nc: Client, actor: str, metrics: Metrics | None = None) -> None:
         self.nc = nc
         self.js = nc.jetstream(timeout=10.0)
         self.actor = actor
+        self.metrics = metrics  # counts appends, dead letters and consumer lag (None: no metrics)
 
     async def append(
         self,
@@ -171,6 +179,8 @@ class Bus:
             raise TransientError(f"append to {subject} failed: {exc}") from exc
         except (TimeoutError, nats.errors.NoRespondersError) as exc:
             raise TransientError(f"append to {subject} failed: {exc!r}") from exc
+        if self.metrics is not None and not ack.duplicate:
+            self.metrics.appended(str(type(env.body).__struct_config__.tag))
         return Appended(seq=ack.seq, duplicate=bool(ack.duplicate), envelope=env)
 
     async def entry(self, seq: int) -> LogEntry:
@@ -285,6 +295,8 @@ class Bus:
         headers = {"Corral-Reason": reason[:500], "Corral-Subject": msg.subject}
         with contextlib.suppress(Exception):
             await self.js.publish(subjects.dlq_subject(service), msg.data, headers=headers)
+            if self.metrics is not None:
+                self.metrics.dead_lettered(service, REJECTED)
 
     async def dead_letter_entry(self, service: str, entry: LogEntry, reason: str) -> bool:
         """Keep a copy of the log entry ``entry`` that ``service`` skipped, with its reason.
@@ -305,6 +317,8 @@ class Bus:
             ack = await self.js.publish(subjects.dlq_subject(service), raw.data or b"", headers=headers)
         except (APIError, TimeoutError, nats.errors.NoRespondersError) as exc:
             raise TransientError(f"dead letter of log entry {entry.seq} failed: {exc!r}") from exc
+        if self.metrics is not None and not ack.duplicate:
+            self.metrics.dead_lettered(service, SKIPPED_ENTRY)
         return not ack.duplicate
 
     async def next_job_id(self, count: int = 1) -> int:
@@ -363,8 +377,12 @@ class Bus:
             config=api.ConsumerConfig(ack_wait=60.0, max_ack_pending=10_000),
         )
         stop = stop or asyncio.Event()
+        polled = 0.0
         try:
             while not stop.is_set():
+                if self.metrics is not None and time.monotonic() - polled >= LAG_POLL_S:
+                    polled = time.monotonic()
+                    await self._record_lag(psub, stream, durable)
                 try:
                     msgs = await psub.fetch(batch, timeout=1.0)
                 except TimeoutError:  # nats.errors.TimeoutError is one too
@@ -374,6 +392,15 @@ class Bus:
         finally:
             with contextlib.suppress(Exception):
                 await psub.unsubscribe()
+
+    async def _record_lag(self, psub: JetStreamContext.PullSubscription, stream: str, durable: str) -> None:
+        """Record the durable consumer's lag (a failed read only leaves the last value)."""
+        assert self.metrics is not None
+        try:
+            info = await psub.consumer_info()
+        except Exception:
+            return
+        self.metrics.consumer_lag(stream, durable, int(info.num_pending or 0), int(info.num_ack_pending or 0))
 
     async def _handle(
         self, msgs: list[Msg], handler: Callable[[list[Msg]], Awaitable[None]], service: str

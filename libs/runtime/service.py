@@ -1,7 +1,8 @@
 """Running a service process: flags, settings, logging, signals, clean shutdown.
 
 ``run(name, main)`` parses ``--credentials`` and ``--config`` (falling back to the settings from
-the environment), configures telemetry, connects to NATS with the role's credentials and runs
+the environment), configures telemetry, serves the process's Prometheus metrics on ``--metrics-port``
+(``metrics.py``; ``off`` serves and records none), connects to NATS with the role's credentials and runs
 ``main(ctx)`` until SIGINT/SIGTERM sets ``ctx.stop``. A service's long-lived loops run under
 ``run_until_stopped``: the first one that fails stops the service with a logged error and exit status 1,
 so a crashed loop is never a silently half-dead service (systemd's ``Restart=always`` restarts it).
@@ -24,6 +25,7 @@ from corral.libs.config import otlp
 from corral.libs.config import settings as settings_mod
 from corral.libs.config.cluster import ClusterConfig, ConfigError, load_config
 from corral.libs.runtime import bus as busmod
+from corral.libs.runtime import metrics as metricsmod
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.credentials import Credentials, read_credentials
 
@@ -39,6 +41,7 @@ class Context:
     args: argparse.Namespace  # parsed command line (service-specific flags included)
     settings: settings_mod.Settings  # environment settings
     stop: asyncio.Event = field(default_factory=asyncio.Event)  # set on SIGINT/SIGTERM
+    metrics: metricsmod.Metrics | None = None  # the process's metrics (None: --metrics-port off)
 
 
 async def run_until_stopped(stop: asyncio.Event, *loops: Coroutine[Any, Any, None]) -> None:
@@ -70,6 +73,15 @@ def parser(name: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"corral-{name}", description=f"Corral {name} service")
     p.add_argument("--credentials", type=Path, help="role credentials file (env CORRAL_CREDENTIALS)")
     p.add_argument("--config", type=Path, help="cluster TOML (env CORRAL_CLUSTER_CONFIG)")
+    p.add_argument(
+        "--metrics-port",
+        help="Prometheus metrics port; 0 picks a free one (the default), off or -1 disables "
+        "(env CORRAL_METRICS_PORT)",
+    )
+    p.add_argument(
+        "--metrics-addr",
+        help=f"address of the metrics port (env CORRAL_METRICS_ADDR; default {settings_mod.METRICS_ADDR})",
+    )
     return p
 
 
@@ -99,6 +111,7 @@ def run(
     try:
         creds = read_credentials(creds_path)
         config = load_config(config_path)
+        port = settings_mod.metrics_port(args.metrics_port or env.metrics_port)
     except (ValueError, ConfigError) as exc:
         return _fail(name, str(exc))
     if env.nats_url:
@@ -108,7 +121,20 @@ def run(
     except ConfigError as exc:
         return _fail(name, str(exc))
     telemetry.configure(name, target)
-    return asyncio.run(_serve(name, main, creds, config, args, env))
+    metrics: metricsmod.Metrics | None = None
+    endpoint: metricsmod.Endpoint | None = None
+    if port is not None:
+        metrics = metricsmod.Metrics()
+        addr = args.metrics_addr or env.metrics_addr or settings_mod.METRICS_ADDR
+        try:
+            endpoint = metricsmod.serve(metrics, addr, port)
+        except OSError as exc:
+            return _fail(name, f"cannot serve metrics on {addr}:{port} (--metrics-port): {exc}")
+    try:
+        return asyncio.run(_serve(name, main, creds, config, args, env, metrics, endpoint))
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
 
 
 async def _serve(
@@ -118,10 +144,17 @@ async def _serve(
     config: ClusterConfig,
     args: argparse.Namespace,
     env: settings_mod.Settings,
+    metrics: metricsmod.Metrics | None = None,
+    endpoint: metricsmod.Endpoint | None = None,
 ) -> int:
     log = telemetry.logger()
+    if endpoint is not None:
+        log.info("metrics served", url=endpoint.url)
+    # The request servers this process starts (api_server.serve) record into its metrics.
+    metricsmod.current.set(metrics)
     nc = await busmod.connect(creds, name=f"corral-{name}")
-    ctx = Context(name, nc, busmod.Bus(nc, actor=creds.user), config, args, env)
+    bus = busmod.Bus(nc, actor=creds.user, metrics=metrics)
+    ctx = Context(name, nc, bus, config, args, env, metrics=metrics)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, ctx.stop.set)

@@ -32,6 +32,7 @@ from corral.services.agent import confine, inventory
 from corral.services.agent.background import Background
 from corral.services.agent.crashpoints import CrashPoints
 from corral.services.agent.jobenv import base_environment
+from corral.services.agent.metrics import AgentMetrics
 from corral.services.agent.registration import Registration
 from corral.services.agent.reporting import Reporter
 from corral.services.agent.runs import Runs
@@ -78,7 +79,8 @@ async def main(ctx: Context) -> None:
     login = pwd.getpwuid(os.getuid())
     base_env = base_environment(environment(), login.pw_name, login.pw_dir, login.pw_shell)
     runs = Runs(state_dir, confine.RunCgroups.probe(ctx.config, node, state_dir, log))
-    reporter = Reporter(ctx.bus, node.name, runs.records, log)
+    metrics = AgentMetrics(ctx.metrics.registry, node.name) if ctx.metrics is not None else None
+    reporter = Reporter(ctx.bus, node.name, runs.records, log, metrics)
     steps = build_steps(ctx, name, state_dir, runs, reporter, crash)
     work = Work(node.name, ctx.config, runs, reporter, steps, base_env, crash, log)
     registration = Registration(ctx.bus, ctx.config, node, inventory.nvml_gpus, log)

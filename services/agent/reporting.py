@@ -2,7 +2,8 @@
 (retrying until the log takes it, deduplicated by a message id) before the run's record says it was
 reported, so a restarted agent reports what its predecessor did not, and nothing twice. Each carries the
 job's trace context from the run's record (an append span in the job's trace) and names the run's
-``JobAllocated`` as its cause (the event id its order carried, kept in the run's record)."""
+``JobAllocated`` as its cause (the event id its order carried, kept in the run's record). Each report, once
+in the log, counts in the agent's metrics (``metrics.py``)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,21 @@ from corral.libs.runtime.errors import TransientError
 from corral.libs.runtime.ports import EventLog
 from corral.schemas import events as ev
 from corral.services.agent import runner
+from corral.services.agent.metrics import AgentMetrics
 from corral.services.agent.records import Record, Records
 
 
 class Reporter:
     """Appends the node's facts to the log."""
 
-    def __init__(self, events: EventLog, node: str, records: Records, log: Any) -> None:
+    def __init__(
+        self, events: EventLog, node: str, records: Records, log: Any, metrics: AgentMetrics | None = None
+    ) -> None:
         self.events = events  # the log (the real Bus, or an in-memory one in unit tests)
         self.node = node  # this node's name
         self.records = records  # where a run's reports are recorded
         self.log = log
+        self.metrics = metrics  # launches and exits by outcome (None: no metrics)
 
     async def append(
         self,
@@ -59,6 +64,8 @@ class Reporter:
             cause=self._cause(job_id, attempt),
         )
         self.records.update(job_id, attempt, start_reported=True)
+        if self.metrics is not None:
+            self.metrics.started()
 
     async def report_exit(
         self, job_id: int, attempt: int, outcome: runner.Outcome, launch_error: str | None = None
@@ -84,6 +91,8 @@ class Reporter:
         if self.records.get(job_id, attempt) is None:
             self.records.put(Record(job_id=job_id, attempt=attempt))
         self.records.update(job_id, attempt, exited=True)
+        if self.metrics is not None:
+            self.metrics.exited(body)
 
     def _cause(self, job_id: int, attempt: int) -> str | None:
         """The run's allocation's event id, as its order gave it (None for a run known by no order)."""

@@ -13,6 +13,9 @@ Cycle:
    work stream (deterministic message ids);
 5. the decisions count only when they come back through the log (step 2).
 
+After each cycle its duration, the queue and the GPUs go to the metrics (``metrics.py``); a job's first
+allocation records its wait since submission.
+
 Besides, a full pass runs every ``FULL_PASS_S`` and at the next begin time of a pending job
 (``Plan.wake_at``), so ``--begin`` jobs start on time without waiting for an event.
 
@@ -52,6 +55,7 @@ from corral.schemas import events as ev
 from corral.schemas.codec import encode
 from corral.schemas.events import Event
 from corral.services.scheduler import priority_views, snapshot, views
+from corral.services.scheduler.metrics import SchedulerMetrics
 
 #: Full specs of this many recent submissions are kept for their launch orders.
 RECENT_SPECS = 4096
@@ -64,7 +68,10 @@ DEAD_LETTERS = "scheduler"
 class Scheduler:
     """One scheduler process (the active one: leadership comes with the HA work)."""
 
-    def __init__(self, bus: Bus, config: ClusterConfig, epoch: int = 0) -> None:
+    def __init__(
+        self, bus: Bus, config: ClusterConfig, epoch: int = 0, metrics: SchedulerMetrics | None = None
+    ) -> None:
+        self.metrics = metrics  # the queue, GPUs, cycles and waits (None: no metrics)
         self.snapshot_every = config.scheduler.snapshot_every
         self.snapshot_seq = 0  # last_seq of the newest snapshot this process knows of
         self.bus = bus
@@ -199,6 +206,7 @@ class Scheduler:
         async with self.lock:
             if self.inflight > self.state.last_seq:
                 return
+            started = time.perf_counter()
             decided = plan_paused(self.state, time.time(), self.policy, self.epoch)
             if decided.wake_at != self.outlook.wake_at:
                 self.rearm.set()
@@ -206,6 +214,8 @@ class Scheduler:
             for decision in decided.decisions:
                 await self.publish(decision)
             await self.send_orders()
+            if self.metrics is not None:
+                self.metrics.cycled(self.state, decided, self.policy, time.perf_counter() - started)
 
     async def publish(self, decision: Event) -> None:
         """Append one decision, conditional on the job not having changed since we saw it."""
@@ -235,6 +245,14 @@ class Scheduler:
             self.log.info("decision superseded by a newer event", job_id=job_id, decision=tag)
             return
         self.inflight = max(self.inflight, appended.seq)
+        if (
+            self.metrics is not None
+            and isinstance(decision, ev.JobAllocated)
+            and decision.attempt == 0
+            and not appended.duplicate
+        ):
+            # A job's first allocation: its wait since submission (a requeued run's is not counted again).
+            self.metrics.allocated(decision.partition, appended.envelope.meta.occurred_at - job.submit_time)
 
     async def publish_reservation(self, decision: ev.ReservationEvent) -> None:
         """Append a reservation decision, conditional on no newer request for that name."""
@@ -355,7 +373,8 @@ async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
 
 async def main(ctx: Context) -> None:
     """Rebuild, then follow and decide until stopped."""
-    scheduler = Scheduler(ctx.bus, ctx.config)
+    metrics = SchedulerMetrics(ctx.metrics.registry) if ctx.metrics is not None else None
+    scheduler = Scheduler(ctx.bus, ctx.config, metrics=metrics)
     await scheduler.rebuild()
     subs = [
         await serve(ctx.nc, "jobs", api.JobsRequest, scheduler.jobs, queue="scheduler"),

@@ -1,7 +1,9 @@
-"""``corral up`` in the foreground: SIGTERM stops everything cleanly; starting again keeps every job."""
+"""``corral up`` in the foreground: SIGTERM stops everything cleanly; starting again keeps every job; it
+prints where each process serves its metrics."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -71,6 +73,13 @@ def test_up_stops_cleanly_and_keeps_every_job(tmp_path: Path) -> None:
     cli = Cli(env=env, workdir=tmp_path)
     proc = start_up(state, env, "--nodes", "1", "--gpus-per-node", "2")
     try:
+        # The metrics URLs: printed after the ready line, one per process, and written to metrics.json.
+        assert proc.stdout is not None
+        assert "Prometheus metrics" in proc.stdout.readline()
+        urls = json.loads((state / "metrics.json").read_text())
+        assert sorted(urls) == ["accounting", "agent-node1", "gateway", "health", "scheduler"]
+        printed = dict(proc.stdout.readline().split() for _ in urls)
+        assert printed == urls
         done = cli.sbatch("#!/bin/sh\necho done\n")
         cli.wait_state(done, ("COMPLETED",))
         # A job that cannot run yet (it needs both GPUs, another holds one) stays queued across the restart.

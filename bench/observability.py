@@ -1,0 +1,267 @@
+"""Benchmark: what tracing and metrics cost a submit and a job's start, on vs off, side by side in one run.
+
+Usage: ``python bench/observability.py [--jobs 200]``. Starts three local clusters (2 nodes x 4 GPUs each) in
+temporary state directories, at the same time, on this machine:
+
+- **on**: every process serves its Prometheus metrics (``corral up``'s default; a scraper reads every
+  endpoint once a second, fifteen times Prometheus' default rate) and exports its spans over OTLP/HTTP
+  (``OTEL_EXPORTER_OTLP_ENDPOINT`` set to a receiver in this process, which answers 200 to any POST and
+  counts the requests and their spans by path, so the result also says where the spans went);
+- **metrics**: the metrics (scraped the same way), no OTLP endpoint: what the metrics alone cost;
+- **off**: ``--metrics-port off`` (no endpoint, nothing recorded) and no OTLP endpoint.
+
+Then ``--jobs`` rounds, each of one one-GPU job on every cluster in turn (the order rotates, so none always
+goes first): the submit request is sent and timed as sbatch sends it (``corral.api.v1.submit.<user>``
+request/reply, measured in this process: the round trip, without a command's start-up), then the bench
+waits until the job has ended, so each cluster is idle at each submit. Submit -> start is
+``RunStarted.occurred_at - JobSubmitted.occurred_at`` from each cluster's log, as in ``bench/latency.py``.
+
+Prints a Markdown table; results are recorded in ``bench/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import getpass
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+from corral.cli.local_cluster import LocalCluster, ensure_resolvable
+from corral.libs.infra import roles
+from corral.libs.runtime.bus import Bus, connect
+from corral.libs.runtime.credentials import read_credentials
+from corral.libs.runtime.nats_request import Connection
+from corral.schemas import api, subjects
+from corral.schemas import events as ev
+from corral.schemas.codec import decode, encode
+
+SCRIPT = "#!/bin/sh\ntrue\n"
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+
+
+class Receiver:
+    """An OTLP/HTTP receiver: 200 to any POST, requests and decoded spans counted by path."""
+
+    def __init__(self) -> None:
+        self.requests: collections.Counter[str] = collections.Counter()
+        self.spans: collections.Counter[str] = collections.Counter()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                receiver.requests[self.path] += 1
+                try:
+                    request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+                    receiver.spans[self.path] += sum(
+                        len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans
+                    )
+                except Exception:
+                    receiver.spans[f"{self.path} (undecodable)"] += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Scraper:
+    """Reads every metrics endpoint once a second until stopped."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+        self.scrapes = 0
+        self.bytes = 0
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        """Scrape each endpoint every second."""
+        while not self.stopped.wait(1.0):
+            for url in self.urls:
+                with urllib.request.urlopen(url, timeout=5) as reply:
+                    self.bytes += len(reply.read())
+                self.scrapes += 1
+
+    def stop(self) -> None:
+        """Stop scraping."""
+        self.stopped.set()
+        self.thread.join()
+
+
+class Submitter:
+    """Submits one-GPU jobs to one cluster as its user and waits for them, over one connection."""
+
+    def __init__(self, cluster: LocalCluster, workdir: Path) -> None:
+        creds = read_credentials(cluster.user_credentials)
+        self.user = creds.user
+        self.workdir = workdir
+        inbox = subjects.inbox_prefix(creds.user)
+        self.conn = Connection(creds.url, user=creds.user, password=creds.password, inbox_prefix=inbox)
+        self.submit_s: list[float] = []
+        self.job_ids: list[int] = []
+
+    def call(self, verb: str, body: api.Request) -> bytes:
+        """One request's reply."""
+        return self.conn.request(subjects.api_subject(verb, self.user), encode(body), timeout=10.0).data
+
+    def submit_and_wait(self) -> None:
+        """Submit one job (timed), then wait until it has ended."""
+        spec = ev.JobSpec(name="bench", script=SCRIPT, workdir=str(self.workdir), gpus_per_node=1)
+        request = api.SubmitRequest(token=uuid.uuid4().hex, spec=spec)
+        started = time.perf_counter()
+        raw = self.call("submit", request)
+        self.submit_s.append(time.perf_counter() - started)
+        reply = decode(raw, api.SubmitReply | api.ApiError)
+        if isinstance(reply, api.ApiError):
+            raise RuntimeError(f"submit refused: {reply.error}")
+        self.job_ids.append(reply.job_id)
+        query = api.JobsRequest(job_ids=[reply.job_id], include_finished=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            jobs = decode(self.call("jobs", query), api.JobsReply | api.ApiError)
+            if isinstance(jobs, api.JobsReply) and jobs.jobs and jobs.jobs[0].state in ENDED:
+                return
+            time.sleep(0.02)
+        raise RuntimeError(f"job {reply.job_id} did not end in 60 s")
+
+
+async def latencies(cluster: LocalCluster, job_ids: list[int]) -> list[float]:
+    """Submit -> RunStarted of each job, from the cluster's log."""
+    creds = read_credentials(cluster.role_credentials(roles.ADMIN))
+    nc = await connect(creds, name="bench")
+    bus = Bus(nc, actor="bench")
+    submitted: dict[int, float] = {}
+    started: dict[int, float] = {}
+    async for entry in bus.read(1):
+        if entry.envelope is None:
+            continue
+        body = entry.envelope.body
+        if isinstance(body, ev.JobSubmitted):
+            submitted[body.job_id] = entry.envelope.meta.occurred_at
+        elif isinstance(body, ev.RunStarted):
+            started.setdefault(body.job_id, entry.envelope.meta.occurred_at)
+    await nc.drain()
+    return [started[j] - submitted[j] for j in job_ids if j in started]
+
+
+def pct(values: list[float], p: float) -> float:
+    """The p-th percentile (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
+
+
+def rows(name: str, by_config: dict[str, list[float]]) -> str:
+    """One metric's lines, a line per configuration, in ms, with the change of the median and the mean
+    from ``off``."""
+    off = [x * 1000 for x in by_config["off"]]
+    lines = []
+    for config, values in by_config.items():
+        ms = [x * 1000 for x in values]
+        change = "| | |"
+        if config != "off":
+            median = statistics.median(ms) / statistics.median(off) - 1
+            mean = statistics.mean(ms) / statistics.mean(off) - 1
+            change = f"| {median:+.1%} | {mean:+.1%} |"
+        lines.append(
+            f"| {name} | {config} | {len(ms)} | {statistics.median(ms):.2f} | {statistics.mean(ms):.2f} | "
+            f"{pct(ms, 95):.2f} | {pct(ms, 99):.2f} {change}"
+        )
+    return "\n".join(lines)
+
+
+def start(root: Path, name: str, *, metrics: bool, otlp: str | None) -> LocalCluster:
+    """A started local cluster in ``root/name``; ``otlp``: the services' OTLP endpoint, or none."""
+    cluster = LocalCluster(root / name, getpass.getuser(), nodes=2, gpus_per_node=4, metrics=metrics)
+    config = cluster.prepare()
+    ensure_resolvable([n.name for n in config.nodes])
+    # The services' environment is this process's at their start (local_cluster passes it on).
+    saved = os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    if otlp is not None:
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp
+    try:
+        cluster.start()
+    finally:
+        os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+        if saved is not None:
+            os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = saved
+    return cluster
+
+
+def main() -> int:
+    """Run the benchmark and print the results."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=200, help="jobs submitted to each cluster")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="corral-bench-obs-"))
+    work = root / "work"
+    work.mkdir()
+    receiver = Receiver()
+    clusters: list[LocalCluster] = []
+    scraper = None
+    try:
+        by_name: dict[str, LocalCluster] = {}
+        configs = (("on", True, receiver.url), ("metrics", True, None), ("off", False, None))
+        for name, metrics, otlp in configs:
+            by_name[name] = start(root, name, metrics=metrics, otlp=otlp)
+            clusters.append(by_name[name])
+        scraped = [url for name in ("on", "metrics") for url in by_name[name].metrics_urls.values()]
+        scraper = Scraper(scraped)
+        submitters = {name: Submitter(cluster, work) for name, cluster in by_name.items()}
+        for _ in range(3):  # warm every cluster up (first-use costs: connections, caches)
+            for s in submitters.values():
+                s.submit_and_wait()
+        for s in submitters.values():
+            s.submit_s.clear()
+            s.job_ids.clear()
+        names = list(submitters)
+        for i in range(args.jobs):
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                submitters[name].submit_and_wait()
+        waits = {name: asyncio.run(latencies(by_name[name], s.job_ids)) for name, s in submitters.items()}
+        time.sleep(6)  # the services' span batches (BatchSpanProcessor: every 5 s) reach the receiver
+        print("| metric | observability | n | p50 | mean | p95 | p99 | p50 change | mean change |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        print(rows("submit round trip (ms)", {name: s.submit_s for name, s in submitters.items()}))
+        print(rows("submit -> start (ms)", waits))
+        print()
+        endpoints = len(scraped)
+        print(f"metrics: {scraper.scrapes} scrapes of {endpoints} endpoints, {scraper.bytes} bytes")
+        print(f"OTLP receiver: requests by path {dict(receiver.requests)}")
+        print(f"OTLP receiver: spans by path {dict(receiver.spans)}")
+        return 0
+    finally:
+        if scraper is not None:
+            scraper.stop()
+        for cluster in clusters:
+            cluster.stop()
+        receiver.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

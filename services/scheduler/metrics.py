@@ -1,0 +1,118 @@
+"""The scheduler's metrics: the queue and the GPUs as its state has them after each cycle, the cycle's
+duration, and each job's wait from submission to its first allocation.
+
+The samples are pure functions of the state and the cycle's plan (``pending_samples``, ``gpu_samples``,
+``account_samples``); ``SchedulerMetrics.cycled`` swaps them into the gauges at once (``metrics.Snapshot``).
+
+- ``corral_jobs_pending{partition,reason}``: pending jobs by partition and pending reason (squeue's reason
+  without its detail: ``Resources``, ``Priority``, ``Dependency``, ``JobHeldUser``...);
+- ``corral_gpus{node,gpu_type,state}``: each registered node's GPUs by state, ``allocated`` (held by a run),
+  ``idle``, ``drained`` (free on a drained node) or ``down`` (every GPU of a down node); they add up to the
+  node's GPUs;
+- ``corral_gpus_allocated_by_account{account,partition}``: GPUs held by running jobs, by account;
+- ``corral_scheduler_cycle_duration_seconds``: a cycle, plan to the last order sent;
+- ``corral_job_submit_to_start_seconds{partition}``: from a job's submission to its first ``JobAllocated``
+  (attempt 0; a requeued run's wait is not counted again), observed when that decision is appended.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from prometheus_client import CollectorRegistry, Histogram
+
+from corral.libs.core.plan import Plan
+from corral.libs.core.policy import Policy
+from corral.libs.core.reasons import held_reason
+from corral.libs.core.state import State, drained
+from corral.libs.runtime.metrics import FAST_BUCKETS, WAIT_BUCKETS, Snapshot
+
+#: ``gpu_type`` label of a node that names no GPU model.
+NO_TYPE = "none"
+
+
+def pending_samples(state: State, outlook: Plan, policy: Policy) -> dict[tuple[str, ...], float]:
+    """Pending jobs by (partition, reason), as squeue shows them after ``outlook``'s cycle."""
+    counts: Counter[tuple[str, ...]] = Counter()
+    for job_id in state.active:
+        job = state.jobs[job_id]
+        if job.state != "PENDING":
+            continue
+        reason = held_reason(job) or outlook.reasons.get(job_id, "Priority")
+        counts[(job.partition or policy.partition_of(job), reason)] += 1
+    return {key: float(n) for key, n in counts.items()}
+
+
+def gpu_samples(state: State) -> dict[tuple[str, ...], float]:
+    """Each registered node's GPUs by (node, gpu type, state)."""
+    out: dict[tuple[str, ...], float] = {}
+    for node in state.nodes.values():
+        if node.gpus == 0:
+            continue
+        kind = node.gpu_type or NO_TYPE
+        used = min(len(node.used_gpus), node.gpus)
+        free = node.gpus - used
+        if not node.up:
+            shares = {"allocated": 0, "idle": 0, "drained": 0, "down": node.gpus}
+        elif drained(node):
+            shares = {"allocated": used, "idle": 0, "drained": free, "down": 0}
+        else:
+            shares = {"allocated": used, "idle": free, "drained": 0, "down": 0}
+        for name, count in shares.items():
+            out[(node.name, kind, name)] = float(count)
+    return out
+
+
+def account_samples(state: State, policy: Policy) -> dict[tuple[str, ...], float]:
+    """GPUs held by running jobs by (account, partition); an account with none has no sample."""
+    counts: Counter[tuple[str, ...]] = Counter()
+    for job_id in state.active:
+        job = state.jobs[job_id]
+        if job.state != "RUNNING":
+            continue
+        gpus = sum(len(a.gpus) for a in job.allocations)
+        if gpus:
+            counts[(job.spec.account or job.user, job.partition or policy.partition_of(job))] += gpus
+    return {key: float(n) for key, n in counts.items()}
+
+
+class SchedulerMetrics:
+    """The scheduler's families, on the process's registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.pending = Snapshot(
+            "corral_jobs_pending", "Pending jobs by partition and reason", ["partition", "reason"], registry
+        )
+        self.gpus = Snapshot(
+            "corral_gpus", "GPUs by node, GPU type and state", ["node", "gpu_type", "state"], registry
+        )
+        self.gpus_by_account = Snapshot(
+            "corral_gpus_allocated_by_account",
+            "GPUs held by running jobs, by account and partition",
+            ["account", "partition"],
+            registry,
+        )
+        self.cycle_seconds = Histogram(
+            "corral_scheduler_cycle_duration_seconds",
+            "Duration of a scheduling cycle (plan, appends, orders)",
+            buckets=FAST_BUCKETS,
+            registry=registry,
+        )
+        self.submit_to_start = Histogram(
+            "corral_job_submit_to_start_seconds",
+            "From a job's submission to its first allocation",
+            ["partition"],
+            buckets=WAIT_BUCKETS,
+            registry=registry,
+        )
+
+    def cycled(self, state: State, outlook: Plan, policy: Policy, seconds: float) -> None:
+        """Record a cycle that took ``seconds`` and left ``state`` and ``outlook``."""
+        self.cycle_seconds.observe(seconds)
+        self.pending.set(pending_samples(state, outlook, policy))
+        self.gpus.set(gpu_samples(state))
+        self.gpus_by_account.set(account_samples(state, policy))
+
+    def allocated(self, partition: str, waited_s: float) -> None:
+        """Record a job's first allocation, ``waited_s`` after its submission."""
+        self.submit_to_start.labels(partition).observe(max(waited_s, 0.0))
