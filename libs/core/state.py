@@ -71,6 +71,14 @@ class PendingSignal(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     scope: ev.SignalScope = "steps"  # steps | batch (scancel -b) | full (scancel -f)
 
 
+class LoggedReason(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The pending reason last logged for a job (``JobReasonChanged``), what the next change compares with."""
+
+    attempt: int  # the run the job waited for then (its restart count)
+    reason: ev.PendingReason  # the reason
+    detail: str = ""  # its detail (squeue's text after the reason)
+
+
 class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One job as the scheduler knows it."""
 
@@ -107,6 +115,7 @@ class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     requeue_by: str | None = None  # the user who asked to requeue the current run (scontrol requeue)
     requeue_hold: bool = False  # ... with requeuehold: held once PENDING again
     signals: list[PendingSignal] = []  # signal requests for the current run (scancel -s), in log order
+    logged_reason: LoggedReason | None = None  # the pending reason last logged for it (JobReasonChanged)
 
 
 class AdminDrain(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

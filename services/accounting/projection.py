@@ -279,6 +279,7 @@ IGNORED: dict[type, str] = {
     ev.JobHeld: "a hold " + _NO_COLUMN,
     ev.JobReleased: "a release " + _NO_COLUMN,
     ev.JobPreempted: "a kill order; the conclusion that follows is recorded",
+    ev.JobReasonChanged: "a pending reason: squeue shows it; the Reason column is the end's",
     **dict.fromkeys(ev.NODE_EVENTS, "node events change no job or step row"),
     **dict.fromkeys(ev.RESERVATION_EVENTS, "reservations " + _NO_COLUMN),
 }
