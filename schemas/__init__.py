@@ -27,7 +27,8 @@ Who writes what (one writer per kind of event keeps replay deterministic):
   reservation requests ``ReservationCreateRequested``, ``ReservationDeleteRequested``;
 - the scheduler appends decisions and conclusions: ``JobAllocated``, ``JobRequeued``,
   ``JobCompleted``, ``JobFailed`` (a node failure is ``JobFailed(reason="NodeFail")``), ``JobCancelled``,
-  ``JobHeld``, ``JobReleased``, ``JobUpdated``, ``JobPreempted``, and ``ReservationCreated``,
+  ``JobHeld``, ``JobReleased``, ``JobUpdated``, ``JobPreempted``, ``JobReasonChanged`` (a pending job's
+  reason changed: recorded, it moves nothing), and ``ReservationCreated``,
   ``ReservationRejected``, ``ReservationDeleted``;
 - an agent appends facts about its own node and the runs on it: ``NodeRegistered``, ``RunStarted``,
   ``RunExited``, and (the batch node's agent) ``StepStarted``, ``StepExited``;

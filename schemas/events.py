@@ -16,6 +16,7 @@ from corral.schemas.ids import (
     NodeName,
 )
 from corral.schemas.job_events import (
+    MAX_REASON_DETAIL,
     EndReason,
     JobAllocated,
     JobCancelled,
@@ -25,6 +26,7 @@ from corral.schemas.job_events import (
     JobHeld,
     JobHoldRequested,
     JobPreempted,
+    JobReasonChanged,
     JobReleased,
     JobReleaseRequested,
     JobRequeued,
@@ -34,6 +36,7 @@ from corral.schemas.job_events import (
     JobUpdated,
     JobUpdateRequested,
     NodeAllocation,
+    PendingReason,
     PreemptMode,
     RequeueReason,
     SignalScope,
@@ -83,6 +86,7 @@ from corral.schemas.run_events import (
 __all__ = [
     "EVENT_TYPES",
     "MAX_NODE_REASON",
+    "MAX_REASON_DETAIL",
     "NODE_EVENTS",
     "RESERVATION_EVENTS",
     "RETIRED_TAGS",
@@ -104,6 +108,7 @@ __all__ = [
     "JobHoldRequested",
     "JobId",
     "JobPreempted",
+    "JobReasonChanged",
     "JobReleaseRequested",
     "JobReleased",
     "JobRequeueRequested",
@@ -126,6 +131,7 @@ __all__ = [
     "NodeResumed",
     "NodeUp",
     "OpenMode",
+    "PendingReason",
     "PreemptMode",
     "RequeueReason",
     "ReservationCreateRequested",
@@ -181,6 +187,7 @@ Event = (
     | NodeDrained
     | NodeResumed
     | NodeDownRequested
+    | JobReasonChanged
 )
 
 
@@ -219,6 +226,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     NodeDrained,
     NodeResumed,
     NodeDownRequested,
+    JobReasonChanged,
 )
 
 

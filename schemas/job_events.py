@@ -29,6 +29,32 @@ RequeueReason = Literal["NodeFail", "Requested", "Preempted"]
 #: PENDING again (restart count + 1); ``cancel``: it ends PREEMPTED.
 PreemptMode = Literal["requeue", "cancel"]
 
+#: Why a pending job waits (Slurm's reason codes, squeue's REASON column); ``libs/core/reasons.py`` says which
+#: step of the cycle gives each.
+PendingReason = Literal[
+    "JobHeldUser",
+    "JobHeldAdmin",
+    "DependencyNeverSatisfied",
+    "Dependency",
+    "BeginTime",
+    "JobArrayTaskLimit",
+    "InvalidQOS",
+    "QOSMaxGRESPerUser",
+    "QOSMaxJobsPerUserLimit",
+    "QOSGrpGRES",
+    "AssocMaxJobsLimit",
+    "AssocGrpGRES",
+    "AssocGrpJobsLimit",
+    "ReqNodeNotAvail",
+    "Resources",
+    "Priority",
+    "Reservation",
+    "ReservationDeleted",
+]
+
+#: The longest detail a pending reason carries (a hostlist of unavailable nodes is cut to it).
+MAX_REASON_DETAIL = 256
+
 #: What of a run a signal request (scancel -s) reaches, as in Slurm: ``steps`` = the tasks of the job's
 #: steps on every node (the default; not the batch shell nor what it started without srun), ``batch`` = the
 #: batch shell only (``-b``), ``full`` = the batch shell, every process it started and the steps (``-f``).
@@ -202,3 +228,20 @@ class JobSignalRequested(msgspec.Struct, frozen=True, tag="job_signal_requested"
     signal: int  # the signal number
     scope: SignalScope = "steps"  # what of the run gets it: steps | batch (scancel -b) | full (-f)
     request_id: str  # unique per request (the order's message id), so two equal signals are two orders
+
+
+class JobReasonChanged(msgspec.Struct, frozen=True, tag="job_reason_changed", kw_only=True):
+    """Decision (scheduler): a pending job's reason to wait changed (squeue's REASON column).
+
+    A record, not a move: the job stays PENDING. The scheduler appends it only when the cycle's reason (and
+    detail) for the job differs from the last one logged for the same attempt, at most once per job and
+    cycle (``libs/core/reason_log.py``); the fold only remembers it, so a replayed scheduler logs no
+    unchanged reason again. The trace shows it as a ``pending_reason`` event of the queued span.
+    """
+
+    job_id: JobId  # the job
+    attempt: int  # the run it waits for (its restart count)
+    reason: PendingReason  # why it waits now
+    detail: str = (
+        ""  # what squeue prints after the reason (ReqNodeNotAvail's nodes), at most MAX_REASON_DETAIL
+    )

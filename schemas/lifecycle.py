@@ -123,6 +123,7 @@ JOB_MARKS: tuple[JobMark, ...] = (
     JobMark(ev.JobReleased, _PENDING),
     JobMark(ev.JobUpdateRequested, _PENDING),
     JobMark(ev.JobUpdated, _PENDING),
+    JobMark(ev.JobReasonChanged, _PENDING),  # only remembered: the reason last logged for the job
     JobMark(ev.JobPreempted, _RUNNING),
     JobMark(ev.JobRequeueRequested, _RUNNING),
     JobMark(ev.JobSignalRequested, _RUNNING),
@@ -163,6 +164,7 @@ _SCHEDULER: tuple[type[ev.Event], ...] = (
     ev.JobReleased,
     ev.JobUpdated,
     ev.JobPreempted,
+    ev.JobReasonChanged,
     ev.ReservationCreated,
     ev.ReservationRejected,
     ev.ReservationDeleted,

@@ -127,6 +127,13 @@ events: st.SearchStrategy[ev.Event] = st.one_of(
         mode=st.sampled_from(["requeue", "cancel"]),
         by_job=_job,
     ),
+    st.builds(
+        ev.JobReasonChanged,
+        job_id=_job,
+        attempt=_attempt,
+        reason=st.sampled_from(["Resources", "Priority", "ReqNodeNotAvail"]),
+        detail=st.sampled_from(["", "UnavailableNodes:n2"]),
+    ),
     st.builds(ev.NodeDown, node=_node, reason=st.just("Not responding")),
     st.builds(ev.NodeUp, node=_node),
     _node.map(registered),

@@ -33,6 +33,7 @@ from corral.libs.core.reservations import (
 from corral.libs.core.state import (
     HoldControl,
     Job,
+    LoggedReason,
     PendingSignal,
     SpecChange,
     State,
@@ -243,6 +244,17 @@ def _updated(state: State, seq: int, at: float, body: ev.JobUpdated) -> Outcome:
     return APPLIED
 
 
+def _reason_changed(state: State, seq: int, at: float, body: ev.JobReasonChanged) -> Outcome:
+    # Only remembered, for the next cycle's comparison (``reason_log.py``): it decides nothing.
+    job = _pending_job(state, seq, body.job_id)
+    if isinstance(job, Outcome):
+        return job
+    if body.attempt != job.restart_count:
+        return ignored("stale_attempt")
+    job.logged_reason = LoggedReason(attempt=body.attempt, reason=body.reason, detail=body.detail)
+    return APPLIED
+
+
 #: The handler of each event type the fold applies (``JobSubmitted`` is ``apply``'s own: it needs the
 #: envelope's trace context).
 HANDLERS: dict[type, Handler] = {
@@ -253,6 +265,7 @@ HANDLERS: dict[type, Handler] = {
     ev.JobReleased: _released,
     ev.JobUpdateRequested: _update_requested,
     ev.JobUpdated: _updated,
+    ev.JobReasonChanged: _reason_changed,
     ev.JobRequeueRequested: _requeue_requested,
     ev.JobSignalRequested: _signal_requested,
     **RUN_HANDLERS,

@@ -20,32 +20,15 @@ By who sets them:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
+
+# The type is the log's (``JobReasonChanged`` carries it); re-exported for the cycle's steps.
+from corral.schemas.job_events import PendingReason as PendingReason
 
 if TYPE_CHECKING:
     # Types only: squeue's commands import this module and should not load the state's.
     from corral.libs.core.state import Job
 
-PendingReason = Literal[
-    "JobHeldUser",
-    "JobHeldAdmin",
-    "DependencyNeverSatisfied",
-    "Dependency",
-    "BeginTime",
-    "JobArrayTaskLimit",
-    "InvalidQOS",
-    "QOSMaxGRESPerUser",
-    "QOSMaxJobsPerUserLimit",
-    "QOSGrpGRES",
-    "AssocMaxJobsLimit",
-    "AssocGrpGRES",
-    "AssocGrpJobsLimit",
-    "ReqNodeNotAvail",
-    "Resources",
-    "Priority",
-    "Reservation",
-    "ReservationDeleted",
-]
 
 #: Reasons of a job that is not eligible yet: it is never placed, blocks nobody, has no EligibleTime.
 INELIGIBLE: frozenset[PendingReason] = frozenset(

@@ -71,6 +71,14 @@ class PendingSignal(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     scope: ev.SignalScope = "steps"  # steps | batch (scancel -b) | full (scancel -f)
 
 
+class LoggedReason(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The pending reason last logged for a job (``JobReasonChanged``), what the next change compares with."""
+
+    attempt: int  # the run the job waited for then (its restart count)
+    reason: ev.PendingReason  # the reason
+    detail: str = ""  # its detail (squeue's text after the reason)
+
+
 class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One job as the scheduler knows it."""
 
@@ -110,6 +118,7 @@ class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     # Event ids of the entries the job's next decisions may name as their cause, by kind (``causation.py``);
     # emptied once the job ended.
     causes: dict[str, str] = {}
+    logged_reason: LoggedReason | None = None  # the pending reason last logged for it (JobReasonChanged)
 
 
 class AdminDrain(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

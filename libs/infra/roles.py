@@ -51,6 +51,7 @@ _SCHEDULER_EVENTS = (
     "job_released",
     "job_updated",
     "job_preempted",
+    "job_reason_changed",
 )
 
 # JetStream API use of a service: stream/consumer info, consumers, direct gets, acks, flow control.

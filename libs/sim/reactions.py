@@ -55,4 +55,5 @@ IGNORED: dict[type, str] = {
     **dict.fromkeys(
         (ev.NodeDown, ev.NodeUp, ev.NodeDrained, ev.NodeResumed), "no health service: nodes never fail"
     ),
+    ev.JobReasonChanged: "the simulator plays plan(), not the shell's reason log: nothing decides from it",
 }

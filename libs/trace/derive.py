@@ -7,7 +7,8 @@ of requeues). It returns the job's span tree:
 
     submit (the gateway's live span: its id is the job's traceparent)
     └── job <id>                       submit → conclusion
-        ├── queued [attempt k]         submit or requeue → allocation; span events: hold, release, update
+        ├── queued [attempt k]         submit or requeue → allocation; span events: pending_reason
+        │                              (each change, a hold, a release), job_updated
         ├── attempt k                  allocation → requeue or conclusion; span events: preempted,
         │   │                          cancel/requeue/signal requested, node_down, time_limit, requeued
         │   ├── launch <node>          allocation → RunStarted of the batch node
@@ -18,9 +19,11 @@ of requeues). It returns the job's span tree:
 The entries are followed along the job state machine of ``schemas.lifecycle``: an event counts only in
 the states its transition or mark lists and for the current attempt (a late fact of an earlier run changes
 nothing), as the fold does. Every event type is handled or listed in ``IGNORED`` with why
-(``tests/unit/test_trace_derive.py`` checks it). The log does not record the scheduler's pending reasons
-(Resources, Priority, Dependency are recomputed every cycle), so the queued span's events are the reasons
-the log does know: holds (JobHeldUser / JobHeldAdmin), releases and updates.
+(``tests/unit/test_trace_derive.py`` checks it). The queued span's ``pending_reason`` events say why
+the job waited: each ``JobReasonChanged`` the scheduler logged (Resources, Priority, Dependency, a QOS
+limit, ReqNodeNotAvail with its nodes ...; ``corral.pending.reason`` and ``corral.pending.detail``), holds
+(JobHeldUser / JobHeldAdmin) and releases; a logged reason equal to the one the span shows already (a hold
+the scheduler then logs as JobHeldUser) adds no second event.
 
 Peer nodes report no start of their own (the batch node's agent starts the script; a peer works only in
 steps), so a peer's launch and run spans take the batch node's RunStarted; a peer's run ends at its own
@@ -87,6 +90,7 @@ HANDLED: frozenset[type[ev.Event]] = frozenset(
         ev.JobHeld,
         ev.JobReleased,
         ev.JobUpdated,
+        ev.JobReasonChanged,
         ev.JobCancelRequested,
         ev.JobPreempted,
         ev.JobRequeueRequested,
@@ -144,6 +148,7 @@ class _Derivation:
         self.gpu_types: dict[str, str] = {}  # node -> its GPUs' type, as it last registered
         self.array_id = 0  # the submission's job id (an array's first task)
         self.attempt_seq = 0  # log position of the current attempt's allocation
+        self.shown_reason: tuple[str, str] | None = None  # the queued span's newest pending reason, detail
 
     # spans -------------------------------------------------------------------------------------------
     def _open(
@@ -265,7 +270,7 @@ class _Derivation:
         self.job = self._open("job", f"job {self.job_id}", submit, at, attributes=attributes)
         self.queued = self._open("queued", "queued", self.job, at, attempt=0)
         if spec.held:
-            self.queued.event("pending_reason", ns(at), {"corral.pending.reason": "JobHeldUser"})
+            self._reason(ns(at), "JobHeldUser")
         self.state = "PENDING"
 
     def _array_index(self, body: ev.JobSubmitted) -> int | bool | None:
@@ -431,10 +436,12 @@ class _Derivation:
         assert target is not None
         t = ns(at)
         if isinstance(body, ev.JobHeld):
-            reason = "JobHeldAdmin" if body.admin else "JobHeldUser"
-            target.event("pending_reason", t, {"corral.pending.reason": reason, "corral.by": body.by})
+            self._reason(t, "JobHeldAdmin" if body.admin else "JobHeldUser", by=body.by)
         elif isinstance(body, ev.JobReleased):
-            target.event("pending_reason", t, {"corral.pending.reason": "Released", "corral.by": body.by})
+            self._reason(t, "Released", by=body.by)
+        elif isinstance(body, ev.JobReasonChanged):
+            if (body.reason, body.detail) != self.shown_reason:
+                self._reason(t, body.reason, body.detail)
         elif isinstance(body, ev.JobUpdated):
             target.event("job_updated", t, {"corral.by": body.by})
         elif isinstance(body, ev.JobCancelRequested):
@@ -455,6 +462,17 @@ class _Derivation:
         elif isinstance(body, ev.JobSignalRequested):
             target.event("signal_requested", t, {"corral.by": body.user, "corral.signal": body.signal})
 
+    def _reason(self, at_ns: int, reason: str, detail: str = "", by: str = "") -> None:
+        """A ``pending_reason`` event on the queued span: why the job waits from ``at_ns``."""
+        assert self.queued is not None
+        attributes: dict[str, AttrValue] = {"corral.pending.reason": reason}
+        if detail:
+            attributes["corral.pending.detail"] = detail
+        if by:
+            attributes["corral.by"] = by
+        self.queued.event("pending_reason", at_ns, attributes)
+        self.shown_reason = (reason, detail)
+
     def _requeued(self, seq: int, env: ev.Envelope, body: ev.JobRequeued) -> None:
         assert self.current is not None and self.job is not None
         at = env.meta.occurred_at
@@ -465,8 +483,9 @@ class _Derivation:
         self.current = None
         self.attempt, self.state, self.nodes, self.run_exit = body.attempt + 1, "PENDING", [], None
         self.queued = self._open("queued", f"queued {self.attempt}", self.job, at, attempt=self.attempt)
+        self.shown_reason = None
         if body.hold:
-            self.queued.event("pending_reason", ns(at), {"corral.pending.reason": "JobHeldUser"})
+            self._reason(ns(at), "JobHeldUser")
 
     def _concluded(
         self, seq: int, env: ev.Envelope, body: ev.JobCompleted | ev.JobFailed | ev.JobCancelled

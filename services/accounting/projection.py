@@ -301,6 +301,7 @@ IGNORED: dict[type, str] = {
     ev.JobHeld: "a hold " + _NO_COLUMN,
     ev.JobReleased: "a release " + _NO_COLUMN,
     ev.JobPreempted: "a kill order; the conclusion that follows is recorded",
+    ev.JobReasonChanged: "a pending reason: squeue shows it; the Reason column is the end's",
     **dict.fromkeys(ev.NODE_EVENTS, "no job or step row; node_periods come from the fold's node state"),
     **dict.fromkeys(ev.RESERVATION_EVENTS, "reservations " + _NO_COLUMN),
 }

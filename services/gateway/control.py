@@ -38,6 +38,7 @@ PHASE_AFTER: dict[type, Phase] = {
     ev.JobReleased: "pending",
     ev.JobUpdateRequested: "pending",
     ev.JobUpdated: "pending",
+    ev.JobReasonChanged: "pending",
     ev.JobAllocated: "running",
     ev.RunStarted: "running",
     ev.JobRequeueRequested: "running",

@@ -10,11 +10,14 @@ Cycle:
 4. publish: append each decision with the job's last sequence as the expected subject sequence
    (a concurrent intent, e.g. a cancel, makes the append fail and the job is decided again) and the
    event that caused it (``causation.cause_of``), then put the per-node orders the state needs on the
-   work stream (deterministic message ids);
+   work stream (deterministic message ids), then append the pending reasons that changed
+   (``reason_log.reason_changes``: ``JobReasonChanged``, the same way);
 5. the decisions count only when they come back through the log (step 2).
 
 After each cycle its duration, the queue and the GPUs go to the metrics (``metrics.py``); a job's first
-allocation records its wait since submission.
+allocation records its wait since submission. Each cycle that plans is a short live span of its own
+(``scheduling cycle``, a root span, not in any job's trace) with the jobs it considered and the decisions
+and reason changes it made.
 
 Besides, a full pass runs every ``FULL_PASS_S`` and at the next begin time of a pending job
 (``Plan.wake_at``), so ``--begin`` jobs start on time without waiting for an event.
@@ -42,6 +45,7 @@ from corral.libs.core.causation import cause_of
 from corral.libs.core.fold import apply
 from corral.libs.core.orders import orders
 from corral.libs.core.policy import Policy
+from corral.libs.core.reason_log import reason_changes
 from corral.libs.core.state import State
 from corral.libs.core.will_run import will_run
 from corral.libs.infra import roles
@@ -63,6 +67,8 @@ RECENT_SPECS = 4096
 FULL_PASS_S = 5.0
 #: The scheduler's dead letters (``corral.dlq.scheduler``): log entries its fold skipped.
 DEAD_LETTERS = "scheduler"
+
+_tracer = telemetry.tracer(__name__)
 
 
 class Scheduler:
@@ -207,13 +213,21 @@ class Scheduler:
             if self.inflight > self.state.last_seq:
                 return
             started = time.perf_counter()
-            decided = plan_paused(self.state, time.time(), self.policy, self.epoch)
-            if decided.wake_at != self.outlook.wake_at:
-                self.rearm.set()
-            self.outlook = decided
-            for decision in decided.decisions:
-                await self.publish(decision)
-            await self.send_orders()
+            # Its own root span (an empty parent context): a cycle is about many jobs, in no job's trace.
+            with _tracer.start_as_current_span("scheduling cycle", context=telemetry.extract(None)) as span:
+                decided = plan_paused(self.state, time.time(), self.policy, self.epoch)
+                changes = reason_changes(self.state, decided.reasons, decided.details)
+                span.set_attribute("corral.cycle.jobs_considered", len(decided.priorities))
+                span.set_attribute("corral.cycle.decisions", len(decided.decisions))
+                span.set_attribute("corral.cycle.reason_changes", len(changes))
+                if decided.wake_at != self.outlook.wake_at:
+                    self.rearm.set()
+                self.outlook = decided
+                for decision in decided.decisions:
+                    await self.publish(decision)
+                await self.send_orders()
+                for change in changes:
+                    await self.publish(change)
             if self.metrics is not None:
                 self.metrics.cycled(self.state, decided, self.policy, time.perf_counter() - started)
 

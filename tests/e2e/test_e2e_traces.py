@@ -217,6 +217,32 @@ def test_a_preempted_job_names_its_preemptor(traced: tuple[LocalCluster, Cli], o
     assert events["requeued"]["corral.cause"] == "JobPreempted"
     assert {"attempt 1", "queued 1", "run node1 @1"} <= spans.keys()
     assert spans[f"job {low}"].attributes["corral.job.restart_count"] == 1
+    # The preemptor waited for the victim's node: the scheduler logged why (JobReasonChanged).
+    waited = derived(otlp, high, done)["queued"].events
+    assert ("pending_reason", {"corral.pending.reason": "Resources"}) in waited
+
+
+def cycle_spans(spans: list[ReceivedSpan]) -> list[ReceivedSpan]:
+    """The scheduler's cycle spans that decided something."""
+    return [
+        s
+        for s in spans
+        if s.name == "scheduling cycle" and s.attributes.get("corral.cycle.decisions", 0) not in (0, None)
+    ]
+
+
+def test_the_scheduler_traces_each_cycle_as_a_root_span_of_its_own(
+    traced: tuple[LocalCluster, Cli], otlp: OtlpReceiver
+) -> None:
+    _, cli = traced
+    job = cli.sbatch("#!/bin/bash\ntrue\n")
+    assert cli.wait_state(job, ("COMPLETED",), timeout=60) == "COMPLETED|0:0"
+    cycles = cycle_spans(otlp.wait_for(lambda spans: cycle_spans(spans) != [], timeout=30))
+    cycle = cycles[-1]
+    assert cycle.service == "corral-scheduler" and cycle.parent_id == ""
+    assert {"corral.cycle.jobs_considered", "corral.cycle.reason_changes"} <= cycle.attributes.keys()
+    job_traces = {s.trace_id for s in otlp.spans() if s.service == "corral-jobs"}
+    assert not {c.trace_id for c in cycles} & job_traces
 
 
 def test_a_job_requeued_after_its_node_is_killed(

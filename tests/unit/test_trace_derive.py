@@ -240,6 +240,48 @@ def test_holds_are_the_pending_reasons_the_log_knows() -> None:
     assert reasons == ["JobHeldUser", "Released", "JobHeldAdmin"]
 
 
+def test_each_logged_reason_change_is_a_pending_reason_event_of_its_queued_span() -> None:
+    log = Entries()
+    submit(log)
+    log.add(ev.JobReasonChanged(job_id=ev.JobId(1), attempt=0, reason="Priority"))
+    log.add(ev.JobReasonChanged(job_id=ev.JobId(1), attempt=0, reason="Resources"))
+    log.add(
+        ev.JobReasonChanged(
+            job_id=ev.JobId(1), attempt=0, reason="ReqNodeNotAvail", detail="UnavailableNodes:n2"
+        )
+    )
+    log.add(allocated(1, {"n1": [0, 1]}))
+    log.add(ev.JobReasonChanged(job_id=ev.JobId(1), attempt=0, reason="Priority"))  # late: not pending
+    log.add(ev.RunExited(job_id=1, attempt=0, node="n1", exit_code=0, signal=9))
+    log.add(ev.JobRequeued(job_id=1, attempt=0, reason="NodeFail"))
+    log.add(ev.JobReasonChanged(job_id=ev.JobId(1), attempt=0, reason="Dependency"))  # the old attempt's
+    log.add(ev.JobReasonChanged(job_id=ev.JobId(1), attempt=1, reason="Resources"))
+    spans = log.spans()
+    first = [(e.name, e.time_ns, e.attributes) for e in spans["queued"].events]
+    assert first == [
+        ("pending_reason", int((T0 + 2) * 1e9), {"corral.pending.reason": "Priority"}),
+        ("pending_reason", int((T0 + 3) * 1e9), {"corral.pending.reason": "Resources"}),
+        (
+            "pending_reason",
+            int((T0 + 4) * 1e9),
+            {"corral.pending.reason": "ReqNodeNotAvail", "corral.pending.detail": "UnavailableNodes:n2"},
+        ),
+    ]
+    assert [e.name for e in spans["attempt 0"].events] == ["requeued"]
+    again = spans["queued 1"].events
+    assert [e.attributes["corral.pending.reason"] for e in again] == ["Resources"]
+
+
+def test_a_logged_reason_the_queued_span_shows_already_adds_no_event() -> None:
+    log = Entries()
+    submit(log, spec=job(gpus=1, nodes=1, held=True))
+    log.add(ev.JobReasonChanged(job_id=ev.JobId(1), attempt=0, reason="JobHeldUser"))  # the scheduler's view
+    log.add(ev.JobReleased(job_id=1, by="alice"))
+    log.add(ev.JobReasonChanged(job_id=ev.JobId(1), attempt=0, reason="Resources"))
+    reasons = [e.attributes["corral.pending.reason"] for e in log.spans()["queued"].events]
+    assert reasons == ["JobHeldUser", "Released", "Resources"]
+
+
 def test_an_srun_step_over_two_nodes_is_a_child_of_the_batch_run() -> None:
     log = Entries()
     submit(log, spec=job(gpus=1, nodes=2))
