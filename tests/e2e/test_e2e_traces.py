@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import otlp_receiver
 import pytest
@@ -122,6 +123,18 @@ def done(spans: dict[str, ReceivedSpan]) -> bool:
     return "conclude" in spans
 
 
+def audited(cli: Cli, job: int) -> list[dict[str, Any]]:
+    """``corral audit --json``'s entries for ``job`` (the same log the spans come from)."""
+    out = corral(cli, "audit", "--json", str(job))
+    assert out.returncode == 0, out.stderr
+    entries: list[dict[str, Any]] = json.loads(out.stdout)["entries"]
+    return entries
+
+
+def of(entries: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
+    return [e for e in entries if e["event"] == event]
+
+
 def test_a_one_node_job_continues_the_callers_trace(
     traced: tuple[LocalCluster, Cli], otlp: OtlpReceiver
 ) -> None:
@@ -166,6 +179,19 @@ def test_a_one_node_job_continues_the_callers_trace(
     assert ids == {s.span_id: s.name for s in spans.values()}
     text = corral(cli, "trace", str(job)).stdout
     assert f"└─ job {job}" in text and "├─ attempt 0" in text and "run node1" in text, text
+    # corral audit of the same job: who did each step and why, in log order.
+    history = audited(cli, job)
+    assert [e["event"] for e in history] == [
+        "job_submitted",
+        "job_allocated",
+        "run_started",
+        "run_exited",
+        "job_completed",
+    ]
+    assert of(history, "job_submitted")[0]["actor"] == getpass.getuser()
+    assert of(history, "job_allocated")[0]["why"] == [f"job_submitted by {getpass.getuser()}"]
+    assert of(history, "run_started")[0]["why"][0].startswith("job_allocated")
+    assert of(history, "job_completed")[0]["why"][0].startswith("run_exited")
 
 
 def test_a_two_node_gpu_job_with_an_srun_step(traced: tuple[LocalCluster, Cli], otlp: OtlpReceiver) -> None:
@@ -184,6 +210,12 @@ def test_a_two_node_gpu_job_with_an_srun_step(traced: tuple[LocalCluster, Cli], 
     assert step.attributes["process.exit.code"] == 0
     assert spans[f"job {job}"].attributes["corral.nodes"] == ["node1", "node2"]
     assert spans[f"job {job}"].attributes["corral.gpu.count"] == 4
+    history = audited(cli, job)
+    # the batch node reports the start; every node reports its processes' end (issue 10's rule)
+    reports = of(history, "run_started") + of(history, "run_exited")
+    assert sorted(e["envelope"]["body"]["node"] for e in reports) == ["node1", "node1", "node2"]
+    assert all(e["why"][0].startswith("job_allocated") for e in reports)
+    assert [e["why"][0].split()[0] for e in of(history, "step_started")] == ["job_allocated"]
 
 
 def test_an_array_tasks_spans(traced: tuple[LocalCluster, Cli], otlp: OtlpReceiver) -> None:
@@ -198,6 +230,10 @@ def test_an_array_tasks_spans(traced: tuple[LocalCluster, Cli], otlp: OtlpReceiv
     assert first_spans[f"job {first}"].attributes["corral.array.task_id"] == 3
     # One trace and one submit for the whole array.
     assert first_spans[f"job {first}"].parent_id == second[f"job {first + 1}"].parent_id
+    # The task's history holds the array's submission (on the array's subject) and its own decisions.
+    history = audited(cli, first + 1)
+    assert [e["job_id"] for e in of(history, "job_submitted")] == [first]
+    assert [e["job_id"] for e in of(history, "job_allocated")] == [first + 1]
 
 
 def test_a_preempted_job_names_its_preemptor(traced: tuple[LocalCluster, Cli], otlp: OtlpReceiver) -> None:
@@ -220,6 +256,11 @@ def test_a_preempted_job_names_its_preemptor(traced: tuple[LocalCluster, Cli], o
     # The preemptor waited for the victim's node: the scheduler logged why (JobReasonChanged).
     waited = derived(otlp, high, done)["queued"].events
     assert ("pending_reason", {"corral.pending.reason": "Resources"}) in waited
+    # Its audit names the preemptor as the preemption's cause, and the preemption as the requeue's.
+    history = audited(cli, low)
+    [preempted] = of(history, "job_preempted")
+    assert preempted["why"][0].startswith(f"job_submitted {high}")
+    assert of(history, "job_requeued")[0]["why"][0].startswith("job_preempted")
 
 
 def cycle_spans(spans: list[ReceivedSpan]) -> list[ReceivedSpan]:
