@@ -36,11 +36,10 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from latency import latencies  # bench/ is this script's directory: on sys.path
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from corral.cli.local_cluster import LocalCluster, ensure_resolvable
-from corral.libs.infra import roles
-from corral.libs.runtime.bus import Bus, connect
 from corral.libs.runtime.credentials import read_credentials
 from corral.libs.runtime.nats_request import Connection
 from corral.schemas import api, subjects
@@ -148,25 +147,6 @@ class Submitter:
                 return
             time.sleep(0.02)
         raise RuntimeError(f"job {reply.job_id} did not end in 60 s")
-
-
-async def latencies(cluster: LocalCluster, job_ids: list[int]) -> list[float]:
-    """Submit -> RunStarted of each job, from the cluster's log."""
-    creds = read_credentials(cluster.role_credentials(roles.ADMIN))
-    nc = await connect(creds, name="bench")
-    bus = Bus(nc, actor="bench")
-    submitted: dict[int, float] = {}
-    started: dict[int, float] = {}
-    async for entry in bus.read(1):
-        if entry.envelope is None:
-            continue
-        body = entry.envelope.body
-        if isinstance(body, ev.JobSubmitted):
-            submitted[body.job_id] = entry.envelope.meta.occurred_at
-        elif isinstance(body, ev.RunStarted):
-            started.setdefault(body.job_id, entry.envelope.meta.occurred_at)
-    await nc.drain()
-    return [started[j] - submitted[j] for j in job_ids if j in started]
 
 
 def pct(values: list[float], p: float) -> float:
