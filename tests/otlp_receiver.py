@@ -37,6 +37,7 @@ class ReceivedSpan:
     attributes: dict[str, object]  # attribute values (str, int, float, bool or a list of them)
     events: list[tuple[str, dict[str, object]]]  # span events: (name, attributes)
     status: int  # status code (0 unset, 1 ok, 2 error)
+    links: list[tuple[str, str]] = field(default_factory=list)  # linked spans: (trace id, span id)
 
 
 @dataclass
@@ -109,6 +110,7 @@ def decode(body: bytes) -> list[ReceivedSpan]:
                         attributes=_attributes(span.attributes),
                         events=[(e.name, _attributes(e.attributes)) for e in span.events],
                         status=span.status.code,
+                        links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
                     )
                 )
     return found

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any
 
 import structlog
@@ -95,6 +95,24 @@ def extract(traceparent: str | None) -> context.Context:
     if not traceparent:
         return context.Context()
     return _propagator.extract({"traceparent": traceparent})
+
+
+#: The most links a batch's span keeps (one per distinct trace of its messages).
+MAX_LINKS = 32
+
+
+def links(traceparents: Iterable[str | None]) -> list[trace.Link]:
+    """Links to the spans ``traceparents`` name, each once and at most ``MAX_LINKS``: how a span that works
+    on a batch of many jobs' messages (a Postgres transaction of the projection) joins each job's trace
+    without being any one job's child (OpenTelemetry's messaging conventions for batches)."""
+    found: dict[str, trace.Link] = {}
+    for traceparent in traceparents:
+        if not traceparent or traceparent in found or len(found) >= MAX_LINKS:
+            continue
+        span = trace.get_current_span(extract(traceparent)).get_span_context()
+        if span.is_valid:
+            found[traceparent] = trace.Link(span)
+    return list(found.values())
 
 
 @contextlib.contextmanager

@@ -10,8 +10,9 @@ from typing import TypeVar
 
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
+from opentelemetry.trace import SpanKind
 
-from corral.libs.runtime import store
+from corral.libs.runtime import store, telemetry
 from corral.libs.runtime.api_server import serve
 from corral.libs.runtime.bus import Bus, LogEntry, entry_of
 from corral.libs.runtime.errors import CorralError, InvalidInput, TransientError
@@ -29,6 +30,9 @@ CONSUMER = "accounting"
 RETRY_S = 2.0
 
 _Reply = TypeVar("_Reply")
+
+
+_tracer = telemetry.tracer(__name__)
 
 
 class AccountingService:
@@ -125,13 +129,29 @@ class AccountingService:
             raise TransientError(f"log entry {batch.waiting_for} must be applied first")
 
     async def commit(self, delivered: list[LogEntry]) -> Batch:
-        """Plan, fold, convert and apply one delivery in one transaction with the position."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            position = await sql.lock_position(conn, self.consumer)
-            batch = plan_batch([(entry.seq, entry.envelope) for entry in delivered], position)
-            await self.fold_to(position)
-            await sql.apply_ops(conn, self.projector.operations(batch.entries))
-            await sql.save_position(conn, self.consumer, batch.position)
+        """Plan, fold, convert and apply one delivery in one transaction with the position.
+
+        The transaction is a short live span, a root of its own (a delivery is about many jobs), linked to
+        the traces of the jobs whose entries it applies (``telemetry.links``)."""
+        traces = telemetry.links(e.envelope.meta.traceparent for e in delivered if e.envelope is not None)
+        with _tracer.start_as_current_span(
+            "accounting transaction",
+            context=telemetry.extract(None),
+            kind=SpanKind.CLIENT,
+            links=traces,
+            attributes={
+                "db.system": "postgresql",
+                "db.operation.name": "projection transaction",
+                "corral.log.first_seq": delivered[0].seq if delivered else 0,
+                "corral.log.entries": len(delivered),
+            },
+        ):
+            async with self.pool.acquire() as conn, conn.transaction():
+                position = await sql.lock_position(conn, self.consumer)
+                batch = plan_batch([(entry.seq, entry.envelope) for entry in delivered], position)
+                await self.fold_to(position)
+                await sql.apply_ops(conn, self.projector.operations(batch.entries))
+                await sql.save_position(conn, self.consumer, batch.position)
         self.projector.committed(batch.position)
         self._report_skipped()
         return batch

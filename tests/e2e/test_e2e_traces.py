@@ -179,6 +179,18 @@ def test_a_one_node_job_continues_the_callers_trace(
     assert ids == {s.span_id: s.name for s in spans.values()}
     text = corral(cli, "trace", str(job)).stdout
     assert f"└─ job {job}" in text and "├─ attempt 0" in text and "run node1" in text, text
+
+    # Accounting's Postgres transaction that applied the job's entries is a span of its own, linked to the trace.
+    def transactions(received: list[ReceivedSpan]) -> list[ReceivedSpan]:
+        return [
+            s
+            for s in received
+            if (s.service, s.name) == ("corral-accounting", "accounting transaction")
+            and CALLER_TRACE in {trace for trace, _ in s.links}
+        ]
+
+    linked = transactions(otlp.wait_for(transactions))
+    assert linked[0].attributes["db.system"] == "postgresql" and linked[0].parent_id == ""
     # corral audit of the same job: who did each step and why, in log order.
     history = audited(cli, job)
     assert [e["event"] for e in history] == [
