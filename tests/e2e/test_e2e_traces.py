@@ -180,7 +180,7 @@ def test_a_one_node_job_continues_the_callers_trace(
     text = corral(cli, "trace", str(job)).stdout
     assert f"└─ job {job}" in text and "├─ attempt 0" in text and "run node1" in text, text
 
-    # Accounting's Postgres transaction that applied the job's entries is a span of its own, linked to the trace.
+    # Accounting's Postgres transaction that applied the job's entries: a root span linked to the trace.
     def transactions(received: list[ReceivedSpan]) -> list[ReceivedSpan]:
         return [
             s
