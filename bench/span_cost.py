@@ -16,12 +16,15 @@ allocated, started, exited, completed: 6 derived spans), exporting after every e
 the tracer did with one job at a time, each entry its own fetch) versus one export per 64 jobs (a paced
 export, ``OTEL_BSP_SCHEDULE_DELAY``), to the same kind of receiver.
 
+``--export`` times one small export (a one-span POST, as a quiet service's batch or a paced tracer's is)
+with the SDK exporter's own session versus ``telemetry.span_exporter``'s.
+
 The time per iteration includes the export thread's share of the GIL, since a 512-span batch is encoded
 and POSTed about every 256 iterations (the queue fills faster than in a service, which exports on its
 schedule); ``force_flush`` at the end is inside the timing. ``--profile`` prints the top of a cProfile of
 the export mode's loop.
 
-    python bench/span_cost.py [--n 20000] [--rounds 3] [--profile] [--tracer]
+    python bench/span_cost.py [--n 20000] [--rounds 3] [--profile] [--tracer] [--export]
 """
 
 from __future__ import annotations
@@ -176,6 +179,37 @@ def tracer_cost(jobs: int) -> dict[str, float]:
     return out
 
 
+def export_cost(n: int) -> dict[str, float]:
+    """CPU microseconds per one-span export: the exporter's default session versus ``span_exporter``'s."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    from corral.libs.runtime import telemetry
+
+    spans: list[ReadableSpan] = []
+    tracer_provider = telemetry.provider("gateway", None)
+    with tracer_provider.get_tracer("t").start_as_current_span(
+        "submit", attributes={"corral.job.id": 1}
+    ) as s:
+        assert isinstance(s, ReadableSpan)
+    spans.append(s)
+    receiver, target = receiver_target()
+    exporters = {
+        "default session": OTLPSpanExporter(endpoint=target.url),
+        "span_exporter": telemetry.span_exporter(target),
+    }
+    out: dict[str, float] = {}
+    for name, exporter in exporters.items():
+        exporter.export(spans)
+        cpu = time.process_time()
+        for _ in range(n):
+            exporter.export(spans)
+        out[name] = (time.process_time() - cpu) / n * 1e6
+    receiver.kill()
+    receiver.wait()
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -184,8 +218,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--tracer", action="store_true", help="time the tracer's derive + export per job")
+    parser.add_argument("--export", action="store_true", help="time a one-span export's CPU")
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.export:
+        for _ in range(args.rounds):
+            costs = export_cost(args.n)
+            print(
+                f"export, n={args.n}, CPU us per 1-span POST: "
+                + " | ".join(f"{k} {v:.0f}" for k, v in costs.items())
+            )
+        return 0
     if args.tracer:
         for _ in range(args.rounds):
             costs = tracer_cost(args.n)

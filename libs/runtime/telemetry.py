@@ -4,7 +4,8 @@
   current span's trace id / span id on every line; OpenTelemetry exports spans over OTLP/HTTP
   (protobuf) to the target the standard ``OTEL_EXPORTER_OTLP_*`` variables name
   (``corral.libs.config.otlp``: a base endpoint gets ``/v1/traces`` appended, a traces endpoint is used
-  as-is), read by each service's settings and passed here.
+  as-is), read by each service's settings and passed here. Without a target no span is recorded
+  (``ids_only``): spans get ids, for the job's ``traceparent`` and the log lines, and nothing else.
 - ``span_exporter(target)`` is that exporter, for the tracer service's derived spans too.
 - ``inject()`` returns the W3C ``traceparent`` of the current span (for NATS headers and the
   envelope's meta); ``extract(traceparent)`` gives a context to start child spans under;
