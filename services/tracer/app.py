@@ -29,6 +29,9 @@ from corral.services.tracer.jobs import Jobs
 
 #: Name of the durable JetStream consumer (``--consumer`` gives another: a second, independent pass).
 CONSUMER = "tracer"
+#: Entries per fetch. A full fetch is exported at once: the log is busier than a batch per delay, and
+#: waiting would leave the tracer further behind at every batch.
+BATCH = 256
 
 
 class TracerService:
@@ -45,7 +48,7 @@ class TracerService:
        processors do): a POST costs about 1 ms of CPU however few spans it carries, and one per entry
        competed with the scheduler and agents for the cores. While it waits, the entries that follow
        gather in the consumer, so the next export carries all of them (batches without spans wait for
-       nothing);
+       nothing, and a full fetch of ``BATCH`` entries does not wait: the log is busier than that);
     5. ack: the bus acks the batch only then; a failed export naks it (``TransientError``) and the same
        entries, derived again, give the same spans.
     """
@@ -74,6 +77,7 @@ class TracerService:
                     subjects.EVENTS_SUBJECTS,
                     self.handle,
                     service="tracer",
+                    batch=BATCH,
                     stop=stop,
                 )
             except TimeoutError:
@@ -108,7 +112,7 @@ class TracerService:
             entry = entry_of(msg)
             spans += self.jobs.add(entry.seq, entry.envelope)
         if spans:
-            await self._paced()
+            await self._paced(full=len(msgs) >= BATCH)
         try:
             await asyncio.to_thread(otel.export, self.exporter, spans)
         except Exception:
@@ -120,10 +124,11 @@ class TracerService:
             self.exported_at = time.monotonic()
             self.log.info("exported spans", count=len(spans), position=self.jobs.position)
 
-    async def _paced(self) -> None:
-        """Wait until ``delay`` has passed since the last export (or ``stop`` is set: export now)."""
+    async def _paced(self, full: bool = False) -> None:
+        """Wait until ``delay`` has passed since the last export; not for a ``full`` fetch, nor once ``stop``
+        is set (export now)."""
         wait = self.exported_at + self.delay - time.monotonic()
-        if wait > 0 and not self.stop.is_set():
+        if wait > 0 and not full and not self.stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), wait)
 
