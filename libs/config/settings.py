@@ -34,6 +34,7 @@ class Settings:
     unix_user: str  # the user this process runs as
     metrics_port: str | None = None  # CORRAL_METRICS_PORT: the Prometheus port (``metrics_port()`` parses it)
     metrics_addr: str | None = None  # CORRAL_METRICS_ADDR: the address it binds (default 127.0.0.1)
+    otel_export_delay: str | None = None  # OTEL_BSP_SCHEDULE_DELAY: ms between two exports (``otlp.py``)
 
 
 def from_env() -> Settings:
@@ -56,6 +57,7 @@ def from_env() -> Settings:
         unix_user=getpass.getuser(),
         metrics_port=os.environ.get("CORRAL_METRICS_PORT") or None,
         metrics_addr=os.environ.get("CORRAL_METRICS_ADDR") or None,
+        otel_export_delay=os.environ.get("OTEL_BSP_SCHEDULE_DELAY", "").strip() or None,
     )
 
 

@@ -118,6 +118,8 @@ def run(
         creds = Credentials(url=env.nats_url, user=creds.user, password=creds.password)
     try:
         target = otlp.target(env)
+        if target is not None:
+            otlp.export_delay(env)  # the batch processors read it too: refuse a bad one here, by name
     except ConfigError as exc:
         return _fail(name, str(exc))
     telemetry.configure(name, target)

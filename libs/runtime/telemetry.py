@@ -4,7 +4,8 @@
   current span's trace id / span id on every line; OpenTelemetry exports spans over OTLP/HTTP
   (protobuf) to the target the standard ``OTEL_EXPORTER_OTLP_*`` variables name
   (``corral.libs.config.otlp``: a base endpoint gets ``/v1/traces`` appended, a traces endpoint is used
-  as-is), read by each service's settings and passed here.
+  as-is), read by each service's settings and passed here. Without a target no span is recorded
+  (``ids_only``): spans get ids, for the job's ``traceparent`` and the log lines, and nothing else.
 - ``span_exporter(target)`` is that exporter, for the tracer service's derived spans too.
 - ``inject()`` returns the W3C ``traceparent`` of the current span (for NATS headers and the
   envelope's meta); ``extract(traceparent)`` gives a context to start child spans under;
@@ -16,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 from collections.abc import Iterable, Iterator, MutableMapping
@@ -24,7 +26,7 @@ from typing import Any
 import structlog
 from opentelemetry import context, trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import TracerProvider, sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -45,10 +47,19 @@ def add_trace_ids(logger: Any, method: str, event: MutableMapping[str, Any]) -> 
 
 
 def span_exporter(target: OtlpTarget) -> SpanExporter:
-    """The OTLP/HTTP (protobuf) exporter that POSTs spans to ``target.url`` exactly."""
+    """The OTLP/HTTP (protobuf) exporter that POSTs spans to ``target.url`` exactly.
+
+    Its HTTP session takes the proxy for the URL from the environment (``HTTPS_PROXY``, ``NO_PROXY`` ...)
+    once, here: left to ``requests``, every POST scans the whole environment for proxy variables twice,
+    about half of a small export's CPU. The CA bundle is ``OTEL_EXPORTER_OTLP_CERTIFICATE`` as before (the
+    exporter sets it); ``REQUESTS_CA_BUNDLE`` and ``~/.netrc`` are not read."""
+    import requests
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter(endpoint=target.url, headers=target.headers)
+    session = requests.Session()
+    session.trust_env = False
+    session.proxies = requests.utils.get_environ_proxies(target.url)
+    return OTLPSpanExporter(endpoint=target.url, headers=target.headers, session=session)
 
 
 def provider(service: str, target: OtlpTarget | None) -> TracerProvider:
@@ -57,6 +68,15 @@ def provider(service: str, target: OtlpTarget | None) -> TracerProvider:
     if target is not None:
         tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter(target)))
     return tracer_provider
+
+
+def ids_only(service: str) -> TracerProvider:
+    """The provider of a process that exports no spans: it records none (the ``ALWAYS_OFF`` sampler: no
+    span objects, attributes or processors), but every span still gets ids, so a job still gets a
+    ``traceparent`` and its log lines a trace id and span id."""
+    return TracerProvider(
+        sampler=sampling.ALWAYS_OFF, resource=Resource.create({"service.name": f"corral-{service}"})
+    )
 
 
 def configure(service: str, target: OtlpTarget | None = None, level: int = logging.INFO) -> None:
@@ -75,7 +95,7 @@ def configure(service: str, target: OtlpTarget | None = None, level: int = loggi
         cache_logger_on_first_use=True,
     )
     structlog.contextvars.bind_contextvars(service=service)
-    trace.set_tracer_provider(provider(service, target))
+    trace.set_tracer_provider(provider(service, target) if target is not None else ids_only(service))
 
 
 def tracer(name: str) -> trace.Tracer:
@@ -84,16 +104,25 @@ def tracer(name: str) -> trace.Tracer:
 
 
 def inject() -> str | None:
-    """The W3C traceparent of the current span, if there is one."""
-    carrier: dict[str, str] = {}
-    _propagator.inject(carrier)
-    return carrier.get("traceparent")
+    """The W3C traceparent of the current span, if there is one (formatted as the W3C propagator does,
+    without its carrier)."""
+    ctx = trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return None
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
 
 
 def extract(traceparent: str | None) -> context.Context:
     """A context whose parent is the span named by ``traceparent`` (the root if None)."""
     if not traceparent:
         return context.Context()
+    return _extracted(traceparent)
+
+
+@functools.lru_cache(maxsize=4096)
+def _extracted(traceparent: str) -> context.Context:
+    """The W3C propagator's context of ``traceparent``: a job's appends and orders name the same one again
+    and again, and a context is immutable, so each is parsed once."""
     return _propagator.extract({"traceparent": traceparent})
 
 

@@ -9,6 +9,9 @@ the log (role ``corral-tracer``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
+import time
 
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
@@ -26,6 +29,9 @@ from corral.services.tracer.jobs import Jobs
 
 #: Name of the durable JetStream consumer (``--consumer`` gives another: a second, independent pass).
 CONSUMER = "tracer"
+#: Entries per fetch. A full fetch is exported at once: the log is busier than a batch per delay, and
+#: waiting would leave the tracer further behind at every batch.
+BATCH = 256
 
 
 class TracerService:
@@ -37,20 +43,31 @@ class TracerService:
        (``jobs.Jobs``), exporting nothing: those spans were exported before the acks;
     2. fetch: ``Bus.consume`` hands a batch from the durable consumer;
     3. derive: each entry, in order, is filed under its jobs, which gives the spans it ended;
-    4. export: the batch's spans go to the OTLP endpoint in one request, synchronously;
+    4. export: the batch's spans go to the OTLP endpoint in one request, synchronously, but no sooner than
+       ``delay`` seconds after the previous export (``OTEL_BSP_SCHEDULE_DELAY``, as the services' batch
+       processors do): a POST costs about 1 ms of CPU however few spans it carries, and one per entry
+       competed with the scheduler and agents for the cores. While it waits, the entries that follow
+       gather in the consumer, so the next export carries all of them (batches without spans wait for
+       nothing, and a full fetch of ``BATCH`` entries does not wait: the log is busier than that);
     5. ack: the bus acks the batch only then; a failed export naks it (``TransientError``) and the same
        entries, derived again, give the same spans.
     """
 
-    def __init__(self, bus: Bus, exporter: SpanExporter, consumer: str = CONSUMER) -> None:
+    def __init__(
+        self, bus: Bus, exporter: SpanExporter, consumer: str = CONSUMER, delay: float = otlp.EXPORT_DELAY_S
+    ) -> None:
         self.bus = bus
         self.exporter = exporter
         self.consumer = consumer
+        self.delay = delay
         self.jobs = Jobs()
         self.log = logger(consumer=consumer)
+        self.stop = asyncio.Event()
+        self.exported_at = -math.inf  # time.monotonic() of the last export
 
     async def run(self, stop: asyncio.Event) -> None:
         """Rebuild, then consume the log until ``stop`` is set."""
+        self.stop = stop
         await self.rebuild()
         while not stop.is_set():
             try:
@@ -60,6 +77,7 @@ class TracerService:
                     subjects.EVENTS_SUBJECTS,
                     self.handle,
                     service="tracer",
+                    batch=BATCH,
                     stop=stop,
                 )
             except TimeoutError:
@@ -93,6 +111,8 @@ class TracerService:
         for msg in msgs:
             entry = entry_of(msg)
             spans += self.jobs.add(entry.seq, entry.envelope)
+        if spans:
+            await self._paced(full=len(msgs) >= BATCH)
         try:
             await asyncio.to_thread(otel.export, self.exporter, spans)
         except Exception:
@@ -101,7 +121,16 @@ class TracerService:
             raise
         self.jobs.commit()
         if spans:
+            self.exported_at = time.monotonic()
             self.log.info("exported spans", count=len(spans), position=self.jobs.position)
+
+    async def _paced(self, full: bool = False) -> None:
+        """Wait until ``delay`` has passed since the last export; not for a ``full`` fetch, nor once ``stop``
+        is set (export now)."""
+        wait = self.exported_at + self.delay - time.monotonic()
+        if wait > 0 and not full and not self.stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), wait)
 
 
 async def main(ctx: Context) -> None:
@@ -113,8 +142,9 @@ async def main(ctx: Context) -> None:
             "(or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)",
             field="OTEL_EXPORTER_OTLP_ENDPOINT",
         )
+    delay = otlp.export_delay(ctx.settings)
     exporter = telemetry.span_exporter(target)
     try:
-        await TracerService(ctx.bus, exporter, consumer=ctx.args.consumer).run(ctx.stop)
+        await TracerService(ctx.bus, exporter, ctx.args.consumer, delay).run(ctx.stop)
     finally:
         exporter.shutdown()

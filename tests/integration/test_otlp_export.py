@@ -10,6 +10,7 @@ from otlp_receiver import TRACES_PATH, OtlpReceiver
 
 from corral.libs.config import otlp as otlp_config
 from corral.libs.config.settings import from_env
+from corral.libs.config.values import ConfigError
 from corral.libs.runtime import telemetry
 
 pytestmark = pytest.mark.integration
@@ -52,10 +53,19 @@ def test_a_traces_endpoint_is_used_as_it_is(otlp: OtlpReceiver, monkeypatch: pyt
 
 def test_bad_otlp_settings_name_the_variable() -> None:
     base = dataclasses.replace(from_env(), otlp_endpoint="http://c:4318", otlp_traces_endpoint=None)
-    with pytest.raises(otlp_config.ConfigError, match="OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc'"):
+    with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc'"):
         otlp_config.target(dataclasses.replace(base, otlp_protocol="grpc"))
-    with pytest.raises(otlp_config.ConfigError, match="OTEL_EXPORTER_OTLP_HEADERS: 'novalue'"):
+    with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_HEADERS: 'novalue'"):
         otlp_config.target(dataclasses.replace(base, otlp_headers="novalue"))
-    with pytest.raises(otlp_config.ConfigError, match="not an http"):
+    with pytest.raises(ConfigError, match="not an http"):
         otlp_config.target(dataclasses.replace(base, otlp_endpoint="collector:4318"))
     assert otlp_config.target(dataclasses.replace(base, otlp_endpoint=None)) is None
+
+
+def test_the_export_delay_is_the_spec_variable_in_milliseconds() -> None:
+    base = from_env()
+    assert otlp_config.export_delay(dataclasses.replace(base, otel_export_delay=None)) == 5.0
+    assert otlp_config.export_delay(dataclasses.replace(base, otel_export_delay="200")) == 0.2
+    for bad in ("0", "-5", "1.5s"):
+        with pytest.raises(ConfigError, match="OTEL_BSP_SCHEDULE_DELAY: "):
+            otlp_config.export_delay(dataclasses.replace(base, otel_export_delay=bad))

@@ -37,3 +37,17 @@ def test_a_log_line_about_a_job_names_the_job_and_its_trace() -> None:
     assert _line() == {"event": "x"}
     with telemetry.about_job(13, "not a traceparent"):
         assert _line() == {"event": "x", "job_id": 13}
+
+
+def test_without_an_endpoint_spans_are_not_recorded_but_jobs_still_get_trace_ids() -> None:
+    """``configure`` with no OTLP target: no span is recorded (no span work beyond ids), yet the gateway's
+    ``submit`` span still names a trace for the job's traceparent and its log lines."""
+    tracer = telemetry.ids_only("test").get_tracer("t")
+    with tracer.start_as_current_span("submit", attributes={"enduser.id": "alice"}) as span:
+        assert not span.is_recording()
+        traceparent = telemetry.inject()
+        assert traceparent is not None
+        assert _line()["span_id"] == format(span.get_span_context().span_id, "016x")
+    with telemetry.attached(TRACEPARENT), tracer.start_as_current_span("submit") as child:
+        assert not child.is_recording()
+        assert format(child.get_span_context().trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
