@@ -64,7 +64,12 @@ def span_exporter(target: OtlpTarget) -> SpanExporter:
 
 def provider(service: str, target: OtlpTarget | None) -> TracerProvider:
     """A tracer provider for ``corral-<service>`` that exports to ``target`` in batches (none: no export)."""
-    tracer_provider = TracerProvider(resource=Resource.create({"service.name": f"corral-{service}"}))
+    # ALWAYS_ON, not the default ParentBased: Corral traces every job, and a job whose traceparent was made
+    # where no endpoint was set (ids only: flags 00, ``ids_only``) or by a caller that sampled its own trace
+    # out would otherwise lose every span this process adds to it.
+    tracer_provider = TracerProvider(
+        sampler=sampling.ALWAYS_ON, resource=Resource.create({"service.name": f"corral-{service}"})
+    )
     if target is not None:
         tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter(target)))
     return tracer_provider

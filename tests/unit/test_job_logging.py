@@ -51,3 +51,13 @@ def test_without_an_endpoint_spans_are_not_recorded_but_jobs_still_get_trace_ids
     with telemetry.attached(TRACEPARENT), tracer.start_as_current_span("submit") as child:
         assert not child.is_recording()
         assert format(child.get_span_context().trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
+
+
+def test_a_process_that_exports_records_the_spans_of_a_job_whose_trace_was_not_sampled() -> None:
+    """A job submitted where no endpoint was set carries an unsampled traceparent (flags 00); an agent or
+    scheduler that exports still records its spans in that trace."""
+    unsampled = TRACEPARENT[:-2] + "00"
+    tracer = telemetry.provider("test", None).get_tracer("t")
+    with telemetry.attached(unsampled), tracer.start_as_current_span("launch") as span:
+        assert span.is_recording()
+        assert format(span.get_span_context().trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
