@@ -5,7 +5,7 @@ temporary state directories, at the same time, on this machine:
 
 - **on**: every process serves its Prometheus metrics (``corral up``'s default; a scraper reads every
   endpoint once a second, fifteen times Prometheus' default rate) and exports its spans over OTLP/HTTP
-  (``OTEL_EXPORTER_OTLP_ENDPOINT`` set to a receiver in this process, which answers 200 to any POST and
+  (``OTEL_EXPORTER_OTLP_ENDPOINT`` set to a receiver in a child process, which answers 200 to any POST and
   counts the requests and their spans by path, so the result also says where the spans went);
 - **metrics**: the metrics (scraped the same way), no OTLP endpoint: what the metrics alone cost;
 - **off**: ``--metrics-port off`` (no endpoint, nothing recorded) and no OTLP endpoint.
@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import collections
 import getpass
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -34,6 +35,7 @@ import time
 import urllib.request
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing.connection import Connection as Pipe
 from pathlib import Path
 
 from latency import latencies  # bench/ is this script's directory: on sys.path
@@ -51,40 +53,60 @@ ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 
 
 class Receiver:
-    """An OTLP/HTTP receiver: 200 to any POST, requests and decoded spans counted by path."""
+    """An OTLP/HTTP receiver in a process of its own (its decoding must not share the GIL of the process that
+    times the submits): 200 to any POST, requests and decoded spans counted by path."""
 
     def __init__(self) -> None:
         self.requests: collections.Counter[str] = collections.Counter()
         self.spans: collections.Counter[str] = collections.Counter()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                receiver.requests[self.path] += 1
-                try:
-                    request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
-                    receiver.spans[self.path] += sum(
-                        len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans
-                    )
-                except Exception:
-                    receiver.spans[f"{self.path} (undecodable)"] += 1
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        context = multiprocessing.get_context("spawn")
+        self.pipe, child = context.Pipe()
+        self.process = context.Process(target=_receive, args=(child,), daemon=True)
+        self.process.start()
+        self.url = f"http://127.0.0.1:{self.pipe.recv()}"
 
     def stop(self) -> None:
-        """Stop serving."""
-        self.server.shutdown()
-        self.server.server_close()
+        """Stop serving; the counts are then in ``requests`` and ``spans``."""
+        if self.process.is_alive() and not self.pipe.closed:
+            self.pipe.send("stop")
+            requests, spans = self.pipe.recv()
+            self.requests.update(requests)
+            self.spans.update(spans)
+            self.pipe.close()
+        self.process.join(10)
+
+
+def _receive(pipe: Pipe) -> None:
+    """The receiver's process: serve until told to stop, then send back the counts."""
+    requests: collections.Counter[str] = collections.Counter()
+    spans: collections.Counter[str] = collections.Counter()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            requests[self.path] += 1
+            try:
+                request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+                spans[self.path] += sum(
+                    len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans
+                )
+            except Exception:
+                spans[f"{self.path} (undecodable)"] += 1
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    pipe.send(server.server_port)
+    pipe.recv()
+    server.shutdown()
+    server.server_close()
+    pipe.send((dict(requests), dict(spans)))
 
 
 class Scraper:
@@ -231,6 +253,7 @@ def main() -> int:
         print()
         endpoints = len(scraped)
         print(f"metrics: {scraper.scrapes} scrapes of {endpoints} endpoints, {scraper.bytes} bytes")
+        receiver.stop()  # its counts come back as it stops
         print(f"OTLP receiver: requests by path {dict(receiver.requests)}")
         print(f"OTLP receiver: spans by path {dict(receiver.spans)}")
         return 0
