@@ -57,7 +57,7 @@ from corral.libs.core.policy import Backfill, Policy
 from corral.libs.core.state import State
 from corral.schemas import events as ev
 from corral.schemas.events import NodeAllocation
-from corral.services.scheduler.app import plan_paused
+from corral.services.scheduler.planning import plan_paused
 from corral.services.scheduler.views import policy_of
 
 POLICIES: tuple[Backfill, ...] = ("easy", "conservative", "fifo")

@@ -37,8 +37,9 @@ from pathlib import Path
 from corral.cli import cmdclient
 from corral.cli.local_cluster import LocalCluster, ensure_resolvable
 from corral.libs.infra import roles
-from corral.libs.runtime.bus import Bus, connect
+from corral.libs.runtime.bus import Bus
 from corral.libs.runtime.credentials import read_credentials
+from corral.libs.runtime.streams import connect
 from corral.schemas import events as ev
 
 BIN = Path(sys.executable).parent

@@ -13,8 +13,9 @@ import pytest
 
 from corral.cli import cmdclient
 from corral.libs.infra import NatsServer, PostgresServer, roles
-from corral.libs.runtime.bus import Bus, connect, declare
+from corral.libs.runtime.bus import Bus
 from corral.libs.runtime.credentials import Credentials
+from corral.libs.runtime.streams import connect, declare
 
 ADMIN_PASSWORD = "test-admin-secret"
 # The run's directory for command servers, and the XDG_RUNTIME_DIR it replaced.

@@ -33,8 +33,8 @@ from corral.libs.config import otlp, settings
 from corral.libs.config.cluster import ClusterConfig, load_config, local_config_text
 from corral.libs.infra import NatsServer, NatsUser, PostgresServer, roles
 from corral.libs.infra.ports import free_port
-from corral.libs.runtime.bus import connect, declare
 from corral.libs.runtime.credentials import Credentials, new_password, read_credentials, write_credentials
+from corral.libs.runtime.streams import connect, declare
 from corral.services.agent.stop_all import kill_runs
 
 HOSTS_MARK = "# corral local cluster"

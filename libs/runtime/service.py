@@ -26,7 +26,7 @@ from corral.libs.config import settings as settings_mod
 from corral.libs.config.cluster import ClusterConfig, ConfigError, load_config
 from corral.libs.runtime import bus as busmod
 from corral.libs.runtime import metrics as metricsmod
-from corral.libs.runtime import telemetry
+from corral.libs.runtime import streams, telemetry
 from corral.libs.runtime.credentials import Credentials, read_credentials
 
 
@@ -42,6 +42,16 @@ class Context:
     settings: settings_mod.Settings  # environment settings
     stop: asyncio.Event = field(default_factory=asyncio.Event)  # set on SIGINT/SIGTERM
     metrics: metricsmod.Metrics | None = None  # the process's metrics (None: --metrics-port off)
+
+
+async def either(first: asyncio.Event, second: asyncio.Event) -> None:
+    """Return when either event is set."""
+    waiters = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 async def run_until_stopped(stop: asyncio.Event, *loops: Coroutine[Any, Any, None]) -> None:
@@ -154,7 +164,7 @@ async def _serve(
         log.info("metrics served", url=endpoint.url)
     # The request servers this process starts (api_server.serve) record into its metrics.
     metricsmod.current.set(metrics)
-    nc = await busmod.connect(creds, name=f"corral-{name}")
+    nc = await streams.connect(creds, name=f"corral-{name}")
     bus = busmod.Bus(nc, actor=creds.user, metrics=metrics)
     ctx = Context(name, nc, bus, config, args, env, metrics=metrics)
     loop = asyncio.get_running_loop()

@@ -18,30 +18,21 @@ of requeues). It returns the job's span tree:
 
 The entries are followed along the job state machine of ``schemas.lifecycle``: an event counts only in
 the states its transition or mark lists and for the current attempt (a late fact of an earlier run changes
-nothing), as the fold does. Every event type is handled or listed in ``IGNORED`` with why
-(``tests/unit/test_trace_derive.py`` checks it). The queued span's ``pending_reason`` events say why
-the job waited: each ``JobReasonChanged`` the scheduler logged (Resources, Priority, Dependency, a QOS
-limit, ReqNodeNotAvail with its nodes ...; ``corral.pending.reason`` and ``corral.pending.detail``), holds
-(JobHeldUser / JobHeldAdmin) and releases; a logged reason equal to the one the span shows already (a hold
-the scheduler then logs as JobHeldUser) adds no second event.
-
-Peer nodes report no start of their own (the batch node's agent starts the script; a peer works only in
-steps), so a peer's launch and run spans take the batch node's RunStarted; a peer's run ends at its own
-``RunExited`` (its processes gone, after a kill) or at the end of the attempt.
+nothing), as the fold does (``coverage.counts``; every event type is handled or listed in
+``coverage.IGNORED``). What the queued span's ``pending_reason`` events hold, and why a peer node's launch
+and run take the batch node's start: ``docs/decisions/tracing.md``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
-from corral.libs.slurm.array import array_indices
-from corral.libs.slurm.errors import FormatError
+from corral.libs.trace.building import OpenSpan, array_index, job_attributes, mark_event, node_attributes
 from corral.libs.trace.causes import Causes
+from corral.libs.trace.coverage import CONCLUSIONS, counts
 from corral.libs.trace.spans import (
     AttrValue,
     Exporter,
-    SpanEvent,
     SpanKind,
     SpanRecord,
     Status,
@@ -54,77 +45,6 @@ from corral.schemas import events as ev
 from corral.schemas import lifecycle
 from corral.schemas.lifecycle import JobState
 
-#: Event types the derivation does not turn into span data, and why.
-IGNORED: dict[type[ev.Event], str] = {
-    ev.JobHoldRequested: "an intent: the JobHeld decision is the pending reason's change",
-    ev.JobReleaseRequested: "an intent: JobReleased is the change",
-    ev.JobUpdateRequested: "an intent: JobUpdated is the change",
-    ev.NodeUp: "node facts count only as causes (NodeDown)",
-    ev.NodeDrained: "a drain ends no run",
-    ev.NodeResumed: "a drain ends no run",
-    ev.NodeDrainRequested: "an intent",
-    ev.NodeResumeRequested: "an intent",
-    ev.NodeDownRequested: "an intent: health's NodeDown is the fact",
-    ev.ReservationCreateRequested: "not about a job",
-    ev.ReservationDeleteRequested: "not about a job",
-    ev.ReservationCreated: "not about a job",
-    ev.ReservationRejected: "not about a job",
-    ev.ReservationDeleted: "not about a job",
-}
-
-_CONCLUSIONS = (ev.JobCompleted, ev.JobFailed, ev.JobCancelled)
-
-#: Event types that become span data: spans' starts and ends, span events, causes.
-HANDLED: frozenset[type[ev.Event]] = frozenset(
-    {
-        ev.JobSubmitted,
-        ev.JobAllocated,
-        ev.RunStarted,
-        ev.RunExited,
-        ev.StepStarted,
-        ev.StepExited,
-        ev.NodeDown,
-        ev.NodeRegistered,
-        ev.JobRequeued,
-        *_CONCLUSIONS,
-        ev.JobHeld,
-        ev.JobReleased,
-        ev.JobUpdated,
-        ev.JobReasonChanged,
-        ev.JobCancelRequested,
-        ev.JobPreempted,
-        ev.JobRequeueRequested,
-        ev.JobSignalRequested,
-    }
-)
-
-
-@dataclass
-class _Span:
-    """A span being built."""
-
-    name: str
-    kind: SpanKind
-    span_id: str
-    parent_id: str | None
-    start_ns: int
-    attributes: dict[str, AttrValue] = field(default_factory=dict)
-    events: list[SpanEvent] = field(default_factory=list)
-    end_ns: int | None = None
-    end_seq: int = 0
-    status: Status = "unset"
-    status_message: str = ""
-
-    def end(self, seq: int, at_ns: int, status: Status = "unset", message: str = "") -> None:
-        if self.end_ns is not None:
-            return
-        self.end_ns, self.end_seq = max(at_ns, self.start_ns), seq
-        if status != "unset":
-            self.status, self.status_message = status, message
-
-    def event(self, name: str, at_ns: int, attributes: dict[str, AttrValue]) -> None:
-        self.events.append(SpanEvent(name=name, time_ns=at_ns, attributes=attributes))
-
 
 class _Derivation:
     """The job's spans as its entries come, in log order."""
@@ -136,11 +56,13 @@ class _Derivation:
         self.attempt = 0  # the current (or next) attempt: the job's restart count
         self.trace_id = ""
         self.exporter: str = "tracer"
-        self.spans: list[_Span] = []
-        self.job: _Span | None = None
-        self.queued: _Span | None = None
-        self.current: _Span | None = None  # the current attempt's span
-        self.children: dict[tuple[str, str], _Span] = {}  # (kind, node or step) -> open span of the attempt
+        self.spans: list[OpenSpan] = []
+        self.job: OpenSpan | None = None
+        self.queued: OpenSpan | None = None
+        self.current: OpenSpan | None = None  # the current attempt's span
+        self.children: dict[
+            tuple[str, str], OpenSpan
+        ] = {}  # (kind, node or step) -> open span of the attempt
         self.nodes: list[ev.NodeAllocation] = []  # the current attempt's allocation
         self.run_exit: tuple[int, float] | None = None  # (seq, time) of the batch node's exit, this attempt
         self.cancel_at: float | None = None  # when a cancel was requested
@@ -155,13 +77,13 @@ class _Derivation:
         self,
         kind: SpanKind,
         name: str,
-        parent: _Span | None,
+        parent: OpenSpan | None,
         at: float,
         attempt: int | None = None,
         node: str = "",
         attributes: dict[str, AttrValue] | None = None,
-    ) -> _Span:
-        span = _Span(
+    ) -> OpenSpan:
+        span = OpenSpan(
             name=name,
             kind=kind,
             span_id=span_id_for(self.trace_id, self.job_id, attempt, node, kind),
@@ -186,7 +108,9 @@ class _Derivation:
         if isinstance(body, ev.JobSubmitted):
             self._submitted(seq, env, body)
             return
-        if self.job is None or not self._counts(body):
+        if self.job is None or self.state is None:
+            return
+        if not counts(body, self.job_id, self.array_id, self.state, self.attempt, self.nodes):
             return
         if isinstance(body, ev.JobAllocated):
             self._allocated(seq, at, body)
@@ -200,38 +124,15 @@ class _Derivation:
             self._node_down(seq, at, body)
         elif isinstance(body, ev.JobRequeued):
             self._requeued(seq, env, body)
-        elif isinstance(body, _CONCLUSIONS):
+        elif isinstance(body, CONCLUSIONS):
             self._concluded(seq, env, body)
         else:
             self._marked(at, body)
 
-    def _counts(self, body: ev.Event) -> bool:
-        """Whether the event is about this job's current state and attempt (the lifecycle's rule)."""
-        if isinstance(body, ev.NodeDown):
-            return self.state == "RUNNING" and any(a.node == body.node for a in self.nodes)
-        if isinstance(body, ev.StepStarted | ev.StepExited):
-            return body.job_id == self.job_id and self.state == "RUNNING" and body.attempt == self.attempt
-        if type(body) in IGNORED:
-            return False
-        job_id = getattr(body, "job_id", None)
-        whole = isinstance(body, ev.JobCancelRequested) and body.whole_array
-        if job_id != self.job_id and not (whole and job_id == self.array_id):
-            return False
-        transition = lifecycle.JOB_TRANSITION_OF.get(type(body))
-        if transition is not None:
-            attempt = getattr(body, "attempt", None)
-            current = attempt == self.attempt or (
-                transition.attempt == "current_or_pending" and attempt == -1 and self.state == "PENDING"
-            )
-            return self.state in transition.sources and current
-        mark = lifecycle.JOB_MARK_OF[type(body)]
-        attempt = getattr(body, "attempt", self.attempt)
-        return self.state in mark.states and attempt == self.attempt
-
     def _submitted(self, seq: int, env: ev.Envelope, body: ev.JobSubmitted) -> None:
         if self.job is not None:
             return
-        index = self._array_index(body)
+        index = array_index(self.job_id, body)
         if index is False:
             return
         self.array_id = body.job_id
@@ -243,7 +144,7 @@ class _Derivation:
         else:
             self.trace_id = trace_id_for(body.job_id, env.meta.event_id)
             submit_id = span_id_for(self.trace_id, body.job_id, None, "", "submit")
-        submit = _Span(
+        submit = OpenSpan(
             name="submit",
             kind="submit",
             span_id=submit_id,
@@ -254,35 +155,12 @@ class _Derivation:
         submit.end(seq, ns(at))
         self.spans.append(submit)
         self.gpu_type = spec.gpu_type or ""
-        attributes: dict[str, AttrValue] = {
-            "corral.job.id": self.job_id,
-            "corral.job.name": spec.name,
-            "enduser.id": body.user,
-            "corral.account": spec.account or "",
-            "corral.partition": spec.partition or "",
-            "corral.qos": spec.qos or "",
-            "corral.job.node_count": spec.nodes,
-            "corral.gpu.count": spec.gpus_per_node * spec.nodes,
-            "corral.gpu.type": self.gpu_type,
-        }
-        if index is not None:
-            attributes |= {"corral.array.job_id": body.job_id, "corral.array.task_id": index}
+        attributes = job_attributes(self.job_id, body, index)
         self.job = self._open("job", f"job {self.job_id}", submit, at, attributes=attributes)
         self.queued = self._open("queued", "queued", self.job, at, attempt=0)
         if spec.held:
             self._reason(ns(at), "JobHeldUser")
         self.state = "PENDING"
-
-    def _array_index(self, body: ev.JobSubmitted) -> int | bool | None:
-        """The task index of this job in the submission (None: not an array), False: not this job's."""
-        if body.spec.array is None:
-            return None if body.job_id == self.job_id else False
-        try:
-            indices = array_indices(body.spec.array)
-        except FormatError:
-            return False
-        offset = self.job_id - body.job_id
-        return indices[offset] if 0 <= offset < len(indices) else False
 
     def _allocated(self, seq: int, at: float, body: ev.JobAllocated) -> None:
         assert self.job is not None and self.queued is not None
@@ -317,19 +195,14 @@ class _Derivation:
                 at,
                 attempt=body.attempt,
                 node=alloc.node,
-                attributes=self._node_attributes(alloc, i),
+                attributes=node_attributes(
+                    alloc, i, self.gpu_type or self.gpu_types.get(alloc.node, ""), self.attempt
+                ),
             )
 
-    def _node_attributes(self, alloc: ev.NodeAllocation, index: int) -> dict[str, AttrValue]:
-        return {
-            "host.name": alloc.node,
-            "corral.node.role": "batch" if index == 0 else "peer",
-            "corral.gpu.indices": list(alloc.gpus),
-            "corral.gpu.count": len(alloc.gpus),
-            "corral.gpu.type": (self.gpu_type or self.gpu_types.get(alloc.node, "")) if alloc.gpus else "",
-            "corral.cpus": alloc.cpus,
-            "corral.attempt": self.attempt,
-        }
+    def _gpu_type(self, node: str) -> str:
+        """The GPU type a node's spans name: the one the job asked for, else the node's registered one."""
+        return self.gpu_type or self.gpu_types.get(node, "")
 
     def _run_started(self, seq: int, at: float, body: ev.RunStarted) -> None:
         # The batch node's start is the run's start on every node of the allocation.
@@ -338,7 +211,9 @@ class _Derivation:
             if launch is None or ("run", alloc.node) in self.children:
                 continue
             launch.end(seq, ns(at))
-            attributes = self._node_attributes(alloc, i)
+            attributes = node_attributes(
+                alloc, i, self.gpu_type or self.gpu_types.get(alloc.node, ""), self.attempt
+            )
             if alloc.node == body.node:
                 attributes["process.pid"] = body.pid
             self.children[("run", alloc.node)] = self._open(
@@ -442,25 +317,12 @@ class _Derivation:
         elif isinstance(body, ev.JobReasonChanged):
             if (body.reason, body.detail) != self.shown_reason:
                 self._reason(t, body.reason, body.detail)
-        elif isinstance(body, ev.JobUpdated):
-            target.event("job_updated", t, {"corral.by": body.by})
-        elif isinstance(body, ev.JobCancelRequested):
-            self.cancel_at = at
-            target.event("cancel_requested", t, {"corral.by": body.user})
-        elif isinstance(body, ev.JobPreempted):
-            target.event(
-                "preempted",
-                t,
-                {
-                    "corral.preempt.by_job": body.by_job,
-                    "corral.preempt.mode": body.mode,
-                    "corral.preempt.grace_s": body.grace_s,
-                },
-            )
-        elif isinstance(body, ev.JobRequeueRequested):
-            target.event("requeue_requested", t, {"corral.by": body.user, "corral.requeue.hold": body.hold})
-        elif isinstance(body, ev.JobSignalRequested):
-            target.event("signal_requested", t, {"corral.by": body.user, "corral.signal": body.signal})
+        else:
+            if isinstance(body, ev.JobCancelRequested):
+                self.cancel_at = at
+            marked = mark_event(body)
+            if marked is not None:
+                target.event(marked[0], t, marked[1])
 
     def _reason(self, at_ns: int, reason: str, detail: str = "", by: str = "") -> None:
         """A ``pending_reason`` event on the queued span: why the job waits from ``at_ns``."""
@@ -524,27 +386,6 @@ class _Derivation:
         self.job.end(seq, t, status, str(message))
         self.state = state
 
-    def records(self) -> list[SpanRecord]:
-        exporter: Exporter = "gateway" if self.exporter == "gateway" else "tracer"
-        return [
-            SpanRecord(
-                name=s.name,
-                kind=s.kind,
-                trace_id=self.trace_id,
-                span_id=s.span_id,
-                parent_id=s.parent_id,
-                start_ns=s.start_ns,
-                end_ns=s.end_ns,
-                attributes=s.attributes,
-                events=sorted(s.events, key=lambda e: e.time_ns),
-                status=s.status,
-                status_message=s.status_message,
-                end_seq=s.end_seq,
-                exporter=exporter if s.kind == "submit" else "tracer",
-            )
-            for s in self.spans
-        ]
-
 
 def spans(job_id: int, entries: Iterable[tuple[int, ev.Envelope]]) -> list[SpanRecord]:
     """The spans of job ``job_id`` from its entries (see the module docstring); [] if it was never
@@ -553,4 +394,5 @@ def spans(job_id: int, entries: Iterable[tuple[int, ev.Envelope]]) -> list[SpanR
     derivation = _Derivation(job_id, ordered)
     for seq, envelope in ordered:
         derivation.apply(seq, envelope)
-    return derivation.records()
+    exporter: Exporter = "gateway" if derivation.exporter == "gateway" else "tracer"
+    return [span.record(derivation.trace_id, exporter) for span in derivation.spans]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -37,14 +36,13 @@ from corral.schemas import events as ev
 from corral.services.gateway import control
 from corral.services.gateway.asks import SchedulerAsks
 from corral.services.gateway.history import History
-from corral.services.gateway.lookup import Found, JobLookup, task_of
+from corral.services.gateway.lookup import Found, JobLookup
 from corral.services.gateway.nodes import NodeUpdates
 from corral.services.gateway.policy import check_policy, check_submit_count, resolve_qos, submit_limits
 from corral.services.gateway.reservations import Reservations
 from corral.services.gateway.validate import array_size, validate_spec
 
 MAX_TOKEN = 128
-MAX_CANCEL = 10_000
 #: The highest signal number (SIGRTMAX on Linux).
 MAX_SIGNAL = 64
 #: The highest priority an admin may set (Slurm's priorities are 32-bit; 0xfffffffe is NO_VAL).
@@ -168,41 +166,17 @@ class Gateway:
             if await self.lookup.find(job_id) is None:
                 raise InvalidInput(DEPENDENCY_PROBLEM, field="dependencies")
 
-    async def _targets(self, job_ids: list[int], tasks: list[api.ArrayTasks]) -> list[Target]:
-        """What each id and each ``A_T`` of a request names (None where nothing), in request order."""
-        if len(job_ids) + sum(len(t.task_ids) for t in tasks) > MAX_CANCEL:
-            raise InvalidInput(f"at most {MAX_CANCEL} jobs per request", field="job_ids")
-        targets = [Target(job_id, None, await self.lookup.find(job_id)) for job_id in job_ids]
-        for named in tasks:
-            array = await self.lookup.submission(named.array_job_id)
-            for index in named.task_ids:
-                found = None if array is None else task_of(array[0], array[1], index)
-                targets.append(Target(named.array_job_id, index, found))
-        return targets
-
     async def hold(self, user: str, req: api.HoldRequest) -> api.ControlReply:
         """Append JobHoldRequested for each pending job the caller may hold."""
-        return await self._control(user, await self._targets(req.job_ids, req.tasks), release=False)
+        return await self._each(
+            user, req.job_ids, req.tasks, lambda j, f: self._control_one(user, j, f, False)
+        )
 
     async def release(self, user: str, req: api.ReleaseRequest) -> api.ControlReply:
         """Append JobReleaseRequested for each pending job the caller may release."""
-        return await self._control(user, await self._targets(req.job_ids, req.tasks), release=True)
-
-    async def _control(self, user: str, targets: list[Target], *, release: bool) -> api.ControlReply:
-        outcomes = []
-        for target in targets:
-            error: str | None = control.INVALID_JOB
-            if target.found is not None:
-                error = await self._control_found(user, target.found, release)
-            outcomes.append(api.JobOutcome(job_id=target.job_id, error=error, array_task_id=target.index))
-        return api.ControlReply(outcomes=outcomes)
-
-    async def _control_found(self, user: str, found: Found, release: bool) -> str | None:
-        """Hold or release one job, or every task of an array (the tasks that can be: an error if none)."""
-        if found.user != user and user not in self.admins:
-            return control.DENIED
-        errors = [await self._control_one(user, job_id, found, release) for job_id in found.job_ids]
-        return None if None in errors else errors[0]
+        return await self._each(
+            user, req.job_ids, req.tasks, lambda j, f: self._control_one(user, j, f, True)
+        )
 
     async def _control_one(self, user: str, job_id: int, found: Found, release: bool) -> str | None:
         problem = await self._phase_problem(job_id)
@@ -228,8 +202,7 @@ class Gateway:
 
     async def _phase_problem(self, job_id: int) -> str | None:
         """Slurm's refusal if the job runs or ended (from its newest entry), None while it is pending."""
-        latest = await self.events.last_entry(subjects.job_events(job_id))
-        return control.phase_problem(latest.envelope.body if latest and latest.envelope else None)
+        return control.phase_problem(await self._latest(job_id))
 
     async def update(self, user: str, req: api.UpdateRequest) -> api.ControlReply:
         """Append JobUpdateRequested for a pending job the caller may change (scontrol update JobId=)."""
@@ -299,7 +272,7 @@ class Gateway:
     async def cancel(self, user: str, req: api.CancelRequest) -> api.CancelReply:
         """Append JobCancelRequested for each job the caller may cancel (an array's id: one entry for all)."""
         outcomes = []
-        for target in await self._targets(req.job_ids, req.tasks):
+        for target in await self.lookup.targets(req.job_ids, req.tasks):
             error: str | None = control.INVALID_JOB
             if target.found is not None:
                 error = await self._cancel_one(user, target.found)
@@ -366,7 +339,7 @@ class Gateway:
         """Apply ``act`` to every job a request names that the caller owns (every task of an array's id:
         an error only if no task could be acted on)."""
         outcomes = []
-        for target in await self._targets(job_ids, tasks):
+        for target in await self.lookup.targets(job_ids, tasks):
             error: str | None = control.INVALID_JOB
             found = target.found
             if found is not None and found.user != user and user not in self.admins:
@@ -391,15 +364,6 @@ class Gateway:
             traceparent=found.envelope.meta.traceparent,
         )
         return None
-
-
-@dataclass(frozen=True)
-class Target:
-    """One job named by a request: an id, or an array's id and a task index, and what it names."""
-
-    job_id: int  # the id as named (the array's id for ``A_T``)
-    index: int | None  # the task index of ``A_T``, None for a plain id
-    found: Found | None  # the job, array or task; None if there is no such job
 
 
 async def main(ctx: Context) -> None:

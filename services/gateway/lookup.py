@@ -18,13 +18,19 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from corral.libs.runtime.errors import InvalidInput
 from corral.libs.runtime.ports import EventLog, JobIds
 from corral.libs.slurm.array import MAX_ARRAY_SIZE, array_indices
 from corral.schemas import events as ev
 from corral.schemas import subjects
+from corral.schemas.api import ArrayTasks
 
 #: Subjects probed at once when looking for the array a task id belongs to.
 PROBE_CHUNK = 64
+
+
+#: The most jobs one control request may name (ids and array tasks together).
+MAX_CANCEL = 10_000
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,19 @@ class JobLookup:
             return None
         return task_of(found[0], found[1], index)
 
+    async def targets(self, job_ids: list[int], tasks: list[ArrayTasks]) -> list[Target]:
+        """What each id and each ``A_T`` of a request names (None where nothing), in request order;
+        InvalidInput past ``MAX_CANCEL`` jobs."""
+        if len(job_ids) + sum(len(t.task_ids) for t in tasks) > MAX_CANCEL:
+            raise InvalidInput(f"at most {MAX_CANCEL} jobs per request", field="job_ids")
+        targets = [Target(job_id, None, await self.find(job_id)) for job_id in job_ids]
+        for named in tasks:
+            array = await self.submission(named.array_job_id)
+            for index in named.task_ids:
+                found = None if array is None else task_of(array[0], array[1], index)
+                targets.append(Target(named.array_job_id, index, found))
+        return targets
+
     async def _task_by_id(self, job_id: int) -> Found | None:
         if job_id < 2 or job_id > await self.ids.last_job_id():
             return None
@@ -116,3 +135,12 @@ def task_of(submitted: ev.JobSubmitted, envelope: ev.Envelope, index: int) -> Fo
     if position is None:
         return None
     return Found(submitted, envelope, submitted.job_id + position, task_index=index)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One job named by a request: an id, or an array's id and a task index, and what it names."""
+
+    job_id: int  # the id as named (the array's id for ``A_T``)
+    index: int | None  # the task index of ``A_T``, None for a plain id
+    found: Found | None  # the job, array or task; None if there is no such job

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import time
 from collections import OrderedDict
 
@@ -44,7 +43,6 @@ from corral.libs.core import plan as planner
 from corral.libs.core.causation import cause_of
 from corral.libs.core.fold import apply
 from corral.libs.core.orders import orders
-from corral.libs.core.policy import Policy
 from corral.libs.core.reason_log import reason_changes
 from corral.libs.core.state import State
 from corral.libs.core.will_run import will_run
@@ -53,13 +51,14 @@ from corral.libs.runtime import telemetry
 from corral.libs.runtime.api_server import serve
 from corral.libs.runtime.bus import Bus, LogEntry
 from corral.libs.runtime.errors import AppendConflict, Forbidden, TransientError
-from corral.libs.runtime.service import Context, run_until_stopped
+from corral.libs.runtime.service import Context, either, run_until_stopped
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.schemas.codec import encode
 from corral.schemas.events import Event
 from corral.services.scheduler import priority_views, snapshot, views
 from corral.services.scheduler.metrics import SchedulerMetrics
+from corral.services.scheduler.planning import gc_paused, plan_paused
 
 #: Full specs of this many recent submissions are kept for their launch orders.
 RECENT_SPECS = 4096
@@ -142,12 +141,8 @@ class Scheduler:
         started = time.monotonic()
         # The state is millions of small acyclic objects: the cyclic GC would rescan them all, again
         # and again, while they are built. Pause it, then freeze what was built out of its way.
-        gc.disable()
-        try:
+        with gc_paused(freeze=True):
             source = await self._load(use_snapshot)
-        finally:
-            gc.freeze()
-            gc.enable()
         self.log.info(
             "state rebuilt",
             source=source,
@@ -314,7 +309,7 @@ class Scheduler:
         while not stop.is_set():
             self.rearm.clear()
             try:
-                await asyncio.wait_for(_either(stop, self.rearm), self.next_pass_in())
+                await asyncio.wait_for(either(stop, self.rearm), self.next_pass_in())
             except TimeoutError:
                 if self.caught_up.is_set():
                     await self.cycle()
@@ -361,28 +356,6 @@ class Scheduler:
     async def shares(self, user: str, req: api.SharesRequest) -> api.SharesReply:
         """sshare."""
         return priority_views.shares_reply(self.state, self.policy, req, user, time.time())
-
-
-def plan_paused(state: State, now: float, policy: Policy, epoch: int) -> planner.Plan:
-    """``plan()`` with the cyclic GC paused: a pass over a deep queue allocates (acyclic) objects by the
-    hundred thousand, and each collection they trigger would rescan the whole live heap."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return planner.plan(state, now, policy, epoch)
-    finally:
-        if enabled:
-            gc.enable()
-
-
-async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
-    """Return when either event is set."""
-    waiters = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
-    try:
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
 
 
 async def main(ctx: Context) -> None:

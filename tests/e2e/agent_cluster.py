@@ -14,8 +14,8 @@ from e2e_cli import Cli, user_env
 from corral.cli.local_cluster import LocalCluster, ensure_resolvable
 from corral.libs.config.cluster import local_config_text
 from corral.libs.infra import roles
-from corral.libs.runtime.bus import connect
 from corral.libs.runtime.credentials import read_credentials
+from corral.libs.runtime.streams import connect
 from corral.schemas import api, subjects
 from corral.schemas.codec import decode
 

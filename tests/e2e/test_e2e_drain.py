@@ -14,8 +14,8 @@ from e2e_cli import Cli, admin_cli, alive
 
 from corral.cli.local_cluster import LocalCluster
 from corral.libs.infra import roles
-from corral.libs.runtime.bus import connect
 from corral.libs.runtime.credentials import read_credentials
+from corral.libs.runtime.streams import connect
 from corral.schemas import subjects
 
 pytestmark = pytest.mark.e2e

@@ -20,8 +20,9 @@ from nats.js.errors import NotFoundError
 
 from corral.libs.infra import NatsServer, PostgresServer, roles
 from corral.libs.runtime import store
-from corral.libs.runtime.bus import Bus, connect, declare
+from corral.libs.runtime.bus import Bus
 from corral.libs.runtime.credentials import Credentials
+from corral.libs.runtime.streams import connect, declare
 from corral.libs.slurm.array import parse_array
 from corral.schemas import events as ev
 from corral.schemas import subjects

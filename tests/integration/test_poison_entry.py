@@ -22,8 +22,9 @@ from structlog.testing import capture_logs
 from corral.libs.config.cluster import parse_config
 from corral.libs.core.state import encode_state
 from corral.libs.infra import NatsServer, roles
-from corral.libs.runtime.bus import Bus, connect, declare
+from corral.libs.runtime.bus import Bus
 from corral.libs.runtime.credentials import Credentials
+from corral.libs.runtime.streams import connect, declare
 from corral.schemas import events as ev
 from corral.schemas import subjects
 from corral.services.scheduler import snapshot

@@ -10,7 +10,8 @@ import pytest
 from nats.aio.msg import Msg
 
 from corral.libs.infra import NatsServer, roles
-from corral.libs.runtime.bus import Bus, declare
+from corral.libs.runtime.bus import Bus
+from corral.libs.runtime.streams import declare
 from corral.schemas import events as ev
 from corral.schemas import subjects
 

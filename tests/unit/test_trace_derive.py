@@ -12,7 +12,7 @@ from random_logs import NODES, logs, registered
 from corral.libs.core import fold
 from corral.libs.core.fold_runs import live_run
 from corral.libs.core.state import State
-from corral.libs.trace import derive
+from corral.libs.trace import coverage, derive
 from corral.libs.trace.spans import SpanRecord, span_id_for
 from corral.schemas import codec
 from corral.schemas import events as ev
@@ -70,8 +70,8 @@ def tree(spans: dict[str, SpanRecord]) -> dict[str, str | None]:
 
 
 def test_every_event_type_becomes_span_data_or_is_ignored_with_a_reason() -> None:
-    assert not derive.HANDLED & set(derive.IGNORED)
-    assert derive.HANDLED | set(derive.IGNORED) == set(ev.EVENT_TYPES)
+    assert not coverage.HANDLED & set(coverage.IGNORED)
+    assert coverage.HANDLED | set(coverage.IGNORED) == set(ev.EVENT_TYPES)
 
 
 def test_a_one_node_job_continues_the_submitters_trace() -> None:
