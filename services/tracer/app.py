@@ -127,10 +127,18 @@ class TracerService:
     async def _paced(self, full: bool = False) -> None:
         """Wait until ``delay`` has passed since the last export; not for a ``full`` fetch, nor once ``stop``
         is set (export now)."""
-        wait = self.exported_at + self.delay - time.monotonic()
-        if wait > 0 and not full and not self.stop.is_set():
+        wait = pause_s(self.exported_at, self.delay, time.monotonic(), full=full, stopping=self.stop.is_set())
+        if wait > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), wait)
+
+
+def pause_s(exported_at: float, delay: float, now: float, *, full: bool, stopping: bool) -> float:
+    """How long an export waits: until ``delay`` after the last one (``exported_at``, monotonic seconds),
+    and not at all for a ``full`` fetch (a busy log) or once ``stopping`` (what is held goes out now)."""
+    if full or stopping:
+        return 0.0
+    return max(0.0, exported_at + delay - now)
 
 
 async def main(ctx: Context) -> None:
