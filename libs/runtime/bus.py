@@ -303,12 +303,15 @@ class Bus:
         service: str,
         batch: int = 256,
         stop: asyncio.Event | None = None,
+        pause: Callable[[int], float] | None = None,
     ) -> None:
         """Run a durable pull consumer until ``stop`` is set.
 
         ``handler`` gets a batch of messages; it succeeds (all acked), raises TransientError (all
         nak'ed with a delay) or InvalidInput (the batch is retried one by one so that only the bad
-        message is terminated and dead-lettered).
+        message is terminated and dead-lettered). ``pause``, given the size of the last fetch, says how
+        many seconds to wait before the next one (a consumer that need not follow the log at once, so that
+        the entries gather and it wakes once for them); ``stop`` ends the wait.
         """
         psub = await self.js.pull_subscribe(
             subject,
@@ -318,8 +321,16 @@ class Bus:
         )
         stop = stop or asyncio.Event()
         polled = 0.0
+        fetched = 0
         try:
             while not stop.is_set():
+                wait = pause(fetched) if pause is not None else 0.0
+                if wait > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), wait)
+                    if stop.is_set():
+                        break
+                fetched = 0
                 if self.metrics is not None and time.monotonic() - polled >= LAG_POLL_S:
                     polled = time.monotonic()
                     await self._record_lag(psub, stream, durable)
@@ -327,6 +338,7 @@ class Bus:
                     msgs = await psub.fetch(batch, timeout=1.0)
                 except TimeoutError:  # nats.errors.TimeoutError is one too
                     continue
+                fetched = len(msgs)
                 if msgs:
                     await self._handle(msgs, handler, service)
         finally:

@@ -9,7 +9,6 @@ the log (role ``corral-tracer``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 
@@ -41,14 +40,16 @@ class TracerService:
 
     1. rebuild (at start): the log up to the consumer's acknowledged position is filed again
        (``jobs.Jobs``), exporting nothing: those spans were exported before the acks;
-    2. fetch: ``Bus.consume`` hands a batch from the durable consumer;
-    3. derive: each entry, in order, is filed under its jobs, which gives the spans it ended;
-    4. export: the batch's spans go to the OTLP endpoint in one request, synchronously, but no sooner than
-       ``delay`` seconds after the previous export (``OTEL_BSP_SCHEDULE_DELAY``, as the services' batch
-       processors do): a POST costs about 1 ms of CPU however few spans it carries, and one per entry
-       competed with the scheduler and agents for the cores. While it waits, the entries that follow
-       gather in the consumer, so the next export carries all of them (batches without spans wait for
-       nothing, and a full fetch of ``BATCH`` entries does not wait: the log is busier than that);
+    2. fetch: ``Bus.consume`` hands a batch from the durable consumer, but no sooner than ``delay``
+       seconds after the previous fetch (``OTEL_BSP_SCHEDULE_DELAY``, as the services' batch processors
+       export): the tracer need not follow the log at once, and waking for each entry, deriving and
+       exporting competed with the gateway, the scheduler and the agents for the cores at the moment they
+       served that entry (a POST alone costs about 1 ms of CPU however few spans it carries). While it
+       waits, the entries gather in the consumer and the next fetch takes them all; after a full fetch of
+       ``BATCH`` entries it does not wait (the log is busier than that);
+    3. derive: the batch's entries are filed under their jobs, then each job they touched is derived once,
+       which gives the spans the batch ended;
+    4. export: those spans go to the OTLP endpoint in one request, synchronously;
     5. ack: the bus acks the batch only then; a failed export naks it (``TransientError``) and the same
        entries, derived again, give the same spans.
     """
@@ -62,12 +63,10 @@ class TracerService:
         self.delay = delay
         self.jobs = Jobs()
         self.log = logger(consumer=consumer)
-        self.stop = asyncio.Event()
-        self.exported_at = -math.inf  # time.monotonic() of the last export
+        self.fetched_at = -math.inf  # time.monotonic() of the last fetch
 
     async def run(self, stop: asyncio.Event) -> None:
         """Rebuild, then consume the log until ``stop`` is set."""
-        self.stop = stop
         await self.rebuild()
         while not stop.is_set():
             try:
@@ -79,6 +78,7 @@ class TracerService:
                     service="tracer",
                     batch=BATCH,
                     stop=stop,
+                    pause=self._pause,
                 )
             except TimeoutError:
                 self.log.warning("fetch timed out; consuming again")
@@ -97,22 +97,24 @@ class TracerService:
             async for entry in entries:
                 if entry.seq > acked:
                     break
-                self.jobs.add(entry.seq, entry.envelope)
-                self.jobs.commit()
+                self.jobs.file(entry.seq, entry.envelope)
+                if entry.seq % BATCH == 0:
+                    self.jobs.take()
+                    self.jobs.commit()
         finally:
             await entries.aclose()
+        self.jobs.take()
+        self.jobs.commit()
         self.jobs.position = max(self.jobs.position, acked)
         self.log.info("rebuilt from the log", position=acked, live_jobs=len(self.jobs.entries))
 
     async def handle(self, msgs: list[Msg]) -> None:
         """Steps 3-4 for one batch; the bus acks it (step 5) when this returns."""
         position = self.jobs.position
-        spans = []
         for msg in msgs:
             entry = entry_of(msg)
-            spans += self.jobs.add(entry.seq, entry.envelope)
-        if spans:
-            await self._paced(full=len(msgs) >= BATCH)
+            self.jobs.file(entry.seq, entry.envelope)
+        spans = self.jobs.take()
         try:
             await asyncio.to_thread(otel.export, self.exporter, spans)
         except Exception:
@@ -121,24 +123,22 @@ class TracerService:
             raise
         self.jobs.commit()
         if spans:
-            self.exported_at = time.monotonic()
             self.log.info("exported spans", count=len(spans), position=self.jobs.position)
 
-    async def _paced(self, full: bool = False) -> None:
-        """Wait until ``delay`` has passed since the last export; not for a ``full`` fetch, nor once ``stop``
-        is set (export now)."""
-        wait = pause_s(self.exported_at, self.delay, time.monotonic(), full=full, stopping=self.stop.is_set())
-        if wait > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), wait)
+    def _pause(self, fetched: int) -> float:
+        """Seconds before the next fetch, the last one having brought ``fetched`` entries."""
+        now = time.monotonic()
+        wait = pause_s(self.fetched_at, self.delay, now, full=fetched >= BATCH)
+        self.fetched_at = now + wait
+        return wait
 
 
-def pause_s(exported_at: float, delay: float, now: float, *, full: bool, stopping: bool) -> float:
-    """How long an export waits: until ``delay`` after the last one (``exported_at``, monotonic seconds),
-    and not at all for a ``full`` fetch (a busy log) or once ``stopping`` (what is held goes out now)."""
-    if full or stopping:
+def pause_s(fetched_at: float, delay: float, now: float, *, full: bool) -> float:
+    """How long the tracer waits before a fetch: until ``delay`` after the last one (``fetched_at``,
+    monotonic seconds), and not at all after a ``full`` fetch (a busy log: waiting would fall behind)."""
+    if full:
         return 0.0
-    return max(0.0, exported_at + delay - now)
+    return max(0.0, fetched_at + delay - now)
 
 
 async def main(ctx: Context) -> None:

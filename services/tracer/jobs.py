@@ -1,13 +1,14 @@
 """The tracer's memory of the log: each live job's entries, and the spans each new entry ends.
 
-``Jobs.add(seq, envelope)`` files an entry under the jobs it concerns (an array's submission and a
-whole-array cancel under every task, a ``NodeDown`` under the node) and returns the spans of those jobs
-that this entry ended (``SpanRecord.end_seq == seq``), derived from everything filed so far
-(``libs.trace.derive``). A span is therefore produced exactly once per pass over the log, when its end is
-read, with the same ids in every pass. A job's entries are forgotten once its job span ended and the
-shell ``commit``-ted the spans (a late fact ends no span); until then ``rollback`` files the same entries
-again, for a batch whose export failed. A node keeps its newest ``NODE_HISTORY`` downs and registrations
-(the causes of requeues; its GPUs' type).
+``Jobs.file(seq, envelope)`` files an entry under the jobs it concerns (an array's submission and a
+whole-array cancel under every task, a ``NodeDown`` under the node); ``take()`` then returns the spans that
+the entries filed since the last ``take`` ended (``SpanRecord.end_seq`` among them), deriving each job they
+touched once from everything filed so far (``libs.trace.derive``), however many of its entries the batch
+holds. ``add`` is both for one entry. A span is therefore produced exactly once per pass over the log,
+when its end is read, with the same ids in every pass. A job's entries are forgotten once its job span ended
+and the shell ``commit``-ted the spans (a late fact ends no span); until then ``rollback`` files the same
+entries again, for a batch whose export failed. A node keeps its newest ``NODE_HISTORY`` downs and
+registrations (the causes of requeues; its GPUs' type).
 
 Pure: no IO; the service shell (``app.py``) feeds it and exports what it returns.
 """
@@ -35,31 +36,57 @@ class Jobs:
         # node -> its newest NodeDown and NodeRegistered entries (causes; GPU types)
         self.nodes: dict[str, list[tuple[int, ev.Envelope]]] = defaultdict(list)
         self.position = 0  # the last entry filed
+        self.taken = 0  # the last entry whose ended spans ``take`` returned
+        self.touched: set[int] = set()  # jobs filed under since the last take
         self.finished: set[int] = set()  # jobs whose job span ended since the last commit
 
     def add(self, seq: int, envelope: ev.Envelope | None) -> list[SpanRecord]:
-        """File the entry at ``seq``; the spans it ended. An entry at or before ``position`` (redelivered) or
-        one that failed to decode (None) ends nothing."""
+        """File the entry at ``seq`` and take the spans it ended."""
+        self.file(seq, envelope)
+        return self.take()
+
+    def file(self, seq: int, envelope: ev.Envelope | None) -> None:
+        """File the entry at ``seq`` under its jobs. An entry at or before ``position`` (redelivered) or one
+        that failed to decode (None) concerns no job."""
         if seq <= self.position:
-            return []
+            return
         self.position = seq
         if envelope is None:
-            return []
+            return
         body = envelope.body
         if isinstance(body, ev.NodeDown | ev.NodeRegistered):
             facts = self.nodes[body.node]
             if not facts or facts[-1][0] < seq:
                 facts.append((seq, envelope))
             del facts[:-NODE_HISTORY]
-            if isinstance(body, ev.NodeRegistered):
-                return []
-            return self._ended(seq, [j for j, es in self.entries.items() if self._ran_on(es, body.node)])
+            if isinstance(body, ev.NodeDown):
+                self.touched.update(j for j, es in self.entries.items() if self._ran_on(es, body.node))
+            return
         job_ids = self._jobs_of(body)
         for job_id in job_ids:
             entries = self.entries[job_id]
             if not entries or entries[-1][0] < seq:
                 entries.append((seq, envelope))
-        return self._ended(seq, job_ids)
+        self.touched.update(job_ids)
+
+    def take(self) -> list[SpanRecord]:
+        """The spans ended by the entries filed since the last take, in job order."""
+        ended: list[SpanRecord] = []
+        for job_id in sorted(self.touched):
+            entries = self.entries[job_id]
+            nodes = {
+                a.node for _, e in entries if isinstance(e.body, ev.JobAllocated) for a in e.body.allocations
+            }
+            facts = [f for node in sorted(nodes) for f in self.nodes.get(node, [])]
+            spans = derive.spans(job_id, entries + facts)
+            ended += [
+                s for s in spans if self.taken < s.end_seq <= self.position and _exported_here(s, job_id)
+            ]
+            if any(s.kind == "job" and s.end_ns is not None for s in spans):
+                self.finished.add(job_id)
+        self.touched.clear()
+        self.taken = self.position
+        return ended
 
     def commit(self) -> None:
         """The spans returned so far are exported: forget the jobs they finished."""
@@ -71,7 +98,8 @@ class Jobs:
 
     def rollback(self, position: int) -> None:
         """The spans returned after ``position`` were not exported: take those entries again."""
-        self.position = position
+        self.position = self.taken = position
+        self.touched.clear()
         self.finished.clear()
 
     def _jobs_of(self, body: ev.Event) -> list[int]:
@@ -100,20 +128,6 @@ class Jobs:
             isinstance(e.body, ev.JobAllocated) and any(a.node == node for a in e.body.allocations)
             for _, e in entries
         )
-
-    def _ended(self, seq: int, job_ids: list[int]) -> list[SpanRecord]:
-        ended: list[SpanRecord] = []
-        for job_id in job_ids:
-            entries = self.entries[job_id]
-            nodes = {
-                a.node for _, e in entries if isinstance(e.body, ev.JobAllocated) for a in e.body.allocations
-            }
-            facts = [f for node in sorted(nodes) for f in self.nodes.get(node, [])]
-            spans = derive.spans(job_id, entries + facts)
-            ended += [s for s in spans if s.end_seq == seq and _exported_here(s, job_id)]
-            if any(s.kind == "job" and s.end_ns is not None for s in spans):
-                self.finished.add(job_id)
-        return ended
 
     def _tasks(self, array_id: int) -> range:
         return range(array_id, array_id + self.arrays.get(array_id, 1))

@@ -73,3 +73,20 @@ def test_a_rollback_files_the_batch_again_with_the_same_spans() -> None:
     jobs.rollback(13)
     again = [span for seq, envelope in log[13:] for span in jobs.add(seq, envelope)]
     assert again == batch
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 16])
+def test_a_batch_derives_each_job_once_and_gives_the_spans_entry_by_entry_gives(size: int) -> None:
+    log = _log()
+    one_by_one, batched = Jobs(), Jobs()
+    single = [span for seq, envelope in log for span in one_by_one.add(seq, envelope)]
+    out = []
+    for start in range(0, len(log), size):
+        for seq, envelope in log[start : start + size]:
+            batched.file(seq, envelope)
+        spans = batched.take()
+        assert all(start < s.end_seq <= start + size for s in spans)
+        out += spans
+        batched.commit()
+    assert sorted(out, key=lambda s: s.span_id) == sorted(single, key=lambda s: s.span_id)
+    assert batched.entries == {} and batched.take() == []

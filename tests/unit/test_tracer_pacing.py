@@ -1,34 +1,61 @@
-"""The tracer exports no sooner than its delay after the previous export (``OTEL_BSP_SCHEDULE_DELAY``),
-but a full fetch goes at once (a busy log), and stopping cuts the wait short, so what it holds still goes
-out. The wait is computed by a pure function (``pause_s``), so no test here measures time."""
+"""The tracer fetches no sooner than its delay after the previous fetch (``OTEL_BSP_SCHEDULE_DELAY``), so
+that the log's entries gather and it wakes once for them instead of at each entry the other services are
+serving; after a full fetch it does not wait (a busy log). The wait is computed by a pure function
+(``pause_s``), so no test here measures time; that ``stop`` ends the bus's wait is checked with a bound."""
 
 from __future__ import annotations
 
 import asyncio
 import math
-import time
 from typing import cast
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from corral.libs.runtime.bus import Bus
-from corral.services.tracer.app import TracerService, pause_s
+from corral.services.tracer.app import BATCH, TracerService, pause_s
 
 pytestmark = pytest.mark.unit
 
 
-def test_an_export_waits_out_the_delay_since_the_last_one() -> None:
-    assert pause_s(-math.inf, 5.0, 100.0, full=False, stopping=False) == 0.0  # nothing exported yet
-    assert pause_s(100.0, 5.0, 101.0, full=False, stopping=False) == 4.0
-    assert pause_s(100.0, 5.0, 106.0, full=False, stopping=False) == 0.0  # the delay is over
-    assert pause_s(100.0, 5.0, 101.0, full=True, stopping=False) == 0.0  # a busy log: waiting falls behind
-    assert pause_s(100.0, 5.0, 101.0, full=False, stopping=True) == 0.0  # stopping: export what it holds
+def test_a_fetch_waits_out_the_delay_since_the_last_one() -> None:
+    assert pause_s(-math.inf, 5.0, 100.0, full=False) == 0.0  # nothing fetched yet
+    assert pause_s(100.0, 5.0, 101.0, full=False) == 4.0
+    assert pause_s(100.0, 5.0, 106.0, full=False) == 0.0  # the delay is over
+    assert pause_s(100.0, 5.0, 101.0, full=True) == 0.0  # a busy log: waiting falls behind
 
 
-async def test_stopping_cuts_a_wait_short() -> None:
-    # The pacing touches neither the bus nor the exporter: it only waits.
-    service = TracerService(cast(Bus, None), InMemorySpanExporter(), delay=600.0)
-    service.exported_at = time.monotonic()
-    asyncio.get_running_loop().call_later(0.05, service.stop.set)
-    await asyncio.wait_for(service._paced(), 30)  # a TimeoutError here: the stop did not end the wait
+def test_the_service_paces_its_fetches_from_the_last_one() -> None:
+    service = TracerService(cast(Bus, None), InMemorySpanExporter(), delay=5.0)
+    assert service._pause(0) == 0.0  # the first fetch at once
+    assert 4.9 < service._pause(1) <= 5.0  # then a delay after it
+    assert service._pause(BATCH) == 0.0  # a full fetch: at once
+
+
+class _Stuck:
+    """A pull subscription whose fetch would hang: reaching it means the pause did not end on stop."""
+
+    async def fetch(self, batch: int, timeout: float) -> list[object]:
+        raise AssertionError("fetched although stop was set during the pause")
+
+    async def unsubscribe(self) -> None:
+        pass
+
+
+class _Js:
+    async def pull_subscribe(self, *args: object, **kwargs: object) -> _Stuck:
+        return _Stuck()
+
+
+async def test_stopping_ends_the_pause_before_a_fetch() -> None:
+    bus = Bus.__new__(Bus)
+    bus.js = cast(object, _Js())  # type: ignore[assignment]
+    bus.metrics = None
+    stop = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.05, stop.set)
+
+    async def handler(msgs: list[object]) -> None:
+        raise AssertionError("nothing to handle")
+
+    consume = bus.consume("s", "d", "x.>", handler, service="t", stop=stop, pause=lambda fetched: 600.0)
+    await asyncio.wait_for(consume, 30)  # a TimeoutError here: the stop did not end the wait
