@@ -58,7 +58,7 @@ from corral.schemas.codec import encode
 from corral.schemas.events import Event
 from corral.services.scheduler import priority_views, snapshot, views
 from corral.services.scheduler.metrics import SchedulerMetrics
-from corral.services.scheduler.planning import gc_paused, plan_paused
+from corral.services.scheduler.planning import cycle_span, gc_paused, plan_paused
 
 #: Full specs of this many recent submissions are kept for their launch orders.
 RECENT_SPECS = 4096
@@ -66,8 +66,6 @@ RECENT_SPECS = 4096
 FULL_PASS_S = 5.0
 #: The scheduler's dead letters (``corral.dlq.scheduler``): log entries its fold skipped.
 DEAD_LETTERS = "scheduler"
-
-_tracer = telemetry.tracer(__name__)
 
 
 class Scheduler:
@@ -208,16 +206,13 @@ class Scheduler:
             if self.inflight > self.state.last_seq:
                 return
             started = time.perf_counter()
-            # Its own root span (an empty parent context): a cycle is about many jobs, in no job's trace.
-            with _tracer.start_as_current_span("scheduling cycle", context=telemetry.extract(None)) as span:
-                decided = plan_paused(self.state, time.time(), self.policy, self.epoch)
-                changes = reason_changes(self.state, decided.reasons, decided.details)
-                span.set_attribute("corral.cycle.jobs_considered", len(decided.priorities))
-                span.set_attribute("corral.cycle.decisions", len(decided.decisions))
-                span.set_attribute("corral.cycle.reason_changes", len(changes))
-                if decided.wake_at != self.outlook.wake_at:
-                    self.rearm.set()
-                self.outlook = decided
+            began_ns = time.time_ns()
+            decided = plan_paused(self.state, time.time(), self.policy, self.epoch)
+            changes = reason_changes(self.state, decided.reasons, decided.details)
+            if decided.wake_at != self.outlook.wake_at:
+                self.rearm.set()
+            self.outlook = decided
+            with cycle_span(began_ns, decided, changes):
                 for decision in decided.decisions:
                     await self.publish(decision)
                 await self.send_orders()

@@ -296,6 +296,12 @@ def test_the_scheduler_traces_each_cycle_as_a_root_span_of_its_own(
     assert {"corral.cycle.jobs_considered", "corral.cycle.reason_changes"} <= cycle.attributes.keys()
     job_traces = {s.trace_id for s in otlp.spans() if s.service == "corral-jobs"}
     assert not {c.trace_id for c in cycles} & job_traces
+    # A cycle that appended nothing has no span (its duration is in the metrics' histogram).
+    every = [s for s in otlp.spans() if s.name == "scheduling cycle"]
+    appended = [
+        s.attributes["corral.cycle.decisions"] + s.attributes["corral.cycle.reason_changes"] for s in every
+    ]
+    assert every and min(appended) > 0, appended
 
 
 def test_a_job_requeued_after_its_node_is_killed(
