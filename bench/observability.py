@@ -8,7 +8,8 @@ temporary state directories, at the same time, on this machine:
   (``OTEL_EXPORTER_OTLP_ENDPOINT`` set to a receiver in a child process, which answers 200 to any POST and
   counts the requests and their spans by path, so the result also says where the spans went);
 - **metrics**: the metrics (scraped the same way), no OTLP endpoint: what the metrics alone cost;
-- **off**: ``--metrics-port off`` (no endpoint, nothing recorded) and no OTLP endpoint.
+- **off**: ``--metrics-port off`` (no endpoint, nothing recorded) and no OTLP endpoint;
+- **off 2** (``--control``): a second **off**, whose change against **off** is the measurement's noise.
 
 Then ``--jobs`` rounds, each of one one-GPU job on every cluster in turn (the order rotates, so none always
 goes first): the submit request is sent and timed as sbatch sends it (``corral.api.v1.submit.<user>``
@@ -16,7 +17,8 @@ request/reply, measured in this process: the round trip, without a command's sta
 waits until the job has ended, so each cluster is idle at each submit. Submit -> start is
 ``RunStarted.occurred_at - JobSubmitted.occurred_at`` from each cluster's log, as in ``bench/latency.py``.
 
-Prints a Markdown table; results are recorded in ``bench/RESULTS.md``.
+Also prints each process's CPU time per job during the rounds, by cluster (where the extra work goes).
+Prints Markdown tables; results are recorded in ``bench/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -54,11 +56,13 @@ ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 
 class Receiver:
     """An OTLP/HTTP receiver in a process of its own (its decoding must not share the GIL of the process that
-    times the submits): 200 to any POST, requests and decoded spans counted by path."""
+    times the submits): 200 to any POST, requests and decoded spans counted by path, and the spans by
+    service and name (the name's first word: ``append``, ``run`` ...)."""
 
     def __init__(self) -> None:
         self.requests: collections.Counter[str] = collections.Counter()
         self.spans: collections.Counter[str] = collections.Counter()
+        self.names: collections.Counter[str] = collections.Counter()
         context = multiprocessing.get_context("spawn")
         self.pipe, child = context.Pipe()
         self.process = context.Process(target=_receive, args=(child,), daemon=True)
@@ -69,9 +73,10 @@ class Receiver:
         """Stop serving; the counts are then in ``requests`` and ``spans``."""
         if self.process.is_alive() and not self.pipe.closed:
             self.pipe.send("stop")
-            requests, spans = self.pipe.recv()
+            requests, spans, names = self.pipe.recv()
             self.requests.update(requests)
             self.spans.update(spans)
+            self.names.update(names)
             self.pipe.close()
         self.process.join(10)
 
@@ -80,6 +85,7 @@ def _receive(pipe: Pipe) -> None:
     """The receiver's process: serve until told to stop, then send back the counts."""
     requests: collections.Counter[str] = collections.Counter()
     spans: collections.Counter[str] = collections.Counter()
+    names: collections.Counter[str] = collections.Counter()
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -87,9 +93,13 @@ def _receive(pipe: Pipe) -> None:
             requests[self.path] += 1
             try:
                 request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
-                spans[self.path] += sum(
-                    len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans
-                )
+                for rs in request.resource_spans:
+                    service = next(
+                        (a.value.string_value for a in rs.resource.attributes if a.key == "service.name"), "?"
+                    )
+                    for scope in rs.scope_spans:
+                        spans[self.path] += len(scope.spans)
+                        names.update(f"{service} {span.name.split()[0]}" for span in scope.spans)
             except Exception:
                 spans[f"{self.path} (undecodable)"] += 1
             self.send_response(200)
@@ -106,7 +116,7 @@ def _receive(pipe: Pipe) -> None:
     pipe.recv()
     server.shutdown()
     server.server_close()
-    pipe.send((dict(requests), dict(spans)))
+    pipe.send((dict(requests), dict(spans), dict(names)))
 
 
 class Scraper:
@@ -196,6 +206,42 @@ def rows(name: str, by_config: dict[str, list[float]]) -> str:
     return "\n".join(lines)
 
 
+def cpu_s(cluster: LocalCluster) -> dict[str, float]:
+    """CPU seconds (user + system) each of the cluster's processes has used so far, NATS included (the
+    postmaster's children are separate processes and are not counted)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    pids = {p.name: p.proc.pid for p in cluster.processes if p.proc is not None}
+    if cluster.nats is not None and cluster.nats.pid is not None:
+        pids["nats-server"] = cluster.nats.pid
+    used = {}
+    for name, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        used[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return used
+
+
+def cpu_rows(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], jobs: int) -> str:
+    """CPU ms per job of each process, by cluster, and each cluster's total."""
+    names = sorted({n for used in after.values() for n in used})
+    lines = ["| process | " + " | ".join(after) + " |", "|---|" + "---|" * len(after)]
+    totals = dict.fromkeys(after, 0.0)
+    for name in names:
+        cells = []
+        for config, used in after.items():
+            if name not in used:
+                cells.append("")
+                continue
+            ms = (used[name] - before[config].get(name, 0.0)) * 1000 / jobs
+            totals[config] += ms
+            cells.append(f"{ms:.2f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("| total | " + " | ".join(f"{t:.2f}" for t in totals.values()) + " |")
+    return "\n".join(lines)
+
+
 def start(root: Path, name: str, *, metrics: bool, otlp: str | None) -> LocalCluster:
     """A started local cluster in ``root/name``; ``otlp``: the services' OTLP endpoint, or none."""
     cluster = LocalCluster(root / name, getpass.getuser(), nodes=2, gpus_per_node=4, metrics=metrics)
@@ -218,6 +264,11 @@ def main() -> int:
     """Run the benchmark and print the results."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=200, help="jobs submitted to each cluster")
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="a fourth cluster configured as off ('off 2'): its change against off is the noise floor",
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="corral-bench-obs-"))
     work = root / "work"
@@ -227,7 +278,9 @@ def main() -> int:
     scraper = None
     try:
         by_name: dict[str, LocalCluster] = {}
-        configs = (("on", True, receiver.url), ("metrics", True, None), ("off", False, None))
+        configs = [("on", True, receiver.url), ("metrics", True, None), ("off", False, None)]
+        if args.control:
+            configs.append(("off 2", False, None))
         for name, metrics, otlp in configs:
             by_name[name] = start(root, name, metrics=metrics, otlp=otlp)
             clusters.append(by_name[name])
@@ -241,9 +294,11 @@ def main() -> int:
             s.submit_s.clear()
             s.job_ids.clear()
         names = list(submitters)
+        before = {name: cpu_s(cluster) for name, cluster in by_name.items()}
         for i in range(args.jobs):
             for name in names[i % len(names) :] + names[: i % len(names)]:
                 submitters[name].submit_and_wait()
+        after = {name: cpu_s(cluster) for name, cluster in by_name.items()}
         waits = {name: asyncio.run(latencies(by_name[name], s.job_ids)) for name, s in submitters.items()}
         time.sleep(6)  # the services' span batches (BatchSpanProcessor: every 5 s) reach the receiver
         print("| metric | observability | n | p50 | mean | p95 | p99 | p50 change | mean change |")
@@ -251,11 +306,18 @@ def main() -> int:
         print(rows("submit round trip (ms)", {name: s.submit_s for name, s in submitters.items()}))
         print(rows("submit -> start (ms)", waits))
         print()
+        print("CPU ms per job, by process (the rounds only):")
+        print()
+        print(cpu_rows(before, after, args.jobs))
+        print()
         endpoints = len(scraped)
         print(f"metrics: {scraper.scrapes} scrapes of {endpoints} endpoints, {scraper.bytes} bytes")
         receiver.stop()  # its counts come back as it stops
         print(f"OTLP receiver: requests by path {dict(receiver.requests)}")
         print(f"OTLP receiver: spans by path {dict(receiver.spans)}")
+        jobs = args.jobs + 3  # and the warm-up's
+        per_job = ", ".join(f"{name} {n / jobs:.1f}" for name, n in sorted(receiver.names.items()))
+        print(f"OTLP receiver: spans per job by service and name: {per_job}")
         return 0
     finally:
         if scraper is not None:
