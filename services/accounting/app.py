@@ -15,6 +15,7 @@ from opentelemetry.trace import SpanKind
 from corral.libs.runtime import store, telemetry
 from corral.libs.runtime.api_server import serve
 from corral.libs.runtime.bus import Bus, LogEntry, entry_of
+from corral.libs.runtime.deferred_spans import DeferredTracer
 from corral.libs.runtime.errors import CorralError, InvalidInput, TransientError
 from corral.libs.runtime.service import Context
 from corral.libs.runtime.telemetry import logger
@@ -32,7 +33,7 @@ RETRY_S = 2.0
 _Reply = TypeVar("_Reply")
 
 
-_tracer = telemetry.tracer(__name__)
+_spans = DeferredTracer(__name__)
 
 
 class AccountingService:
@@ -134,7 +135,7 @@ class AccountingService:
         The transaction is a short live span, a root of its own (a delivery is about many jobs), linked to
         the traces of the jobs whose entries it applies (``telemetry.links``)."""
         traces = telemetry.links(e.envelope.meta.traceparent for e in delivered if e.envelope is not None)
-        with _tracer.start_as_current_span(
+        with _spans.span(
             "accounting transaction",
             context=telemetry.extract(None),
             kind=SpanKind.CLIENT,
