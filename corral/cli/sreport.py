@@ -1,7 +1,7 @@
 """``sreport``: usage reports from the accounting service's ``report`` verb.
 
     sreport [-t FORMAT] [--tres=LIST] [-P|-p] [-n] cluster utilization [start=T] [end=T]
-    sreport ... cluster AccountUtilizationByUser [start=T] [end=T] [users=L] [accounts=L]
+    sreport ... cluster AccountUtilizationByUser [tree] [start=T] [end=T] [users=L] [accounts=L]
     sreport ... user TopUsage [start=T] [end=T] [users=L] [accounts=L] [TopCount=N]
 
 As Slurm's: report names and keywords in any case (names may be shortened), the window defaults to
@@ -54,7 +54,7 @@ OPTIONS = OptionTable(
 
 USAGE = """\
 Usage: sreport [OPTIONS...] REPORT [start=TIME] [end=TIME] [users=LIST] [accounts=LIST] [TopCount=N]
-  REPORT: cluster utilization | cluster AccountUtilizationByUser | user TopUsage
+  REPORT: cluster utilization | cluster AccountUtilizationByUser [tree] | user TopUsage
   -t FORMAT            Seconds, Minutes (default), Hours, Percent, SecPer, MinPer, HourPer
   -T, --tres=LIST      cpu (default), gres/gpu, or both
   -P, --parsable2      '|'-separated    -p, --parsable  ... with a trailing '|'    -n, --noheader
@@ -167,6 +167,9 @@ def _conditions(parsed: SreportArgs, words: Sequence[str]) -> SreportArgs:
     for word in words:
         key, equals, value = word.partition("=")
         key = key.lower()
+        if word.lower() == "tree" and parsed.report == ("cluster", "accountutilizationbyuser"):
+            changes["layout"] = msgspec.structs.replace(parsed.layout, tree=True)
+            continue
         if not equals or not value:
             raise CliError(f'unknown condition "{word}": use start=, end=, users=, accounts= or TopCount=')
         if key in ("start", "end"):
