@@ -180,24 +180,28 @@ def account_utilization_by_user(reply: ReportReply, layout: Layout) -> list[str]
     return head + table(columns, rows, layout)
 
 
-def top_usage(reply: ReportReply, layout: Layout, top: int = 10) -> list[str]:
-    """``sreport user TopUsage``: the ``top`` users by usage of the first TRES (then by name), each with the
-    accounts they used, one line per TRES."""
+def top_usage(reply: ReportReply, layout: Layout, top: int = 10, group: bool = False) -> list[str]:
+    """``sreport user TopUsage``: the ``top`` user associations by usage of the first TRES (then by login,
+    then account), one line per TRES. As Slurm's, each (user, account) is its own entry unless ``group``
+    (one entry per user, its accounts joined by ", ")."""
     capacity = _capacity(reply)
     first = reply.capacity[0].tres if reply.capacity else "cpu"
-    users = sorted({u.user for u in reply.usage})
+    entries: dict[tuple[str, str], dict[str, float]] = {}
+    for u in reply.usage:
+        used = entries.setdefault((u.user, "" if group else u.account), {})
+        used[u.tres] = used.get(u.tres, 0.0) + u.seconds
 
-    def used(user: str, tres: str) -> float:
-        return sum(u.seconds for u in reply.usage if u.user == user and u.tres == tres)
+    def account(user: str, account: str) -> str:
+        return account or ", ".join(sorted({u.account for u in reply.usage if u.user == user}))
 
-    ranked = sorted(users, key=lambda user: (-int(used(user, first)), user))[:top]
+    ranked = sorted(entries, key=lambda key: (-int(entries[key].get(first, 0.0)), key))[:top]
     rows = []
-    for user in ranked:
-        accounts = ",".join(sorted({u.account for u in reply.usage if u.user == user}))
+    for user, acct in ranked:
         for tres, cap in capacity.items():
+            seconds = entries[user, acct].get(tres, 0.0)
             name = layout.proper_name(user)
             rows.append(
-                [reply.cluster, user, name, accounts, *_tail(layout, tres, used(user, tres), cap.reported)]
+                [reply.cluster, user, name, account(user, acct), *_tail(layout, tres, seconds, cap.reported)]
             )
     columns = [("Cluster", 9), ("Login", 9), ("Proper Name", 15), ("Account", 15), *_tail_columns(layout)]
     columns = _fit(columns, rows, {"Used", "Energy"})

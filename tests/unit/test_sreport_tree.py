@@ -173,3 +173,25 @@ def test_default_account_column_is_right_justified_without_indent() -> None:
 def test_tree_belongs_to_account_utilization_only() -> None:
     with pytest.raises(CliError, match='unknown condition "tree"'):
         sreport.parse_args(["cluster", "utilization", "tree"])
+
+
+def test_top_usage_ranks_user_associations_unless_grouped() -> None:
+    runs = [
+        Run(account=a, user=u, start=T0, end=T0 + s, cpus=1, gpus=1)
+        for a, u, s in [("ml", "alice", 100), ("cv", "alice", 50), ("ml", "bob", 120)]
+    ]
+    reply = summarise(ReportRequest(start=T0, end=T0 + 3600, tres=["gres/gpu"]), runs, [], now=T0 + 3600)
+    argv = ["-P", "-n", "-t", "seconds", "user", "TopUsage"]
+    # Slurm's default: one entry per (user, account).
+    assert sreport.render(sreport.parse_args(argv), reply) == [
+        "|bob||ml|120|0",
+        "|alice||ml|100|0",
+        "|alice||cv|50|0",
+    ]
+    assert sreport.render(sreport.parse_args([*argv, "TopCount=1"]), reply) == ["|bob||ml|120|0"]
+    # group: one per user, its accounts joined by ", ".
+    assert sreport.render(sreport.parse_args([*argv, "group"]), reply) == [
+        "|alice||cv, ml|150|0",
+        "|bob||ml|120|0",
+    ]
+    assert sreport.parse_args(["user", "top", "gr"]).group
