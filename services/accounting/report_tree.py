@@ -19,10 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from corral.libs.core.fair_share import ROOT
 from corral.schemas.api import AssocUsage
-
-#: The account at the top of every tree.
-ROOT = "root"
 
 
 def lineage(account: str, parents: Mapping[str, str]) -> list[str]:
