@@ -31,7 +31,14 @@ from corral.schemas.api_replies import (
     SubmitReply,
     WillRunReply,
 )
-from corral.schemas.api_report import ReportReply, ReportRequest, ReportTres, TresCapacity, TresUsage
+from corral.schemas.api_report import (
+    AssocUsage,
+    ReportReply,
+    ReportRequest,
+    ReportTres,
+    TresCapacity,
+    TresUsage,
+)
 from corral.schemas.api_requests import (
     AcctRequest,
     ArrayTasks,
@@ -85,6 +92,7 @@ __all__ = [
     "AcctStep",
     "ApiError",
     "ArrayTasks",
+    "AssocUsage",
     "CancelOutcome",
     "CancelReply",
     "CancelRequest",

@@ -41,6 +41,19 @@ class TresCapacity(msgspec.Struct, frozen=True, kw_only=True):
     reported: float  # TRES-seconds of every registered node (idle is the rest)
 
 
+class AssocUsage(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of AccountUtilizationByUser: an account (its whole subtree) or one user in an account.
+
+    The rows come in Slurm's order: depth first from the top, each account's row followed by its users'
+    rows (by name), then its sub-accounts (by name). Only associations with usage in the window appear.
+    """
+
+    account: str  # the account (for a user's row, the account the user charged)
+    user: str = ""  # the user; "" for the account's own row
+    depth: int = 0  # levels below the top row shown (sreport's ``tree`` indents by one space a level)
+    seconds: list[float] = []  # TRES-seconds, one per entry of ``capacity``, in the same order
+
+
 class ReportReply(msgspec.Struct, frozen=True, tag="report_reply", kw_only=True):
     """The window as the service used it, the cluster's capacity and every (account, user)'s usage."""
 
@@ -49,3 +62,4 @@ class ReportReply(msgspec.Struct, frozen=True, tag="report_reply", kw_only=True)
     end: float  # as requested
     capacity: list[TresCapacity]  # one per TRES asked, in request order
     usage: list[TresUsage]  # by TRES, account, user
+    accounts: list[AssocUsage] = []  # AccountUtilizationByUser's rows, in Slurm's order

@@ -1,8 +1,8 @@
 """``sreport``: usage reports from the accounting service's ``report`` verb.
 
     sreport [-t FORMAT] [--tres=LIST] [-P|-p] [-n] cluster utilization [start=T] [end=T]
-    sreport ... cluster AccountUtilizationByUser [start=T] [end=T] [users=L] [accounts=L]
-    sreport ... user TopUsage [start=T] [end=T] [users=L] [accounts=L] [TopCount=N]
+    sreport ... cluster AccountUtilizationByUser [tree] [start=T] [end=T] [users=L] [accounts=L]
+    sreport ... user TopUsage [group] [start=T] [end=T] [users=L] [accounts=L] [TopCount=N]
 
 As Slurm's: report names and keywords in any case (names may be shortened), the window defaults to
 yesterday 00:00 until today 00:00, ``-t`` is Minutes unless told (Seconds, Hours, Percent, SecPer, MinPer,
@@ -54,7 +54,7 @@ OPTIONS = OptionTable(
 
 USAGE = """\
 Usage: sreport [OPTIONS...] REPORT [start=TIME] [end=TIME] [users=LIST] [accounts=LIST] [TopCount=N]
-  REPORT: cluster utilization | cluster AccountUtilizationByUser | user TopUsage
+  REPORT: cluster utilization | cluster AccountUtilizationByUser [tree] | user TopUsage [group]
   -t FORMAT            Seconds, Minutes (default), Hours, Percent, SecPer, MinPer, HourPer
   -T, --tres=LIST      cpu (default), gres/gpu, or both
   -P, --parsable2      '|'-separated    -p, --parsable  ... with a trailing '|'    -n, --noheader
@@ -92,6 +92,7 @@ class SreportArgs(msgspec.Struct):
     users: list[str] = []  # users=
     accounts: list[str] = []  # accounts=
     top: int = 10  # TopCount=
+    group: bool = False  # TopUsage's ``group``: one entry per user, not per (user, account)
     help: str | None = None  # text to print instead (--help, --version)
 
 
@@ -167,6 +168,12 @@ def _conditions(parsed: SreportArgs, words: Sequence[str]) -> SreportArgs:
     for word in words:
         key, equals, value = word.partition("=")
         key = key.lower()
+        if word.lower() == "tree" and parsed.report == ("cluster", "accountutilizationbyuser"):
+            changes["layout"] = msgspec.structs.replace(parsed.layout, tree=True)
+            continue
+        if word and "group".startswith(word.lower()) and parsed.report == ("user", "topusage"):
+            changes["group"] = True
+            continue
         if not equals or not value:
             raise CliError(f'unknown condition "{word}": use start=, end=, users=, accounts= or TopCount=')
         if key in ("start", "end"):
@@ -225,7 +232,7 @@ def render(args: SreportArgs, reply: ReportReply) -> list[str]:
         return cluster_utilization(reply, args.layout)
     if args.report == ("cluster", "accountutilizationbyuser"):
         return account_utilization_by_user(reply, args.layout)
-    return top_usage(reply, args.layout, args.top)
+    return top_usage(reply, args.layout, args.top, args.group)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,6 +47,7 @@ class Layout(msgspec.Struct, frozen=True, kw_only=True):
     tres_given: bool = False  # --tres: Slurm's TRES Name column instead of Energy
     tz: tzinfo | None = None  # time zone of the banner; None = local
     proper_name: Callable[[str], str] = lambda user: ""  # a login's full name (Proper Name)
+    tree: bool = False  # AccountUtilizationByUser's ``tree``: indent accounts by depth
 
 
 def usage_text(seconds: float, total: float, time_format: TimeFormat) -> str:
@@ -86,15 +87,18 @@ def table(columns: Sequence[tuple[str, int]], rows: Sequence[Sequence[str]], lay
     out = []
     if layout.header:
         out.append("".join(_cell(title, width, cut="") for title, width in columns))
-        out.append("".join("-" * width + " " for _, width in columns))
+        out.append("".join("-" * abs(width) + " " for _, width in columns))
     out += ["".join(_cell(v, w) for v, (_, w) in zip(cells, columns, strict=True)) for cells in rows]
     return out
 
 
 def _cell(value: str, width: int, cut: str = "+") -> str:
-    if len(value) > width:
-        value = value[: width - len(cut)] + cut
-    return value.rjust(width) + " "
+    """``value`` in ``width`` columns and a space: right-justified, left-justified if ``width`` < 0 (as
+    Slurm's print fields), a value too long cut to end in ``cut``."""
+    size = abs(width)
+    if len(value) > size:
+        value = value[: size - len(cut)] + cut
+    return (value.rjust(size) if width > 0 else value.ljust(size)) + " "
 
 
 def _fit(columns: list[tuple[str, int]], rows: list[list[str]], titles: set[str]) -> list[tuple[str, int]]:
@@ -155,51 +159,49 @@ def _tail_columns(layout: Layout) -> list[tuple[str, int]]:
 
 
 def account_utilization_by_user(reply: ReportReply, layout: Layout) -> list[str]:
-    """``sreport cluster AccountUtilizationByUser``: root (the whole usage), then each account's total
-    followed by its users, accounts and users by name, one line per TRES."""
-    capacity = _capacity(reply)
+    """``sreport cluster AccountUtilizationByUser``: the service's rows (``report_tree``: root, then each
+    account's total followed by its users and its sub-accounts, depth first), one line per TRES.
+
+    With ``tree`` the Account column is 20 wide, left-justified, and each name is indented one space a
+    level (a user's row one more than its account's), as Slurm's ``slurmdb_tree_name_get``.
+    """
     rows: list[list[str]] = []
-
-    def add(shown: str, account: str | None, user: str | None) -> None:
-        # account/user None: every one (root's line; an account's own line).
-        for tres, cap in capacity.items():
-            seconds = sum(
-                u.seconds
-                for u in reply.usage
-                if u.tres == tres and account in (None, u.account) and user in (None, u.user)
+    for row in reply.accounts:
+        shown = " " * row.depth + row.account if layout.tree else row.account
+        name = layout.proper_name(row.user) if row.user else ""
+        for cap, seconds in zip(reply.capacity, row.seconds, strict=True):
+            rows.append(
+                [reply.cluster, shown, row.user, name, *_tail(layout, cap.tres, seconds, cap.reported)]
             )
-            name = layout.proper_name(user) if user else ""
-            rows.append([reply.cluster, shown, user or "", name, *_tail(layout, tres, seconds, cap.reported)])
-
-    add("root", None, None)
-    for account in sorted({u.account for u in reply.usage}):
-        add(account, account, None)
-        for user in sorted({u.user for u in reply.usage if u.account == account}):
-            add(account, account, user)
-    columns = [("Cluster", 9), ("Account", 15), ("Login", 9), ("Proper Name", 15), *_tail_columns(layout)]
+    account = ("Account", -20) if layout.tree else ("Account", 15)
+    columns = [("Cluster", 9), account, ("Login", 9), ("Proper Name", 15), *_tail_columns(layout)]
     columns = _fit(columns, rows, {"Used", "Energy"})
     head = banner("Cluster/Account/User Utilization", reply, layout) if layout.header else []
     return head + table(columns, rows, layout)
 
 
-def top_usage(reply: ReportReply, layout: Layout, top: int = 10) -> list[str]:
-    """``sreport user TopUsage``: the ``top`` users by usage of the first TRES (then by name), each with the
-    accounts they used, one line per TRES."""
+def top_usage(reply: ReportReply, layout: Layout, top: int = 10, group: bool = False) -> list[str]:
+    """``sreport user TopUsage``: the ``top`` user associations by usage of the first TRES (then by login,
+    then account), one line per TRES. As Slurm's, each (user, account) is its own entry unless ``group``
+    (one entry per user, its accounts joined by ", ")."""
     capacity = _capacity(reply)
     first = reply.capacity[0].tres if reply.capacity else "cpu"
-    users = sorted({u.user for u in reply.usage})
+    entries: dict[tuple[str, str], dict[str, float]] = {}
+    for u in reply.usage:
+        used = entries.setdefault((u.user, "" if group else u.account), {})
+        used[u.tres] = used.get(u.tres, 0.0) + u.seconds
 
-    def used(user: str, tres: str) -> float:
-        return sum(u.seconds for u in reply.usage if u.user == user and u.tres == tres)
+    def account(user: str, account: str) -> str:
+        return account or ", ".join(sorted({u.account for u in reply.usage if u.user == user}))
 
-    ranked = sorted(users, key=lambda user: (-int(used(user, first)), user))[:top]
+    ranked = sorted(entries, key=lambda key: (-int(entries[key].get(first, 0.0)), key))[:top]
     rows = []
-    for user in ranked:
-        accounts = ",".join(sorted({u.account for u in reply.usage if u.user == user}))
+    for user, acct in ranked:
         for tres, cap in capacity.items():
+            seconds = entries[user, acct].get(tres, 0.0)
             name = layout.proper_name(user)
             rows.append(
-                [reply.cluster, user, name, accounts, *_tail(layout, tres, used(user, tres), cap.reported)]
+                [reply.cluster, user, name, account(user, acct), *_tail(layout, tres, seconds, cap.reported)]
             )
     columns = [("Cluster", 9), ("Login", 9), ("Proper Name", 15), ("Account", 15), *_tail_columns(layout)]
     columns = _fit(columns, rows, {"Used", "Energy"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
 from nats.aio.msg import Msg
@@ -65,11 +65,13 @@ class AccountingService:
         consumer: str = CONSUMER,
         cluster: str = "",
         clock: Callable[[], float] = time.time,
+        parents: Mapping[str, str] | None = None,
     ):
         self.bus = bus
         self.pool = pool
         self.cluster = cluster  # the cluster's name, as sreport prints it
         self.clock = clock  # where a running job's or an up node's time ends in a report
+        self.parents = dict(parents or {})  # each configured account's parent: sreport's account tree
         self.default_partition = default_partition
         self.consumer = consumer
         self.log = logger(consumer=consumer)
@@ -192,7 +194,7 @@ class AccountingService:
         """sreport for ``user`` (any user may read the cluster's usage, as in Slurm's default)."""
         report.validate(req)
         now = self.clock()
-        return await self._read(lambda conn: report.report(conn, req, now, self.cluster))
+        return await self._read(lambda conn: report.report(conn, req, now, self.cluster, self.parents))
 
     async def _read(self, answer: Callable[[store.Connection], Awaitable[_Reply]]) -> _Reply:
         """``answer`` on a pooled connection; TransientError while the database is unavailable."""
@@ -269,6 +271,7 @@ async def main(ctx: Context) -> None:
             pool,
             default_partition=ctx.config.default_partition.name if partitions else "",
             cluster=ctx.config.name,
+            parents={a.name: a.parent for a in ctx.config.accounts},
         )
         await service.run(ctx.stop)
     finally:

@@ -12,13 +12,14 @@ so any window is exact to the second.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
 from corral.libs.runtime.errors import InvalidInput
 from corral.libs.runtime.store import Connection
 from corral.schemas.api import ReportReply, ReportRequest, TresCapacity, TresUsage
+from corral.services.accounting.report_tree import account_rows
 
 #: Most values one filter list may hold, and the longest name.
 MAX_FILTER_VALUES = 10_000
@@ -76,21 +77,30 @@ def _count(tres: str, cpus: int, gpus: int) -> int:
 
 
 def summarise(
-    req: ReportRequest, runs: Sequence[Run], periods: Sequence[Period], now: float, cluster: str = ""
+    req: ReportRequest,
+    runs: Sequence[Run],
+    periods: Sequence[Period],
+    now: float,
+    cluster: str = "",
+    parents: Mapping[str, str] | None = None,
 ) -> ReportReply:
     """The report of ``req`` from the rows overlapping its window (the users/accounts filters only narrow
-    the usage; the cluster's allocated time counts every run)."""
+    the usage; the cluster's allocated time counts every run). ``parents`` (each account's parent
+    account) shapes the account tree of AccountUtilizationByUser (``report_tree``)."""
     window = (req.start, req.end)
     capacity: list[TresCapacity] = []
     usage: list[TresUsage] = []
-    for tres in req.tres:
+    # Every (account, user) that ran in the window -> its TRES-seconds, one per TRES asked.
+    used: dict[tuple[str, str], list[float]] = {}
+    for index, tres in enumerate(req.tres):
         allocated = 0.0
         by_owner: dict[tuple[str, str], float] = {}
         for run in runs:
             seconds = _count(tres, run.cpus, run.gpus) * overlap(run.start, run.end, window, now)
             allocated += seconds
+            key = (run.account, run.user)
+            used.setdefault(key, [0.0] * len(req.tres))[index] += seconds
             if (not req.users or run.user in req.users) and (not req.accounts or run.account in req.accounts):
-                key = (run.account, run.user)
                 by_owner[key] = by_owner.get(key, 0.0) + seconds
         reported = down = 0.0
         for period in periods:
@@ -102,7 +112,10 @@ def summarise(
             TresUsage(tres=tres, account=account, user=user, seconds=seconds)
             for (account, user), seconds in sorted(by_owner.items())
         ]
-    return ReportReply(cluster=cluster, start=req.start, end=req.end, capacity=capacity, usage=usage)
+    accounts = account_rows(used, parents or {}, req.users, req.accounts)
+    return ReportReply(
+        cluster=cluster, start=req.start, end=req.end, capacity=capacity, usage=usage, accounts=accounts
+    )
 
 
 _RUNS = (
@@ -116,7 +129,9 @@ _PERIODS = (
 )
 
 
-async def report(conn: Connection, req: ReportRequest, now: float, cluster: str) -> ReportReply:
+async def report(
+    conn: Connection, req: ReportRequest, now: float, cluster: str, parents: Mapping[str, str] | None = None
+) -> ReportReply:
     """Answer an sreport request from the read model (validates it first)."""
     validate(req)
     runs = [
@@ -140,4 +155,4 @@ async def report(conn: Connection, req: ReportRequest, now: float, cluster: str)
         )
         for row in await conn.fetch(_PERIODS, req.start, req.end)
     ]
-    return summarise(req, runs, periods, now, cluster)
+    return summarise(req, runs, periods, now, cluster, parents)

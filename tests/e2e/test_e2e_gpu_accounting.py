@@ -2,7 +2,8 @@
 
 Issue 11's "done means": ``sacct -D`` shows both runs of the requeued job, ``AllocTRES`` names
 ``gres/gpu=2``, and sreport's GPU usage of the account equals the sum over the jobs' records of
-ElapsedRaw x GPUs (sreport in seconds; minutes and hours are the same seconds cut to whole units).
+ElapsedRaw x GPUs (sreport in seconds; minutes and hours are the same seconds cut to whole units), and
+root's row is the sum of the top accounts' rows.
 """
 
 from __future__ import annotations
@@ -78,11 +79,18 @@ def test_requeued_gpu_job_shows_every_run_and_sreport_sums_the_gpu_seconds(cli: 
     user = cli.env.get("USER") or next(login for _, login in by_row if login)
     assert by_row[(account, "")] == ("gres/gpu", str(expected)), rows
     assert by_row[(account, user)] == ("gres/gpu", str(expected)), rows
-    assert by_row[("root", "")] == ("gres/gpu", str(expected)), rows
+    assert ("root", "") not in by_row, rows  # accounts= shows that subtree only, as Slurm's
     # Slurm's default unit is minutes; -t hours cuts the same seconds to whole hours.
     for unit, divisor in (("minutes", 60), ("hours", 3600)):
         out = sreport(cli, "-P", "-n", "-t", unit, "--tres=gres/gpu", *report, *window)
-        assert out.stdout.splitlines()[1].split("|")[-1] == str(expected // divisor), out.stdout
+        assert out.stdout.splitlines()[0].split("|")[-1] == str(expected // divisor), out.stdout
+    # Over every account (tree: a top account is indented one space), root's row is their sum.
+    out = sreport(cli, "-P", "-n", "-t", "seconds", "--tres=gres/gpu", *report, "tree", *window[:2])
+    rows = [line.split("|") for line in out.stdout.splitlines()]
+    assert rows[0][1:3] == ["root", ""], rows
+    tops = [int(used) for _, acct, login, _, _, used in rows if acct == f" {acct.strip()}" and not login]
+    assert [acct for _, acct, _, _, _, _ in rows].count(f" {account}") == 1, rows
+    assert int(rows[0][5]) == sum(tops), rows
     # The fixed-width report has Slurm's banner.
     out = sreport(cli, "-t", "hours", "--tres=gres/gpu", *report, *window)
     lines = out.stdout.splitlines()

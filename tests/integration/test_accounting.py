@@ -608,6 +608,12 @@ async def test_report_sums_gpu_seconds_by_account_and_user_and_the_nodes_capacit
         TresUsage(tres="gres/gpu", account="", user="alice", seconds=58),
         TresUsage(tres="cpu", account="", user="alice", seconds=12 + 8 + 16 + 80),
     ]
+    # AccountUtilizationByUser's rows: root, the account (under root: not configured), its user.
+    assert [(a.account, a.user, a.depth, a.seconds) for a in reply.accounts] == [
+        ("root", "", 0, [58, 116]),
+        ("", "", 1, [58, 116]),
+        ("", "alice", 2, [58, 116]),
+    ]
     # gpu01 from T0+1, gpu02 from T0+2, down from T0+17 to T0+19.
     assert reply.capacity == [
         TresCapacity(tres="gres/gpu", allocated=58, down=16, reported=8 * 29 + 8 * 28),

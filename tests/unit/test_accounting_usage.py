@@ -28,6 +28,7 @@ from corral.schemas.api import (
 from corral.services.accounting.folded import Projector
 from corral.services.accounting.projection import NodeChange, RequeueJob, convert
 from corral.services.accounting.report import Period, Run, overlap, summarise
+from corral.services.accounting.report_tree import account_rows
 
 pytestmark = pytest.mark.unit
 
@@ -241,6 +242,7 @@ REPLY = ReportReply(
         TresUsage(tres="gres/gpu", account="ml", user="alice", seconds=5400),
         TresUsage(tres="gres/gpu", account="ml", user="bob", seconds=1800),
     ],
+    accounts=account_rows({("ml", "alice"): [5400], ("ml", "bob"): [1800]}, {}),
 )
 
 
