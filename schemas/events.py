@@ -76,10 +76,14 @@ from corral.schemas.reservation_events import (
     ReservationRejected,
 )
 from corral.schemas.run_events import (
+    MAX_STEP_TASKS,
+    MAX_STEP_TASKS_BYTES,
+    MAX_TASK_ERROR,
     RunExited,
     RunStarted,
     StepExited,
     StepStarted,
+    TaskOutcome,
 )
 
 # Every Struct and alias of the submodules is part of this module's interface.
@@ -87,6 +91,9 @@ __all__ = [
     "EVENT_TYPES",
     "MAX_NODE_REASON",
     "MAX_REASON_DETAIL",
+    "MAX_STEP_TASKS",
+    "MAX_STEP_TASKS_BYTES",
+    "MAX_TASK_ERROR",
     "NODE_EVENTS",
     "RESERVATION_EVENTS",
     "RETIRED_TAGS",
@@ -146,6 +153,7 @@ __all__ = [
     "SignalScope",
     "StepExited",
     "StepStarted",
+    "TaskOutcome",
     "WarnSignal",
 ]
 

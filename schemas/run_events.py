@@ -51,8 +51,38 @@ class StepStarted(msgspec.Struct, frozen=True, tag="step_started", kw_only=True)
     gpus: int = 0  # GPUs bound to its tasks (0 when tasks share the node's GPUs)
 
 
+#: Most tasks a ``StepExited`` lists (``tasks``); the others are only counted (``tasks_omitted``).
+MAX_STEP_TASKS = 1024
+#: Most bytes of JSON the listed tasks take together: with ``MAX_STEP_TASKS`` it keeps the entry well
+#: under NATS's default max_payload of 1 MiB, whatever the nodes' names and the tasks' errors.
+MAX_STEP_TASKS_BYTES = 512 * 1024
+#: Longest ``TaskOutcome.error`` (characters; a longer one is cut).
+MAX_TASK_ERROR = 200
+
+
+class TaskOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """How one task of a step ran, as its node's step supervisor recorded it (``StepExited.tasks``)."""
+
+    rank: int  # SLURM_PROCID
+    node: NodeName  # where it ran
+    pid: int = 0  # its process id on that node; 0 if it never started or is unknown
+    started_at: float = 0.0  # when it started (its node's wall clock, s since the epoch); 0.0 if unknown
+    ended_at: float = 0.0  # when it ended (its node's wall clock); 0.0 if unknown
+    exit_code: int = 0  # 0-255 (0 when killed by a signal)
+    signal: int = 0  # terminating signal, 0 if none
+    oom: bool = False  # the kernel's OOM killer ended it
+    error: str = ""  # why it could not start or was lost, at most MAX_TASK_ERROR characters; "" if none
+
+
 class StepExited(msgspec.Struct, frozen=True, tag="step_exited", kw_only=True):
-    """Fact (batch node's agent): every task of a step ended; the exit of the worst task."""
+    """Fact (batch node's agent): every task of a step ended; the exit of the worst task, and each task's.
+
+    ``tasks`` is bounded so that the entry stays well under NATS's 1 MiB payload limit however large the
+    step: at most ``MAX_STEP_TASKS`` outcomes, at most ``MAX_STEP_TASKS_BYTES`` of JSON together. The failed
+    tasks (non-zero exit, signal, OOM, error) are kept before the others, then the lowest ranks; the list is
+    in rank order and ``tasks_omitted`` counts those left out. Entries written before tasks were recorded
+    have neither (an empty list, 0 omitted).
+    """
 
     job_id: JobId  # the job
     attempt: int  # the run
@@ -62,3 +92,5 @@ class StepExited(msgspec.Struct, frozen=True, tag="step_exited", kw_only=True):
     signal: int = 0  # a terminating signal of a task, 0 if none
     killed: bool = False  # the step was killed (Ctrl-C twice, or its run ended first)
     oom: bool = False  # a task was OOM-killed (its node's memory cgroup counted the kill)
+    tasks: list[TaskOutcome] = []  # each task's outcome, by rank, bounded as the docstring says
+    tasks_omitted: int = 0  # tasks of the step not in ``tasks`` (the bound)

@@ -118,6 +118,9 @@ class TaskExit(msgspec.Struct, frozen=True, kw_only=True):
     signal: int = 0  # terminating signal, 0 if none
     error: str = ""  # why it could not start, "" if it did
     oom: bool = False  # the kernel's OOM killer ended it (its node's memory cgroup counted a kill)
+    pid: int = 0  # its process id (= its process group) on its node; 0 if it never started or is unknown
+    started_at: float = 0.0  # when its supervisor started it (its node's wall clock, s); 0.0 if unknown
+    ended_at: float = 0.0  # when its supervisor saw it end (its node's wall clock, s); 0.0 if unknown
 
 
 def step_subject(node: str, caller: str) -> str:

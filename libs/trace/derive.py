@@ -14,6 +14,7 @@ of requeues). It returns the job's span tree:
         │   ├── launch <node>          allocation → RunStarted of the batch node
         │   └── run <node>             RunStarted → RunExited (exit code, signal, OOM)
         │       └── step <job>.<n>     StepStarted → StepExited (batch node's run)
+        │           └── task <rank> <node>  the task's start → its end, ended by StepExited (``tasks.py``)
         └── conclude                   the last run's exit (or the cancel request) → the conclusion
 
 The entries are followed along the job state machine of ``schemas.lifecycle``: an event counts only in
@@ -41,6 +42,7 @@ from corral.libs.trace.spans import (
     span_id_for,
     trace_id_for,
 )
+from corral.libs.trace.tasks import step_ended
 from corral.schemas import events as ev
 from corral.schemas import lifecycle
 from corral.schemas.lifecycle import JobState
@@ -282,16 +284,8 @@ class _Derivation:
             )
             return
         span = self.children.pop(key, None)
-        if span is None:
-            return
-        span.attributes |= {
-            "process.exit.code": body.exit_code,
-            "corral.run.signal": body.signal,
-            "corral.run.oom": body.oom,
-            "corral.run.killed": body.killed,
-        }
-        failed = body.exit_code != 0 or body.signal != 0 or body.oom
-        span.end(seq, ns(at), "error" if failed and not body.killed else "unset")
+        if span is not None:
+            self.spans += step_ended(span, seq, at, body, self.trace_id, self.attempt)
 
     def _node_down(self, seq: int, at: float, body: ev.NodeDown) -> None:
         assert self.current is not None

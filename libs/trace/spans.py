@@ -25,7 +25,7 @@ import msgspec
 AttrValue = str | int | float | bool | list[str] | list[int]
 
 #: What phase of a job a span is.
-SpanKind = Literal["submit", "job", "queued", "attempt", "launch", "run", "step", "conclude"]
+SpanKind = Literal["submit", "job", "queued", "attempt", "launch", "run", "step", "task", "conclude"]
 
 #: Who exports a span: the gateway's own live submit span, or the tracer from the log.
 Exporter = Literal["gateway", "tracer"]

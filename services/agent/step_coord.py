@@ -5,7 +5,8 @@ until every task exited, and signals to all of them.
    stay unique across agent restarts), lay out the tasks (``steplayout``), subscribe to the step's task
    exits, start this node's tasks and ask each peer node's agent to start theirs (``StepTasks``);
 2. in the background: append ``StepStarted``; wait until every task has exited (or the run has ended,
-   which kills the step on every node); append ``StepExited`` with the worst task's exit;
+   which kills the step on every node); append ``StepExited`` with the worst task's exit and each task's
+   (``task_outcomes``: rank, node, pid, start and end as its supervisor recorded them);
 3. ``StepSignal``: signal the step's tasks on every node (SIGKILL = the kill sequence).
 
 Task exits are core NATS messages, which can be lost; the coordinator does not depend on them. It notes its
@@ -58,6 +59,7 @@ from corral.services.agent.step_state import (
     StepError,
     StepTable,
     lost,
+    task_outcomes,
 )
 from corral.services.agent.stepdir import CoordRecord, StepDir
 
@@ -244,6 +246,7 @@ class StepCoord:
             # Its tasks ended as their run was being killed (srun passes the run's SIGTERM on to them).
             step.killed = True
         exits = list(step.exits.values())
+        outcomes, omitted = task_outcomes(exits, len(step.places))
         if any(e.oom for e in exits):
             # Recorded in the run's directory, so the run's exit says so even after an agent restart.
             with contextlib.suppress(OSError):
@@ -255,6 +258,8 @@ class StepCoord:
                 signal=max((e.signal for e in exits), default=signal.SIGKILL if step.killed else 0),
                 killed=step.killed,
                 oom=any(e.oom for e in exits),
+                tasks=outcomes,
+                tasks_omitted=omitted,
             ),
             msg_id=f"step-exited:{ids}",  # once, also when a restarted agent appends it again
             traceparent=order.traceparent,

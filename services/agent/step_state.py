@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import msgspec
+
 from corral.schemas import events as ev
 from corral.schemas.api import LaunchOrder
 from corral.schemas.steps import StepLaunch, TaskExit, TaskPlace
@@ -187,3 +189,32 @@ def vanished(task: int, node: str) -> TaskExit:
         signal=signal.SIGKILL,
         error=f"node {node}: the task's step supervisor vanished",
     )
+
+
+def task_outcomes(exits: list[TaskExit], ntasks: int) -> tuple[list[ev.TaskOutcome], int]:
+    """The outcomes of a step's tasks for ``StepExited`` within its bounds (``ev.MAX_STEP_TASKS`` outcomes
+    and ``ev.MAX_STEP_TASKS_BYTES`` of JSON), the failed tasks kept first, then the lowest ranks; by rank,
+    and how many of its ``ntasks`` are left out (those cut, and those whose exit never came)."""
+    outcomes = [
+        ev.TaskOutcome(
+            rank=e.task,
+            node=e.node,
+            pid=e.pid,
+            started_at=e.started_at,
+            ended_at=e.ended_at,
+            exit_code=e.exit_code,
+            signal=e.signal,
+            oom=e.oom,
+            error=e.error[: ev.MAX_TASK_ERROR],
+        )
+        for e in exits
+    ]
+    outcomes.sort(key=lambda o: (not (o.exit_code or o.signal or o.oom or o.error), o.rank))
+    kept: list[ev.TaskOutcome] = []
+    size = 2  # the list's brackets
+    for outcome in outcomes[: ev.MAX_STEP_TASKS]:
+        size += len(msgspec.json.encode(outcome)) + 1  # and its comma
+        if size > ev.MAX_STEP_TASKS_BYTES:
+            break
+        kept.append(outcome)
+    return sorted(kept, key=lambda o: o.rank), max(ntasks, len(outcomes)) - len(kept)

@@ -14,12 +14,14 @@ agent's packages can break it, and an agent restart or upgrade does not touch th
    cgroup between fork and exec (writing to its ``cgroup.procs``, as ``memcg.join_self``); task
    0 gets the descriptor named on the command
    line as its stdin (a pipe the agent feeds with srun's stdin), the others ``/dev/null``; a task that
-   cannot be started gets its exit file at once (exit code 2 and why);
+   cannot be started gets its exit file at once (exit code 2 and why, with the time it was tried at);
 3. writes ``pids`` (its own pid and start ticks, each task's pid and start ticks; again after each task
    it starts, so that the tasks of a supervisor stuck starting the next one can be killed), then answers
    ``ok`` on stdout: the agent's launch handshake;
 4. waits; as each task ends, kills what it left in its session and writes ``exit.<task>`` atomically
-   (``{"exit_code", "signal", "error"}``), then says ``exit <task>`` on stdout so that a listening agent
+   (``{"exit_code", "signal", "error", "pid", "started_at", "ended_at"}``: the times are this node's wall
+   clock in seconds, taken as the supervisor starts the task and as it reaps it: what the task's span
+   is drawn from), then says ``exit <task>`` on stdout so that a listening agent
    looks at once (an agent that is gone is not an error: a restarted one finds the files);
 5. exits when every task has ended; the batch step first reads its cgroup's OOM count and peak, removes
    it (killing what is left in it) and writes ``status`` (``{"exit_code", "signal", "oom", "peak_bytes"}``,
@@ -39,6 +41,7 @@ import _signal  # type: ignore[import-not-found]  # signal's C half, without enu
 import marshal
 import os
 import sys
+import time  # built into the interpreter: no file to find and load
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -99,14 +102,26 @@ def write_atomically(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def exit_json(exit_code: int, signum: int = 0, error: str = "") -> str:
-    """An exit file's JSON (``{"exit_code", "signal", "error"}``)."""
+def exit_json(
+    exit_code: int,
+    signum: int = 0,
+    error: str = "",
+    pid: int = 0,
+    started_at: float = 0.0,
+    ended_at: float = 0.0,
+) -> str:
+    """An exit file's JSON (``{"exit_code", "signal", "error", "pid", "started_at", "ended_at"}``; pid 0 and
+    times 0.0 when unknown)."""
     quoted = '""'
     if error:
         import json  # only for the rare task that cannot start (see the imports above)
 
         quoted = json.dumps(error)
-    return f'{{"exit_code": {exit_code}, "signal": {signum}, "error": {quoted}}}'
+    # repr of a finite float is valid JSON and round-trips exactly
+    return (
+        f'{{"exit_code": {exit_code}, "signal": {signum}, "error": {quoted}, "pid": {pid}, '
+        f'"started_at": {float(started_at)!r}, "ended_at": {float(ended_at)!r}}}'
+    )
 
 
 def open_output(target: dict[str, Any]) -> int:
@@ -236,6 +251,7 @@ def main(argv: list[str]) -> int:
         killing.members = lambda: memcg.members(cgroup)
         oom_before = memcg.oom_count(cgroup)
     running: dict[int, int] = {}  # pid -> task
+    started: dict[int, float] = {}  # task -> when it was started (wall clock, s)
     codes: dict[int, tuple[int, int]] = {}  # task -> (exit code, signal)
     pids: list[str] = []
     me = f"[{os.getpid()}, {procstat.start_ticks('self') or 0}]"
@@ -245,12 +261,14 @@ def main(argv: list[str]) -> int:
         write_atomically(os.path.join(step_dir, PIDS_FILE), text)
 
     for task in spec["tasks"]:
+        started[task["task"]] = time.time()
         try:
             pid = start_task(task, stdin_fd, procs_fd, sigreset)
         except OSError as exc:
+            at = started[task["task"]]
             write_atomically(
                 os.path.join(step_dir, f"{EXIT_PREFIX}{task['task']}"),
-                exit_json(2, 0, exc.strerror or str(exc)),
+                exit_json(2, 0, exc.strerror or str(exc), 0, at, at),
             )
             continue
         running[pid] = task["task"]
@@ -275,6 +293,7 @@ def main(argv: list[str]) -> int:
         task_id = running.pop(pid, None)
         if task_id is None:
             continue
+        ended = time.time()
         # What the task left in its session goes with it (Slurm kills a step's leftovers too), at once, or
         # in a kill sequence after the grace (it goes on signalling the session until then).
         if not killing.started:
@@ -285,7 +304,8 @@ def main(argv: list[str]) -> int:
             groups.remove(pid)
         code = os.waitstatus_to_exitcode(status)
         codes[task_id] = (max(code, 0), max(-code, 0))
-        write_atomically(os.path.join(step_dir, f"{EXIT_PREFIX}{task_id}"), exit_json(*codes[task_id]))
+        outcome = exit_json(*codes[task_id], "", pid, started[task_id], ended)
+        write_atomically(os.path.join(step_dir, f"{EXIT_PREFIX}{task_id}"), outcome)
         say(sys.stdout, f"exit {task_id}")
     killing.wait_out()
     if killing.started:

@@ -8,7 +8,7 @@ file               written by    what
 =================  ============  ===================================================================
 ``step.spec``      agent (0600)  ``StepSpec`` (marshal): this node's tasks (argv, cwd, env, outputs)
 ``pids``           stepd         ``{"stepd": [pid, ticks], "tasks": {"<task>": [pid, ticks]}}``
-``exit.<task>``    stepd         ``{"exit_code", "signal", "error"}``, by rename once the task ended
+``exit.<task>``    stepd         ``{"exit_code", "signal", "error", "pid", "started_at", "ended_at"}``
 ``out.<task>``     the task      its stdout when srun gets it (no ``-o``): the agent tails it
 ``err.<task>``     the task      its stderr likewise (no ``-e``; with ``-o`` alone it goes to ``-o``)
 ``stepd.log``      stepd         the supervisor's own stderr (tracebacks)
@@ -19,6 +19,7 @@ file               written by    what
 ``coord.exited``   batch agent   ``StepExited`` was appended
 =================  ============  ===================================================================
 
+An exit file is written by rename once its task ended; its times are the node's wall clock (seconds).
 Start ticks (``procstat.py``) come with every pid: a signal goes to a task's process group only
 while the process recorded is the one running on that pid.
 """
@@ -107,6 +108,9 @@ class _Exit(msgspec.Struct, frozen=True):
     exit_code: int
     signal: int = 0
     error: str = ""
+    pid: int = 0  # 0: not started, or written by an older supervisor
+    started_at: float = 0.0
+    ended_at: float = 0.0
 
 
 class StepDir:
@@ -191,7 +195,14 @@ class StepDir:
         if found is None:
             return None
         return TaskExit(
-            task=task, node=node, exit_code=found.exit_code, signal=found.signal, error=found.error
+            task=task,
+            node=node,
+            exit_code=found.exit_code,
+            signal=found.signal,
+            error=found.error,
+            pid=found.pid,
+            started_at=found.started_at,
+            ended_at=found.ended_at,
         )
 
     def tail_state(self) -> TailState:

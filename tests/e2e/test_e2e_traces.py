@@ -220,6 +220,18 @@ def test_a_two_node_gpu_job_with_an_srun_step(traced: tuple[LocalCluster, Cli], 
     [step] = [s for name, s in spans.items() if name.startswith(f"step {job}.0")]
     assert step.attributes["corral.step.nodes"] == ["node1", "node2"]
     assert step.attributes["process.exit.code"] == 0
+    # One task span per task, under the step, with the pid and exit its node's step supervisor recorded.
+    tasks = {name: s for name, s in spans.items() if s.attributes.get("corral.span.kind") == "task"}
+    assert set(tasks) == {"task 0 node1", "task 1 node2"}
+    for (name, task), node in zip(sorted(tasks.items()), ("node1", "node2"), strict=True):
+        assert task.parent_id == step.span_id, name
+        assert task.attributes["host.name"] == node and task.attributes["process.exit.code"] == 0
+        assert isinstance(task.attributes["process.pid"], int) and task.attributes["process.pid"] > 0
+        # its node's clock: after the run started, ended before the step's end was appended (StepStarted
+        # is appended once every node's tasks started, so a task may start a little before its step span)
+        assert spans["run node1"].start_ns <= task.start_ns <= task.end_ns <= step.end_ns, name
+    text = corral(cli, "trace", str(job)).stdout
+    assert "task 0 node1" in text and "task 1 node2" in text, text
     assert spans[f"job {job}"].attributes["corral.nodes"] == ["node1", "node2"]
     assert spans[f"job {job}"].attributes["corral.gpu.count"] == 4
     history = audited(cli, job)

@@ -60,6 +60,7 @@ def sdir(tmp_path: Path) -> StepDir:
 
 
 def test_tasks_run_in_sessions_and_their_exits_and_pids_are_recorded(sdir: StepDir) -> None:
+    before = time.time()
     lines = run(
         sdir,
         [
@@ -78,6 +79,12 @@ def test_tasks_run_in_sessions_and_their_exits_and_pids_are_recorded(sdir: StepD
     assert sdir.spool("out", 1).read_text().strip() == "leader"  # its own session
     pids = sdir.pids()
     assert pids is not None and set(pids.tasks) == {"0", "1"}
+    # Each exit names its task's pid and when it ran (task 1 ran a second at least), in wall-clock seconds.
+    after = time.time()
+    for t, exit in exits.items():
+        assert exit is not None and exit.pid == pids.tasks[str(t)][0]
+        assert before <= exit.started_at <= exit.ended_at <= after
+    assert exits[1] is not None and exits[1].ended_at - exits[1].started_at >= 1.0
     # A live task's pid comes with its start ticks (task 0 may already be a zombie then: 0).
     assert pids.tasks["1"][1] > 0
     assert not running(pids.stepd)  # it ended, so its pid and ticks no longer match
@@ -122,6 +129,7 @@ def test_a_task_that_cannot_start_gets_an_exit_saying_why(
     assert lines == ["ok", "exit 0"]
     exit = sdir.exit_of(1, "n1")
     assert exit is not None and (exit.exit_code, exit.error) == (2, error)
+    assert exit.pid == 0 and 0 < exit.started_at == exit.ended_at  # never started: when it was tried
     pids = sdir.pids()
     assert pids is not None and set(pids.tasks) == {"0"}
 

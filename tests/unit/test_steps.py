@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 from test_jobenv import launch as launch_order
 
@@ -19,6 +20,7 @@ from corral.schemas.events import NodeAllocation
 from corral.schemas.steps import StepLaunch, TaskExit
 from corral.services.accounting.projection import EndStep, StartStep, convert
 from corral.services.agent.jobenv import job_environment
+from corral.services.agent.step_state import task_outcomes
 from corral.services.agent.steplayout import StepLayoutError, expand_step_pattern, layout, task_environment
 
 TWO_NODES = [
@@ -234,6 +236,12 @@ def test_step_facts_become_step_rows() -> None:
     oom = ev.StepExited(job_id=7, attempt=1, step_id=2, node="gpu01", exit_code=137, oom=True)
     meta = ev.Meta(event_id="e", occurred_at=5.0, actor="agent-gpu01")
     bodies = [STARTED, exited, killed, oom]
+    # The tasks' outcomes are for traces: a step's row is the same with them.
+    tasks = [ev.TaskOutcome(rank=0, node="gpu01", pid=9, exit_code=3, started_at=4.0, ended_at=5.0)]
+    with_tasks = msgspec.structs.replace(exited, tasks=tasks, tasks_omitted=3)
+    assert convert([(2, ev.Envelope(meta=meta, body=with_tasks))]) == convert(
+        [(2, ev.Envelope(meta=meta, body=exited))]
+    )
     ops = convert([(i + 1, ev.Envelope(meta=meta, body=b)) for i, b in enumerate(bodies)])
     assert ops == [
         StartStep(
@@ -255,3 +263,55 @@ def test_step_facts_become_step_rows() -> None:
             seq=4, job_id=7, attempt=1, step="2", end_time=5.0, state="OUT_OF_MEMORY", exit_code=0, signal=125
         ),
     ]
+
+
+def test_a_steps_task_outcomes_are_each_tasks_exit_by_rank() -> None:
+    exits = [
+        TaskExit(task=1, node="gpu02", exit_code=0, pid=12, started_at=4.5, ended_at=6.0),
+        TaskExit(task=0, node="gpu01", exit_code=3, pid=11, started_at=4.0, ended_at=5.0, error="x" * 500),
+    ]
+    outcomes, omitted = task_outcomes(exits, 3)  # task 2's exit never came
+    assert outcomes == [
+        ev.TaskOutcome(
+            rank=0,
+            node="gpu01",
+            pid=11,
+            started_at=4.0,
+            ended_at=5.0,
+            exit_code=3,
+            error="x" * ev.MAX_TASK_ERROR,
+        ),
+        ev.TaskOutcome(rank=1, node="gpu02", pid=12, started_at=4.5, ended_at=6.0),
+    ]
+    assert omitted == 1
+
+
+def test_a_huge_steps_outcomes_stay_well_under_natss_payload_limit_failed_tasks_first() -> None:
+    node = "n" * 64  # the longest node name (a subject token)
+    error = "\x01" * 1000  # escaped as \u0001 in JSON: 6 bytes a character
+    exits = [
+        TaskExit(
+            task=t,
+            node=node,
+            exit_code=1 if t % 1000 == 999 else 0,
+            pid=4_000_000 + t,
+            started_at=1.7e9 + t / 7,
+            ended_at=1.7e9 + t / 3,
+            error=error if t % 2 else "",
+        )
+        for t in range(5000)
+    ]
+    outcomes, omitted = task_outcomes(exits, 5000)
+    assert len(outcomes) + omitted == 5000 and 0 < len(outcomes) <= ev.MAX_STEP_TASKS
+    assert [o.rank for o in outcomes] == sorted(o.rank for o in outcomes)
+    # the failed ones (an error, or exit code 1) are kept before any that succeeded
+    assert all(o.error or o.exit_code for o in outcomes)
+    body = ev.StepExited(
+        job_id=7, attempt=0, step_id=0, node=node, exit_code=1, tasks=outcomes, tasks_omitted=omitted
+    )
+    assert len(msgspec.json.encode(body)) < ev.MAX_STEP_TASKS_BYTES + 1024 < 1 << 20
+    healthy = [TaskExit(task=t, node="gpu01", exit_code=0) for t in range(2000)]
+    outcomes, omitted = task_outcomes(healthy, 2000)
+    assert [o.rank for o in outcomes] == list(
+        range(ev.MAX_STEP_TASKS)
+    ) and omitted == 2000 - ev.MAX_STEP_TASKS

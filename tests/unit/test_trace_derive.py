@@ -343,8 +343,15 @@ def _run(draw: st.DrawFn, job_id: int, attempt: int) -> list[ev.Event]:
                 )
             )
             code = draw(st.sampled_from([0, 1]))
+            # with each task's outcome (a peer's lost: no times), or as an entry from before tasks were kept
+            tasks = [ev.TaskOutcome(rank=r, node=n, pid=r + 1, exit_code=code) for r, n in enumerate(nodes)]
+            tasks = draw(
+                st.sampled_from([[], tasks, [*tasks[:1], ev.TaskOutcome(rank=1, node="x", signal=9)]])
+            )
             out.append(
-                ev.StepExited(job_id=job_id, attempt=attempt, step_id=0, node=nodes[0], exit_code=code)
+                ev.StepExited(
+                    job_id=job_id, attempt=attempt, step_id=0, node=nodes[0], exit_code=code, tasks=tasks
+                )
             )
     end = draw(st.sampled_from(["requeue", "node", "preempt", "complete", "fail", "cancel", "open"]))
     if end == "node":
@@ -409,6 +416,8 @@ def test_derived_spans_follow_the_fold_and_never_change_once_ended(
         ids = {s.span_id for s in spans}
         assert len(ids) == len(spans)
         assert all(s.parent_id in ids for s in spans if s.kind != "submit")
+        kinds = {s.span_id: s.kind for s in spans}
+        assert all(kinds[s.parent_id or ""] == "step" for s in spans if s.kind == "task")
         assert all(s.end_ns is None or s.end_ns >= s.start_ns for s in spans)
         allocations = [
             e for _, e in applied if isinstance(e.body, ev.JobAllocated) and e.body.job_id == job_id
