@@ -125,3 +125,4 @@ class HistoryReply(msgspec.Struct, frozen=True, tag="history_reply", kw_only=Tru
     # Entries outside the history that its entries name as causes (a node's NodeDown, a preemptor's
     # submission), up to two steps back, scripts and environments left out: to say why, in log order
     causes: list[HistoryEntry] = []
+    job_id: int | None = None  # the job a job's history is of (an ``A_T`` request's task, by its own id)

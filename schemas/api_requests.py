@@ -153,7 +153,8 @@ class HistoryRequest(msgspec.Struct, frozen=True, tag="history", kw_only=True):
     """corral audit: entries of the log, exactly one of ``job_id``, ``node`` and ``user`` given.
 
     - ``job_id``: the job's entries (``corral.evt.job.<id>.>``, its steps' facts), and for an array task
-      the array's submission and its whole-array cancels;
+      the array's submission and its whole-array cancels; with ``array_task``, ``job_id`` is an array's id
+      and the history is that of its task with this index (Slurm's ``A_T``);
     - ``node``: the node's events, and the job events that name it (allocations, its run and step facts);
     - ``user``: every event of the user's jobs.
 
@@ -164,6 +165,7 @@ class HistoryRequest(msgspec.Struct, frozen=True, tag="history", kw_only=True):
     node: str | None = None  # one node
     user: str | None = None  # one user's jobs
     limit: int = 1000  # at most this many entries, the newest (1-MAX_HISTORY)
+    array_task: int | None = None  # with job_id: the task of array job_id with this index (``A_T``)
 
 
 # --- reservations (scontrol create/delete/show reservation) ---------------------------------------------

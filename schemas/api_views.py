@@ -196,6 +196,7 @@ class AcctAttempt(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int  # exit code
     signal: int  # terminating signal
     reason: str  # requeue or end reason
+    steps: list[AcctStep] = []  # the steps that ran in this run (batch first, then by number)
 
 
 class AcctJob(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,6 +1,7 @@
 """``corral audit``: a job's full history from the log, one line per event, with who and why.
 
     corral audit 42                 # job 42: every event, its actor, what changed and why
+    corral audit 12_3               # the task of array 12 with index 3 (or by its own job id)
     corral audit --node node2       # node2's events and the job events that name it (auditor, admin)
     corral audit --user alice       # every event of alice's jobs
     corral audit 42 --json          # the same as data, with each entry's envelope
@@ -20,6 +21,7 @@ import sys
 from corral.cli.audit_format import as_json, render
 from corral.cli.client import find_cluster
 from corral.cli.errors import CliError, run_command
+from corral.cli.jobrefs import one_job_ref
 from corral.schemas import api
 from corral.schemas.api_requests import MAX_HISTORY
 
@@ -31,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
         prog=COMMAND,
         description="Print a job's history from the log: time, event, actor, what changed and why.",
     )
-    parser.add_argument("job_id", nargs="?", help="the job (an array task by its own job id)")
+    parser.add_argument("job_id", nargs="?", help="the job: N, or an array task as A_T or by its own id")
     parser.add_argument("--node", help="the history of a node instead (auditor and admin roles)")
     parser.add_argument("--user", help="the history of a user's jobs instead")
     parser.add_argument("--json", action="store_true", help="print JSON for tools")
@@ -49,9 +51,9 @@ def request_of(args: argparse.Namespace) -> api.HistoryRequest:
     if not 1 <= args.limit <= MAX_HISTORY:
         raise CliError(f"--limit must be 1-{MAX_HISTORY}, not {args.limit}")
     if args.job_id is not None:
-        if not args.job_id.isdigit() or int(args.job_id) < 1:
-            raise CliError(f"invalid job id {args.job_id!r}: give a job's number (an array task's own id)")
-        return api.HistoryRequest(job_id=int(args.job_id), limit=args.limit)
+        ref = one_job_ref(args.job_id, "job id")
+        task = None if ref.tasks is None else ref.tasks[0]
+        return api.HistoryRequest(job_id=ref.job_id, array_task=task, limit=args.limit)
     return api.HistoryRequest(node=args.node, user=args.user, limit=args.limit)
 
 
@@ -63,8 +65,8 @@ def _audit(argv: list[str]) -> int:
         sys.stdout.buffer.write(as_json(reply))
         return 0
     if not reply.entries:
-        what = f"job {request.job_id}" if request.job_id else f"node {request.node}" if request.node else ""
-        print(f"no events for {what or 'user ' + str(request.user)}", file=sys.stderr)
+        what = f"job {args.job_id}" if args.job_id else f"node {args.node}" if args.node else ""
+        print(f"no events for {what or 'user ' + str(args.user)}", file=sys.stderr)
         return 0
     sys.stdout.write(render(reply, jobs=request.job_id is None))
     return 0

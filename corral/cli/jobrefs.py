@@ -74,6 +74,19 @@ def parse_job_refs(items: Iterable[str], option: str) -> list[JobRef]:
     return refs
 
 
+def one_job_ref(text: str, argument: str) -> JobRef:
+    """One job ``N`` or one array task ``A_T`` (``corral audit``, ``corral trace``), read by
+    ``parse_job_refs``; CliError naming ``argument`` for anything else (a list, a step, a malformed id)."""
+    usage = f"{argument}: {text!r} is not a job id (a job N or an array task A_T, e.g. 12 or 12_3)"
+    try:
+        refs = parse_job_refs([text], argument)
+    except CliError:
+        raise CliError(usage) from None
+    if len(refs) != 1 or len(refs[0].tasks or (0,)) != 1:
+        raise CliError(usage)
+    return refs[0]
+
+
 def _indices(single: str | None, listed: str | None, text: str, option: str) -> tuple[int, ...]:
     if single is not None:
         return (int(single),)

@@ -83,7 +83,7 @@ Usage: sacct [OPTIONS...]
   -u, --user=USERS        these users' jobs        -a, --allusers     everyone's jobs (default: mine)
   -A, --accounts=NAMES    -r, --partition=NAMES    --name=NAMES      -s, --state=STATES
   -S, --starttime=TIME    -E, --endtime=TIME       (YYYY-MM-DD[THH:MM[:SS]], now, now-2days, today)
-  -D, --duplicates        every run of a requeued job, each a record (REQUEUED, NODE_FAIL, PREEMPTED)
+  -D, --duplicates        every run of a requeued job, each a record with its steps (REQUEUED, NODE_FAIL, ...)
   -l, --long              Slurm's long field list (the fields Corral records)
       --json              the jobs as Slurm's JSON (jobs[].job_id, name, state.current, exit_code, steps)
 """

@@ -232,8 +232,8 @@ LATER_COLUMNS = frozenset(name.lower() for name in _LATER.split()) - COLUMNS.key
 
 
 def records(job: AcctJob) -> list[AcctJob]:
-    """``sacct -D``: each earlier run of ``job`` as a record of its own (no steps: only the latest run's are
-    kept), oldest first, then the job's own record."""
+    """``sacct -D``: each earlier run of ``job`` as a record of its own with the steps that ran in it, oldest
+    first, then the job's own record (the steps of the run it is, if it runs or ran)."""
     earlier = [
         msgspec.structs.replace(
             job,
@@ -251,7 +251,7 @@ def records(job: AcctJob) -> list[AcctJob]:
             reason=attempt.reason,
             restart_count=attempt.attempt,
             cancelled_by=None,
-            steps=[],
+            steps=attempt.steps,
             attempts=[],
         )
         for attempt in job.attempts

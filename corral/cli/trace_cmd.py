@@ -2,6 +2,7 @@
 
     corral trace 12            # the tree: start offsets, durations, a bar per span, span events
     corral trace 12 --json     # {"job_id": 12, "trace_id": ..., "spans": [SpanRecord, ...]}
+    corral trace 12_3          # an array task: A_T, or its own job id (the JSON's job_id is its own id)
 
 The spans are those the tracer exports (``libs/trace/derive.py``, same ids), so this works on a cluster with
 no tracing backend. The job's entries come from ``job_history.job_entries`` (the gateway's ``history`` verb:
@@ -18,6 +19,7 @@ import msgspec
 
 from corral.cli.errors import CliError, run_command
 from corral.cli.job_history import job_entries
+from corral.cli.jobrefs import one_job_ref
 from corral.libs.trace import derive
 from corral.libs.trace.render import render
 from corral.libs.trace.spans import ns
@@ -27,23 +29,17 @@ COMMAND = "corral trace"
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=COMMAND, description="Show a job's trace, derived from the log.")
-    parser.add_argument("job_id", help="the job's id (an array task by its own id)")
+    parser.add_argument("job_id", help="the job: N, or an array task as A_T or by its own id")
     parser.add_argument("--json", action="store_true", help="the spans as JSON")
     return parser
 
 
 def _trace(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    try:
-        job_id = int(args.job_id)
-        if job_id < 1:
-            raise ValueError
-    except ValueError:
-        raise CliError(f"job id: {args.job_id!r} is not a job id (a positive number, e.g. 12)") from None
-    entries, last_at = job_entries(job_id)
+    job_id, entries, last_at = job_entries(one_job_ref(args.job_id, "job id"))
     spans = derive.spans(job_id, entries)
     if not spans:
-        raise CliError(f"job {job_id} is not in the log")
+        raise CliError(f"job {args.job_id} is not in the log")
     if args.json:
         body = {"job_id": job_id, "trace_id": spans[0].trace_id, "spans": spans}
         sys.stdout.buffer.write(msgspec.json.encode(body) + b"\n")

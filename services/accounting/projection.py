@@ -20,8 +20,8 @@ limit and partition, as the fold does the spec; the allocation later overwrites 
 
 Requeue semantics (Slurm-like): the job's row is its latest record. A requeued job goes back to PENDING
 with its restart count + 1, its start time and node list cleared and the requeue reason as its reason;
-the batch step of the ended attempt stays, state REQUEUED, until the next allocation replaces it
-with the new attempt's batch step. Only the latest attempt's batch step is kept.
+the batch step of the ended attempt ends REQUEUED and stays that attempt's; the next allocation writes
+the new attempt's batch step beside it.
 
 Attempts: every allocation also inserts an ``attempts`` row (job, attempt), with the run's nodes, CPUs,
 GPUs and memory; the conclusion ends it with the job's state, a requeue with the state Slurm gives the
@@ -29,8 +29,9 @@ earlier record (``REQUEUE_STATES``: REQUEUED, NODE_FAIL, PREEMPTED). ``sacct -D`
 sums them. Node capacity over time (``node_periods``) comes from the fold's node state (``folded``).
 
 Steps (srun): ``StepStarted`` inserts ``N.<step>`` for the job's running attempt, ``StepExited`` ends it;
-a job's conclusion or requeue ends its steps still running (CANCELLED) and a new allocation drops the
-numbered steps of older attempts, so sacct shows the latest attempt's steps, as Slurm does.
+a job's conclusion or requeue ends its steps still running (CANCELLED). Every step row is one attempt's
+(``(job, attempt, step)``), as Slurm's step records belong to the job record they ran in: sacct shows the
+latest attempt's steps, ``sacct -D`` each attempt's under that attempt (``query.py``).
 """
 
 from __future__ import annotations

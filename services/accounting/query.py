@@ -33,10 +33,13 @@ _STEP_COLUMNS = (
     "job_id, step, name, state, exit_code, signal, start_time, end_time, node_list, num_cpus, num_tasks,"
     " num_gpus"
 )
-# The batch step first, then numbered steps in numeric order (shorter digit strings are smaller).
+# Each job's steps by attempt ($2: every attempt's, for sacct -D; else only the latest attempt's that has
+# steps, the one the job runs or the requeued one it waits after), the batch step first, then numbered
+# steps in numeric order (shorter digit strings are smaller).
 _STEPS = (
-    f"SELECT {_STEP_COLUMNS} FROM steps WHERE job_id = ANY($1::bigint[])"
-    " ORDER BY job_id, step <> 'batch', length(step), step"
+    f"SELECT attempt, {_STEP_COLUMNS} FROM steps s WHERE job_id = ANY($1::bigint[])"
+    " AND ($2::boolean OR attempt = (SELECT max(attempt) FROM steps t WHERE t.job_id = s.job_id))"
+    " ORDER BY job_id, attempt, step <> 'batch', length(step), step"
 )
 # The earlier runs of each job (sacct -D): those before the job's row (its latest run, or the pending
 # record that follows a requeue).
@@ -108,23 +111,26 @@ async def acct(conn: Connection, req: AcctRequest) -> AcctReply:
     validate(req)
     sql, params = jobs_query(req)
     rows = await conn.fetch(sql, *params)
-    steps: dict[int, list[AcctStep]] = {}
+    steps: dict[tuple[int, int], list[AcctStep]] = {}  # by (job, attempt)
     earlier: dict[int, list[AcctAttempt]] = {}
     if rows:
         ids = [row["job_id"] for row in rows]
-        for row in await conn.fetch(_STEPS, ids):
-            steps.setdefault(int(row["job_id"]), []).append(_step(row))
+        for row in await conn.fetch(_STEPS, ids, req.duplicates):
+            steps.setdefault((int(row["job_id"]), int(row["attempt"])), []).append(_step(row))
         if req.duplicates:
             for row in await conn.fetch(_EARLIER_ATTEMPTS, ids):
-                earlier.setdefault(int(row["job_id"]), []).append(_attempt(row))
+                attempt = _attempt(row, steps.pop((int(row["job_id"]), int(row["attempt"])), []))
+                earlier.setdefault(int(row["job_id"]), []).append(attempt)
+    # What is left is each job's own record's: its latest attempt's (without -D), its running one's (-D).
+    own: dict[int, list[AcctStep]] = {}
+    for (job_id, _), job_steps in sorted(steps.items()):
+        own.setdefault(job_id, []).extend(job_steps)
     return AcctReply(
-        jobs=[
-            _job(row, steps.get(int(row["job_id"]), []), earlier.get(int(row["job_id"]), [])) for row in rows
-        ]
+        jobs=[_job(row, own.get(int(row["job_id"]), []), earlier.get(int(row["job_id"]), [])) for row in rows]
     )
 
 
-def _attempt(row: Any) -> AcctAttempt:
+def _attempt(row: Any, steps: list[AcctStep]) -> AcctAttempt:
     return AcctAttempt(
         attempt=row["attempt"],
         state=row["state"],
@@ -139,6 +145,7 @@ def _attempt(row: Any) -> AcctAttempt:
         exit_code=row["exit_code"],
         signal=row["signal"],
         reason=row["reason"],
+        steps=steps,
     )
 
 

@@ -7,8 +7,8 @@ rows and the position commit together or not at all. ``lock_position`` takes the
 Every statement is fixed text; its ``:name`` placeholders are filled from the fields of the
 operation as bind parameters. Which operations there are is the scheduler fold's decision
 (``corral.services.accounting.folded``); the statements repeat none of its guards. A job row's only guard
-is ``last_seq < :seq`` (applying an operation twice is a no-op); a step row keeps its own (a step ends
-once, and only the attempt it belongs to).
+is ``last_seq < :seq`` (applying an operation twice is a no-op); a step row keeps its own (a step is
+one attempt's, ``(job, attempt, step)``: it starts once and ends once).
 """
 
 from __future__ import annotations
@@ -137,18 +137,14 @@ VALUES (:node, :seq, :at, NULL, :cpus, :gpus, :available, :seq)
 ON CONFLICT (node, start_seq) DO NOTHING
 """)
 
-# Only the latest attempt's batch step is kept: a new allocation overwrites the old attempt's row.
+# Each attempt has its own batch step (sacct -D shows it under that attempt); the fold allocates an
+# attempt once, so a replayed allocation finds its row and changes nothing.
 _WRITE_BATCH = _Statement("""
 INSERT INTO steps (job_id, step, attempt, name, state, exit_code, signal, start_time, end_time,
                    node_list, num_cpus, num_tasks, num_gpus, last_seq)
 VALUES (:job_id, 'batch', :attempt, 'batch', 'RUNNING', 0, 0, :start_time, NULL,
         :batch_node, :batch_cpus, 1, :batch_gpus, :seq)
-ON CONFLICT (job_id, step) DO UPDATE SET
-    attempt = EXCLUDED.attempt, name = EXCLUDED.name, state = EXCLUDED.state,
-    exit_code = EXCLUDED.exit_code, signal = EXCLUDED.signal, start_time = EXCLUDED.start_time,
-    end_time = EXCLUDED.end_time, node_list = EXCLUDED.node_list, num_cpus = EXCLUDED.num_cpus,
-    num_tasks = EXCLUDED.num_tasks, num_gpus = EXCLUDED.num_gpus, last_seq = EXCLUDED.last_seq
-WHERE steps.last_seq < EXCLUDED.last_seq
+ON CONFLICT (job_id, attempt, step) DO NOTHING
 """)
 
 # A batch step ends once: by its node's exit report or, failing that, by the job's conclusion.
@@ -179,19 +175,15 @@ WHERE job_id = :job_id AND last_seq < :seq
 """)
 
 
-# A step of the attempt the job runs (the fold's rule decides); a replayed start changes nothing.
+# A step of the attempt the job runs (the fold's rule decides), kept with that attempt; a replayed start
+# changes nothing.
 _START_STEP = _Statement("""
 INSERT INTO steps (job_id, step, attempt, name, state, exit_code, signal, start_time, end_time,
                    node_list, num_cpus, num_tasks, num_gpus, last_seq)
 SELECT :job_id, :step, :attempt, :name, 'RUNNING', 0, 0, :start_time, NULL,
        :node_list, :num_cpus, :num_tasks, :num_gpus, :seq
 FROM jobs WHERE job_id = :job_id
-ON CONFLICT (job_id, step) DO UPDATE SET
-    attempt = EXCLUDED.attempt, name = EXCLUDED.name, state = EXCLUDED.state,
-    exit_code = EXCLUDED.exit_code, signal = EXCLUDED.signal, start_time = EXCLUDED.start_time,
-    end_time = EXCLUDED.end_time, node_list = EXCLUDED.node_list, num_cpus = EXCLUDED.num_cpus,
-    num_tasks = EXCLUDED.num_tasks, num_gpus = EXCLUDED.num_gpus, last_seq = EXCLUDED.last_seq
-WHERE steps.last_seq < EXCLUDED.last_seq AND steps.attempt < EXCLUDED.attempt
+ON CONFLICT (job_id, attempt, step) DO NOTHING
 """)
 
 _END_STEP = _Statement("""
@@ -204,11 +196,6 @@ WHERE job_id = :job_id AND step = :step AND attempt = :attempt AND state = 'RUNN
 _END_RUN_STEPS = _Statement("""
 UPDATE steps SET state = 'CANCELLED', end_time = :end_time, last_seq = :seq
 WHERE job_id = :job_id AND step <> 'batch' AND attempt = :attempt AND state = 'RUNNING' AND last_seq < :seq
-""")
-
-# A new attempt starts with no numbered steps (sacct shows the latest attempt's).
-_DROP_OLD_STEPS = _Statement("""
-DELETE FROM steps WHERE job_id = :job_id AND step <> 'batch' AND attempt < :attempt
 """)
 
 
@@ -253,7 +240,6 @@ async def apply_op(conn: Connection, op: Op) -> None:
             if await _run(conn, _START_RUN, op):
                 await _run(conn, _INSERT_ATTEMPT, op)
                 await _run(conn, _WRITE_BATCH, op)
-                await _run(conn, _DROP_OLD_STEPS, op)
         case RaiseEpoch():
             await _run(conn, _RAISE_EPOCH, op)
         case ExitBatch():

@@ -4,7 +4,9 @@ Which entries a history holds (read with one filtered pass, ``EventLog.entries``
 
 - a job: every entry on its subjects (``corral.evt.job.<id>.>``) and its steps' facts
   (``corral.evt.step.<id>.>``); an array task also gets its array's submission and the whole-array cancels,
-  which are on the array's id (the task has no submission of its own);
+  which are on the array's id (the task has no submission of its own). A task is named by its own job id
+  or as ``A_T`` (``array_task``: resolved by ``JobLookup.task``, as ``scancel A_T`` is); an array's id
+  ``A`` names the job with that id, the array's first task. The reply's ``job_id`` is the job's own id;
 - a node: its own events (``corral.evt.node.<node>.>``), the allocations that name it, and the run and step
   facts its agent reported;
 - a user: every entry of the jobs the user submitted (their ids from the submissions, in log order, since a
@@ -70,8 +72,13 @@ class History:
             raise InvalidInput("give exactly one of a job id, --node NAME and --user NAME", field="job_id")
         if not 1 <= req.limit <= MAX_HISTORY:
             raise InvalidInput(f"limit must be 1-{MAX_HISTORY}, not {req.limit}", field="limit")
+        job_id = None
         if req.job_id is not None:
-            filters, keep = await self._of_job(user, req.job_id)
+            found = await self._job(req.job_id, req.array_task)
+            job_id = found.job_id
+            filters, keep = self._of_job(user, found)
+        elif req.array_task is not None:
+            raise InvalidInput("an array task index needs the array's job id", field="array_task")
         elif req.node is not None:
             filters, keep = self._of_node(user, req.node)
         else:
@@ -79,12 +86,23 @@ class History:
             filters, keep = self._of_user(user, req.user)
         reply = await self._read(filters, keep, req.limit)
         causes = await self._causes(reply.entries, set(filters))
-        return msgspec.structs.replace(reply, causes=causes)
+        return msgspec.structs.replace(reply, causes=causes, job_id=job_id)
 
-    async def _of_job(self, user: str, job_id: int) -> tuple[list[str], Keep]:
-        found = await self.lookup.find(job_id)
+    async def _job(self, job_id: int, array_task: int | None) -> Found:
+        """The job ``job_id`` names, or task ``job_id_array_task`` (``A_T``); NotFound naming it if none."""
+        if array_task is None:
+            found = await self.lookup.find(job_id)
+        elif array_task < 0:
+            raise InvalidInput(f"array task index must be 0 or more, not {array_task}", field="array_task")
+        else:
+            found = await self.lookup.task(job_id, array_task)
         if found is None:
-            raise NotFound(f"Invalid job id specified: no job {job_id}")
+            named = job_id if array_task is None else f"{job_id}_{array_task}"
+            raise NotFound(f"Invalid job id specified: no job {named}")
+        return found
+
+    def _of_job(self, user: str, found: Found) -> tuple[list[str], Keep]:
+        job_id = found.job_id
         if found.user != user and user not in self.readers:
             raise Forbidden(
                 f"Access/permission denied: job {job_id} belongs to {found.user}, not {user}: {RULE}"

@@ -36,6 +36,46 @@ def test_a_job_requeues_itself_and_reruns_with_the_same_id_and_appended_output(c
     assert "Restarts=1" in shown, shown
 
 
+#: Runs an srun step in each run (named after the run) and requeues itself in its first, as REQUEUE_ITSELF.
+REQUEUE_AFTER_A_STEP = f"""#!/bin/bash
+#SBATCH -J rqs --open-mode=append -o rqs-%j.out -t 5:00
+{BIN}/srun -J "step$SLURM_RESTART_COUNT" echo "step $SLURM_RESTART_COUNT"
+if [ "$SLURM_RESTART_COUNT" = 0 ]; then
+  trap 'echo term; exit 0' TERM
+  ( trap '' TERM; {BIN}/scontrol requeue "$SLURM_JOB_ID"; echo "rc $?" )
+  sleep 120 &
+  wait
+fi
+echo "done $SLURM_RESTART_COUNT"
+"""
+
+
+def test_sacct_duplicates_shows_each_runs_steps_under_that_run(cli: Cli) -> None:
+    job = cli.sbatch(REQUEUE_AFTER_A_STEP)
+    assert cli.wait_state(job, ("COMPLETED",), timeout=90) == "COMPLETED|0:0"
+    out = cli.workdir / f"rqs-{job}.out"
+    assert out.read_text().splitlines() == ["step 0", "rc 0", "term", "step 1", "done 1"]
+
+    def sacct(*flags: str) -> list[str]:
+        shown = cli("sacct", "-j", str(job), *flags, "-P", "-n", "-o", "JobID,JobName,State,ExitCode")
+        assert shown.returncode == 0, shown.stderr
+        return shown.stdout.splitlines()
+
+    last_run = [
+        f"{job}|rqs|COMPLETED|0:0",
+        f"{job}.batch|batch|COMPLETED|0:0",
+        f"{job}.0|step1|COMPLETED|0:0",
+    ]
+    assert sacct() == last_run
+    every_run = sacct("-D")
+    assert every_run[:3] == [
+        f"{job}|rqs|REQUEUED|0:0",
+        f"{job}.batch|batch|CANCELLED|0:0",  # killed by the requeue (it exited 0 on the SIGTERM)
+        f"{job}.0|step0|COMPLETED|0:0",
+    ]
+    assert every_run[3:] == last_run
+
+
 def test_requeue_refusals_are_slurms(cli: Cli) -> None:
     held = cli.sbatch("#!/bin/bash\nsleep 1\n", "-H")
     out = cli("scontrol", "requeue", str(held))

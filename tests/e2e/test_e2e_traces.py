@@ -123,8 +123,8 @@ def done(spans: dict[str, ReceivedSpan]) -> bool:
     return "conclude" in spans
 
 
-def audited(cli: Cli, job: int) -> list[dict[str, Any]]:
-    """``corral audit --json``'s entries for ``job`` (the same log the spans come from)."""
+def audited(cli: Cli, job: int | str) -> list[dict[str, Any]]:
+    """``corral audit --json``'s entries for ``job`` (an id or ``A_T``; the same log the spans come from)."""
     out = corral(cli, "audit", "--json", str(job))
     assert out.returncode == 0, out.stderr
     entries: list[dict[str, Any]] = json.loads(out.stdout)["entries"]
@@ -258,6 +258,17 @@ def test_an_array_tasks_spans(traced: tuple[LocalCluster, Cli], otlp: OtlpReceiv
     history = audited(cli, first + 1)
     assert [e["job_id"] for e in of(history, "job_submitted")] == [first]
     assert [e["job_id"] for e in of(history, "job_allocated")] == [first + 1]
+    # Slurm's A_T names the same task: the same history, the same trace (the JSON names its own id).
+    assert audited(cli, f"{first}_4") == history
+    traces = [corral(cli, "trace", name, "--json") for name in (f"{first}_4", str(first + 1))]
+    assert [t.returncode for t in traces] == [0, 0], [t.stderr for t in traces]
+    by_index, by_id = (json.loads(t.stdout) for t in traces)
+    assert by_index["job_id"] == first + 1 and by_index == by_id
+    assert "conclude" in corral(cli, "trace", f"{first}_3").stdout
+    for command in ("audit", "trace"):
+        out = corral(cli, command, f"{first}_5")  # the array has no index 5
+        assert (out.returncode, out.stdout) == (1, "")
+        assert out.stderr == f"corral {command}: error: Invalid job id specified: no job {first}_5\n"
 
 
 def test_a_preempted_job_names_its_preemptor(traced: tuple[LocalCluster, Cli], otlp: OtlpReceiver) -> None:
@@ -348,11 +359,13 @@ def test_a_job_requeued_after_its_node_is_killed(
 
 def test_corral_trace_refuses_bad_input(traced: tuple[LocalCluster, Cli]) -> None:
     _, cli = traced
-    out = corral(cli, "trace", "abc")
-    assert (out.returncode, out.stderr) == (
-        1,
-        "corral trace: error: job id: 'abc' is not a job id (a positive number, e.g. 12)\n",
-    )
+    for bad in ("abc", "12_x", "12_[1-2]"):
+        out = corral(cli, "trace", bad)
+        assert (out.returncode, out.stderr) == (
+            1,
+            f"corral trace: error: job id: {bad!r} is not a job id (a job N or an array task A_T, e.g. 12"
+            " or 12_3)\n",
+        )
     out = corral(cli, "trace", "99999")
     assert (out.returncode, out.stderr) == (
         1,

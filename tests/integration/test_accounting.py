@@ -92,7 +92,7 @@ class Rig:
         """Every row of the read model, in a fixed order."""
         return [
             await self.sql("SELECT * FROM jobs ORDER BY job_id"),
-            await self.sql("SELECT * FROM steps ORDER BY job_id, step"),
+            await self.sql("SELECT * FROM steps ORDER BY job_id, attempt, step"),
             await self.sql("SELECT * FROM scheduler_epoch"),
             await self.sql("SELECT * FROM attempts ORDER BY job_id, attempt"),
             await self.sql("SELECT * FROM node_periods ORDER BY node, start_seq"),
@@ -323,7 +323,8 @@ async def test_projection_rows_and_sacct_reply(rig: Rig) -> None:
     await rig.caught_up()
     assert await acct(rig, encode(AcctRequest())) == AcctReply(jobs=EXPECTED)
     steps = await rig.sql("SELECT job_id, attempt, state, end_time FROM steps WHERE job_id = 4")
-    assert steps == [(4, 1, "RUNNING", None)]  # only the latest attempt's batch step is kept
+    # Each attempt keeps its batch step; sacct shows the latest attempt's (EXPECTED), -D each under its own.
+    assert steps == [(4, 0, "REQUEUED", T0 + 18), (4, 1, "RUNNING", None)]
     assert await rig.sql("SELECT epoch FROM scheduler_epoch") == [(2,)]
 
 
@@ -449,13 +450,14 @@ async def test_migrations_apply_once_even_when_run_concurrently(rig: Rig) -> Non
     finally:
         for pool in pools:
             await pool.close()
-    assert sorted(applied) == [[], [], [1, 2, 3, 4]]
+    assert sorted(applied) == [[], [], [1, 2, 3, 4, 5]]
     assert again == []
     assert await rig.sql("SELECT version, name FROM schema_migrations ORDER BY version") == [
         (1, "accounting"),
         (2, "arrays"),
         (3, "qos"),
         (4, "attempts"),
+        (5, "attempt_steps"),
     ]
 
 
@@ -584,9 +586,10 @@ async def test_every_attempt_is_kept_and_shown_with_duplicates(rig: Rig) -> None
         AcctAttempt(
             attempt=0, state="NODE_FAIL", partition="gpu", start_time=T0 + 16, end_time=T0 + 18,
             node_list="gpu[01-02]", num_nodes=2, num_cpus=8, num_gpus=4, mem_mb=0, exit_code=0, signal=0,
-            reason="NodeFail",
+            reason="NodeFail", steps=[batch("gpu01", "REQUEUED", 16, 18)],
         )
     ]  # fmt: skip
+    assert reply.jobs[0].steps == plain.jobs[0].steps  # the running attempt's
     assert await rig.sql(
         "SELECT job_id, attempt, state, end_time FROM attempts ORDER BY job_id, attempt"
     ) == [

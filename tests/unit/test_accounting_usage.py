@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import UTC
 from typing import Any
 
+import msgspec
 import pytest
 
 from corral.cli import sacct, sreport
@@ -180,6 +181,32 @@ def test_sacct_duplicates_shows_every_attempt_as_slurm() -> None:
     ]  # fmt: skip
     # Without -D the request asks for no earlier runs (the reply then carries none).
     assert not sacct.acct_request(sacct.parse_args(["-X"]), "alice", T0).duplicates
+
+
+def test_sacct_duplicates_shows_each_attempts_steps_under_that_attempt() -> None:
+    def step(name: str, state: str, start: float, end: float, nodes: str) -> AcctStep:
+        return AcctStep(
+            step=name, name=name, state=state, exit_code=0, signal=0, start_time=T0 + start,
+            end_time=T0 + end, node_list=nodes, num_cpus=4, num_tasks=1, num_gpus=2,
+        )  # fmt: skip
+
+    first = attempt(0, "NODE_FAIL", 10, 30, "gpu01")
+    first = msgspec.structs.replace(
+        first, steps=[step("batch", "REQUEUED", 10, 30, "gpu01"), step("0", "COMPLETED", 12, 20, "gpu01")]
+    )
+    argv = ["-D", "-P", "-n", "-o", "JobID,State,NodeList"]
+    assert sacct_lines(argv, [requeued_job(attempts=[first])]) == [
+        "9|NODE_FAIL|gpu01",
+        "9.batch|REQUEUED|gpu01",
+        "9.0|COMPLETED|gpu01",
+        "9|COMPLETED|gpu02",
+        "9.batch|COMPLETED|gpu02",
+    ]
+    # -X: the attempts' records without their steps.
+    assert sacct_lines(["-X", *argv], [requeued_job(attempts=[first])]) == [
+        "9|NODE_FAIL|gpu01",
+        "9|COMPLETED|gpu02",
+    ]
 
 
 def test_sacct_req_tres_cpu_time_and_unknown_usage() -> None:

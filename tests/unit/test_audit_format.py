@@ -147,10 +147,13 @@ def test_what_leaves_out_defaults_and_the_job_id() -> None:
     [
         ([], "give exactly one of a job id, --node NAME and --user NAME"),
         (["12", "--node", "n1"], "give exactly one"),
-        (["12_3"], "invalid job id '12_3'"),
+        (["12_x"], "job id: '12_x' is not a job id (a job N or an array task A_T, e.g. 12 or 12_3)"),
+        (["12_[1-3]"], "job id: '12_[1-3]' is not a job id"),
+        (["12.0"], "job id: '12.0' is not a job id"),
+        (["0"], "job id: '0' is not a job id"),
         (["12", "--limit", "0"], "--limit must be 1-10000, not 0"),
     ],
-    ids=["none", "two", "task-syntax", "limit"],
+    ids=["none", "two", "bad-task", "task-list", "step", "zero", "limit"],
 )
 def test_bad_arguments_are_refused_naming_the_fix(argv: list[str], error: str) -> None:
     with pytest.raises(CliError, match=re.escape(error)):
@@ -159,6 +162,7 @@ def test_bad_arguments_are_refused_naming_the_fix(argv: list[str], error: str) -
 
 def test_the_arguments_make_the_request() -> None:
     assert request_of(_parser().parse_args(["12"])) == api.HistoryRequest(job_id=12)
+    assert request_of(_parser().parse_args(["12_3"])) == api.HistoryRequest(job_id=12, array_task=3)
     assert request_of(_parser().parse_args(["--user", "bob", "--limit", "5"])) == api.HistoryRequest(
         user="bob", limit=5
     )

@@ -130,8 +130,9 @@ async def test_a_user_reading_what_is_not_theirs_is_refused_naming_the_rule(
 @pytest.mark.parametrize(
     ("named", "field"),
     [({}, "job_id"), ({"job_id": 1, "node": "gpu01"}, "job_id"), ({"job_id": 1, "limit": 0}, "limit"),
-     ({"node": "bad.name"}, "node"), ({"user": "a b"}, "user")],
-    ids=["none", "two", "limit", "bad-node", "bad-user"],
+     ({"node": "bad.name"}, "node"), ({"user": "a b"}, "user"),
+     ({"user": "alice", "array_task": 1}, "array_task"), ({"job_id": 1, "array_task": -1}, "array_task")],
+    ids=["none", "two", "limit", "bad-node", "bad-user", "task-without-array", "negative-task"],
 )  # fmt: skip
 async def test_a_malformed_history_request_names_its_field(named: dict[str, object], field: str) -> None:
     rig = Rig()
@@ -144,6 +145,38 @@ async def test_a_malformed_history_request_names_its_field(named: dict[str, obje
 async def test_a_job_that_does_not_exist_is_not_found() -> None:
     with pytest.raises(NotFound, match="no job 7"):
         await bodies(Rig(), ADMIN, job_id=7)
+
+
+async def test_an_array_task_named_a_t_is_the_task_with_that_index() -> None:
+    rig = Rig()
+    spec = job(nodes=1, gpus=1, array=parse_array("3,5,9"))
+    reply = await rig.gateway.submit("alice", api.SubmitRequest(token="a", spec=spec))
+    assert isinstance(reply, api.SubmitReply)
+    first = reply.job_id
+    await rig.log.append(allocated(first + 1, "gpu01"))  # index 5 is the second task
+    await rig.log.append(allocated(first + 2, "gpu02"))
+    got = await rig.gateway.history.history("alice", api.HistoryRequest(job_id=first, array_task=5))
+    assert got.job_id == first + 1
+    assert [e.envelope.body for e in got.entries][1:] == [allocated(first + 1, "gpu01")]
+    by_own_id = await rig.gateway.history.history("alice", api.HistoryRequest(job_id=first + 1))
+    assert by_own_id.entries == got.entries and by_own_id.job_id == first + 1
+
+
+@pytest.mark.parametrize("index", [4, 10], ids=["between-indices", "past-the-last"])
+async def test_an_array_task_that_does_not_exist_is_not_found_by_its_a_t(index: int) -> None:
+    rig = Rig()
+    spec = job(nodes=1, gpus=1, array=parse_array("3,5,9"))
+    reply = await rig.gateway.submit("alice", api.SubmitRequest(token="a", spec=spec))
+    assert isinstance(reply, api.SubmitReply)
+    with pytest.raises(NotFound, match=f"no job {reply.job_id}_{index}$"):
+        await bodies(rig, "alice", job_id=reply.job_id, array_task=index)
+
+
+async def test_a_t_of_a_job_that_is_not_an_array_is_not_found() -> None:
+    rig = Rig()
+    job_id = await rig.submit("alice", "t1")
+    with pytest.raises(NotFound, match=f"no job {job_id}_0"):
+        await bodies(rig, "alice", job_id=job_id, array_task=0)
 
 
 async def test_the_auditor_reads_every_history_and_may_call_no_verb_that_writes() -> None:
