@@ -32,7 +32,6 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 
 from corral.libs.runtime import telemetry
-from corral.libs.runtime.deferred_spans import DeferredTracer
 from corral.libs.runtime.errors import AppendConflict, InvalidInput, TransientError
 from corral.libs.runtime.metrics import REJECTED, SKIPPED_ENTRY, Metrics
 from corral.libs.runtime.ports import Appended, decode_entry
@@ -46,7 +45,7 @@ from corral.schemas.events import Envelope, Event
 #: JetStream's error code for a failed expected-last-subject-sequence check.
 _WRONG_LAST_SEQUENCE = 10071
 
-_spans = DeferredTracer(__name__)
+_tracer = telemetry.tracer(__name__)
 
 #: Seconds between two reads of a durable consumer's info for its lag metric.
 LAG_POLL_S = 5.0
@@ -86,14 +85,14 @@ class Bus:
         if traceparent is None:
             return await self._publish(env, subject, msg_id, expect_last_seq, expect_subject)
         tag = type(body).__struct_config__.tag
-        with _spans.span(
+        with _tracer.start_as_current_span(
             f"append {tag}",
             context=telemetry.extract(traceparent),
             attributes={"messaging.destination.name": subject, "corral.actor": self.actor},
-        ) as attributes:
+        ) as span:
             appended = await self._publish(env, subject, msg_id, expect_last_seq, expect_subject)
-            attributes["messaging.message.id"] = msg_id or env.meta.event_id
-            attributes["corral.log.seq"] = appended.seq
+            span.set_attribute("messaging.message.id", msg_id or env.meta.event_id)
+            span.set_attribute("corral.log.seq", appended.seq)
             return appended
 
     async def _publish(

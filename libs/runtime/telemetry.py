@@ -6,8 +6,6 @@
   (``corral.libs.config.otlp``: a base endpoint gets ``/v1/traces`` appended, a traces endpoint is used
   as-is), read by each service's settings and passed here. Without a target no span is recorded
   (``ids_only``): spans get ids, for the job's ``traceparent`` and the log lines, and nothing else.
-- Short spans nothing refers to while they run (appends, cycles, transactions, launches) are recorded
-  cheaply and made SDK spans off the request path (``deferred_spans``), once ``configure`` has a target.
 - ``span_exporter(target)`` is that exporter, for the tracer service's derived spans too.
 - ``inject()`` returns the W3C ``traceparent`` of the current span (for NATS headers and the
   envelope's meta); ``extract(traceparent)`` gives a context to start child spans under;
@@ -33,7 +31,6 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from corral.libs.config.otlp import OtlpTarget
-from corral.libs.runtime import deferred_spans
 from corral.libs.trace.spans import parse_traceparent
 
 _propagator = TraceContextTextMapPropagator()
@@ -104,8 +101,6 @@ def configure(service: str, target: OtlpTarget | None = None, level: int = loggi
     )
     structlog.contextvars.bind_contextvars(service=service)
     trace.set_tracer_provider(provider(service, target) if target is not None else ids_only(service))
-    if target is not None:
-        deferred_spans.enable()
 
 
 def tracer(name: str) -> trace.Tracer:

@@ -15,7 +15,6 @@ from opentelemetry.trace import SpanKind
 from corral.libs.runtime import store, telemetry
 from corral.libs.runtime.api_server import serve
 from corral.libs.runtime.bus import Bus, LogEntry, entry_of
-from corral.libs.runtime.deferred_spans import DeferredTracer
 from corral.libs.runtime.errors import CorralError, InvalidInput, TransientError
 from corral.libs.runtime.service import Context
 from corral.libs.runtime.telemetry import logger
@@ -33,7 +32,7 @@ RETRY_S = 2.0
 _Reply = TypeVar("_Reply")
 
 
-_spans = DeferredTracer(__name__)
+_tracer = telemetry.tracer(__name__)
 
 
 class AccountingService:
@@ -137,7 +136,7 @@ class AccountingService:
         The transaction is a short live span, a root of its own (a delivery is about many jobs), linked to
         the traces of the jobs whose entries it applies (``telemetry.links``)."""
         traces = telemetry.links(e.envelope.meta.traceparent for e in delivered if e.envelope is not None)
-        with _spans.span(
+        with _tracer.start_as_current_span(
             "accounting transaction",
             context=telemetry.extract(None),
             kind=SpanKind.CLIENT,

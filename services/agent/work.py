@@ -22,7 +22,6 @@ from nats.aio.msg import Msg
 from corral.libs.config.cluster import ClusterConfig
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.clock import SystemClock
-from corral.libs.runtime.deferred_spans import DeferredTracer
 from corral.libs.runtime.errors import InvalidInput
 from corral.libs.runtime.ports import Clock
 from corral.schemas import api
@@ -34,7 +33,7 @@ from corral.services.agent.reporting import Reporter
 from corral.services.agent.runs import Runs
 from corral.services.agent.step_state import CrashPoint
 
-_spans = DeferredTracer(__name__)
+_tracer = telemetry.tracer(__name__)
 
 #: RunExited.launch_error of a launch refused because the node already ran a newer attempt of the job.
 STALE_ATTEMPT = "stale attempt: this node already ran a newer attempt of the job"
@@ -157,7 +156,7 @@ class Work:
         self.crash.reached("launch.recorded")
         with (
             telemetry.about_job(order.job_id, order.traceparent),
-            _spans.span(
+            _tracer.start_as_current_span(
                 "launch",
                 context=telemetry.extract(order.traceparent),
                 attributes={

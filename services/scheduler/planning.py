@@ -13,14 +13,15 @@ import gc
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
+from opentelemetry import trace
+
 from corral.libs.core import plan as planner
 from corral.libs.core.policy import Policy
 from corral.libs.core.state import State
 from corral.libs.runtime import telemetry
-from corral.libs.runtime.deferred_spans import DeferredTracer
 from corral.schemas import events as ev
 
-_spans = DeferredTracer(__name__)
+_tracer = telemetry.tracer(__name__)
 
 
 @contextlib.contextmanager
@@ -47,20 +48,20 @@ def plan_paused(state: State, now: float, policy: Policy, epoch: int) -> planner
 def cycle_span(
     began_ns: int, decided: planner.Plan, changes: list[ev.JobReasonChanged]
 ) -> AbstractContextManager[object]:
-    """The ``scheduling cycle`` span of a cycle that decided or logged something, from the plan's start
-    (``began_ns``) to its last append: its own root (a cycle is about many jobs, in no job's trace), made off
-    the cycle's path (``deferred_spans``). A cycle that appends nothing (most are woken by a fact that
-    changes no plan) has no span, only its duration in the metrics' histogram: one per log entry would flood
-    the backend with empty cycles."""
+    """The ``scheduling cycle`` span of a cycle that decided or logged something: its own root (a cycle is
+    about many jobs, in no job's trace), from the plan's start to its last append. A cycle that appends
+    nothing (most are woken by a fact that changes no plan) has no span, only its duration in the metrics'
+    histogram: one per log entry would flood the backend with empty cycles."""
     if not decided.decisions and not changes:
         return contextlib.nullcontext()
-    return _spans.span(
+    span = _tracer.start_span(
         "scheduling cycle",
         context=telemetry.extract(None),
-        start_ns=began_ns,
+        start_time=began_ns,
         attributes={
             "corral.cycle.jobs_considered": len(decided.priorities),
             "corral.cycle.decisions": len(decided.decisions),
             "corral.cycle.reason_changes": len(changes),
         },
     )
+    return trace.use_span(span, end_on_exit=True)
