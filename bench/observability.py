@@ -17,6 +17,9 @@ request/reply, measured in this process: the round trip, without a command's sta
 waits until the job has ended, so each cluster is idle at each submit. Submit -> start is
 ``RunStarted.occurred_at - JobSubmitted.occurred_at`` from each cluster's log, as in ``bench/latency.py``.
 
+Then ``--commands`` more rounds, each job submitted with the ``sbatch`` command as a user runs it (a
+subprocess, through its cluster's command server, timed from start to exit), as a user sees a submit.
+
 Also prints each process's CPU time per job during the rounds, by cluster (where the extra work goes).
 Prints Markdown tables; results are recorded in ``bench/RESULTS.md``.
 """
@@ -31,6 +34,8 @@ import multiprocessing
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -154,11 +159,26 @@ class Submitter:
         inbox = subjects.inbox_prefix(creds.user)
         self.conn = Connection(creds.url, user=creds.user, password=creds.password, inbox_prefix=inbox)
         self.submit_s: list[float] = []
+        self.sbatch_s: list[float] = []
         self.job_ids: list[int] = []
 
     def call(self, verb: str, body: api.Request) -> bytes:
         """One request's reply."""
         return self.conn.request(subjects.api_subject(verb, self.user), encode(body), timeout=10.0).data
+
+    def sbatch_and_wait(self, env: dict[str, str]) -> None:
+        """Submit one job with ``sbatch`` as a user runs it (timed), then wait until it has ended."""
+        started = time.perf_counter()
+        out = subprocess.run(
+            [str(Path(sys.executable).parent / "sbatch"), "--parsable", "--gres=gpu:1"],
+            input=SCRIPT.encode(),
+            env=env,
+            cwd=self.workdir,
+            capture_output=True,
+            check=True,
+        )
+        self.sbatch_s.append(time.perf_counter() - started)
+        self.wait_ended(int(out.stdout.decode().strip().split(";")[0]))
 
     def submit_and_wait(self) -> None:
         """Submit one job (timed), then wait until it has ended."""
@@ -171,14 +191,18 @@ class Submitter:
         if isinstance(reply, api.ApiError):
             raise RuntimeError(f"submit refused: {reply.error}")
         self.job_ids.append(reply.job_id)
-        query = api.JobsRequest(job_ids=[reply.job_id], include_finished=True)
+        self.wait_ended(reply.job_id)
+
+    def wait_ended(self, job_id: int) -> None:
+        """Until the job has ended (60 s at most)."""
+        query = api.JobsRequest(job_ids=[job_id], include_finished=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             jobs = decode(self.call("jobs", query), api.JobsReply | api.ApiError)
             if isinstance(jobs, api.JobsReply) and jobs.jobs and jobs.jobs[0].state in ENDED:
                 return
             time.sleep(0.02)
-        raise RuntimeError(f"job {reply.job_id} did not end in 60 s")
+        raise RuntimeError(f"job {job_id} did not end in 60 s")
 
 
 def pct(values: list[float], p: float) -> float:
@@ -204,6 +228,15 @@ def rows(name: str, by_config: dict[str, list[float]]) -> str:
             f"{pct(ms, 95):.2f} | {pct(ms, 99):.2f} {change}"
         )
     return "\n".join(lines)
+
+
+def command_env(cluster: LocalCluster, root: Path) -> dict[str, str]:
+    """The environment of a user's commands on ``cluster``: its state directory, and a command server of
+    its own (one per cluster, under the bench's directory)."""
+    runtime = root / f"runtime-{cluster.state_dir.name}"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OTEL_"))}
+    return {**env, "CORRAL_STATE_DIR": str(cluster.state_dir), "XDG_RUNTIME_DIR": str(runtime)}
 
 
 def cpu_s(cluster: LocalCluster) -> dict[str, float]:
@@ -265,6 +298,9 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=200, help="jobs submitted to each cluster")
     parser.add_argument(
+        "--commands", type=int, default=50, help="sbatch commands run for each cluster after the rounds"
+    )
+    parser.add_argument(
         "--control",
         action="store_true",
         help="a fourth cluster configured as off ('off 2'): its change against off is the noise floor",
@@ -299,12 +335,21 @@ def main() -> int:
             for name in names[i % len(names) :] + names[: i % len(names)]:
                 submitters[name].submit_and_wait()
         after = {name: cpu_s(cluster) for name, cluster in by_name.items()}
+        envs = {name: command_env(cluster, root) for name, cluster in by_name.items()}
+        for name in names:  # each cluster's command server starts with its first command
+            submitters[name].sbatch_and_wait(envs[name])
+            submitters[name].sbatch_s.clear()
+        for i in range(args.commands):
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                submitters[name].sbatch_and_wait(envs[name])
         waits = {name: asyncio.run(latencies(by_name[name], s.job_ids)) for name, s in submitters.items()}
         time.sleep(6)  # the services' span batches (BatchSpanProcessor: every 5 s) reach the receiver
         print("| metric | observability | n | p50 | mean | p95 | p99 | p50 change | mean change |")
         print("|---|---|---|---|---|---|---|---|---|")
         print(rows("submit round trip (ms)", {name: s.submit_s for name, s in submitters.items()}))
         print(rows("submit -> start (ms)", waits))
+        if args.commands:
+            print(rows("sbatch command (ms)", {name: s.sbatch_s for name, s in submitters.items()}))
         print()
         print("CPU ms per job, by process (the rounds only):")
         print()
