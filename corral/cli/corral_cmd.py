@@ -15,6 +15,7 @@ from corral.libs.config.settings import default_state_dir
 
 def _up(args: argparse.Namespace) -> int:
     from corral.cli.local_cluster import LocalCluster, ensure_resolvable
+    from corral.cli.supervision import Supervisor
 
     cluster = LocalCluster(
         Path(args.state_dir), getpass.getuser(), nodes=args.nodes, gpus_per_node=args.gpus_per_node
@@ -33,6 +34,8 @@ def _up(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _stop)
+    # Also when started in the background by a shell without job control, which leaves SIGINT ignored.
+    signal.signal(signal.SIGINT, _stop)
     try:
         cluster.start()
         gpus = sum(n.gpus for n in config.nodes)
@@ -44,9 +47,13 @@ def _up(args: argparse.Namespace) -> int:
         print(f"corral: Prometheus metrics (also in {cluster.metrics_file}):", flush=True)
         for name, url in cluster.metrics_urls.items():
             print(f"  {name:<16} {url}", flush=True)
+        # A process that dies from now on is started again (corral/cli/supervision.py): no job is killed
+        # because a service died.
+        supervisor = Supervisor(cluster, time.monotonic())
         while True:
-            time.sleep(1.0)
-            cluster.check_alive()
+            time.sleep(0.5)
+            for line in supervisor.tick(time.monotonic()):
+                print(f"corral: {line}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         print("corral: stopping", file=sys.stderr, flush=True)
         return 0

@@ -113,6 +113,29 @@ class ManagedServer:
             self._kill()
             raise
 
+    @property
+    def name(self) -> str:
+        """What the server is (``nats-server``, ``postgres``), for messages."""
+        return self._name
+
+    @property
+    def returncode(self) -> int | None:
+        """How the server's process ended (negative: the signal that killed it); None while it runs or
+        before it started."""
+        return None if self._proc is None else self._proc.poll()
+
+    def revive(self) -> None:
+        """Start the server again after it died, on the same port (its clients' credentials name it).
+
+        What is left of its process group is killed and the dead server reaped first: a killed postmaster's
+        backends would keep its shared memory, and an unreaped one its pid, which its lock file names."""
+        if self.pid is not None:
+            return
+        if self._port is not None:
+            self._requested_port = self._port
+        self._kill()
+        self.start()
+
     def stop(self) -> None:
         """Ask the server to shut down, wait for it, then kill its process group; idempotent."""
         proc = self._proc
