@@ -89,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return trace_main(words[1:])
 
+    if words[:1] == ["deploy"]:
+        from corral.cli.deploy import main as deploy_main
+
+        return deploy_main(words[1:])
     if words[:1] == ["audit"]:
         from corral.cli.audit import main as audit_main
 
@@ -105,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("log", help="export the event log for a what-if replay (corral log export -h)")
     sub.add_parser("trace", help="show a job's span tree, derived from the log (corral trace -h)")
     sub.add_parser("audit", help="a job's history: who did what and why (corral audit -h)")
+    sub.add_parser("deploy", help="write a deployment for several machines (corral deploy init -h)")
     args = parser.parse_args(argv)
     if args.command == "up":
         args.nodes_given = args.nodes is not None or args.gpus_per_node is not None
