@@ -211,7 +211,13 @@ async def test_a_cluster_url_fails_over_to_the_next_server(server_url: str, resp
     down = f"nats://127.0.0.1:{_free_port()}"
     for url in (f"{down},{server_url}", f"{server_url}, {down}"):
         reply = await asyncio.to_thread(
-            request, url, "svc.plain.alice", b"ping", user="alice", password=ALICE_PASSWORD, inbox_prefix=INBOX
+            request,
+            url,
+            "svc.plain.alice",
+            b"ping",
+            user="alice",
+            password=ALICE_PASSWORD,
+            inbox_prefix=INBOX,
         )
         assert reply.data == b"ping"
     with pytest.raises(NatsConnectError, match="refused"):
