@@ -41,6 +41,7 @@ class NatsServer(ManagedServer):
         host: str = "127.0.0.1",
         *,
         server_name: str = "corral",
+        routes: Routes | None = None,
         max_memory_store: int = 256 * MIB,
         max_file_store: int = 10 * 1024 * MIB,
         ready_timeout: float = 10.0,
@@ -51,8 +52,14 @@ class NatsServer(ManagedServer):
         super().__init__(data_dir, port, host, ready_timeout)
         self.users = tuple(users)
         self.server_name = server_name
+        self.routes = routes  # a server of a cluster: its routes to the others
         self.max_memory_store = max_memory_store
         self.max_file_store = max_file_store
+
+    @property
+    def name(self) -> str:
+        """``nats-server``, or the server's name in a cluster (``corral-nats-2``)."""
+        return self.server_name if self.routes is not None else self._name
 
     @property
     def url(self) -> str:
@@ -79,6 +86,7 @@ class NatsServer(ManagedServer):
             self.users,
             max_memory_store=self.max_memory_store,
             max_file_store=self.max_file_store,
+            cluster=self.routes,
         )
 
 

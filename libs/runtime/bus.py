@@ -52,7 +52,6 @@ LAG_POLL_S = 5.0
 #: Seconds a consumer waits before fetching again while JetStream is unavailable (electing a leader).
 UNAVAILABLE_PAUSE_S = 0.5
 
-_log = telemetry.logger()
 _UNAVAILABLE = (ServiceUnavailableError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError)
 
 
@@ -346,7 +345,7 @@ class Bus:
                 except _UNAVAILABLE:
                     # JetStream is between leaders (a server of the cluster was lost) or the connection is
                     # being re-established: the consumer is still there, fetch again in a moment.
-                    _log.warning("fetch failed, JetStream unavailable; fetching again", consumer=durable)
+                    telemetry.logger().warning("JetStream unavailable; fetching again", consumer=durable)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), UNAVAILABLE_PAUSE_S)
                     continue
