@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import os
 import random
 import signal
@@ -43,15 +44,8 @@ STEP = (
     + ' >> "$out.gpus"'
 )
 
-#: What is killed, by the name corral up reports and a part of the process's command line.
-TARGETS = [
-    ("gateway", "corral.services.gateway --credentials"),
-    ("accounting", "corral.services.accounting"),
-    ("health", "corral.services.health --credentials"),
-    ("agent-node1", "--node node1"),
-    ("corral-nats-2", "nats-2/nats.conf"),
-    ("postgres", "postgres"),
-]
+#: What is killed, by the name corral up reports it by.
+TARGETS = ["gateway", "accounting", "health", "agent-node1", "corral-nats-2", "postgres"]
 
 
 @dataclasses.dataclass
@@ -93,22 +87,32 @@ class Chaos:
                 time.sleep(0.5)
             time.sleep(pause_s)
 
-    def kill(self, name: str, needle: str) -> None:
+    def needle(self, name: str) -> str:
+        """What only ``name``'s command line holds: a service's metrics port (two gateways differ only
+        there), a NATS server's config file."""
+        if name.startswith("corral-nats-"):
+            return f"nats-{name.rsplit('-', 1)[1]}/nats.conf"
+        if name == "postgres":
+            return "postgres"
+        urls = json.loads((self.up.state / "metrics.json").read_text())
+        return f"--metrics-port {urls[name].rsplit(':', 1)[1].split('/')[0]} "
+
+    def kill(self, name: str) -> None:
         """SIGKILL one process of the cluster and wait until corral up has it running again."""
         mark = len(self.up.lines)
         started = time.monotonic()
-        os.kill(child_pid(self.up.proc.pid, needle), signal.SIGKILL)
+        os.kill(child_pid(self.up.proc.pid, self.needle(name)), signal.SIGKILL)
         self.up.wait_line(f"{name} is running again", timeout=120, after=mark)
         self.figures.kills.append((name, time.monotonic() - started))
 
-    def run(self, jobs: int, targets: list[tuple[str, str]], spacing_s: float) -> Figures:
+    def run(self, jobs: int, targets: list[str], spacing_s: float) -> Figures:
         """Submit while killing each target in turn, ``spacing_s`` apart."""
         load = threading.Thread(target=self.submit, args=(jobs,))
         load.start()
         try:
-            for name, needle in targets:
+            for name in targets:
                 time.sleep(spacing_s)
-                self.kill(name, needle)
+                self.kill(name)
         finally:
             load.join()
         return self.figures

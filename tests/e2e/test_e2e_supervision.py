@@ -24,6 +24,7 @@ class Up:
     """A running ``corral up`` whose output is collected in a thread."""
 
     def __init__(self, state: Path, env: dict[str, str], *flags: str) -> None:
+        self.state = state
         self.proc = subprocess.Popen(
             [
                 str(BIN / "corral"),
