@@ -29,10 +29,11 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
-from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError, ServiceUnavailableError
+from nats.js.errors import APIError, NotFoundError
 
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.errors import AppendConflict, InvalidInput, TransientError
+from corral.libs.runtime.job_ids import UNAVAILABLE, NatsJobIds
 from corral.libs.runtime.metrics import REJECTED, SKIPPED_ENTRY, Metrics
 from corral.libs.runtime.ports import Appended, decode_entry
 
@@ -52,8 +53,6 @@ LAG_POLL_S = 5.0
 #: Seconds a consumer waits before fetching again while JetStream is unavailable (electing a leader).
 UNAVAILABLE_PAUSE_S = 0.5
 
-_UNAVAILABLE = (ServiceUnavailableError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError)
-
 
 class Bus:
     """The log and the work queues, for one authenticated actor."""
@@ -61,6 +60,7 @@ class Bus:
     def __init__(self, nc: Client, actor: str, metrics: Metrics | None = None) -> None:
         self.nc = nc
         self.js = nc.jetstream(timeout=10.0)
+        self.job_ids = NatsJobIds(self.js)  # the job id counter
         self.actor = actor
         self.metrics = metrics  # counts appends, dead letters and consumer lag (None: no metrics)
 
@@ -266,36 +266,12 @@ class Bus:
         return not ack.duplicate
 
     async def next_job_id(self, count: int = 1) -> int:
-        """Allocate ``count`` consecutive job ids and return the first: one compare-and-set of +count on a
-        KV counter, so any gateway replica may do it (a job array's block is reserved at once)."""
-        if count < 1:
-            raise ValueError(f"count must be at least 1, got {count}")
-        kv = await self.js.key_value(subjects.IDS_BUCKET)
-        for _ in range(100):
-            try:
-                current = await kv.get(subjects.JOB_ID_KEY)
-            except nats.js.errors.KeyNotFoundError:
-                try:
-                    await kv.create(subjects.JOB_ID_KEY, str(count).encode())
-                    return 1
-                except (KeyWrongLastSequenceError, APIError):
-                    continue
-            last = int(current.value or b"0")
-            try:
-                await kv.update(subjects.JOB_ID_KEY, str(last + count).encode(), last=current.revision)
-                return last + 1
-            except (KeyWrongLastSequenceError, APIError):
-                await asyncio.sleep(0)
-        raise TransientError("could not allocate a job id: too much contention")
+        """Allocate ``count`` consecutive job ids and return the first (``job_ids.NatsJobIds``)."""
+        return await self.job_ids.next_job_id(count)
 
     async def last_job_id(self) -> int:
         """The highest job id allocated so far (0 if none)."""
-        kv = await self.js.key_value(subjects.IDS_BUCKET)
-        try:
-            current = await kv.get(subjects.JOB_ID_KEY)
-        except nats.js.errors.KeyNotFoundError:
-            return 0
-        return int(current.value or b"0")
+        return await self.job_ids.last_job_id()
 
     async def consume(
         self,
@@ -342,7 +318,7 @@ class Bus:
                     msgs = await psub.fetch(batch, timeout=1.0)
                 except TimeoutError:  # nats.errors.TimeoutError is one too
                     continue
-                except _UNAVAILABLE:
+                except UNAVAILABLE:
                     # JetStream is between leaders (a server of the cluster was lost) or the connection is
                     # being re-established: the consumer is still there, fetch again in a moment.
                     telemetry.logger().warning("JetStream unavailable; fetching again", consumer=durable)
