@@ -45,8 +45,7 @@ def main() -> int:
         states = chaos.wait_ended(timeout=600)
         problems = chaos.check()
     finally:
-        up.proc.send_signal(2)
-        up.proc.wait(timeout=120)
+        up.stop()
     accepted = figures.accepted
     completed = sum(1 for s in states.values() if s == "COMPLETED")
     lost = len(set(accepted) - set(states))

@@ -6,7 +6,6 @@ sacct agrees with the scheduler, and no running job requeued by a crash. The lon
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import pytest
@@ -34,11 +33,7 @@ def test_killing_each_process_in_turn_under_load_breaks_no_invariant(tmp_path: P
         assert set(states.values()) == {"COMPLETED"}, states
         assert [name for name, _ in figures.kills] == TARGETS
     finally:
-        up.proc.send_signal(signal.SIGINT)
-        status = up.proc.wait(timeout=90)
-        up.reader.join(10)
-        assert up.proc.stdout is not None
-        up.proc.stdout.close()
+        status = up.stop()
     assert status == 0, "\n".join(up.lines[-40:])
 
 

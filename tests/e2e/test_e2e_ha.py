@@ -80,9 +80,5 @@ def test_losing_one_nats_server_mid_load_loses_nothing(tmp_path: Path) -> None:
         up.wait_line("corral-nats-2 is running again")
         print(f"{len(refused)} submissions refused during the failover: {refused[:3]}")
     finally:
-        up.proc.send_signal(signal.SIGINT)
-        status = up.proc.wait(timeout=90)
-        up.reader.join(10)
-        assert up.proc.stdout is not None
-        up.proc.stdout.close()
+        status = up.stop()
     assert status == 0, "\n".join(up.lines)

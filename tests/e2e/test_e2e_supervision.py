@@ -51,6 +51,15 @@ class Up:
         for line in self.proc.stdout:
             self.lines.append(line.rstrip("\n"))
 
+    def stop(self) -> int:
+        """Ctrl-C, as a user stops it; its exit status."""
+        self.proc.send_signal(signal.SIGINT)
+        status = self.proc.wait(timeout=90)
+        self.reader.join(10)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+        return status
+
     def wait_line(self, text: str, timeout: float = 90.0, after: int = 0) -> int:
         """The index of the first line from ``after`` on that contains ``text``."""
         deadline = time.monotonic() + timeout
@@ -113,10 +122,6 @@ def test_killed_processes_come_back_and_the_running_job_lives_on(tmp_path: Path)
         assert cli.wait_state(after, ("COMPLETED",)) == "COMPLETED|0:0"
         assert up.proc.poll() is None
     finally:
-        up.proc.send_signal(signal.SIGINT)
-        status = up.proc.wait(timeout=90)
-        up.reader.join(10)
-        assert up.proc.stdout is not None
-        up.proc.stdout.close()
+        status = up.stop()
     assert status == 0, "\n".join(up.lines)
     assert processes_using(state) == []
