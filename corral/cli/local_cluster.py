@@ -251,6 +251,13 @@ class LocalCluster:
             f"the local cluster did not become ready in {timeout:.0f}s; see {self.state_dir}/logs"
         )
 
+    def spawn_scheduler(self, name: str) -> str:
+        """Start one more scheduler, named ``name`` in the lease and in ``scontrol ping`` (a standby while
+        another holds the lease); returns its process name, ``scheduler-<name>``."""
+        process = f"scheduler-{name}"
+        self._spawn(process, roles.SCHEDULER, "corral.services.scheduler", ["--name", name])
+        return process
+
     def check_alive(self) -> None:
         """Raise if a service process died."""
         for p in self.processes:

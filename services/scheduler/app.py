@@ -265,7 +265,9 @@ class Scheduler:
         try:
             appended = await self.bus.append(
                 decision,
-                msg_id=f"{job_id}:{tag}:{job.last_seq}",
+                # The epoch too: a deposed leader's (fenced) decision must not make its successor's
+                # identical one look like a retry of it.
+                msg_id=f"{job_id}:{tag}:{job.last_seq}:{self.epoch}",
                 expect_last_seq=job.last_seq,
                 expect_subject=subjects.job_events(job_id),
                 correlation_id=str(job_id),
@@ -293,7 +295,7 @@ class Scheduler:
         try:
             appended = await self.bus.append(
                 decision,
-                msg_id=f"resv:{name}:{tag}:{last}",
+                msg_id=f"resv:{name}:{tag}:{last}:{self.epoch}",
                 expect_last_seq=last,
                 expect_subject=subjects.resv_events(name),
                 correlation_id=name,
