@@ -11,13 +11,14 @@ from collections.abc import Callable
 
 import msgspec
 import pytest
-from builders import T0, Log, allocated, cluster, exited, job, semantic, submitted
+from builders import T0, Log, allocated, cluster, env, exited, job, semantic, submitted
 
 from corral.libs.core.fold import apply
 from corral.libs.core.state import State, decode_state, encode_state
 from corral.schemas import events as ev
 from corral.schemas import lifecycle
 from corral.schemas.codec import envelope
+from corral.services.accounting.folded import Projector
 
 #: The epoch of the leader whose allocation the base log holds.
 EPOCH = 5
@@ -43,6 +44,11 @@ DECISION_OF: dict[type[ev.Event], Callable[[int], ev.Event]] = {
 
 
 def base() -> State:
+    """``base_log()``'s state."""
+    return base_log().state
+
+
+def base_log() -> Log:
     """Two nodes; job 1 ran on gpu01 and exited (to conclude), job 2 pending, job 3 held, job 4 running on
     half of gpu02 (to preempt); a reservation ``old`` and a request for ``maint``; the epoch is ``EPOCH``."""
     log = Log(*cluster(nodes=2))
@@ -60,7 +66,7 @@ def base() -> State:
         ),
     )
     assert log.state.epoch == EPOCH
-    return log.state
+    return log
 
 
 def copy(state: State) -> State:
@@ -127,3 +133,16 @@ def test_the_first_decision_of_a_new_leader_fences_the_old_one_on_every_job() ->
     assert fold_one(state, ev.JobCompleted(job_id=1, attempt=0, epoch=EPOCH)) == "stale_epoch"
     assert fold_one(state, DECISION_OF[ev.JobPreempted](EPOCH)) == "stale_epoch"
     assert state.jobs[1].state == "RUNNING" and state.jobs[4].preempting is None
+
+
+def test_accounting_records_nothing_of_a_deposed_leader() -> None:
+    log = base_log()
+    last = log.entries[-1][0]
+    stale = env(ev.JobCompleted(job_id=1, attempt=0, epoch=EPOCH - 1), at=log.at + 1)
+    current = env(
+        ev.JobFailed(job_id=1, attempt=0, reason="NonZeroExitCode", exit_code=1, epoch=EPOCH), at=log.at + 2
+    )
+    projector = Projector("gpu")
+    projector.operations([*log.entries, (last + 1, stale), (last + 2, current)])
+    assert projector.pending[last + 1] == []
+    assert projector.pending[last + 2] != []
