@@ -121,10 +121,12 @@ class Leadership:
             if revision == 0:
                 return await kv.create(subjects.LEASE_KEY, data)
             return await kv.update(subjects.LEASE_KEY, data, last=revision)
+        except KeyWrongLastSequenceError:
+            raise
         except APIError as exc:
             # The server's "wrong last sequence" (10071) is the lost compare-and-set; nats-py does not
-            # always map it to KeyWrongLastSequenceError.
-            if exc.err_code == 10071:
+            # always map it to KeyWrongLastSequenceError (a subclass of APIError).
+            if getattr(exc, "err_code", None) == 10071:
                 raise KeyWrongLastSequenceError() from exc
             raise
 
