@@ -140,10 +140,10 @@ def _ping() -> int:
         # No scheduler answers (none runs, or NATS is away): Slurm's line for an unreachable primary.
         print("Slurmctld(primary) at (none) is DOWN")
         return 1
+    if not any(c.role == "primary" for c in reply.controllers):
+        print("Slurmctld(primary) at (none) is DOWN")  # between a release and the takeover
     for c in reply.controllers:
         print(f"Slurmctld({c.role}) at {c.name} is {'UP' if c.up else 'DOWN'}")
-    if not any(c.role == "primary" for c in reply.controllers):
-        print("Slurmctld(primary) at (none) is DOWN")
     return 0 if any(c.up for c in reply.controllers) else 1
 
 
