@@ -18,7 +18,11 @@ def _up(args: argparse.Namespace) -> int:
     from corral.cli.supervision import Supervisor
 
     cluster = LocalCluster(
-        Path(args.state_dir), getpass.getuser(), nodes=args.nodes, gpus_per_node=args.gpus_per_node
+        Path(args.state_dir),
+        getpass.getuser(),
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        ha=args.ha,
     )
     config = cluster.prepare(reconfigure=args.nodes_given)
     warning = ensure_resolvable([n.name for n in config.nodes])
@@ -89,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return trace_main(words[1:])
 
+    if words[:1] == ["deploy"]:
+        from corral.cli.deploy import main as deploy_main
+
+        return deploy_main(words[1:])
     if words[:1] == ["audit"]:
         from corral.cli.audit import main as audit_main
 
@@ -99,12 +107,18 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--state-dir", default=str(default_state_dir()), help="where the cluster keeps its state")
     up.add_argument("--nodes", type=int, default=None, help="simulated GPU nodes (default 2)")
     up.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node (default 4)")
+    up.add_argument(
+        "--ha",
+        action="store_true",
+        help="three clustered NATS servers (streams at 3 replicas), two gateways, two health services",
+    )
     demo = sub.add_parser("demo", help="start a local cluster, run a showcase, stop")
     demo.add_argument("--state-dir", default=None, help="state directory (default: a fresh temporary one)")
     sub.add_parser("sim", help="replay a workload trace or an event log in virtual time (corral sim -h)")
     sub.add_parser("log", help="export the event log for a what-if replay (corral log export -h)")
     sub.add_parser("trace", help="show a job's span tree, derived from the log (corral trace -h)")
     sub.add_parser("audit", help="a job's history: who did what and why (corral audit -h)")
+    sub.add_parser("deploy", help="write a deployment for several machines (corral deploy init -h)")
     args = parser.parse_args(argv)
     if args.command == "up":
         args.nodes_given = args.nodes is not None or args.gpus_per_node is not None

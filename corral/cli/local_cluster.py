@@ -32,6 +32,7 @@ import msgspec
 from corral.libs.config import otlp, settings
 from corral.libs.config.cluster import ClusterConfig, load_config, local_config_text
 from corral.libs.infra import NatsServer, NatsUser, PostgresServer, roles
+from corral.libs.infra.nats_server import Routes
 from corral.libs.infra.ports import free_port
 from corral.libs.runtime.credentials import Credentials, new_password, read_credentials, write_credentials
 from corral.libs.runtime.streams import connect, declare
@@ -60,7 +61,9 @@ class LocalCluster:
     gpus_per_node: int = 4  # GPUs per node on first start
     node_prefix: str = "node"  # node names: <prefix>1 .. <prefix>N
     config: ClusterConfig | None = None  # loaded configuration
-    nats: NatsServer | None = None  # the NATS server
+    ha: bool = False  # three clustered NATS servers (streams at 3 replicas), two gateways, two health
+    nats: NatsServer | None = None  # the NATS server (the first of three with ``ha``)
+    nats_peers: list[NatsServer] = field(default_factory=list)  # the other two with ``ha``
     postgres: PostgresServer | None = None  # the PostgreSQL server
     processes: list[Process] = field(default_factory=list)  # services and agents
     metrics: bool = True  # each process serves Prometheus metrics on a free port of 127.0.0.1 (False: none)
@@ -131,19 +134,22 @@ class LocalCluster:
         """Start servers, declare streams, start services and agents, wait until nodes registered."""
         config = self.config or self.prepare()
         users = self._users()
-        self.nats = NatsServer(self.state_dir / "nats", users)
-        self.nats.start()
-        self._write_credentials(users, self.nats.url)
-        asyncio.run(self._declare())
+        servers = self._nats_servers(users)
+        for server in servers:
+            server.start()
+        self.nats, self.nats_peers = servers[0], servers[1:]
+        self._write_credentials(users, ",".join(server.url for server in servers))
+        asyncio.run(self._declare(replicas=len(servers)))
         self.postgres = PostgresServer(self.state_dir / "postgres")
         self.postgres.start()
         (self.state_dir / "logs").mkdir(exist_ok=True)
-        for name in ("accounting", "scheduler", "gateway", "health", *self._optional_services()):
-            role = f"corral-{name}"
+        replicas = ("gateway-2", "health-2") if self.ha else ()
+        for name in ("accounting", "scheduler", "gateway", "health", *replicas, *self._optional_services()):
+            role = f"corral-{name.split('-')[0]}"
             extra = ["--database-url", self.postgres.dsn] if name == "accounting" else []
-            if name == "gateway":
+            if name.startswith("gateway"):
                 extra = ["--admin", roles.ADMIN, "--auditor", roles.AUDITOR]
-            self._spawn(name, role, f"corral.services.{name}", extra)
+            self._spawn(name, role, f"corral.services.{name.split('-')[0]}", extra)
         for node in config.nodes:
             role = roles.agent_role(node.name)
             agent_dir = self.state_dir / "agents" / node.name
@@ -158,12 +164,38 @@ class LocalCluster:
         """The tracer, when spans have somewhere to go (the OTEL_EXPORTER_OTLP_* variables name a target)."""
         return ("tracer",) if otlp.target(settings.from_env()) is not None else ()
 
-    async def _declare(self) -> None:
+    def _nats_servers(self, users: list[NatsUser]) -> list[NatsServer]:
+        """One NATS server, or with ``ha`` three in a JetStream cluster (route ports kept across starts)."""
+        if not self.ha:
+            return [NatsServer(self.state_dir / "nats", users)]
+        dirs = [self.state_dir / f"nats-{i}" for i in (1, 2, 3)]
+        ports = [_route_port(d) for d in dirs]
+        routes = [f"nats-route://127.0.0.1:{port}" for port in ports]
+        return [
+            NatsServer(
+                d,
+                users,
+                server_name=f"corral-nats-{i}",
+                routes=Routes(name="corral", listen=f"127.0.0.1:{port}", routes=routes),
+            )
+            for i, (d, port) in enumerate(zip(dirs, ports, strict=True), start=1)
+        ]
+
+    async def _declare(self, replicas: int = 1) -> None:
         assert self.nats is not None
         creds = read_credentials(self.role_credentials(roles.ADMIN))
         nc = await connect(creds, name="corral-up")
         try:
-            await declare(nc.jetstream())
+            # A new cluster elects its JetStream leader within seconds of its servers' start.
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    await declare(nc.jetstream(), replicas=replicas)
+                    return
+                except Exception:
+                    if replicas == 1 or time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.5)
         finally:
             await nc.drain()
 
@@ -325,8 +357,20 @@ class LocalCluster:
         self.metrics_urls.clear()
         if self.postgres is not None:
             self.postgres.stop()
-        if self.nats is not None:
-            self.nats.stop()
+        for server in (*self.nats_peers, self.nats):
+            if server is not None:
+                server.stop()
+
+
+def _route_port(data_dir: Path) -> int:
+    """A cluster server's route port: the one it had, else a free one (kept in ``route-port``)."""
+    path = data_dir / "route-port"
+    if path.exists():
+        return int(path.read_text())
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    port = free_port()
+    path.write_text(f"{port}\n")
+    return port
 
 
 def ensure_resolvable(names: list[str]) -> str | None:

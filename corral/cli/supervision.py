@@ -90,7 +90,7 @@ class Supervisor:
     def __init__(self, cluster: LocalCluster, now: float) -> None:
         self.cluster = cluster
         self.watched: list[_Watched] = []
-        for server in (cluster.nats, cluster.postgres):
+        for server in (cluster.nats, *cluster.nats_peers, cluster.postgres):
             if server is not None:
                 self.watched.append(_server(server))
         for p in cluster.processes:

@@ -191,14 +191,17 @@ def load_config(path: Path, scheduler: Mapping[str, Any] | None = None) -> Clust
     return parse_config(text, source=str(path), scheduler=scheduler)
 
 
-def local_config_text(name: str, nodes: list[str], gpus_per_node: int, cpus: int, mem_mb: int) -> str:
-    """The configuration ``corral up`` writes for a local cluster of simulated GPU nodes."""
+def local_config_text(
+    name: str, nodes: list[str], gpus_per_node: int, cpus: int, mem_mb: int, gpu_type: str = "sim"
+) -> str:
+    """The configuration ``corral up`` writes for a local cluster of simulated GPU nodes (and ``corral deploy
+    init`` for real ones, with their ``gpu_type``)."""
     names = hostlist.compress(nodes)
     return (
         f'[cluster]\nname = "{name}"\nheartbeat_interval = 1\nnode_timeout = 6\nkill_wait = 3\n'
         "constrain_ram_space = true\n\n"
         f'[[nodes]]\nnames = "{names}"\ncpus = {cpus}\nmemory = "{mem_mb}M"\n'
-        f'gpus = {gpus_per_node}\ngpu_type = "sim"\n\n'
+        f'gpus = {gpus_per_node}\ngpu_type = "{gpu_type}"\n\n'
         f'[[partitions]]\nname = "gpu"\nnodes = "{names}"\ndefault = true\n'
         f'max_time = "UNLIMITED"\n'
     )

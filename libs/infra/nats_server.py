@@ -41,6 +41,7 @@ class NatsServer(ManagedServer):
         host: str = "127.0.0.1",
         *,
         server_name: str = "corral",
+        routes: Routes | None = None,
         max_memory_store: int = 256 * MIB,
         max_file_store: int = 10 * 1024 * MIB,
         ready_timeout: float = 10.0,
@@ -51,8 +52,14 @@ class NatsServer(ManagedServer):
         super().__init__(data_dir, port, host, ready_timeout)
         self.users = tuple(users)
         self.server_name = server_name
+        self.routes = routes  # a server of a cluster: its routes to the others
         self.max_memory_store = max_memory_store
         self.max_file_store = max_file_store
+
+    @property
+    def name(self) -> str:
+        """``nats-server``, or the server's name in a cluster (``corral-nats-2``)."""
+        return self.server_name if self.routes is not None else self._name
 
     @property
     def url(self) -> str:
@@ -72,21 +79,62 @@ class NatsServer(ManagedServer):
         return "Server is ready" in self._log_since_start() and self._accepts_tcp()
 
     def _render_config(self) -> str:
-        users = ",\n".join(f"    {_nats_user(user)}" for user in self.users)
-        return (
-            "# Written by corral.libs.infra on every start; edits are lost.\n"
-            f"server_name: {_quote(self.server_name)}\n"
-            f"listen: {_quote(host_port(self.host, self.port))}\n"
-            f"max_payload: {8 * MIB}\n"
-            "jetstream {\n"
-            f"  store_dir: {_quote(str(self.data_dir / 'jetstream'))}\n"
-            f"  max_memory_store: {self.max_memory_store}\n"
-            f"  max_file_store: {self.max_file_store}\n"
-            "}\n"
-            "authorization {\n"
-            f"  users = [\n{users}\n  ]\n"
+        return render_config(
+            self.server_name,
+            host_port(self.host, self.port),
+            str(self.data_dir / "jetstream"),
+            self.users,
+            max_memory_store=self.max_memory_store,
+            max_file_store=self.max_file_store,
+            cluster=self.routes,
+        )
+
+
+@dataclass(frozen=True)
+class Routes:
+    """The cluster block of one server of a NATS cluster: its name, where it listens for its peers, and
+    every server's route URL (its own included, as nats-server allows)."""
+
+    name: str  # the cluster's name, the same on every server
+    listen: str  # host:port for routes
+    routes: list[str]  # nats-route://host:port of every server
+
+
+def render_config(
+    server_name: str,
+    listen: str,
+    store_dir: str,
+    users: Sequence[NatsUser],
+    *,
+    max_memory_store: int = 256 * MIB,
+    max_file_store: int = 10 * 1024 * MIB,
+    cluster: Routes | None = None,
+) -> str:
+    """A ``nats.conf``: JetStream, password logins with each role's subject permissions, and, for a server of
+    a cluster, its routes (the one rendering of a server's configuration, for ``corral up`` and for
+    ``corral deploy init``)."""
+    rendered = ",\n".join(f"    {_nats_user(user)}" for user in users)
+    text = (
+        "# Written by corral.libs.infra; edits are lost when it is written again.\n"
+        f"server_name: {_quote(server_name)}\n"
+        f"listen: {_quote(listen)}\n"
+        f"max_payload: {8 * MIB}\n"
+        "jetstream {\n"
+        f"  store_dir: {_quote(store_dir)}\n"
+        f"  max_memory_store: {max_memory_store}\n"
+        f"  max_file_store: {max_file_store}\n"
+        "}\n"
+    )
+    if cluster is not None:
+        routes = "\n".join(f"    {_quote(route)}" for route in cluster.routes)
+        text += (
+            "cluster {\n"
+            f"  name: {_quote(cluster.name)}\n"
+            f"  listen: {_quote(cluster.listen)}\n"
+            f"  routes: [\n{routes}\n  ]\n"
             "}\n"
         )
+    return text + f"authorization {{\n  users = [\n{rendered}\n  ]\n}}\n"
 
 
 def nats_server_binary() -> Path:

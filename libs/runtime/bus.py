@@ -29,7 +29,7 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
-from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError, ServiceUnavailableError
 
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.errors import AppendConflict, InvalidInput, TransientError
@@ -49,6 +49,10 @@ _tracer = telemetry.tracer(__name__)
 
 #: Seconds between two reads of a durable consumer's info for its lag metric.
 LAG_POLL_S = 5.0
+#: Seconds a consumer waits before fetching again while JetStream is unavailable (electing a leader).
+UNAVAILABLE_PAUSE_S = 0.5
+
+_UNAVAILABLE = (ServiceUnavailableError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError)
 
 
 class Bus:
@@ -337,6 +341,13 @@ class Bus:
                 try:
                     msgs = await psub.fetch(batch, timeout=1.0)
                 except TimeoutError:  # nats.errors.TimeoutError is one too
+                    continue
+                except _UNAVAILABLE:
+                    # JetStream is between leaders (a server of the cluster was lost) or the connection is
+                    # being re-established: the consumer is still there, fetch again in a moment.
+                    telemetry.logger().warning("JetStream unavailable; fetching again", consumer=durable)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), UNAVAILABLE_PAUSE_S)
                     continue
                 fetched = len(msgs)
                 if msgs:

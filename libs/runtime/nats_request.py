@@ -117,18 +117,24 @@ class Connection:
         timeout: float = 10.0,
     ) -> None:
         check_subject(inbox_prefix, "inbox prefix")
-        server = ServerAddress(url)
-        self._url = server.shown
+        # A cluster's servers, comma-separated: the first that takes the connection serves it.
+        servers = [ServerAddress(part.strip()) for part in url.split(",") if part.strip()]
+        servers = servers or [ServerAddress(url)]
         self._inbox = f"{inbox_prefix}.{os.urandom(8).hex()}"
         self._seq = 0
         self._max_payload = 1 << 20
         self._subjects: dict[bytes, str] = {}  # sid -> subject, of the subscriptions beyond the inbox
         self._messages: collections.deque[Message] = collections.deque()  # received, not handed out yet
         deadline = time.monotonic() + timeout
-        try:
-            self._sock = open_socket(server.host, server.port, timeout)
-        except OSError as exc:
-            raise NatsConnectError(self._url, str(exc) or type(exc).__name__) from exc
+        for i, server in enumerate(servers):
+            self._url = server.shown
+            try:
+                self._sock = open_socket(server.host, server.port, timeout)
+            except OSError as exc:
+                if i + 1 < len(servers):
+                    continue  # that server is down: the next one
+                raise NatsConnectError(self._url, str(exc) or type(exc).__name__) from exc
+            break
         self._reader = Reader(self._sock)
         try:
             self._handshake(server, user, password, deadline)

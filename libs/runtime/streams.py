@@ -64,9 +64,10 @@ async def declare(js: JetStreamContext, replicas: int = 1) -> None:
 
 
 async def connect(creds: Credentials, name: str, **options: Any) -> Client:
-    """Connect to NATS with a role's credentials; replies go to the role's own inbox prefix."""
+    """Connect to NATS with a role's credentials; replies go to the role's own inbox prefix. The URL may
+    name a cluster's servers, comma-separated: the client connects to one and fails over to the others."""
     return await nats.connect(
-        creds.url,
+        [url.strip() for url in creds.url.split(",") if url.strip()],
         user=creds.user,
         password=creds.password,
         name=name,

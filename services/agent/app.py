@@ -73,7 +73,8 @@ async def main(ctx: Context) -> None:
         node = ctx.config.node(name)
     except KeyError:
         raise SystemExit(f"corral-agent: error: node {name!r} is not in {ctx.config.source}") from None
-    state_dir = Path(ctx.args.state_dir or ctx.settings.state_dir / "agents" / name)
+    # Absolute: run and step directories are handed to processes that start elsewhere.
+    state_dir = Path(ctx.args.state_dir or ctx.settings.state_dir / "agents" / name).absolute()
     crash = CrashPoints(ctx.args.crash_at)
     log = telemetry.logger(node=node.name)
     login = pwd.getpwuid(os.getuid())

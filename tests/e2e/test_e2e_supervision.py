@@ -23,9 +23,19 @@ SCRIPT = "#!/bin/bash\necho started\nsleep 40\necho finished\n"
 class Up:
     """A running ``corral up`` whose output is collected in a thread."""
 
-    def __init__(self, state: Path, env: dict[str, str]) -> None:
+    def __init__(self, state: Path, env: dict[str, str], *flags: str) -> None:
         self.proc = subprocess.Popen(
-            [str(BIN / "corral"), "up", "--state-dir", str(state), "--nodes", "2", "--gpus-per-node", "2"],
+            [
+                str(BIN / "corral"),
+                "up",
+                "--state-dir",
+                str(state),
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "2",
+                *flags,
+            ],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -206,6 +206,24 @@ async def test_url_forms_with_credential_arguments(server_url: str, responder: N
     assert reply.data == b"ping"
 
 
+async def test_a_cluster_url_fails_over_to_the_next_server(server_url: str, responder: None) -> None:
+    # A deployment's credentials name every NATS server of the cluster, comma-separated; one is down.
+    down = f"nats://127.0.0.1:{_free_port()}"
+    for url in (f"{down},{server_url}", f"{server_url}, {down}"):
+        reply = await asyncio.to_thread(
+            request,
+            url,
+            "svc.plain.alice",
+            b"ping",
+            user="alice",
+            password=ALICE_PASSWORD,
+            inbox_prefix=INBOX,
+        )
+        assert reply.data == b"ping"
+    with pytest.raises(NatsConnectError, match="refused"):
+        await asyncio.to_thread(request, f"{down},{down}", "svc.echo.alice", b"x")
+
+
 async def test_no_responders(alice_url: str) -> None:
     expected = r"no Corral service is answering on svc\.nobody\.alice: is the cluster running\? \(corral up\)"
     with pytest.raises(NoResponders, match=expected) as caught:

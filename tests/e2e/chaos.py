@@ -1,0 +1,208 @@
+"""The chaos harness: a load of short jobs on ``corral up --ha`` while processes are killed in turn, and the
+invariants checked afterwards. Used by ``test_e2e_chaos.py`` (bounded, in CI) and ``bench/chaos_soak.py``
+(longer, its figures in ``bench/RESULTS.md``).
+
+Each job writes one line when it starts and one when it ends (its id, restart count, node, the GPUs it was
+given and the wall-clock time), so the checks see what really ran, not only what the services say:
+
+- every accepted job ended (or is still queued or running when the run is cut short);
+- no job was created twice (the ids are distinct and ``sacct`` has one row for each);
+- no job has two overlapping runs;
+- no GPU of a node was held by two jobs at once;
+- ``sacct`` agrees with the scheduler (``squeue``/``scontrol``) for every job;
+- no running job was requeued because a service died (one attempt each).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import random
+import signal
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from e2e_cli import Cli
+from test_e2e_supervision import Up, child_pid
+
+SCRIPT = """#!/bin/bash
+out={out}/$SLURM_JOB_ID.$SLURM_RESTART_COUNT
+mark() {{ echo "$1 $SLURM_JOB_ID $SLURM_RESTART_COUNT $SLURMD_NODENAME ${{CUDA_VISIBLE_DEVICES:-none}}"; }}
+echo "$(mark start) $(date +%s.%N)" >> "$out"
+{steps}
+sleep {sleep}
+echo "$(mark end) $(date +%s.%N)" >> "$out"
+"""
+#: A two-node job's step reports the GPUs of every node.
+STEP = (
+    "srun -N {nodes} bash -c "
+    + "'echo \"gpus $SLURM_JOB_ID $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES\"'"
+    + ' >> "$out.gpus"'
+)
+
+#: What is killed, by the name corral up reports and a part of the process's command line.
+TARGETS = [
+    ("gateway", "corral.services.gateway --credentials"),
+    ("accounting", "corral.services.accounting"),
+    ("health", "corral.services.health --credentials"),
+    ("agent-node1", "--node node1"),
+    ("corral-nats-2", "nats-2/nats.conf"),
+    ("postgres", "postgres"),
+]
+
+
+@dataclasses.dataclass
+class Figures:
+    """What a chaos run counted."""
+
+    accepted: list[int] = dataclasses.field(default_factory=list)
+    refused: list[str] = dataclasses.field(default_factory=list)  # sbatch failures, retried
+    kills: list[tuple[str, float]] = dataclasses.field(default_factory=list)  # (name, seconds until back)
+
+
+class Chaos:
+    """Load and kills on one ``corral up --ha``."""
+
+    def __init__(self, up: Up, cli: Cli, out: Path, seed: int = 1) -> None:
+        self.up, self.cli, self.out = up, cli, out
+        self.random = random.Random(seed)
+        self.figures = Figures()
+
+    def submit(self, jobs: int, pause_s: float = 0.2) -> None:
+        """Submit ``jobs`` short jobs (some on two nodes, most with GPUs), retrying refused submits."""
+        for _ in range(jobs):
+            nodes = 2 if self.random.random() < 0.25 else 1
+            gpus = self.random.choice([0, 1, 1, 2])
+            steps = STEP.format(nodes=nodes) if nodes == 2 else ""
+            script = SCRIPT.format(out=self.out, steps=steps, sleep=self.random.choice([1, 2, 3]))
+            options = ["--parsable", "-N", str(nodes), "-o", "/dev/null"]
+            if gpus:
+                options.append(f"--gres=gpu:{gpus}")
+            deadline = time.monotonic() + 60
+            while True:
+                result = self.cli("sbatch", *options, stdin=script)
+                if result.returncode == 0:
+                    self.figures.accepted.append(int(result.stdout))
+                    break
+                self.figures.refused.append(result.stderr.strip())
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"no submit accepted in 60 s: {result.stderr}")
+                time.sleep(0.5)
+            time.sleep(pause_s)
+
+    def kill(self, name: str, needle: str) -> None:
+        """SIGKILL one process of the cluster and wait until corral up has it running again."""
+        mark = len(self.up.lines)
+        started = time.monotonic()
+        os.kill(child_pid(self.up.proc.pid, needle), signal.SIGKILL)
+        self.up.wait_line(f"{name} is running again", timeout=120, after=mark)
+        self.figures.kills.append((name, time.monotonic() - started))
+
+    def run(self, jobs: int, targets: list[tuple[str, str]], spacing_s: float) -> Figures:
+        """Submit while killing each target in turn, ``spacing_s`` apart."""
+        load = threading.Thread(target=self.submit, args=(jobs,))
+        load.start()
+        try:
+            for name, needle in targets:
+                time.sleep(spacing_s)
+                self.kill(name, needle)
+        finally:
+            load.join()
+        return self.figures
+
+    def wait_ended(self, timeout: float = 300) -> dict[int, str]:
+        """Every accepted job's sacct state once none is pending or running."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = self.states()
+            if all(s not in ("PENDING", "RUNNING", "REQUEUED") for s in states.values()):
+                return states
+            if time.monotonic() > deadline:
+                return states
+            time.sleep(1)
+
+    def states(self) -> dict[int, str]:
+        rows = self.cli("sacct", "-X", "-n", "-P", "-o", "JobID,State", "-S", "2020-01-01").stdout.split()
+        found: dict[int, str] = {}
+        for row in rows:
+            job, _, state = row.partition("|")
+            assert int(job) not in found, f"sacct has job {job} twice"
+            found[int(job)] = state.split(" ")[0]
+        return found
+
+    def check(self) -> list[str]:
+        """The invariants; each broken one as a sentence (none: all hold)."""
+        problems: list[str] = []
+        accepted = self.figures.accepted
+        if len(set(accepted)) != len(accepted):
+            problems.append("a job id was given twice")
+        states = self.states()
+        if sorted(states) != sorted(accepted):
+            problems.append(
+                f"sacct's jobs {sorted(set(states) ^ set(accepted))} differ from the accepted ones"
+            )
+        missing = sorted({j for j, state in states.items() if state == "COMPLETED"} - self.recorded())
+        if missing:
+            problems.append(f"completed jobs {missing} left no record of their run")
+        for job in accepted:
+            state = states.get(job, "missing")
+            if state not in ("COMPLETED", "PENDING", "RUNNING"):
+                problems.append(f"job {job} ended {state}")
+            attempts = self.cli("sacct", "-j", str(job), "-D", "-X", "-n", "-P", "-o", "State").stdout.split()
+            if len(attempts) != 1:
+                problems.append(f"job {job} has {len(attempts)} attempts: {attempts} (requeued by a crash?)")
+            view = self.cli("scontrol", "show", "job", str(job)).stdout
+            if f"JobState={state}" not in view:
+                problems.append(f"sacct says {state} for job {job}; scontrol: {view.split()[:8]}")
+        problems += self._overlaps()
+        return problems
+
+    def recorded(self) -> set[int]:
+        """The jobs whose run left its start and end lines."""
+        found = set()
+        for path in self.out.glob("*.*"):
+            words = path.read_text().split()
+            if path.suffix != ".gpus" and "start" in words and "end" in words:
+                found.add(int(path.name.split(".")[0]))
+        return found
+
+    def _overlaps(self) -> list[str]:
+        """Runs of a job that overlap, and GPUs held by two jobs at once, from the jobs' own lines."""
+        runs: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        held: dict[tuple[str, str], list[tuple[float, float, int]]] = defaultdict(list)
+        for path in self.out.glob("*.*"):
+            if path.suffix == ".gpus":
+                continue
+            lines = [line.split() for line in path.read_text().splitlines()]
+            start = next((x for x in lines if x[0] == "start"), None)
+            end = next((x for x in lines if x[0] == "end"), None)
+            if start is None or end is None:
+                continue
+            job, begin, finish = int(start[1]), float(start[5]), float(end[5])
+            runs[job].append((begin, finish))
+            # The batch node's GPUs, and every node's from the step of a two-node job (during the run).
+            seen = {(start[3], start[4])}
+            steps = path.with_name(path.name + ".gpus")
+            if steps.exists():
+                seen |= {
+                    (x[2], x[3])
+                    for x in (line.split() for line in steps.read_text().splitlines())
+                    if len(x) == 4
+                }
+            for node, gpus in seen:
+                for gpu in gpus.split(",") if gpus != "none" else []:
+                    held[(node, gpu)].append((begin, finish, job))
+        problems = []
+        for job, spans in runs.items():
+            spans.sort()
+            if any(b < a_end for (_, a_end), (b, _) in itertools.pairwise(spans)):
+                problems.append(f"job {job} ran twice at once: {spans}")
+        for (node, gpu), spans in held.items():
+            spans.sort()
+            for (_, a_end, a), (b, _, other) in itertools.pairwise(spans):
+                if b < a_end:
+                    problems.append(f"GPU {gpu} of {node} held by jobs {a} and {other} at once")
+        return problems
