@@ -20,6 +20,7 @@ import itertools
 import os
 import random
 import signal
+import socket
 import threading
 import time
 from collections import defaultdict
@@ -45,6 +46,10 @@ STEP = (
 
 #: What is killed, by the name corral up reports and a part of the process's command line.
 TARGETS = [
+    # The first scheduler (the lowest pid of the two: the one started first, which took the lease), then the
+    # second (named <host>-2): the leader and a standby, or the new leader and the old one come back.
+    ("scheduler", "corral.services.scheduler --credentials"),
+    ("scheduler-2", f"--name {socket.gethostname()}-2 "),
     ("gateway", "corral.services.gateway --credentials"),
     ("accounting", "corral.services.accounting"),
     ("health", "corral.services.health --credentials"),
