@@ -108,16 +108,17 @@ def next_step(
 def roster(now: float, lease: Lease | None, members: list[Member]) -> list[tuple[str, str, bool]]:
     """``scontrol ping``'s lines as (name, role, up): the lease holder first as ``primary`` (up while its
     lease is held: not released and beaten recently), then every other scheduler as ``backup`` (``backupN``
-    when there are several), by name; a member is up if its last beat is less than two TTLs old."""
+    when there are several), by name; a member is up if its last beat is less than a TTL old (it beats every
+    third of one: three beats missed)."""
     beats = {m.token: m for m in members}
     lines: list[tuple[str, str, bool]] = []
     holder = lease.token if lease is not None and not lease.released else ""
     if holder:
         assert lease is not None
         mine = beats.get(holder)
-        lines.append((lease.holder, "primary", mine is not None and now - mine.beat_at < 2 * mine.ttl_s))
+        lines.append((lease.holder, "primary", mine is not None and now - mine.beat_at < mine.ttl_s))
     others = sorted((m for m in members if m.token != holder), key=lambda m: (m.name, m.token))
     for i, member in enumerate(others, start=1):
         role = "backup" if len(others) == 1 else f"backup{i}"
-        lines.append((member.name, role, now - member.beat_at < 2 * member.ttl_s))
+        lines.append((member.name, role, now - member.beat_at < member.ttl_s))
     return lines

@@ -112,7 +112,7 @@ def test_a_killed_leader_is_replaced_within_the_target(ha: tuple[LocalCluster, C
     assert failover < TARGET_S, f"the standby decided {failover:.2f}s after the kill"
     assert epoch_of(decided) > epoch_of(allocation(cluster, first))
     assert cli.wait_state(job, ("COMPLETED",)).startswith("COMPLETED")
-    # The dead one's presence goes silent: it shows DOWN once two TTLs passed without a beat.
+    # The dead one's presence goes silent: it shows DOWN once a TTL passed without a beat.
     after = ["Slurmctld(primary) at standby is UP", f"Slurmctld(backup) at {HOST} is DOWN"]
     wait(lambda: ping(cli) == after, 4 * DEFAULT_TTL_S, f"scontrol ping shows {after} (last: {ping(cli)})")
 

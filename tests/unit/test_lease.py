@@ -91,6 +91,12 @@ ROSTER_CASES = [
         [("host-a", "primary", True), ("host-b", "backup1", True), ("host-c", "backup2", False)],
     ),
     ("dead-leader", held("a"), [member("host-a", "a", 80.0)], [("host-a", "primary", False)]),
+    (
+        "three-beats-missed-is-down",
+        held("a"),
+        [member("host-a", "a", 97.5), member("host-b", "b", 96.5)],
+        [("host-a", "primary", True), ("host-b", "backup", False)],
+    ),
     ("released", held("a", released=True), [member("host-a", "a", 99.0)], [("host-a", "backup", True)]),
     ("no-lease", None, [], []),
 ]
