@@ -2,8 +2,8 @@
 
 Usage: ``python bench/failover.py [--rounds 20] [--nodes 2] [--settle 0]``. Starts a local cluster (2 nodes
 x 2 GPUs) in a temporary directory with a second scheduler. Each round waits until ``scontrol ping`` shows
-both schedulers UP (and ``--settle`` seconds more), kills the leader, submits a one-second job at once and takes
-the time from the kill to that job's ``JobAllocated`` in the log (the standby's first decision); then it
+both schedulers UP (and ``--settle`` seconds more), kills the leader, submits a one-second job at once and
+takes the time from the kill to that job's ``JobAllocated`` in the log (the standby's first decision); then it
 starts the killed scheduler again (a standby now) and waits until it has rebuilt its state. Prints each
 round's time, p50 and max, with the ``lease_ttl`` in force.
 """
