@@ -104,6 +104,20 @@ class ReservationsReply(msgspec.Struct, frozen=True, tag="reservations_reply", k
     reservations: list[ReservationInfo]  # matches
 
 
+class ControllerInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One scheduler as ``scontrol ping`` shows it."""
+
+    name: str  # its name (``--name``: its host by default)
+    role: str  # primary (the lease holder), backup or backupN
+    up: bool  # it holds its lease (primary) or beat recently (backup)
+
+
+class PingReply(msgspec.Struct, frozen=True, tag="ping_reply", kw_only=True):
+    """The schedulers, the leader first."""
+
+    controllers: list[ControllerInfo]  # primary first, then the backups by name
+
+
 class NodeUpdateReply(msgspec.Struct, frozen=True, tag="node_update_reply", kw_only=True):
     """Every node of the request is drained (or resumed)."""
 

@@ -201,6 +201,10 @@ class ReservationsRequest(msgspec.Struct, frozen=True, tag="reservations", kw_on
     names: list[str] = []  # only these (empty: all)
 
 
+class PingRequest(msgspec.Struct, frozen=True, tag="ping", kw_only=True):
+    """scontrol ping: the schedulers, which one leads and which are up (any scheduler answers)."""
+
+
 # --- update_node (scontrol update NodeName=) ------------------------------------------------------------
 
 
@@ -242,4 +246,5 @@ Request = (
     | NodeUpdateRequest
     | HistoryRequest
     | ReportRequest
+    | PingRequest
 )

@@ -35,6 +35,7 @@ DOCUMENTS: dict[str, Any] = {
     | api.ReservationsReply
     | api.NodeUpdateReply
     | api.HistoryReply
+    | api.PingReply
     | api.ApiError,
     "order.json": api.Order,
     "step.json": steps.StepRequest | steps.StepLaunched | steps.StepDone | steps.StepPolled,

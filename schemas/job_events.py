@@ -107,6 +107,7 @@ class JobCompleted(msgspec.Struct, frozen=True, tag="job_completed", kw_only=Tru
 
     job_id: JobId  # the job
     attempt: int  # the run that completed
+    epoch: int = 0  # leader epoch of the scheduler that decided (fencing)
 
 
 class JobFailed(msgspec.Struct, frozen=True, tag="job_failed", kw_only=True):
@@ -118,6 +119,7 @@ class JobFailed(msgspec.Struct, frozen=True, tag="job_failed", kw_only=True):
     exit_code: int = 0  # exit code of the batch script
     signal: int = 0  # terminating signal, 0 if none
     message: str = ""  # human detail (e.g. the launch error), never parsed
+    epoch: int = 0  # leader epoch of the scheduler that decided (fencing)
 
 
 class JobCancelled(msgspec.Struct, frozen=True, tag="job_cancelled", kw_only=True):
@@ -127,6 +129,7 @@ class JobCancelled(msgspec.Struct, frozen=True, tag="job_cancelled", kw_only=Tru
     attempt: int  # the run that was killed, -1 if the job was pending
     by: str  # who cancelled it (CANCELLED by <user>)
     signal: int = 15  # the signal that ended it (ExitCode 0:15)
+    epoch: int = 0  # leader epoch of the scheduler that decided (fencing)
 
 
 class JobRequeued(msgspec.Struct, frozen=True, tag="job_requeued", kw_only=True):
@@ -136,6 +139,7 @@ class JobRequeued(msgspec.Struct, frozen=True, tag="job_requeued", kw_only=True)
     attempt: int  # the run that ended
     reason: RequeueReason  # why
     hold: bool = False  # requeued held (scontrol requeuehold): PENDING with JobHeldUser until released
+    epoch: int = 0  # leader epoch of the scheduler that decided (fencing)
 
 
 class JobPreempted(msgspec.Struct, frozen=True, tag="job_preempted", kw_only=True):
@@ -177,6 +181,7 @@ class JobHeld(msgspec.Struct, frozen=True, tag="job_held", kw_only=True):
     job_id: JobId  # the job
     by: str  # who asked for the hold
     admin: bool = False  # JobHeldAdmin (an admin hold) rather than JobHeldUser
+    epoch: int = 0  # leader epoch of the scheduler that decided (fencing)
 
 
 class JobReleased(msgspec.Struct, frozen=True, tag="job_released", kw_only=True):
@@ -184,6 +189,7 @@ class JobReleased(msgspec.Struct, frozen=True, tag="job_released", kw_only=True)
 
     job_id: JobId  # the job
     by: str  # who released it
+    epoch: int = 0  # leader epoch of the scheduler that decided (fencing)
 
 
 class JobUpdateRequested(msgspec.Struct, frozen=True, tag="job_update_requested", kw_only=True):
@@ -205,6 +211,7 @@ class JobUpdated(msgspec.Struct, frozen=True, tag="job_updated", kw_only=True):
     time_limit_s: int | None  # the job's requested TimeLimit now (None = the partition's default)
     partition: str | None  # the job's partition now
     priority: int | None = None  # the admin-set priority now (None = computed; 0 = held by the admin)
+    epoch: int = 0  # leader epoch of the scheduler that decided (fencing)
 
 
 class JobRequeueRequested(msgspec.Struct, frozen=True, tag="job_requeue_requested", kw_only=True):
@@ -242,6 +249,5 @@ class JobReasonChanged(msgspec.Struct, frozen=True, tag="job_reason_changed", kw
     job_id: JobId  # the job
     attempt: int  # the run it waits for (its restart count)
     reason: PendingReason  # why it waits now
-    detail: str = (
-        ""  # what squeue prints after the reason (ReqNodeNotAvail's nodes), at most MAX_REASON_DETAIL
-    )
+    detail: str = ""  # what squeue prints after the reason (ReqNodeNotAvail's nodes), <= MAX_REASON_DETAIL
+    epoch: int = 0  # leader epoch of the scheduler that decided (fencing)

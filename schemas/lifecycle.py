@@ -178,6 +178,10 @@ _AGENT: tuple[type[ev.Event], ...] = (
 )
 _HEALTH: tuple[type[ev.Event], ...] = (ev.NodeDown, ev.NodeUp, ev.NodeDrained, ev.NodeResumed)
 
+#: The scheduler's decisions: each carries the leader epoch of the scheduler that decided (``epoch``), and
+#: every fold ignores one whose epoch is older than the newest it has seen (fencing a deposed leader).
+DECISIONS: frozenset[type[ev.Event]] = frozenset(_SCHEDULER)
+
 #: Who appends each event type.
 WRITERS: dict[type[ev.Event], Writer] = {
     **dict.fromkeys(_GATEWAY, "gateway"),

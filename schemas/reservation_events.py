@@ -61,6 +61,7 @@ class ReservationCreated(msgspec.Struct, frozen=True, tag="reservation_created",
     accounts: list[str] = []  # Accounts=
     flags: list[ReservationFlag] = []  # Flags=
     by: str = ""  # the admin who asked
+    epoch: int = 0  # leader epoch of the scheduler that decided (fencing)
 
 
 class ReservationRejected(msgspec.Struct, frozen=True, tag="reservation_rejected", kw_only=True):
@@ -69,6 +70,7 @@ class ReservationRejected(msgspec.Struct, frozen=True, tag="reservation_rejected
     name: str  # the reservation
     reason: str  # e.g. "Requested nodes are busy"
     delete: bool = False  # the rejected request was a delete (else a create)
+    epoch: int = 0  # leader epoch of the scheduler that decided (fencing)
 
 
 class ReservationDeleted(msgspec.Struct, frozen=True, tag="reservation_deleted", kw_only=True):
@@ -76,6 +78,7 @@ class ReservationDeleted(msgspec.Struct, frozen=True, tag="reservation_deleted",
 
     name: str  # the reservation
     by: str  # the admin who asked
+    epoch: int = 0  # leader epoch of the scheduler that decided (fencing)
 
 
 #: The events of reservations (on ``corral.evt.resv.<name>.<tag>``).

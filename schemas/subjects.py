@@ -31,6 +31,9 @@ DLQ_SUBJECTS = "corral.dlq.>"
 IDS_BUCKET = "corral_ids"
 SNAPSHOT_BUCKET = "corral_snapshots"
 JOB_ID_KEY = "job_id"
+#: The schedulers' leader bucket: the lease (``LEASE_KEY``) and each scheduler's presence (``member_key``).
+LEADER_BUCKET = "corral_leader"
+LEASE_KEY = "lease"
 
 API_PREFIX = "corral.api.v1"
 
@@ -41,6 +44,11 @@ _TOKEN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]{0,63}$")
 def valid_token(name: str) -> bool:
     """True if ``name`` can be one subject token (node and user names must be)."""
     return bool(_TOKEN.match(name))
+
+
+def member_key(name: str) -> str:
+    """The leader bucket's key of one scheduler's presence (``scontrol ping``)."""
+    return f"member.{name}"
 
 
 def job_subject(job_id: int | str, tag: str, node: str | None = None) -> str:

@@ -28,6 +28,8 @@ _job = st.sampled_from(JOBS)
 _node = st.sampled_from(NODES)
 _attempt = st.integers(min_value=0, max_value=1)
 _conclusion_attempt = st.integers(min_value=-1, max_value=1)
+#: A decision's leader epoch: mostly the first leader's, sometimes a successor's (the folds fence the older).
+_epoch = st.sampled_from([0, 0, 0, 1])
 
 
 @st.composite
@@ -51,7 +53,7 @@ def _allocated(draw: st.DrawFn) -> ev.JobAllocated:
         partition="gpu",
         allocations=allocations,
         time_limit_s=600,
-        epoch=draw(st.sampled_from([0, 0, 0, 1])),
+        epoch=draw(_epoch),
     )
 
 
@@ -94,31 +96,34 @@ events: st.SearchStrategy[ev.Event] = st.one_of(
     _allocated(),
     st.builds(ev.RunStarted, job_id=_job, attempt=_attempt, node=_node, pid=st.just(1)),
     _run_exited,
-    st.builds(ev.JobCompleted, job_id=_job, attempt=_conclusion_attempt),
+    st.builds(ev.JobCompleted, job_id=_job, attempt=_conclusion_attempt, epoch=_epoch),
     st.builds(
         ev.JobFailed,
         job_id=_job,
         attempt=_conclusion_attempt,
         reason=st.sampled_from(["NonZeroExitCode", "NodeFail", "OutOfMemory", "TimeLimit", "Preempted"]),
         exit_code=st.sampled_from([0, 3]),
+        epoch=_epoch,
     ),
-    st.builds(ev.JobCancelled, job_id=_job, attempt=_conclusion_attempt, by=st.just("alice")),
+    st.builds(ev.JobCancelled, job_id=_job, attempt=_conclusion_attempt, by=st.just("alice"), epoch=_epoch),
     st.builds(
         ev.JobRequeued,
         job_id=_job,
         attempt=_attempt,
         reason=st.sampled_from(["NodeFail", "Requested", "Preempted"]),
         hold=st.booleans(),
+        epoch=_epoch,
     ),
     st.builds(ev.JobCancelRequested, job_id=_job, user=st.just("alice")),
-    st.builds(ev.JobHeld, job_id=_job, by=st.just("alice")),
-    st.builds(ev.JobReleased, job_id=_job, by=st.just("alice")),
+    st.builds(ev.JobHeld, job_id=_job, by=st.just("alice"), epoch=_epoch),
+    st.builds(ev.JobReleased, job_id=_job, by=st.just("alice"), epoch=_epoch),
     st.builds(
         ev.JobUpdated,
         job_id=_job,
         by=st.just("root"),
         time_limit_s=st.sampled_from([60, 120]),
         partition=st.none(),
+        epoch=_epoch,
     ),
     st.builds(
         ev.JobPreempted,
@@ -126,6 +131,7 @@ events: st.SearchStrategy[ev.Event] = st.one_of(
         attempt=_attempt,
         mode=st.sampled_from(["requeue", "cancel"]),
         by_job=_job,
+        epoch=_epoch,
     ),
     st.builds(
         ev.JobReasonChanged,
@@ -133,6 +139,7 @@ events: st.SearchStrategy[ev.Event] = st.one_of(
         attempt=_attempt,
         reason=st.sampled_from(["Resources", "Priority", "ReqNodeNotAvail"]),
         detail=st.sampled_from(["", "UnavailableNodes:n2"]),
+        epoch=_epoch,
     ),
     st.builds(ev.NodeDown, node=_node, reason=st.just("Not responding")),
     st.builds(ev.NodeUp, node=_node),

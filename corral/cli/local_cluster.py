@@ -61,7 +61,7 @@ class LocalCluster:
     gpus_per_node: int = 4  # GPUs per node on first start
     node_prefix: str = "node"  # node names: <prefix>1 .. <prefix>N
     config: ClusterConfig | None = None  # loaded configuration
-    ha: bool = False  # three clustered NATS servers (streams at 3 replicas), two gateways, two health
+    ha: bool = False  # three clustered NATS servers (streams at 3 replicas), two gateways, health, schedulers
     nats: NatsServer | None = None  # the NATS server (the first of three with ``ha``)
     nats_peers: list[NatsServer] = field(default_factory=list)  # the other two with ``ha``
     postgres: PostgresServer | None = None  # the PostgreSQL server
@@ -143,12 +143,14 @@ class LocalCluster:
         self.postgres = PostgresServer(self.state_dir / "postgres")
         self.postgres.start()
         (self.state_dir / "logs").mkdir(exist_ok=True)
-        replicas = ("gateway-2", "health-2") if self.ha else ()
+        replicas = ("gateway-2", "health-2", "scheduler-2") if self.ha else ()
         for name in ("accounting", "scheduler", "gateway", "health", *replicas, *self._optional_services()):
             role = f"corral-{name.split('-')[0]}"
             extra = ["--database-url", self.postgres.dsn] if name == "accounting" else []
             if name.startswith("gateway"):
                 extra = ["--admin", roles.ADMIN, "--auditor", roles.AUDITOR]
+            if name == "scheduler-2":
+                extra = ["--name", f"{socket.gethostname()}-2"]  # a standby (the lease names each scheduler)
             self._spawn(name, role, f"corral.services.{name.split('-')[0]}", extra)
         for node in config.nodes:
             role = roles.agent_role(node.name)
@@ -282,6 +284,13 @@ class LocalCluster:
         raise TimeoutError(
             f"the local cluster did not become ready in {timeout:.0f}s; see {self.state_dir}/logs"
         )
+
+    def spawn_scheduler(self, name: str) -> str:
+        """Start one more scheduler, named ``name`` in the lease and in ``scontrol ping`` (a standby while
+        another holds the lease); returns its process name, ``scheduler-<name>``."""
+        process = f"scheduler-{name}"
+        self._spawn(process, roles.SCHEDULER, "corral.services.scheduler", ["--name", name])
+        return process
 
     def check_alive(self) -> None:
         """Raise if a service process died."""

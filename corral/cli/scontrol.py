@@ -14,6 +14,8 @@
   advance reservations (``scontrol_resv.py``);
 - ``scontrol update NodeName=LIST State=DRAIN Reason=TEXT|RESUME`` (admins) and ``show node``:
   ``scontrol_nodes.py``;
+- ``scontrol ping``: Slurm's ``Slurmctld(primary) at NAME is UP`` line for the leading scheduler, then one
+  ``Slurmctld(backup) ...`` line per standby (verb ``ping``, any scheduler answers);
 - the other commands of Slurm's scontrol are refused by name as not supported by Corral yet.
 
 Commands and ``show`` entities are case-insensitive, as in Slurm. Parsing is pure: ``control_ids``,
@@ -70,6 +72,7 @@ Usage: scontrol [OPTIONS...] COMMAND [ARGS...]
   show partition [NAME]       every field of a partition (all without NAME)
   show hostnames [LIST]       one host per line (LIST defaults to SLURM_JOB_NODELIST)
   show hostlist HOSTS         the compressed host list of comma-separated HOSTS
+  ping                        the schedulers: the leader (primary) and the standbys (backup), UP or DOWN
   -o, --oneliner              one line per record
 """
 
@@ -77,7 +80,7 @@ Usage: scontrol [OPTIONS...] COMMAND [ARGS...]
 LATER_COMMANDS = frozenset(
     {
         "uhold", "suspend", "resume", "top", "notify", "reboot",
-        "reconfigure", "listpids", "ping", "shutdown", "takeover", "token", "wait_job",
+        "reconfigure", "listpids", "shutdown", "takeover", "token", "wait_job",
         "write", "setdebug", "setdebugflags", "fsdampeningfactor", "cancel_reboot", "errnumstr",
         "getaddrs", "pidinfo", "power", "schedloglevel", "version",
     }
@@ -115,6 +118,8 @@ def _scontrol(argv: list[str]) -> int:
         return _show(rest, oneliner=args.given("oneliner"))
     if command == "update":
         return _update(rest)
+    if command == "ping":
+        return _ping()
     if command == "create":
         return scontrol_resv.create(rest)
     if command == "delete":
@@ -122,6 +127,24 @@ def _scontrol(argv: list[str]) -> int:
     if command in LATER_COMMANDS:
         raise CliError(f"scontrol {command} is not supported by Corral yet")
     raise CliError(f"invalid keyword: {words[0]}")
+
+
+def _ping() -> int:
+    """Slurm's lines: ``Slurmctld(primary) at NAME is UP``, then each backup; exit 1 if none is up."""
+    from corral.cli.client import find_cluster
+    from corral.schemas.api import PingReply, PingRequest
+
+    try:
+        reply = find_cluster().call("ping", PingRequest(), PingReply)
+    except CliError:
+        # No scheduler answers (none runs, or NATS is away): Slurm's line for an unreachable primary.
+        print("Slurmctld(primary) at (none) is DOWN")
+        return 1
+    if not any(c.role == "primary" for c in reply.controllers):
+        print("Slurmctld(primary) at (none) is DOWN")  # between a release and the takeover
+    for c in reply.controllers:
+        print(f"Slurmctld({c.role}) at {c.name} is {'UP' if c.up else 'DOWN'}")
+    return 0 if any(c.up for c in reply.controllers) else 1
 
 
 def control_ids(words: Sequence[str], command: str) -> list[JobRef]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from corral.libs.config import values as cv
 from corral.libs.config.values import ConfigError
+from corral.libs.core.lease import DEFAULT_TTL_S
 from corral.libs.core.qos import NORMAL
 
 
@@ -37,6 +38,7 @@ class SchedulerConfig:
     weight_qos: int = 0  # PriorityWeightQOS
     default_qos: str = "normal"  # QOS of jobs without --qos in a partition without its own
     max_switch_wait_s: int = 300  # max_switch_wait: the longest a job waits for its --switches count
+    lease_ttl_s: float = DEFAULT_TTL_S  # the leader lease's TTL: a standby takes over this long after a death
 
 
 def parse_scheduler(raw: Any) -> SchedulerConfig:
@@ -82,6 +84,7 @@ def parse_scheduler(raw: Any) -> SchedulerConfig:
         weight_qos=_nonnegative(table, "priority_weight_qos"),
         default_qos=cv.optional(table, "default_qos", where, str, NORMAL),
         max_switch_wait_s=_max_switch_wait(table.get("max_switch_wait", 300)),
+        lease_ttl_s=_lease_ttl(table),
     )
 
 
@@ -90,6 +93,14 @@ def _max_switch_wait(value: Any) -> int:
     return cv.whole_seconds(
         value, "scheduler.max_switch_wait", "must be a duration, not UNLIMITED (Slurm's default is 300 s)"
     )
+
+
+def _lease_ttl(table: dict[str, Any]) -> float:
+    """The leader lease's TTL in seconds: from 0.5 (failover in about a second) to 300."""
+    value = _weight(table, "lease_ttl", DEFAULT_TTL_S)
+    if not 0.5 <= value <= 300:
+        raise ConfigError(f"scheduler.lease_ttl: must be 0.5 to 300 seconds, got {value!r}")
+    return value
 
 
 def _nonnegative(table: dict[str, Any], key: str) -> int:

@@ -48,6 +48,7 @@ KEYS = {
         "priority_max_age",
         "priority_favor_small",
         "snapshot_every",
+        "lease_ttl",
         "priority_weight_fairshare",
         "fairshare",
         "fairshare_half_life",

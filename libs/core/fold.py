@@ -6,7 +6,9 @@ bytes to compare). The fold is also the guard of the invariants (see ``state.py`
 did with each entry: applied, or ignored with a reason (``outcome.Outcome``).
 
 Dispatch: intents and job control here, runs (allocation, run facts, conclusions) in ``fold_runs.py``,
-nodes in ``fold_nodes.py``, reservations in ``reservations.py``. The event types the fold leaves alone on
+nodes in ``fold_nodes.py``, reservations in ``reservations.py``. Before any handler, every scheduler decision
+(``lifecycle.DECISIONS``) passes the leader-epoch fence (``_current_epoch``): a deposed leader's decision,
+of any type, changes nothing. The event types the fold leaves alone on
 purpose are ``IGNORED``, each with its reason; every other event type has a handler (a test checks).
 
 A handler that raises does not stop the fold: the entry is skipped (``handler_failed``, counted in
@@ -42,6 +44,7 @@ from corral.libs.core.state import (
 from corral.libs.slurm.array import array_indices
 from corral.libs.slurm.errors import FormatError
 from corral.schemas import events as ev
+from corral.schemas import lifecycle
 
 #: A fold handler: (state, sequence, occurred_at, body) -> what it did.
 Handler = Callable[[State, int, float, Any], Outcome]
@@ -65,6 +68,8 @@ def apply(state: State, seq: int, env: ev.Envelope) -> Outcome:
         expire_reservations(state)
     body = env.body
     try:
+        if type(body) in lifecycle.DECISIONS and not _current_epoch(state, seq, body):
+            return ignored("stale_epoch")
         if isinstance(body, ev.JobSubmitted):
             outcome = _submitted(state, seq, env.meta.occurred_at, body, env.meta.traceparent)
         else:
@@ -81,6 +86,20 @@ def apply(state: State, seq: int, env: ev.Envelope) -> Outcome:
         state.skipped += 1
         state.now = clock  # nor may its time move the log's clock
         return failed(exc)
+
+
+def _current_epoch(state: State, seq: int, body: Any) -> bool:
+    """The fence against a deposed leader: True if a decision's epoch is not older than the newest seen (which
+    it raises to its own); False if it is: it changes nothing but its subject's sequence (the next conditional
+    append on that subject expects this entry)."""
+    if body.epoch >= state.epoch:
+        state.epoch = body.epoch
+        return True
+    if isinstance(body, ev.RESERVATION_EVENTS):
+        state.resv_seqs[body.name] = seq
+    else:
+        job_for(state, seq, body.job_id)
+    return False
 
 
 def _submitted(state: State, seq: int, at: float, body: ev.JobSubmitted, traceparent: str | None) -> Outcome:

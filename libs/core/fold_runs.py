@@ -1,9 +1,9 @@
 """The fold's run events (``fold.py`` dispatches them here): allocation, run facts, conclusions, preemption.
 
 Each handler checks before it changes: a decision that would give a GPU index to two runs, start a held,
-throttled or cancelled job, or that names a stale attempt or a stale leader epoch, changes nothing, and
-the handler returns why (``outcome.IgnoreReason``). The states each event may move a job between are
-``schemas.lifecycle``'s tables.
+throttled or cancelled job, or that names a stale attempt, changes nothing, and the handler returns why
+(``outcome.IgnoreReason``); a stale leader epoch is fenced before any handler (``fold.apply``). The states
+each event may move a job between are ``schemas.lifecycle``'s tables.
 """
 
 from __future__ import annotations
@@ -63,22 +63,10 @@ def _allocation_problem(state: State, job: Job, body: ev.JobAllocated) -> Outcom
     return None
 
 
-def _fenced(state: State, seq: int, body: ev.JobAllocated | ev.JobPreempted) -> Job | Outcome:
-    """The job of a leader's decision (allocation, preemption), if it exists and the decision's epoch is not
-    older than one seen; the newest epoch seen is noted (the fence against a deposed leader)."""
+def _allocated(state: State, seq: int, at: float, body: ev.JobAllocated) -> Outcome:
     job = job_for(state, seq, body.job_id)
     if job is None:
         return ignored("unknown_job")
-    if body.epoch < state.epoch:
-        return ignored("stale_epoch")
-    state.epoch = body.epoch
-    return job
-
-
-def _allocated(state: State, seq: int, at: float, body: ev.JobAllocated) -> Outcome:
-    job = _fenced(state, seq, body)
-    if not isinstance(job, Job):
-        return job
     problem = _allocation_problem(state, job, body)
     if problem is not None:
         return problem
@@ -308,9 +296,9 @@ def _requeued(state: State, seq: int, at: float, body: ev.JobRequeued) -> Outcom
 
 
 def _preempted(state: State, seq: int, at: float, body: ev.JobPreempted) -> Outcome:
-    job = _fenced(state, seq, body)
-    if not isinstance(job, Job):
-        return job
+    job = job_for(state, seq, body.job_id)
+    if job is None:
+        return ignored("unknown_job")
     # Only a live run that is not ending already, and only once: a run is never preempted twice.
     if job.state != "RUNNING":
         return ignored("wrong_state")

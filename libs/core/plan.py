@@ -47,6 +47,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import msgspec
+
 from corral.libs.core import preempt, reservations
 from corral.libs.core.backfill import INF, Planner
 from corral.libs.core.conclude import answer_change, answer_control, conclusion_of
@@ -92,6 +94,9 @@ def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
     cycle = Cycle(state, now, policy, out, epoch)
     for job, priority in queue_order(state, now, policy, pending):
         cycle.consider(job, priority)
+    # Every decision carries the leader's epoch (the folds' fence, ``lifecycle.DECISIONS``), stamped once.
+    if epoch:
+        out.decisions = [msgspec.structs.replace(d, epoch=epoch) for d in out.decisions]
     return out
 
 

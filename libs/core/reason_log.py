@@ -26,10 +26,11 @@ from corral.schemas import events as ev
 
 
 def reason_changes(
-    state: State, reasons: Mapping[int, PendingReason], details: Mapping[int, str]
+    state: State, reasons: Mapping[int, PendingReason], details: Mapping[int, str], epoch: int = 0
 ) -> list[ev.JobReasonChanged]:
     """The ``JobReasonChanged`` to append for a cycle's ``reasons`` and ``details`` (a ``Plan``'s), in
-    the cycle's order: one per pending job whose reason differs from the one last logged for its attempt."""
+    the cycle's order: one per pending job whose reason differs from the one last logged for its attempt;
+    each carries the leader ``epoch`` (a decision like any other)."""
     changes: list[ev.JobReasonChanged] = []
     for job_id, reason in reasons.items():
         job = state.jobs.get(job_id)
@@ -46,7 +47,7 @@ def reason_changes(
             continue
         changes.append(
             ev.JobReasonChanged(
-                job_id=ev.JobId(job_id), attempt=job.restart_count, reason=reason, detail=detail
+                job_id=ev.JobId(job_id), attempt=job.restart_count, reason=reason, detail=detail, epoch=epoch
             )
         )
     return changes

@@ -100,6 +100,8 @@ def service_user(role: str, password: str) -> NatsUser:
         publish += [subjects.resv_subject("*", tag) for tag in _SCHEDULER_RESV_EVENTS]
         publish += [subjects.WORK_SUBJECTS, f"$O.{subjects.SNAPSHOT_BUCKET}.>"]
         publish += [f"$JS.API.STREAM.PURGE.OBJ_{subjects.SNAPSHOT_BUCKET}"]
+        # The leader lease and the schedulers' presence (compare-and-set writes, reads by direct get).
+        publish += [f"$KV.{subjects.LEADER_BUCKET}.>", f"$JS.API.STREAM.INFO.KV_{subjects.LEADER_BUCKET}"]
         subscribe += _verbs("scheduler")
     elif role == HEALTH:
         publish += [subjects.node_subject("*", tag) for tag in _HEALTH_NODE_EVENTS]

@@ -1,7 +1,7 @@
 """Where Corral's JetStream state is declared, in one place, and how a role connects.
 
 - ``declare`` creates or updates the three streams (the log, the work queues, the dead letters), the
-  job-id bucket and the snapshot store (idempotent; the admin role runs it);
+  job-id bucket, the schedulers' leader bucket and the snapshot store (idempotent; the admin role runs it);
 - ``connect`` opens a role's connection, replies to its own inbox prefix, reconnecting for ever.
 """
 
@@ -59,6 +59,7 @@ async def declare(js: JetStreamContext, replicas: int = 1) -> None:
         except APIError:
             await js.update_stream(config)
     await js.create_key_value(bucket=subjects.IDS_BUCKET, history=1, replicas=replicas)
+    await js.create_key_value(bucket=subjects.LEADER_BUCKET, history=1, replicas=replicas)
     await js.create_object_store(bucket=subjects.SNAPSHOT_BUCKET, replicas=replicas)
 
 

@@ -20,8 +20,10 @@ of requeues). It returns the job's span tree:
 The entries are followed along the job state machine of ``schemas.lifecycle``: an event counts only in
 the states its transition or mark lists and for the current attempt (a late fact of an earlier run changes
 nothing), as the fold does (``coverage.counts``; every event type is handled or listed in
-``coverage.IGNORED``). What the queued span's ``pending_reason`` events hold, and why a peer node's launch
-and run take the batch node's start: ``docs/decisions/tracing.md``.
+``coverage.IGNORED``); a decision of a leader epoch older than one seen changes nothing (the fold's
+fence: the entries may include other jobs' decisions that raised the epoch, which count for nothing else).
+What the queued span's ``pending_reason`` events hold, and why a peer node's launch and run take the batch
+node's start: ``docs/decisions/tracing.md``.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class _Derivation:
         self.array_id = 0  # the submission's job id (an array's first task)
         self.attempt_seq = 0  # log position of the current attempt's allocation
         self.shown_reason: tuple[str, str] | None = None  # the queued span's newest pending reason, detail
+        self.epoch = 0  # the newest leader epoch seen in a decision (the fold's fence)
 
     # spans -------------------------------------------------------------------------------------------
     def _open(
@@ -104,6 +107,11 @@ class _Derivation:
     # entries -----------------------------------------------------------------------------------------
     def apply(self, seq: int, env: ev.Envelope) -> None:
         body, at = env.body, env.meta.occurred_at
+        if type(body) in lifecycle.DECISIONS:
+            # The fold's fence: a deposed leader's decision is no span data (one of another job may raise it).
+            if body.epoch < self.epoch:  # type: ignore[union-attr]
+                return
+            self.epoch = body.epoch  # type: ignore[union-attr]
         if isinstance(body, ev.NodeRegistered):
             self.gpu_types[body.node] = body.gpu_type or ""
             return

@@ -22,9 +22,14 @@ and reason changes it made.
 Besides, a full pass runs every ``FULL_PASS_S`` and at the next begin time of a pending job
 (``Plan.wake_at``), so ``--begin`` jobs start on time without waiting for an event.
 
+Leadership (``leadership.py``, the rules in ``libs/core/lease.py``): only the process holding the lease
+plans, publishes and snapshots; it checks its lease before each cycle and each append, and stamps its
+epoch on every decision. A standby runs steps 1 and 2 only, so its state is current when it takes over.
+
 It also answers ``jobs`` (squeue), ``will_run`` (sbatch --test-only, for the gateway), ``nodes`` (sinfo),
-``priority`` (sprio), ``shares`` (sshare) and ``reservations`` (scontrol show reservation) from its state.
-Reservation decisions are appended like job decisions, conditional on the reservation name's subject
+``priority`` (sprio), ``shares`` (sshare) and ``reservations`` (scontrol show reservation) from its
+state, while it leads (``process.py``); any scheduler answers ``ping`` (scontrol ping). Reservation
+decisions are appended like job decisions, conditional on the reservation name's subject
 (``corral.evt.resv.<name>.>``) not having changed since.
 """
 
@@ -48,15 +53,15 @@ from corral.libs.core.state import State
 from corral.libs.core.will_run import will_run
 from corral.libs.infra import roles
 from corral.libs.runtime import telemetry
-from corral.libs.runtime.api_server import serve
 from corral.libs.runtime.bus import Bus, LogEntry
 from corral.libs.runtime.errors import AppendConflict, Forbidden, TransientError
-from corral.libs.runtime.service import Context, either, run_until_stopped
+from corral.libs.runtime.service import either
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.schemas.codec import encode
 from corral.schemas.events import Event
 from corral.services.scheduler import priority_views, snapshot, views
+from corral.services.scheduler.leadership import Leadership
 from corral.services.scheduler.metrics import SchedulerMetrics
 from corral.services.scheduler.planning import cycle_span, gc_paused, plan_paused
 
@@ -69,10 +74,15 @@ DEAD_LETTERS = "scheduler"
 
 
 class Scheduler:
-    """One scheduler process (the active one: leadership comes with the HA work)."""
+    """One scheduler process: the leader, or a standby that folds the log and decides nothing (``leader``)."""
 
     def __init__(
-        self, bus: Bus, config: ClusterConfig, epoch: int = 0, metrics: SchedulerMetrics | None = None
+        self,
+        bus: Bus,
+        config: ClusterConfig,
+        epoch: int = 0,
+        metrics: SchedulerMetrics | None = None,
+        leader: Leadership | None = None,
     ) -> None:
         self.metrics = metrics  # the queue, GPUs, cycles and waits (None: no metrics)
         self.snapshot_every = config.scheduler.snapshot_every
@@ -83,7 +93,8 @@ class Scheduler:
         # sbatch --test-only plans conservatively (every pending job gets its start); built once.
         self.will_run_policy = dataclasses.replace(self.policy, backfill="conservative")
         self.state = State(usage_policy=usage_policy_of(config))
-        self.epoch = epoch
+        self.leader = leader  # the lease (None: always the leader, with ``epoch``)
+        self._epoch = epoch
         self.outlook = planner.Plan()  # the latest cycle's reasons, priorities and planned starts
         self.inflight = 0  # highest sequence of a decision we appended
         self.sent: set[str] = set()  # message ids of orders put on the work stream by this process
@@ -95,6 +106,15 @@ class Scheduler:
         self.caught_up = asyncio.Event()
         self.rearm = asyncio.Event()  # set when a cycle moved the next begin time: the ticker re-times
         self.poison: list[tuple[LogEntry, str]] = []  # entries the fold skipped, with the error, to report
+
+    @property
+    def epoch(self) -> int:
+        """The leader epoch this process's decisions carry."""
+        return self._epoch if self.leader is None else self.leader.epoch
+
+    def leading(self) -> bool:
+        """True while this process may decide (it holds the lease, by its own clock)."""
+        return self.leader is None or self.leader.leading()
 
     # 1 + 2 -------------------------------------------------------------------------------------
     def apply(self, entry: LogEntry) -> None:
@@ -165,7 +185,11 @@ class Scheduler:
 
     async def maybe_snapshot(self) -> None:
         """Snapshot every ``snapshot_every`` entries (a failed snapshot only costs a longer restart)."""
-        if self.snapshot_every <= 0 or self.state.last_seq - self.snapshot_seq < self.snapshot_every:
+        if (
+            not self.leading()
+            or self.snapshot_every <= 0
+            or self.state.last_seq - self.snapshot_seq < self.snapshot_every
+        ):
             return
         try:
             size = await snapshot.save(self.bus, self.state)
@@ -203,12 +227,12 @@ class Scheduler:
         if self.lock.locked():
             return
         async with self.lock:
-            if self.inflight > self.state.last_seq:
+            if self.inflight > self.state.last_seq or not self.leading():
                 return
             started = time.perf_counter()
             began_ns = time.time_ns()
             decided = plan_paused(self.state, time.time(), self.policy, self.epoch)
-            changes = reason_changes(self.state, decided.reasons, decided.details)
+            changes = reason_changes(self.state, decided.reasons, decided.details, self.epoch)
             if decided.wake_at != self.outlook.wake_at:
                 self.rearm.set()
             self.outlook = decided
@@ -222,8 +246,11 @@ class Scheduler:
                 self.metrics.cycled(self.state, decided, self.policy, time.perf_counter() - started)
 
     async def publish(self, decision: Event) -> None:
-        """Append one decision, conditional on the job not having changed since we saw it."""
+        """Append one decision, conditional on the job not having changed since we saw it; none once the
+        lease is lost (a pause mid-cycle): the fold fences what still gets through by its epoch."""
         assert not isinstance(decision, ev.NodeEvent)
+        if not self.leading():
+            raise TransientError("not the leader any more")
         if isinstance(decision, ev.RESERVATION_EVENTS):
             await self.publish_reservation(decision)
             return
@@ -238,7 +265,9 @@ class Scheduler:
         try:
             appended = await self.bus.append(
                 decision,
-                msg_id=f"{job_id}:{tag}:{job.last_seq}",
+                # The epoch too: a deposed leader's (fenced) decision must not make its successor's
+                # identical one look like a retry of it.
+                msg_id=f"{job_id}:{tag}:{job.last_seq}:{self.epoch}",
                 expect_last_seq=job.last_seq,
                 expect_subject=subjects.job_events(job_id),
                 correlation_id=str(job_id),
@@ -266,7 +295,7 @@ class Scheduler:
         try:
             appended = await self.bus.append(
                 decision,
-                msg_id=f"resv:{name}:{tag}:{last}",
+                msg_id=f"resv:{name}:{tag}:{last}:{self.epoch}",
                 expect_last_seq=last,
                 expect_subject=subjects.resv_events(name),
                 correlation_id=name,
@@ -348,28 +377,13 @@ class Scheduler:
         """sprio."""
         return priority_views.priority_reply(self.state, self.policy, req, time.time())
 
+    async def ping(self, user: str, req: api.PingRequest) -> api.PingReply:
+        """scontrol ping: every scheduler answers, from the leader bucket."""
+        lines = await self.leader.roster() if self.leader is not None else [("scheduler", "primary", True)]
+        return api.PingReply(
+            controllers=[api.ControllerInfo(name=name, role=role, up=up) for name, role, up in lines]
+        )
+
     async def shares(self, user: str, req: api.SharesRequest) -> api.SharesReply:
         """sshare."""
         return priority_views.shares_reply(self.state, self.policy, req, user, time.time())
-
-
-async def main(ctx: Context) -> None:
-    """Rebuild, then follow and decide until stopped."""
-    metrics = SchedulerMetrics(ctx.metrics.registry) if ctx.metrics is not None else None
-    scheduler = Scheduler(ctx.bus, ctx.config, metrics=metrics)
-    await scheduler.rebuild()
-    subs = [
-        await serve(ctx.nc, "jobs", api.JobsRequest, scheduler.jobs, queue="scheduler"),
-        await serve(ctx.nc, "nodes", api.NodesRequest, scheduler.nodes, queue="scheduler"),
-        await serve(ctx.nc, "will_run", api.WillRunRequest, scheduler.will_run, queue="scheduler"),
-        await serve(ctx.nc, "priority", api.PriorityRequest, scheduler.priority, queue="scheduler"),
-        await serve(ctx.nc, "shares", api.SharesRequest, scheduler.shares, queue="scheduler"),
-        await serve(
-            ctx.nc, "reservations", api.ReservationsRequest, scheduler.reservations, queue="scheduler"
-        ),
-    ]
-    try:
-        await run_until_stopped(ctx.stop, scheduler.follow(ctx.stop), scheduler.ticker(ctx.stop))
-    finally:
-        for sub in subs:
-            await sub.unsubscribe()

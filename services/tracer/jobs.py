@@ -8,7 +8,8 @@ holds. ``add`` is both for one entry. A span is therefore produced exactly once 
 when its end is read, with the same ids in every pass. A job's entries are forgotten once its job span ended
 and the shell ``commit``-ted the spans (a late fact ends no span); until then ``rollback`` files the same
 entries again, for a batch whose export failed. A node keeps its newest ``NODE_HISTORY`` downs and
-registrations (the causes of requeues; its GPUs' type).
+registrations (the causes of requeues; its GPUs' type). The decisions that raised the leader epoch are
+kept too (``raises``), and given to every derivation: it fences a deposed leader's decisions as the fold does.
 
 Pure: no IO; the service shell (``app.py``) feeds it and exports what it returns.
 """
@@ -22,6 +23,7 @@ from corral.libs.slurm.errors import FormatError
 from corral.libs.trace import derive
 from corral.libs.trace.spans import SpanRecord
 from corral.schemas import events as ev
+from corral.schemas import lifecycle
 
 #: NodeDown and NodeRegistered entries kept per node.
 NODE_HISTORY = 64
@@ -39,6 +41,14 @@ class Jobs:
         self.taken = 0  # the last entry whose ended spans ``take`` returned
         self.touched: set[int] = set()  # jobs filed under since the last take
         self.finished: set[int] = set()  # jobs whose job span ended since the last commit
+        # The decisions that raised the leader epoch (one per takeover): each job's derivation gets them, so
+        # that it fences a deposed leader's decisions as the fold does, whichever job raised the epoch.
+        self.raises: list[tuple[int, ev.Envelope]] = []
+
+    @property
+    def epoch(self) -> int:
+        """The newest leader epoch filed."""
+        return self.raises[-1][1].body.epoch if self.raises else 0  # type: ignore[union-attr]
 
     def add(self, seq: int, envelope: ev.Envelope | None) -> list[SpanRecord]:
         """File the entry at ``seq`` and take the spans it ended."""
@@ -54,6 +64,8 @@ class Jobs:
         if envelope is None:
             return
         body = envelope.body
+        if type(body) in lifecycle.DECISIONS and body.epoch > self.epoch:  # type: ignore[union-attr]
+            self.raises.append((seq, envelope))
         if isinstance(body, ev.NodeDown | ev.NodeRegistered):
             facts = self.nodes[body.node]
             if not facts or facts[-1][0] < seq:
@@ -78,7 +90,8 @@ class Jobs:
                 a.node for _, e in entries if isinstance(e.body, ev.JobAllocated) for a in e.body.allocations
             }
             facts = [f for node in sorted(nodes) for f in self.nodes.get(node, [])]
-            spans = derive.spans(job_id, entries + facts)
+            own = {seq for seq, _ in entries}
+            spans = derive.spans(job_id, entries + facts + [r for r in self.raises if r[0] not in own])
             ended += [
                 s for s in spans if self.taken < s.end_seq <= self.position and _exported_here(s, job_id)
             ]

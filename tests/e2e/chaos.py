@@ -44,8 +44,18 @@ STEP = (
     + ' >> "$out.gpus"'
 )
 
-#: What is killed, by the name corral up reports it by.
-TARGETS = ["gateway", "accounting", "health", "agent-node1", "corral-nats-2", "postgres"]
+#: What is killed, by the name corral up reports it by: both schedulers first (the leader and a standby, or
+#: the new leader and the old one come back), then every other kind of process.
+TARGETS = [
+    "scheduler",
+    "scheduler-2",
+    "gateway",
+    "accounting",
+    "health",
+    "agent-node1",
+    "corral-nats-2",
+    "postgres",
+]
 
 
 @dataclasses.dataclass

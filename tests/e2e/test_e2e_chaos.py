@@ -1,5 +1,6 @@
 """Chaos, bounded for CI: 40 short jobs (some on two nodes, most with GPUs) on ``corral up --ha`` while the
-gateway, accounting, health, an agent, one NATS server of three and PostgreSQL are killed in turn. Every
+two schedulers, the gateway, accounting, health, an agent, one NATS server of three and PostgreSQL are
+killed in turn. Every
 invariant of ``chaos.py`` must hold: nothing lost or created twice, no overlapping runs, no GPU held twice,
 sacct agrees with the scheduler, and no running job requeued by a crash. The longer soak is
 ``bench/chaos_soak.py``."""

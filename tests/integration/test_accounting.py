@@ -181,7 +181,7 @@ def submitted(
 
 
 def allocated(
-    job: int, attempt: int, nodes: list[str], epoch: int = 1, gpus: tuple[int, int] = (0, 1)
+    job: int, attempt: int, nodes: list[str], epoch: int = 0, gpus: tuple[int, int] = (0, 1)
 ) -> ev.JobAllocated:
     allocations = [ev.NodeAllocation(node=ev.NodeName(n), gpus=list(gpus), cpus=4) for n in nodes]
     return ev.JobAllocated(
@@ -222,7 +222,7 @@ SCENARIO: list[ev.Event] = [
     ev.NodeUp(node=ev.NodeName("gpu02")),
     # GPUs 0-1 of gpu01 stay held until attempt 0's batch script is seen to exit (as in the fold).
     allocated(4, 1, ["gpu01", "gpu02"], epoch=2, gpus=(2, 3)),  # seq 20
-    ev.JobCompleted(job_id=ev.JobId(4), attempt=0),  # stale: that attempt was requeued
+    ev.JobCompleted(job_id=ev.JobId(4), attempt=0, epoch=2),  # stale: that attempt was requeued
     submitted(5, user="bob", name="eval"),
     allocated(5, 0, ["gpu02"], epoch=1),  # fenced off: epoch 2 was seen
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import msgspec
 import pytest
 from builders import T0, Log, allocated, cluster, env, exited, job, numbered, semantic, submitted
 
@@ -193,7 +194,7 @@ def test_preemption_with_grace(
     # The exit is reported: the victim is concluded and the preemptor starts in that cycle.
     log.add(exit)
     after = cycle(log, POLICY, epoch=3)
-    assert after.decisions[0] == conclusion
+    assert after.decisions[0] == msgspec.structs.replace(conclusion, epoch=3)  # every decision: its epoch
     assert allocations(after) == [2]
     assert (victim.state, victim.restart_count) == (state, restarts)
     assert log.state.jobs[2].state == "RUNNING"
@@ -366,7 +367,7 @@ def test_the_fold_guards_preemption() -> None:
     run(log, 1, "low", {"gpu01": EIGHT})
     log.add(ev.JobPreempted(job_id=1, attempt=0, mode="requeue", grace_s=5.0, by_job=9, epoch=2))
     assert log.state.epoch == 2 and log.state.jobs[1].preempting is not None
-    log.add(ev.JobRequeued(job_id=1, attempt=0, reason="Preempted"))
+    log.add(ev.JobRequeued(job_id=1, attempt=0, reason="Preempted", epoch=2))
     before = semantic(log.state)
     # A stale epoch, a stale attempt, a pending job: nothing changes.
     log.add(ev.JobPreempted(job_id=1, attempt=1, mode="requeue", grace_s=5.0, by_job=9, epoch=1))

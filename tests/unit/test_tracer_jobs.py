@@ -90,3 +90,29 @@ def test_a_batch_derives_each_job_once_and_gives_the_spans_entry_by_entry_gives(
         batched.commit()
     assert sorted(out, key=lambda s: s.span_id) == sorted(single, key=lambda s: s.span_id)
     assert batched.entries == {} and batched.take() == []
+
+
+def test_a_deposed_leaders_decisions_end_no_span_as_the_fold_ignores_them() -> None:
+    # Job 2's allocation by the new leader (epoch 2) raises the epoch; the deposed leader (epoch 1) then
+    # starts and concludes job 1: the fold ignores both, and so does job 1's trace.
+    bodies: list[ev.Event] = [
+        ev.JobSubmitted(job_id=1, user="alice", spec=job(gpus=1, nodes=1)),
+        ev.JobSubmitted(job_id=2, user="alice", spec=job(gpus=1, nodes=1)),
+        allocated(2, {"n1": [0]}, epoch=2),
+        allocated(1, {"n1": [1]}, epoch=1),
+        ev.RunStarted(job_id=1, attempt=0, node="n1", pid=7),
+        exited(1, "n1"),
+        ev.JobCompleted(job_id=1, attempt=0, epoch=1),
+    ]
+    log = [
+        (seq, codec.envelope(b, actor="t", occurred_at=1e9 + seq, event_id=f"e{seq}"))
+        for seq, b in enumerate(bodies, start=1)
+    ]
+    jobs = Jobs()
+    ended = [span for seq, envelope in log for span in jobs.add(seq, envelope)]
+    job_1 = derive.spans(1, log[:1])[0].trace_id
+    assert [s.kind for s in ended if s.trace_id == job_1] == ["submit"]  # the job is still queued
+    assert jobs.epoch == 2 and [seq for seq, _ in jobs.raises] == [3]
+    # Job 1's own entries alone do not know the epoch was raised: the derivation needs the raise.
+    assert {s.kind for s in derive.spans(1, log[:2] + log[3:])} >= {"attempt", "job"}
+    assert "attempt" not in {s.kind for s in derive.spans(1, log)}
