@@ -40,6 +40,7 @@ from corral.libs.runtime.nats_errors import (
     NoResponders,
     PermissionDenied,
     RequestTimeout,
+    ServerUnreachable,
 )
 from corral.libs.runtime.nats_wire import (
     Reader,
@@ -61,6 +62,7 @@ __all__ = [
     "PermissionDenied",
     "Reply",
     "RequestTimeout",
+    "ServerUnreachable",
     "request",
 ]
 
@@ -127,6 +129,8 @@ class Connection:
         deadline = time.monotonic() + timeout
         try:
             self._sock = open_socket(server.host, server.port, timeout)
+        except ConnectionError as exc:  # refused, reset, aborted: the server is not there (yet)
+            raise ServerUnreachable(self._url, str(exc) or type(exc).__name__) from exc
         except OSError as exc:
             raise NatsConnectError(self._url, str(exc) or type(exc).__name__) from exc
         self._reader = Reader(self._sock)
