@@ -33,7 +33,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from corral.libs.config.cluster import ClusterConfig
-from corral.libs.core.liveness import verdict
+from corral.libs.core.liveness import Verdict, verdict
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.clock import SystemClock
 from corral.libs.runtime.errors import AppendConflict, TransientError
@@ -41,6 +41,9 @@ from corral.libs.runtime.ports import Clock, EventLog
 from corral.libs.runtime.service import Context, run_until_stopped
 from corral.schemas import events as ev
 from corral.schemas import subjects
+
+#: A round trip to NATS slower than this (seconds) means the server was stalled (``Health.listening``).
+SLOW_S = 0.5
 
 AdminRequest = ev.NodeDrainRequested | ev.NodeResumeRequested | ev.NodeDownRequested
 
@@ -144,11 +147,24 @@ class Health:
 
     async def check(self) -> None:
         """Report nodes whose liveness changed; before calling any node silent, make sure health itself
-        still hears (``listening``)."""
+        still hears (``listening``), then look again with what arrived meanwhile."""
         if self.window is None and self.paused and await self.probe():
             self.window, self.paused = self.clock.monotonic(), False  # back: a fresh window
+        changes = self._changes()
+        if any(change == "down" for _, change in changes):
+            if not await self.listening():
+                return
+            changes = self._changes()  # heartbeats the server passed on before its answer count
+        for node, change in changes:
+            if change == "down":
+                await self._report(ev.NodeDown(node=ev.NodeName(node), reason="Not responding"))
+            else:
+                await self._report(ev.NodeUp(node=ev.NodeName(node)))
+
+    def _changes(self) -> list[tuple[str, Verdict]]:
+        """The nodes whose liveness changed, by the rule (``libs/core/liveness.py``), now."""
         now = self.clock.monotonic()
-        changes = [
+        return [
             (node, change)
             for node, up in list(self.up.items())
             if node not in self.admin_down  # down until an admin resumes it
@@ -163,24 +179,27 @@ class Health:
                 )
             )
         ]
-        if any(change == "down" for _, change in changes) and not await self.listening():
-            return
-        for node, change in changes:
-            if change == "down":
-                await self._report(ev.NodeDown(node=ev.NodeName(node), reason="Not responding"))
-            else:
-                await self._report(ev.NodeUp(node=ev.NodeName(node)))
 
     async def listening(self) -> bool:
-        """Whether the connection answers a round trip. A server that is paused (SIGSTOP) or cut off keeps
-        the socket open, so the client notices nothing for a while: a failed round trip closes the
-        listening window, and the first check whose round trip succeeds opens a new one."""
-        if await self.probe():
-            return True
-        if self.window is not None:
-            self.window, self.paused = None, True
-            self.log.warning("listening window", open=False, reason="no answer from NATS")
-        return False
+        """Whether the server answers two round trips in a row, promptly.
+
+        A server that is paused (SIGSTOP) or cut off keeps the socket open, so the client notices nothing
+        for a while: an unanswered round trip closes the listening window, and the first check whose
+        round trip is answered opens a new one. A server that answers but only after ``SLOW_S`` seconds
+        was stalled, and heartbeats were held up with it: the window opens afresh at its answer. The
+        second round trip is sent after the first is answered, once the server runs again: the heartbeats
+        it held are on their way to health before its answer."""
+        started = self.clock.monotonic()
+        if not (await self.probe() and await self.probe()):
+            if self.window is not None:
+                self.window, self.paused = None, True
+                self.log.warning("listening window", open=False, reason="no answer from NATS")
+            return False
+        if self.clock.monotonic() - started > SLOW_S:
+            self.window = self.clock.monotonic()
+            self.log.warning("listening window", open=True, reason="NATS was slow to answer")
+            return False
+        return True
 
     async def _report(
         self, body: ev.NodeDown | ev.NodeUp | ev.NodeDrained | ev.NodeResumed, cause: str | None = None

@@ -1,11 +1,17 @@
-"""The NATS server is down for 8 s, longer than the node timeout (6 s), under a running 2-node ``srun``
-step: every service, agent and srun reconnects, the job completes in its first attempt, no node is ever
-reported down, and a command started before the server is back succeeds (it retries the refused
-connection)."""
+"""The NATS server is out for 8 s, longer than the node timeout (6 s), under a running 2-node ``srun``
+step: every service, agent and srun rides through, the job completes in its first attempt, no node is
+ever reported down, and a command started before the server is back succeeds.
+
+Two outages: the server stopped and started again on the same port (connections drop and are refused:
+everyone reconnects, the command retries), and the server paused (SIGSTOP, then SIGCONT: the sockets stay
+open and nobody notices a disconnection, but health hears no heartbeat and must not conclude anything).
+"""
 
 from __future__ import annotations
 
 import getpass
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -64,18 +70,23 @@ class NodeWatch:
         return self.seen
 
 
+@pytest.mark.parametrize("outage", ["stopped", "paused"])
 def test_a_job_rides_through_an_8s_nats_outage_and_no_node_goes_down(
-    cluster: tuple[LocalCluster, Cli],
+    cluster: tuple[LocalCluster, Cli], outage: str
 ) -> None:
     local, cli = cluster
-    assert local.nats is not None
+    assert local.nats is not None and local.nats.pid is not None
+    pid = local.nats.pid
     job = cli.sbatch(SCRIPT)
     output = cli.workdir / "run.out"
     wait_for_line(output, "1: tick 2", timeout=60)
     watch = NodeWatch(cli)
-    local.nats.stop()
+    if outage == "stopped":
+        local.nats.stop()
+    else:
+        os.kill(pid, signal.SIGSTOP)
     time.sleep(OUTAGE_S - 1.0)
-    # Started while the server is down: it must retry the refused connection until the server is back.
+    # Started while the server is out: stopped, it retries the refused connection until the server is back.
     late = subprocess.Popen(
         [str(Path(cli.env["PATH"].split(":")[0]) / "squeue"), "-h", "-j", str(job), "-o", "%i %T"],
         env=cli.env,
@@ -85,7 +96,10 @@ def test_a_job_rides_through_an_8s_nats_outage_and_no_node_goes_down(
         text=True,
     )
     time.sleep(1.0)
-    local.nats.revive()
+    if outage == "stopped":
+        local.nats.revive()
+    else:
+        os.kill(pid, signal.SIGCONT)
     out, err = late.communicate(timeout=60)
     assert late.returncode == 0, err
     assert out.split() == [str(job), "RUNNING"]

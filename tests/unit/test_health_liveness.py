@@ -185,21 +185,38 @@ async def test_a_reconnection_brings_no_down_node_up_without_a_heartbeat() -> No
 
 
 class Server:
-    """Health's round trip to NATS: answers unless ``paused`` (a SIGSTOPped server keeps the socket)."""
+    """Health's round trip to NATS: answers unless ``paused`` (a SIGSTOPped server keeps the socket),
+    after ``lag`` seconds of the clock."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
         self.paused = False
+        self.lag = 0.0
 
     async def probe(self) -> bool:
+        self.clock.advance(self.lag)
         return not self.paused
 
 
-async def test_no_node_is_called_down_while_the_server_does_not_answer_a_round_trip() -> None:
-    log, clock, server = MemLog(), FakeClock(), Server()
-    await log.append(registered(NODE))
+def monitored(
+    log: MemLog, clock: FakeClock, server: Server
+) -> tuple[Health, asyncio.Event, asyncio.Task[None]]:
+    """A health service whose round trips go to ``server``: its follow and monitor loops, started."""
     health = Health(log, cluster_config(nodes=2), clock, probe=server.probe)
     stop = asyncio.Event()
-    task = asyncio.create_task(run_until_stopped(stop, health.follow(stop), health.monitor(stop)))
+    return (
+        health,
+        stop,
+        asyncio.create_task(run_until_stopped(stop, health.follow(stop), health.monitor(stop))),
+    )
+
+
+async def test_no_node_is_called_down_while_the_server_does_not_answer_a_round_trip() -> None:
+    log = MemLog()
+    clock = FakeClock()
+    server = Server(clock)
+    await log.append(registered(NODE))
+    _, stop, task = monitored(log, clock, server)
     await clock.asleep(1)
     try:
         server.paused = True  # no heartbeat reaches health, and its round trips go unanswered
@@ -210,6 +227,29 @@ async def test_no_node_is_called_down_while_the_server_does_not_answer_a_round_t
         for _ in range(3):
             await rigs.step(clock, 5.0, 1)
         assert node_facts(log) == []  # t=45: silent exactly 10 s in the new window
+        await rigs.step(clock, 5.0, 1)
+        assert node_facts(log) == [ev.NodeDown(node=NODE, reason="Not responding")]
+    finally:
+        stop.set()
+        await task
+
+
+async def test_a_round_trip_answered_late_restarts_the_window_at_the_answer() -> None:
+    log = MemLog()
+    clock = FakeClock()
+    server = Server(clock)
+    await log.append(registered(NODE))
+    _, stop, task = monitored(log, clock, server)
+    await clock.asleep(1)
+    try:
+        server.lag = 0.4  # two round trips of 0.4 s: the server was stalled until its answer (t=15.8)
+        for _ in range(3):
+            await rigs.step(clock, 5.0, 1)
+        assert node_facts(log) == []
+        server.lag = 0.0
+        await rigs.step(clock, 5.0, 1)  # t=20.8: 5 s into the new window
+        await rigs.step(clock, 5.0, 1)  # t=25.8: silent exactly 10 s
+        assert node_facts(log) == []
         await rigs.step(clock, 5.0, 1)
         assert node_facts(log) == [ev.NodeDown(node=NODE, reason="Not responding")]
     finally:
