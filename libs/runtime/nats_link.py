@@ -11,11 +11,21 @@ each, into the JSON logs. ``Link``'s callbacks replace it (``streams.connect`` i
 - ``closed``: ``nats connection closed`` (info).
 
 A watcher is a plain function of one boolean (connected or not), called in the event loop.
+
+``flush(nc, timeout)`` is the round trip (PING/PONG) to use instead of ``nc.flush``: in nats-py (2.x) a
+flush that times out leaves its cancelled future in the client's queue of PONG waiters, and the late PONG
+(a server paused with SIGSTOP, then resumed) raises ``InvalidStateError`` in the read loop, which dies: the
+connection then receives nothing until its pings time out minutes later, and every later ``flush``
+returns at once without a round trip.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+
+import nats.errors
+from nats.aio.client import Client
 
 from corral.libs.runtime import telemetry
 
@@ -54,3 +64,22 @@ class Link:
     def _tell(self, connected: bool) -> None:
         for watcher in self.watchers:
             watcher(connected)
+
+
+async def flush(nc: Client, timeout: int) -> bool:
+    """A PING/PONG round trip with the server within ``timeout`` seconds: True if it was answered.
+
+    On a timeout the PONG waiter nats-py cancelled is replaced by a fresh one, so that the late PONG it was
+    waiting for is matched to it harmlessly (PONGs answer PINGs in order), not to a later round trip and
+    not to the cancelled future (which would end the read loop)."""
+    try:
+        await nc.flush(timeout=timeout)
+    except nats.errors.FlushTimeoutError:
+        waiters = nc._pongs  # nats-py's private queue of PONG waiters: the bug above
+        for i, waiter in enumerate(waiters):
+            if waiter.cancelled():
+                waiters[i] = asyncio.get_running_loop().create_future()
+        return False
+    except Exception:  # closed, reconnecting, draining: no round trip
+        return False
+    return True

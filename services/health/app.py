@@ -34,7 +34,7 @@ from nats.aio.msg import Msg
 
 from corral.libs.config.cluster import ClusterConfig
 from corral.libs.core.liveness import Verdict, verdict
-from corral.libs.runtime import telemetry
+from corral.libs.runtime import nats_link, telemetry
 from corral.libs.runtime.clock import SystemClock
 from corral.libs.runtime.errors import AppendConflict, TransientError
 from corral.libs.runtime.ports import Clock, EventLog
@@ -235,15 +235,7 @@ PROBE_TIMEOUT_S = 1  # an int: nats-py types flush's timeout so
 
 def round_trip(nc: Client) -> Callable[[], Awaitable[bool]]:
     """A PING/PONG with the server: True if it answered within ``PROBE_TIMEOUT_S``."""
-
-    async def probe() -> bool:
-        try:
-            await nc.flush(timeout=PROBE_TIMEOUT_S)
-        except Exception:  # a timeout, a closed or reconnecting connection: not hearing
-            return False
-        return True
-
-    return probe
+    return lambda: nats_link.flush(nc, PROBE_TIMEOUT_S)
 
 
 async def main(ctx: Context) -> None:
