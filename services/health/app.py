@@ -150,6 +150,7 @@ class Health:
         still hears (``listening``), then look again with what arrived meanwhile."""
         if self.window is None and self.paused and await self.probe():
             self.window, self.paused = self.clock.monotonic(), False  # back: a fresh window
+            self.log.info("listening window", open=True, reason="NATS answers again")
         changes = self._changes()
         if any(change == "down" for _, change in changes):
             if not await self.listening():
