@@ -127,7 +127,11 @@ class StepSession:
         step = f"{self.launch.job_id}.{self.step_id}"
         warn(self.command, f"lost the connection to the cluster; reattaching to step {step}")
         self.conn.close()
-        self.conn = self._connect(REATTACH_S)
+        try:
+            self.conn = self._connect(REATTACH_S)
+        except nats_request.NatsRequestError as exc:
+            # A CliError: the stream loop would take a NatsRequestError for a lost connection again.
+            raise CliError(f"could not reattach to step {step} within {REATTACH_S:g} s: {exc}") from None
         warn(self.command, f"reattached to step {step}")
 
     def _run(self) -> int:
