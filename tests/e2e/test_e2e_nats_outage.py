@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_cli import Cli, admin_cli, user_env, wait_for_line
+from e2e_cli import BIN, Cli, admin_cli, user_env, wait_for_line
 
 from corral.cli.local_cluster import LocalCluster
 
@@ -88,7 +88,7 @@ def test_a_job_rides_through_an_8s_nats_outage_and_no_node_goes_down(
     time.sleep(OUTAGE_S - 1.0)
     # Started while the server is out: stopped, it retries the refused connection until the server is back.
     late = subprocess.Popen(
-        [str(Path(cli.env["PATH"].split(":")[0]) / "squeue"), "-h", "-j", str(job), "-o", "%i %T"],
+        [str(BIN / "squeue"), "-h", "-j", str(job), "-o", "%i %T"],
         env=cli.env,
         cwd=cli.workdir,
         stdout=subprocess.PIPE,
