@@ -28,6 +28,7 @@ import msgspec
 from corral.cli.errors import CliError
 from corral.libs.runtime import nats_request
 from corral.libs.runtime.credentials import Credentials, read_credentials
+from corral.libs.runtime.nats_retry import RETRY_S, retrying
 from corral.libs.trace.spans import parse_traceparent
 from corral.schemas.api import ApiError, HistoryReply, HistoryRequest
 from corral.schemas.subjects import api_subject, inbox_prefix, valid_token
@@ -44,6 +45,7 @@ class Cluster(msgspec.Struct, frozen=True):
     url: str  # nats://host:port
     credentials: Credentials  # user and password (the URL in the file may differ from ``url``)
     timeout: float = DEFAULT_TIMEOUT  # seconds per call
+    retry_s: float = RETRY_S  # seconds a call retries a refused connection or "no responders" (nats_retry)
     traceparent: str | None = None  # the caller's W3C trace context (TRACEPARENT), sent with each call
 
     @property
@@ -55,25 +57,40 @@ class Cluster(msgspec.Struct, frozen=True):
         """Send ``request`` to the API verb and return its reply.
 
         Raises CliError with the cluster's message for an ``ApiError`` reply, and with the transport's
-        message when the cluster cannot be reached or does not answer in time.
+        message when the cluster cannot be reached or does not answer in time. A refused connection and
+        "no responders" are tried again for ``retry_s`` seconds (``nats_retry``: safe for every verb).
         """
-        user = self.credentials.user
         try:
-            reply = nats_request.request(
-                self.url,
-                api_subject(verb, user),
+            reply = self.request(
+                api_subject(verb, self.credentials.user),
                 msgspec.json.encode(request),
-                user=user,
-                password=self.credentials.password,
-                inbox_prefix=inbox_prefix(user),
                 headers={"traceparent": self.traceparent} if self.traceparent else None,
-                timeout=self.timeout,
             )
         except nats_request.RequestTimeout as exc:
             raise CallTimeout(str(exc)) from None
         except nats_request.NatsRequestError as exc:
             raise CliError(str(exc)) from None
         return decode_reply(reply.data, reply_type)
+
+    def request(
+        self, subject: str, payload: bytes, headers: dict[str, str] | None = None
+    ) -> nats_request.Reply:
+        """One request on its own connection, retried as ``nats_retry`` says; raises the last
+        ``NatsRequestError``."""
+        user = self.credentials.user
+        return retrying(
+            lambda: nats_request.request(
+                self.url,
+                subject,
+                payload,
+                user=user,
+                password=self.credentials.password,
+                inbox_prefix=inbox_prefix(user),
+                headers=headers,
+                timeout=self.timeout,
+            ),
+            self.retry_s,
+        )
 
     def history(self, request: HistoryRequest) -> HistoryReply:
         """The log entries of a job, a node or a user's jobs (``corral audit``); CliError if refused."""

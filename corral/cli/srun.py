@@ -344,22 +344,12 @@ class Allocation:
 
 
 def agent_call(cluster: Cluster, node: str, request: msgspec.Struct, reply_type: type[Any]) -> Any:
-    """One request to a node's agent, with the synchronous client."""
+    """One request to a node's agent, with the synchronous client (retried as ``Cluster.request``)."""
     from corral.cli.client import decode_reply
     from corral.libs.runtime import nats_request
-    from corral.schemas.subjects import inbox_prefix
 
-    user = cluster.user
     try:
-        reply = nats_request.request(
-            cluster.url,
-            step_subject(node, user),
-            msgspec.json.encode(request),
-            user=user,
-            password=cluster.credentials.password,
-            inbox_prefix=inbox_prefix(user),
-            timeout=cluster.timeout,
-        )
+        reply = cluster.request(step_subject(node, cluster.user), msgspec.json.encode(request))
     except nats_request.NoResponders:
         raise CliError(f"the agent of node {node} is not answering") from None
     except nats_request.NatsRequestError as exc:

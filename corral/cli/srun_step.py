@@ -7,6 +7,11 @@ waits with ``select`` on the connection, its stdin (forwarded to task 0) and a s
 SIGINT is Ctrl-C (twice within a second kills the step), the signals of ``FORWARDED`` are passed on to every
 task, as Slurm's srun does.
 
+srun rides through a NATS outage: when its connection is lost (a server restart) it connects again, for
+``REATTACH_S`` seconds at most, and subscribes to the step's I/O subjects again; the tasks run on
+meanwhile (the agents keep the step), but what they printed while srun was away may be lost. The agents'
+own connections reconnect too (``libs/runtime/streams.py``).
+
 A task's exit travels as a core NATS message, which can be lost. When nothing arrived for
 ``LIVENESS_S`` seconds srun asks the batch node's agent whether the step still runs (``StepSignal`` with
 signal 0, which signals nothing); once the agent no longer knows it, the step is over, and the exits still
@@ -28,6 +33,7 @@ import msgspec
 from corral.cli.errors import CliError, warn
 from corral.cli.srun_io import Labeller, exit_message, step_status
 from corral.libs.runtime import nats_request
+from corral.libs.runtime.nats_retry import retrying
 from corral.schemas.api import ApiError
 from corral.schemas.steps import (
     StepDone,
@@ -47,6 +53,8 @@ if TYPE_CHECKING:
 DOUBLE_INTERRUPT_S = 1.0
 #: Seconds without any message after which srun asks the agent whether the step still runs.
 LIVENESS_S = 5.0
+#: Seconds srun tries to connect again after losing its connection, before it gives the step up.
+REATTACH_S = 300.0
 #: Signals srun passes on to its step's tasks instead of dying of them, as Slurm's srun does: a
 #: ``scancel --signal`` or a ``--signal=SIG@T`` warning reaches the processes of the batch step, srun among
 #: them, and must get to the tasks (submitit's USR2, a trainer's TERM handler), on every node of the step.
@@ -77,11 +85,27 @@ class StepSession:
         self.interrupts: list[float] = []  # monotonic times of SIGINTs not handled yet
         self.forward: list[int] = []  # other signals received, to pass on to the tasks
         self.last_interrupt = -DOUBLE_INTERRUPT_S
+        self.conn: nats_request.Connection  # to NATS, subscribed to the step's I/O; replaced on reattach
 
     def run(self) -> int:
         """The step's status (the worst task's)."""
-        user = self.cluster.user
         try:
+            self.conn = self._connect(self.cluster.retry_s)
+        except nats_request.NatsRequestError as exc:
+            raise CliError(str(exc)) from None
+        try:
+            return self._run()
+        except nats_request.NatsRequestError as exc:
+            raise CliError(f"step {self.launch.job_id}.{self.step_id}: {exc}") from None
+        finally:
+            self.conn.close()
+
+    def _connect(self, budget: float) -> nats_request.Connection:
+        """A connection subscribed to the step's I/O subjects; a refused one is tried again for
+        ``budget`` seconds."""
+        user = self.cluster.user
+
+        def attempt() -> nats_request.Connection:
             conn = nats_request.Connection(
                 self.cluster.url,
                 user=user,
@@ -89,28 +113,39 @@ class StepSession:
                 inbox_prefix=inbox_prefix(user),
                 timeout=self.cluster.timeout,
             )
-        except nats_request.NatsRequestError as exc:
-            raise CliError(str(exc)) from None
-        with conn:
             try:
-                return self._run(conn)
-            except nats_request.NatsRequestError as exc:
-                raise CliError(f"step {self.launch.job_id}.{self.step_id}: {exc}") from None
+                conn.subscribe(f"corral.io.{user}.{self.launch.key}.>")
+            except BaseException:
+                conn.close()
+                raise
+            return conn
 
-    def _run(self, conn: nats_request.Connection) -> int:
-        user, key = self.cluster.user, self.launch.key
-        conn.subscribe(f"corral.io.{user}.{key}.>")
+        return retrying(attempt, budget)
+
+    def _reattach(self) -> None:
+        """The connection was lost: connect and subscribe again (``REATTACH_S`` at most)."""
+        step = f"{self.launch.job_id}.{self.step_id}"
+        warn(self.command, f"lost the connection to the cluster; reattaching to step {step}")
+        self.conn.close()
+        try:
+            self.conn = self._connect(REATTACH_S)
+        except nats_request.NatsRequestError as exc:
+            # A CliError: the stream loop would take a NatsRequestError for a lost connection again.
+            raise CliError(f"could not reattach to step {step} within {REATTACH_S:g} s: {exc}") from None
+        warn(self.command, f"reattached to step {step}")
+
+    def _run(self) -> int:
         # Signals are taken before the step is asked for, and handled in the loop once it has an id.
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         old_wakeup = signal.set_wakeup_fd(wake_w)
         old_handlers = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, *FORWARDED)}
         try:
-            reply = self._launch(conn)
+            reply = self._launch(self.conn)
             self.step_id, self.ntasks = reply.step_id, len(reply.tasks)
             self.nodes = {place.task: place.node for place in reply.tasks}
             self.labeller = Labeller(self.ntasks)
-            self._stream(conn, wake_r)
+            self._stream(wake_r)
         finally:
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
@@ -126,7 +161,11 @@ class StepSession:
     def _launch(self, conn: nats_request.Connection) -> StepLaunched:
         subject = step_subject(self.batch_node, self.cluster.user)
         try:
-            msg = conn.request(subject, msgspec.json.encode(self.launch), timeout=self.cluster.timeout)
+            # No responders: the agent is not subscribed (yet), so the request reached no one (nats_retry).
+            msg = retrying(
+                lambda: conn.request(subject, msgspec.json.encode(self.launch), timeout=self.cluster.timeout),
+                self.cluster.retry_s,
+            )
         except nats_request.NoResponders:
             raise CliError(f"the agent of node {self.batch_node} is not answering") from None
         except nats_request.NatsRequestError as exc:
@@ -137,38 +176,56 @@ class StepSession:
             raise CliError(reply.error)
         return reply
 
-    def _stream(self, conn: nats_request.Connection, wake: int) -> None:
+    def _stream(self, wake: int) -> None:
         in_subject = io_subject(self.cluster.user, self.launch.key, "in")
         stdin_open = self.launch.stdin
         quiet_since = time.monotonic()
         while len(self.exits) < self.ntasks:
-            msg = conn.next_message(0)
-            if msg is not None:
-                self._handle(msg)
-                quiet_since = time.monotonic()
-                continue
-            self._handle_interrupts(conn)
-            waiting = [conn.fileno(), wake] + ([0] if stdin_open else [])
-            timeout = max(0.0, quiet_since + LIVENESS_S - time.monotonic())
             try:
-                readable, _, _ = select.select(waiting, [], [], timeout)
-            except ValueError:  # stdin was closed under us
-                readable, stdin_open = [], False
-            if wake in readable:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(wake, 512)
-            if 0 in readable:
-                try:
-                    data = os.read(0, 1 << 16)
-                except OSError:
-                    data = b""
-                conn.publish(in_subject, data)  # an empty message is end of file
-                stdin_open = bool(data)
-            if not readable and time.monotonic() - quiet_since >= LIVENESS_S:
-                if not self._step_alive(conn):
-                    self._fill_lost_exits()
-                    return
-                quiet_since = time.monotonic()
+                if self.conn.fileno() < 0:  # lost (a server restart): the step runs on without us
+                    self._reattach()
+                    quiet_since = time.monotonic() - LIVENESS_S  # ask the agent now: exits may be lost
+                stdin_open, quiet_since, over = self._once(wake, in_subject, stdin_open, quiet_since)
+            except nats_request.NatsRequestError:
+                if self.conn.fileno() >= 0:
+                    raise  # not a lost connection: a refusal, a protocol error
+                continue
+            if over:
+                self._fill_lost_exits()
+                return
+
+    def _once(
+        self, wake: int, in_subject: str, stdin_open: bool, quiet_since: float
+    ) -> tuple[bool, float, bool]:
+        """Handle what is ready, or wait for something: (stdin still open, when the step was last heard
+        of, whether the agent says the step is over)."""
+        conn = self.conn
+        msg = conn.next_message(0)
+        if msg is not None:
+            self._handle(msg)
+            return stdin_open, time.monotonic(), False
+        self._handle_interrupts(conn)
+        waiting = [conn.fileno(), wake] + ([0] if stdin_open else [])
+        timeout = max(0.0, quiet_since + LIVENESS_S - time.monotonic())
+        try:
+            readable, _, _ = select.select(waiting, [], [], timeout)
+        except ValueError:  # stdin was closed under us
+            readable, stdin_open = [], False
+        if wake in readable:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake, 512)
+        if 0 in readable:
+            try:
+                data = os.read(0, 1 << 16)
+            except OSError:
+                data = b""
+            conn.publish(in_subject, data)  # an empty message is end of file
+            stdin_open = bool(data)
+        if not readable and time.monotonic() - quiet_since >= LIVENESS_S:
+            if not self._step_alive(conn):
+                return stdin_open, quiet_since, True
+            quiet_since = time.monotonic()
+        return stdin_open, quiet_since, False
 
     def _handle(self, msg: nats_request.Message) -> None:
         parts = msg.subject.split(".")

@@ -3,7 +3,8 @@
 Error hierarchy::
 
     NatsRequestError        root; also: connection lost, protocol error, payload too big, any other -ERR
-    ├── NatsConnectError    bad URL, TLS asked for, server unreachable or silent, authentication refused
+    ├── NatsConnectError    bad URL, TLS asked for, server silent, authentication refused
+    │   └── ServerUnreachable   the server's port refused or reset the TCP connection
     ├── NoResponders        the server's 503 status: nobody subscribes to the subject
     ├── RequestTimeout      no reply before the deadline
     └── PermissionDenied    -ERR 'Permissions Violation …': may not publish the subject or subscribe the inbox
@@ -25,6 +26,10 @@ class NatsConnectError(NatsRequestError):
         self.url = url
         # What went wrong: the OS error or the server's -ERR text, e.g. "Authorization Violation".
         self.reason = reason
+
+
+class ServerUnreachable(NatsConnectError):
+    """The server's port refused or reset the TCP connection (a server down or restarting): nothing sent."""
 
 
 class NoResponders(NatsRequestError):

@@ -40,6 +40,7 @@ from corral.libs.runtime.nats_errors import (
     NoResponders,
     PermissionDenied,
     RequestTimeout,
+    ServerUnreachable,
 )
 from corral.libs.runtime.nats_wire import (
     Reader,
@@ -61,6 +62,7 @@ __all__ = [
     "PermissionDenied",
     "Reply",
     "RequestTimeout",
+    "ServerUnreachable",
     "request",
 ]
 
@@ -133,6 +135,8 @@ class Connection:
             except OSError as exc:
                 if i + 1 < len(servers):
                     continue  # that server is down: the next one
+                if isinstance(exc, ConnectionError):  # refused, reset, aborted: not there (yet)
+                    raise ServerUnreachable(self._url, str(exc) or type(exc).__name__) from exc
                 raise NatsConnectError(self._url, str(exc) or type(exc).__name__) from exc
             break
         self._reader = Reader(self._sock)

@@ -28,6 +28,7 @@ from corral.libs.runtime import bus as busmod
 from corral.libs.runtime import metrics as metricsmod
 from corral.libs.runtime import streams, telemetry
 from corral.libs.runtime.credentials import Credentials, read_credentials
+from corral.libs.runtime.nats_link import Link
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Context:
     settings: settings_mod.Settings  # environment settings
     stop: asyncio.Event = field(default_factory=asyncio.Event)  # set on SIGINT/SIGTERM
     metrics: metricsmod.Metrics | None = None  # the process's metrics (None: --metrics-port off)
+    link: Link | None = None  # the connection's drops and returns, for the loops that watch them
 
 
 async def either(first: asyncio.Event, second: asyncio.Event) -> None:
@@ -164,9 +166,10 @@ async def _serve(
         log.info("metrics served", url=endpoint.url)
     # The request servers this process starts (api_server.serve) record into its metrics.
     metricsmod.current.set(metrics)
-    nc = await streams.connect(creds, name=f"corral-{name}")
+    link = Link(f"corral-{name}")
+    nc = await streams.connect(creds, name=f"corral-{name}", link=link)
     bus = busmod.Bus(nc, actor=creds.user, metrics=metrics)
-    ctx = Context(name, nc, bus, config, args, env, metrics=metrics)
+    ctx = Context(name, nc, bus, config, args, env, metrics=metrics, link=link)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, ctx.stop.set)

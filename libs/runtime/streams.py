@@ -2,7 +2,9 @@
 
 - ``declare`` creates or updates the three streams (the log, the work queues, the dead letters), the
   job-id bucket, the schedulers' leader bucket and the snapshot store (idempotent; the admin role runs it);
-- ``connect`` opens a role's connection, replies to its own inbox prefix, reconnecting for ever.
+- ``connect`` opens a role's connection, replies to its own inbox prefix, reconnecting for ever (nats-py
+  sends its subscriptions again on each reconnection); its events are logged one line each by a
+  ``nats_link.Link``, which also tells the loops that watch it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import APIError
 
 from corral.libs.runtime.credentials import Credentials
+from corral.libs.runtime.nats_link import Link
 from corral.schemas import subjects
 
 #: How long a retry with the same Nats-Msg-Id is recognised as a duplicate.
@@ -63,10 +66,14 @@ async def declare(js: JetStreamContext, replicas: int = 1) -> None:
     await js.create_object_store(bucket=subjects.SNAPSHOT_BUCKET, replicas=replicas)
 
 
-async def connect(creds: Credentials, name: str, **options: Any) -> Client:
+async def connect(creds: Credentials, name: str, link: Link | None = None, **options: Any) -> Client:
     """Connect to NATS with a role's credentials; replies go to the role's own inbox prefix. The URL may
-    name a cluster's servers, comma-separated: the client connects to one and fails over to the others."""
-    return await nats.connect(
+    name a cluster's servers, comma-separated: the client connects to one and fails over to the others.
+
+    ``link`` (a new one when not given) gets the connection's error, disconnection, reconnection and
+    close callbacks."""
+    link = link or Link(name)
+    nc = await nats.connect(
         [url.strip() for url in creds.url.split(",") if url.strip()],
         user=creds.user,
         password=creds.password,
@@ -74,5 +81,17 @@ async def connect(creds: Credentials, name: str, **options: Any) -> Client:
         inbox_prefix=subjects.inbox_prefix(creds.user),
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.5,
+        error_cb=link.error,
+        disconnected_cb=link.disconnected,
+        reconnected_cb=link.reconnected,
+        closed_cb=link.closed,
         **options,
     )
+    link.url = lambda: _shown(nc)
+    return nc
+
+
+def _shown(nc: Client) -> str | None:
+    """The URL of the server ``nc`` is connected to, without credentials."""
+    url = nc.connected_url
+    return None if url is None else f"{url.scheme}://{url.hostname}:{url.port}"

@@ -21,6 +21,7 @@ import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from corral.libs.runtime import nats_link
 from corral.schemas.steps import TaskExit, io_subject
 from corral.services.agent import holes, stepdir
 from corral.services.agent.background import Background
@@ -37,6 +38,8 @@ TAIL_S = 0.02
 #: Seconds between saves of how far the output was published, while it flows.
 SAVE_S = 0.25
 _CHUNK = 1 << 16
+#: Seconds a round trip to NATS may take after publishing output (nats-py's flush default).
+FLUSH_TIMEOUT_S = 10
 
 
 class StepOutput:
@@ -138,8 +141,8 @@ class StepOutput:
         return published
 
     async def _flush(self) -> None:
-        with contextlib.suppress(Exception):
-            await self.nc.flush()
+        # nats_link.flush, not nc.flush: a timed-out nc.flush ends the connection's read loop (nats-py).
+        await nats_link.flush(self.nc, FLUSH_TIMEOUT_S)
 
     @staticmethod
     def _save(local: LocalStep) -> None:

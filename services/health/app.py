@@ -10,7 +10,9 @@ Cycle:
 3. note the time of each node's latest heartbeat (``corral.hb.<node>``);
 4. every half timeout: a node that is up and silent for ``node_timeout`` becomes ``NodeDown``;
    a down node that heartbeats again becomes ``NodeUp`` — unless an admin downed it: only a resume
-   brings that one back.
+   brings that one back. Silence is counted only while health listens (``libs/core/liveness.py``):
+   while its NATS connection is down it concludes nothing, and once it is back every node gets a fresh
+   ``node_timeout`` (``connected``, which ``main`` hands to the connection's ``Link``).
 
 An answer names the request it answers as its cause (``Meta.causation_id``); a ``NodeDown`` for missed
 heartbeats and a ``NodeUp`` have no cause in the log (the reason is in the body).
@@ -25,11 +27,14 @@ the system clock, the unit tests an in-memory log and a fake clock.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from corral.libs.config.cluster import ClusterConfig
-from corral.libs.runtime import telemetry
+from corral.libs.core.liveness import Verdict, verdict
+from corral.libs.runtime import nats_link, telemetry
 from corral.libs.runtime.clock import SystemClock
 from corral.libs.runtime.errors import AppendConflict, TransientError
 from corral.libs.runtime.ports import Clock, EventLog
@@ -37,24 +42,39 @@ from corral.libs.runtime.service import Context, run_until_stopped
 from corral.schemas import events as ev
 from corral.schemas import subjects
 
+#: A round trip to NATS slower than this (seconds) means the server was stalled (``Health.listening``).
+SLOW_S = 0.5
+
 AdminRequest = ev.NodeDrainRequested | ev.NodeResumeRequested | ev.NodeDownRequested
 
 
 class Health:
     """Node liveness from heartbeats."""
 
-    def __init__(self, events: EventLog, config: ClusterConfig, clock: Clock) -> None:
+    def __init__(
+        self,
+        events: EventLog,
+        config: ClusterConfig,
+        clock: Clock,
+        probe: Callable[[], Awaitable[bool]] | None = None,
+    ) -> None:
         self.events = events
+        self.probe = probe or _always  # a round trip to NATS: does health still hear?
         self.clock = clock
         self.timeout = config.node_timeout_s
         self.up: dict[str, bool] = {}  # registered nodes: up?
         self.node_seq: dict[str, int] = {}  # last log sequence of each node's events
-        self.seen: dict[str, float] = {}  # monotonic time of the latest heartbeat
+        self.seen: dict[
+            str, float
+        ] = {}  # monotonic time of the latest sign of life (heartbeat, registration)
+        self.heard: dict[str, float] = {}  # monotonic time of the latest heartbeat
         self.requests: dict[str, AdminRequest] = {}  # unanswered admin request of each node, the newest
         self.request_ids: dict[str, str] = {}  # the event id of each of those requests (their answer's cause)
         self.admin_down: set[str] = set()  # nodes an admin downed (not brought up by heartbeats)
         self.wake = asyncio.Event()  # set when there are requests to answer and the log is read to its end
-        self.started = clock.monotonic()
+        # When the current listening window opened (start, reconnection); None while disconnected.
+        self.window: float | None = clock.monotonic()
+        self.paused = False  # the window was closed by a failed round trip (not by a disconnection)
         self.log = telemetry.logger()
 
     async def follow(self, stop: asyncio.Event) -> None:
@@ -116,19 +136,71 @@ class Health:
 
     def heartbeat(self, node: str) -> None:
         """Note a heartbeat of ``node``."""
-        self.seen[node] = self.clock.monotonic()
+        self.seen[node] = self.heard[node] = self.clock.monotonic()
+
+    def connected(self, connected: bool) -> None:
+        """Health's own NATS connection dropped (False) or is back (True): close the listening window, or
+        open a new one, in which every node has a fresh ``node_timeout`` to be heard."""
+        self.window = self.clock.monotonic() if connected else None
+        self.paused = False  # the connection's own events take over from the round trips
+        self.log.info("listening window", open=connected)
 
     async def check(self) -> None:
-        """Report nodes whose liveness changed."""
-        now = self.clock.monotonic()
-        for node, up in list(self.up.items()):
-            if node in self.admin_down:
-                continue  # down until an admin resumes it
-            silent = now - max(self.seen.get(node, self.started), self.started)
-            if up and silent > self.timeout:
+        """Report nodes whose liveness changed; before calling any node silent, make sure health itself
+        still hears (``listening``), then look again with what arrived meanwhile."""
+        if self.window is None and self.paused and await self.probe():
+            self.window, self.paused = self.clock.monotonic(), False  # back: a fresh window
+            self.log.info("listening window", open=True, reason="NATS answers again")
+        changes = self._changes()
+        if any(change == "down" for _, change in changes):
+            if not await self.listening():
+                return
+            changes = self._changes()  # heartbeats the server passed on before its answer count
+        for node, change in changes:
+            if change == "down":
                 await self._report(ev.NodeDown(node=ev.NodeName(node), reason="Not responding"))
-            elif not up and silent < self.timeout:
+            else:
                 await self._report(ev.NodeUp(node=ev.NodeName(node)))
+
+    def _changes(self) -> list[tuple[str, Verdict]]:
+        """The nodes whose liveness changed, by the rule (``libs/core/liveness.py``), now."""
+        now = self.clock.monotonic()
+        return [
+            (node, change)
+            for node, up in list(self.up.items())
+            if node not in self.admin_down  # down until an admin resumes it
+            and (
+                change := verdict(
+                    up=up,
+                    sign=self.seen.get(node),
+                    heartbeat=self.heard.get(node),
+                    window=self.window,
+                    now=now,
+                    timeout=self.timeout,
+                )
+            )
+        ]
+
+    async def listening(self) -> bool:
+        """Whether the server answers two round trips in a row, promptly.
+
+        A server that is paused (SIGSTOP) or cut off keeps the socket open, so the client notices nothing
+        for a while: an unanswered round trip closes the listening window, and the first check whose
+        round trip is answered opens a new one. A server that answers but only after ``SLOW_S`` seconds
+        was stalled, and heartbeats were held up with it: the window opens afresh at its answer. The
+        second round trip is sent after the first is answered, once the server runs again: the heartbeats
+        it held are on their way to health before its answer."""
+        started = self.clock.monotonic()
+        if not (await self.probe() and await self.probe()):
+            if self.window is not None:
+                self.window, self.paused = None, True
+                self.log.warning("listening window", open=False, reason="no answer from NATS")
+            return False
+        if self.clock.monotonic() - started > SLOW_S:
+            self.window = self.clock.monotonic()
+            self.log.warning("listening window", open=True, reason="NATS was slow to answer")
+            return False
+        return True
 
     async def _report(
         self, body: ev.NodeDown | ev.NodeUp | ev.NodeDrained | ev.NodeResumed, cause: str | None = None
@@ -154,9 +226,24 @@ class Health:
             await self.check()
 
 
+async def _always() -> bool:
+    return True
+
+
+#: Seconds a round trip to NATS may take before health counts itself as not hearing.
+PROBE_TIMEOUT_S = 1  # an int: nats-py types flush's timeout so
+
+
+def round_trip(nc: Client) -> Callable[[], Awaitable[bool]]:
+    """A PING/PONG with the server: True if it answered within ``PROBE_TIMEOUT_S``."""
+    return lambda: nats_link.flush(nc, PROBE_TIMEOUT_S)
+
+
 async def main(ctx: Context) -> None:
     """Run until stopped."""
-    health = Health(ctx.bus, ctx.config, SystemClock())
+    health = Health(ctx.bus, ctx.config, SystemClock(), probe=round_trip(ctx.nc))
+    if ctx.link is not None:
+        ctx.link.watch(health.connected)
 
     async def on_heartbeat(msg: Msg) -> None:
         health.heartbeat(msg.subject.rsplit(".", 1)[-1])

@@ -31,6 +31,7 @@ from corral.libs.runtime.nats_request import (
     PermissionDenied,
     Reply,
     RequestTimeout,
+    ServerUnreachable,
     request,
 )
 
@@ -240,6 +241,7 @@ async def test_wrong_password_is_a_connect_error_naming_url_and_reason(server_ur
     assert "Authorization Violation" in caught.value.reason
     assert server_url in str(caught.value)
     assert "wrong" not in str(caught.value)
+    assert not isinstance(caught.value, ServerUnreachable)  # not retried: trying again would not help
 
 
 @pytest.mark.parametrize(
@@ -252,8 +254,10 @@ async def test_wrong_password_is_a_connect_error_naming_url_and_reason(server_ur
     ids=["nothing-listening", "tls-url", "bad-port"],
 )
 async def test_connect_errors(url: str, reason: str) -> None:
-    with pytest.raises(NatsConnectError, match=reason):
+    with pytest.raises(NatsConnectError, match=reason) as caught:
         await asyncio.to_thread(request, url.format(closed_port=_free_port()), "svc.echo.alice", b"x")
+    # Only the refused port is a server that may come back (the commands retry it: nats_retry).
+    assert isinstance(caught.value, ServerUnreachable) is (reason == "refused")
 
 
 @pytest.mark.parametrize(

@@ -13,10 +13,12 @@ import pytest
 
 from corral.libs.runtime.clock import FakeClock
 from corral.libs.runtime.memlog import MemLog
+from corral.libs.runtime.service import run_until_stopped
 from corral.schemas import events as ev
 from corral.schemas import subjects
+from corral.services.health.app import Health
 from tests.unit import rigs
-from tests.unit.builders import registered
+from tests.unit.builders import cluster_config, registered
 from tests.unit.rigs import HEALTH_SLEEPERS, running
 
 # A fake clock nobody advances would hang a test that waits on it: fail it fast instead.
@@ -146,3 +148,110 @@ async def test_a_newer_request_replaces_an_unanswered_one() -> None:
         assert await first_after(log, resume.seq, "node_resumed") == ev.NodeResumed(node=NODE, by="ops")
         await step(clock, 5.0)
     assert node_facts(log) == [ev.NodeResumed(node=NODE, by="ops")]
+
+
+async def test_silence_while_health_is_disconnected_is_not_node_silence() -> None:
+    log, clock = MemLog(), FakeClock()
+    await log.append(registered(NODE))
+    async with running(log, clock) as [health]:
+        health.heartbeat(NODE)
+        await step(clock, 5.0)
+        health.connected(False)  # health's own connection drops: it hears nothing for 30 s
+        for _ in range(6):
+            await step(clock, 5.0)
+        assert node_facts(log) == []
+        health.connected(True)  # back at t=35: the node has a fresh 10 s from here
+        await step(clock, 5.0)
+        await step(clock, 5.0)  # silent exactly node_timeout since the reconnection: not yet
+        assert node_facts(log) == []
+        await step(clock, 5.0)  # and still silent: now it is down
+        assert node_facts(log) == [ev.NodeDown(node=NODE, reason="Not responding")]
+
+
+async def test_a_reconnection_brings_no_down_node_up_without_a_heartbeat() -> None:
+    log, clock = MemLog(), FakeClock()
+    await log.append(registered(NODE))
+    await log.append(ev.NodeDown(node=NODE, reason="Not responding"))
+    async with running(log, clock) as [health]:
+        health.connected(False)
+        await step(clock, 5.0)
+        health.connected(True)
+        await step(clock, 5.0)
+        await step(clock, 5.0)
+        assert node_facts(log) == [ev.NodeDown(node=NODE, reason="Not responding")]
+        health.heartbeat(NODE)
+        await step(clock, 5.0)
+        assert node_facts(log)[1:] == [ev.NodeUp(node=NODE)]
+
+
+class Server:
+    """Health's round trip to NATS: answers unless ``paused`` (a SIGSTOPped server keeps the socket),
+    after ``lag`` seconds of the clock."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.paused = False
+        self.lag = 0.0
+
+    async def probe(self) -> bool:
+        self.clock.advance(self.lag)
+        return not self.paused
+
+
+def monitored(
+    log: MemLog, clock: FakeClock, server: Server
+) -> tuple[Health, asyncio.Event, asyncio.Task[None]]:
+    """A health service whose round trips go to ``server``: its follow and monitor loops, started."""
+    health = Health(log, cluster_config(nodes=2), clock, probe=server.probe)
+    stop = asyncio.Event()
+    return (
+        health,
+        stop,
+        asyncio.create_task(run_until_stopped(stop, health.follow(stop), health.monitor(stop))),
+    )
+
+
+async def test_no_node_is_called_down_while_the_server_does_not_answer_a_round_trip() -> None:
+    log = MemLog()
+    clock = FakeClock()
+    server = Server(clock)
+    await log.append(registered(NODE))
+    _, stop, task = monitored(log, clock, server)
+    await clock.asleep(1)
+    try:
+        server.paused = True  # no heartbeat reaches health, and its round trips go unanswered
+        for _ in range(6):
+            await rigs.step(clock, 5.0, 1)
+        assert node_facts(log) == []
+        server.paused = False  # at t=30: the next check (t=35) opens a fresh window
+        for _ in range(3):
+            await rigs.step(clock, 5.0, 1)
+        assert node_facts(log) == []  # t=45: silent exactly 10 s in the new window
+        await rigs.step(clock, 5.0, 1)
+        assert node_facts(log) == [ev.NodeDown(node=NODE, reason="Not responding")]
+    finally:
+        stop.set()
+        await task
+
+
+async def test_a_round_trip_answered_late_restarts_the_window_at_the_answer() -> None:
+    log = MemLog()
+    clock = FakeClock()
+    server = Server(clock)
+    await log.append(registered(NODE))
+    _, stop, task = monitored(log, clock, server)
+    await clock.asleep(1)
+    try:
+        server.lag = 0.4  # two round trips of 0.4 s: the server was stalled until its answer (t=15.8)
+        for _ in range(3):
+            await rigs.step(clock, 5.0, 1)
+        assert node_facts(log) == []
+        server.lag = 0.0
+        await rigs.step(clock, 5.0, 1)  # t=20.8: 5 s into the new window
+        await rigs.step(clock, 5.0, 1)  # t=25.8: silent exactly 10 s
+        assert node_facts(log) == []
+        await rigs.step(clock, 5.0, 1)
+        assert node_facts(log) == [ev.NodeDown(node=NODE, reason="Not responding")]
+    finally:
+        stop.set()
+        await task
