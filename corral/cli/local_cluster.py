@@ -29,10 +29,10 @@ from pathlib import Path
 
 import msgspec
 
+from corral.cli.local_nats import nats_servers
 from corral.libs.config import otlp, settings
 from corral.libs.config.cluster import ClusterConfig, load_config, local_config_text
 from corral.libs.infra import NatsServer, NatsUser, PostgresServer, roles
-from corral.libs.infra.nats_server import Routes
 from corral.libs.infra.ports import free_port
 from corral.libs.runtime.credentials import Credentials, new_password, read_credentials, write_credentials
 from corral.libs.runtime.streams import connect, declare
@@ -134,7 +134,7 @@ class LocalCluster:
         """Start servers, declare streams, start services and agents, wait until nodes registered."""
         config = self.config or self.prepare()
         users = self._users()
-        servers = self._nats_servers(users)
+        servers = nats_servers(self.state_dir, users, self.ha)
         for server in servers:
             server.start()
         self.nats, self.nats_peers = servers[0], servers[1:]
@@ -165,23 +165,6 @@ class LocalCluster:
     def _optional_services() -> tuple[str, ...]:
         """The tracer, when spans have somewhere to go (the OTEL_EXPORTER_OTLP_* variables name a target)."""
         return ("tracer",) if otlp.target(settings.from_env()) is not None else ()
-
-    def _nats_servers(self, users: list[NatsUser]) -> list[NatsServer]:
-        """One NATS server, or with ``ha`` three in a JetStream cluster (route ports kept across starts)."""
-        if not self.ha:
-            return [NatsServer(self.state_dir / "nats", users)]
-        dirs = [self.state_dir / f"nats-{i}" for i in (1, 2, 3)]
-        ports = [_route_port(d) for d in dirs]
-        routes = [f"nats-route://127.0.0.1:{port}" for port in ports]
-        return [
-            NatsServer(
-                d,
-                users,
-                server_name=f"corral-nats-{i}",
-                routes=Routes(name="corral", listen=f"127.0.0.1:{port}", routes=routes),
-            )
-            for i, (d, port) in enumerate(zip(dirs, ports, strict=True), start=1)
-        ]
 
     async def _declare(self, replicas: int = 1) -> None:
         assert self.nats is not None
@@ -362,17 +345,6 @@ class LocalCluster:
         for server in (*self.nats_peers, self.nats):
             if server is not None:
                 server.stop()
-
-
-def _route_port(data_dir: Path) -> int:
-    """A cluster server's route port: the one it had, else a free one (kept in ``route-port``)."""
-    path = data_dir / "route-port"
-    if path.exists():
-        return int(path.read_text())
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    port = free_port()
-    path.write_text(f"{port}\n")
-    return port
 
 
 def ensure_resolvable(names: list[str]) -> str | None:
