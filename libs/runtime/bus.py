@@ -121,7 +121,7 @@ class Bus:
             if exc.err_code == _WRONG_LAST_SEQUENCE:
                 raise AppendConflict(expect_subject or subject, expect_last_seq or 0) from None
             raise TransientError(f"append to {subject} failed: {exc}") from exc
-        except (TimeoutError, nats.errors.NoRespondersError) as exc:
+        except (TimeoutError, *UNAVAILABLE) as exc:
             raise TransientError(f"append to {subject} failed: {exc!r}") from exc
         if self.metrics is not None and not ack.duplicate:
             self.metrics.appended(str(type(env.body).__struct_config__.tag))
@@ -207,7 +207,7 @@ class Bus:
         try:
             info = await self.js.add_consumer(subjects.EVENTS_STREAM, config)
             psub = await self.js.pull_subscribe_bind(consumer=name, stream=subjects.EVENTS_STREAM)
-        except (APIError, TimeoutError, nats.errors.NoRespondersError) as exc:
+        except (APIError, TimeoutError, *UNAVAILABLE) as exc:
             raise TransientError(f"reading {', '.join(subject_filters)} failed: {exc!r}") from exc
         try:
             remaining = int(info.num_pending or 0)
@@ -230,7 +230,7 @@ class Bus:
         """Put an order on a node's work subject; a republished order is deduplicated."""
         try:
             ack = await self.js.publish(subject, data, headers={"Nats-Msg-Id": msg_id})
-        except (APIError, TimeoutError, nats.errors.NoRespondersError) as exc:
+        except (APIError, TimeoutError, *UNAVAILABLE) as exc:
             raise TransientError(f"order to {subject} failed: {exc!r}") from exc
         return int(ack.seq)
 
@@ -259,7 +259,7 @@ class Bus:
         try:
             raw = await self.js.get_msg(subjects.EVENTS_STREAM, seq=entry.seq, direct=True)
             ack = await self.js.publish(subjects.dlq_subject(service), raw.data or b"", headers=headers)
-        except (APIError, TimeoutError, nats.errors.NoRespondersError) as exc:
+        except (APIError, TimeoutError, *UNAVAILABLE) as exc:
             raise TransientError(f"dead letter of log entry {entry.seq} failed: {exc!r}") from exc
         if self.metrics is not None and not ack.duplicate:
             self.metrics.dead_lettered(service, SKIPPED_ENTRY)

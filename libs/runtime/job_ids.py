@@ -14,14 +14,26 @@ import time
 
 import nats
 from nats.js import JetStreamContext
-from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError, ServiceUnavailableError
+from nats.js.errors import (
+    APIError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NoStreamResponseError,
+    ServiceUnavailableError,
+)
 from nats.js.kv import KeyValue
 
 from corral.libs.runtime.errors import TransientError
 from corral.schemas import subjects
 
-#: The errors of a JetStream that is there but cannot answer now (electing a leader, reconnecting).
-UNAVAILABLE = (ServiceUnavailableError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError)
+#: The errors of a JetStream that is there but cannot answer now (electing a leader, reconnecting). A
+#: publish nobody answers is ``NoStreamResponseError`` in nats-py (it replaces ``NoRespondersError``).
+UNAVAILABLE = (
+    ServiceUnavailableError,
+    nats.errors.NoRespondersError,
+    NoStreamResponseError,
+    nats.errors.ConnectionClosedError,
+)
 #: Seconds an allocation keeps trying while JetStream is unavailable, and the pause between two tries.
 RETRY_S = 15.0
 PAUSE_S = 0.5

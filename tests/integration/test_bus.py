@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from pathlib import Path
 
 import pytest
 
-from corral.libs.runtime.bus import Bus
-from corral.libs.runtime.errors import AppendConflict
+from corral.libs.infra import NatsServer, roles
+from corral.libs.runtime.bus import Bus, LogEntry
+from corral.libs.runtime.credentials import Credentials
+from corral.libs.runtime.errors import AppendConflict, TransientError
+from corral.libs.runtime.streams import connect
 from corral.schemas import events as ev
 from corral.schemas import subjects
 
@@ -87,3 +91,24 @@ async def test_a_block_of_ids_is_reserved_at_once(bus: Bus) -> None:
     firsts = await asyncio.gather(*(bus.next_job_id(10) for _ in range(8)))
     starts = sorted(firsts)
     assert all(a + 10 <= b for a, b in itertools.pairwise(starts))
+
+
+async def test_a_log_without_its_stream_is_unavailable_not_a_crash(tmp_path: Path) -> None:
+    """A stream with no leader for a moment (a cluster server died) answers nothing: nats-py raises its
+    ``NoStreamResponseError``, which every writer must see as the log being away (``TransientError``, so
+    it retries), never as a failure that ends the task appending (an agent's exit report was lost so)."""
+    users = [roles.service_user(roles.ADMIN, "admin-secret")]
+    with NatsServer(tmp_path / "nats", users) as server:  # no stream declared: nobody answers appends
+        creds = Credentials(url=server.url, user=roles.ADMIN, password="admin-secret")
+        nc = await connect(creds, name="tests-no-stream")
+        try:
+            lonely = Bus(nc, actor="tests")
+            with pytest.raises(TransientError, match="append"):
+                await lonely.append(ev.JobCancelRequested(job_id=next(_ids), user="alice"))
+            with pytest.raises(TransientError, match="order"):
+                await lonely.publish_order(subjects.work_subject("node1"), b"{}", "order-1")
+            entry = LogEntry(seq=1, subject="corral.evt.job.1.x", envelope=None, error="bad")
+            with pytest.raises(TransientError, match="dead letter"):
+                await lonely.dead_letter_entry("tests", entry, "bad")
+        finally:
+            await nc.close()
