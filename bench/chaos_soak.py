@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "tests" / "e2e")]
 
-from chaos import SCHEDULERS, TARGETS, Chaos  # noqa: E402 (the harness lives with the tests)
+from chaos import TARGETS, Chaos  # noqa: E402 (the harness lives with the tests)
 from e2e_cli import Cli, user_env  # noqa: E402
 from test_e2e_supervision import Up  # noqa: E402
 
@@ -31,7 +31,6 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=4, help="times each target is killed")
     parser.add_argument("--spacing", type=float, default=3.0, help="seconds between two kills")
-    parser.add_argument("--schedulers", action="store_true", help="kill the two schedulers too")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="corral-soak-"))
     state, out = root / "state", root / "out"
@@ -42,7 +41,7 @@ def main() -> int:
     try:
         up.wait_line("is up")
         chaos = Chaos(up, cli, out)
-        targets = ([*SCHEDULERS, *TARGETS] if args.schedulers else TARGETS) * args.rounds
+        targets = TARGETS * args.rounds
         figures = chaos.run(args.jobs, targets, args.spacing)
         states = chaos.wait_ended(timeout=600)
         problems = chaos.check()

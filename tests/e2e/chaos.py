@@ -21,6 +21,7 @@ import json
 import os
 import random
 import signal
+import socket
 import threading
 import time
 from collections import defaultdict
@@ -44,13 +45,24 @@ STEP = (
     + ' >> "$out.gpus"'
 )
 
-#: What is killed, by the name corral up reports it by.
-TARGETS = ["gateway", "accounting", "health", "agent-node1", "postgres"]
-#: Not in the CI run yet (``bench/chaos_soak.py --schedulers`` kills them): since the schedulers' leadership
-#: and the reconnecting links were merged, killing these under load left some jobs PENDING or RUNNING for
-#: minutes. In one run the leading scheduler reconnected after NATS server 2 was killed, kept its lease and
-#: stopped deciding; not yet explained (docs/decisions/failures.md).
-SCHEDULERS = ["scheduler", "scheduler-2", "corral-nats-2"]
+#: What is killed, by the name corral up reports it by, in this order: the services, an agent, PostgreSQL, the
+#: leading scheduler, a NATS server of the three, the standby that took over, then ``pause:leader``: the
+#: scheduler leading by then (as ``scontrol ping`` says) is paused (SIGSTOP) for ``PAUSE_S``, past its lease,
+#: and resumed (SIGCONT): the other takes over, and what the paused one still tries once it runs again is
+#: fenced.
+TARGETS = [
+    "gateway",
+    "accounting",
+    "health",
+    "agent-node1",
+    "postgres",
+    "scheduler",
+    "corral-nats-2",
+    "scheduler-2",
+    "pause:leader",
+]
+#: Seconds a paused process stays stopped: well past the schedulers' lease (3 s).
+PAUSE_S = 8.0
 
 
 @dataclasses.dataclass
@@ -69,6 +81,7 @@ class Chaos:
         self.up, self.cli, self.out = up, cli, out
         self.random = random.Random(seed)
         self.figures = Figures()
+        self.paused: list[str] = []  # the processes paused, by name
 
     def submit(self, jobs: int, pause_s: float = 0.2) -> None:
         """Submit ``jobs`` short jobs (some on two nodes, most with GPUs), retrying refused submits."""
@@ -103,12 +116,42 @@ class Chaos:
         return f"--metrics-port {urls[name].rsplit(':', 1)[1].split('/')[0]} "
 
     def kill(self, name: str) -> None:
-        """SIGKILL one process of the cluster and wait until corral up has it running again."""
+        """SIGKILL one process of the cluster and wait until corral up has it running again (``pause:NAME``:
+        stop it for ``PAUSE_S``, then let it go on)."""
+        if name.startswith("pause:"):
+            self.pause(name.removeprefix("pause:"))
+            return
         mark = len(self.up.lines)
         started = time.monotonic()
         os.kill(child_pid(self.up.proc.pid, self.needle(name)), signal.SIGKILL)
         self.up.wait_line(f"{name} is running again", timeout=120, after=mark)
         self.figures.kills.append((name, time.monotonic() - started))
+
+    def leader(self, timeout: float = 30.0) -> str:
+        """The leading scheduler's process name: ``scontrol ping``'s primary (the host, or ``<host>-2``), once
+        one is up (the lease of a scheduler just killed names it until the lease lapses)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ping = self.cli("scontrol", "ping").stdout.splitlines()
+            up = [line.split(" at ")[1].split()[0] for line in ping if "(primary)" in line and "is UP" in line]
+            if up:
+                return "scheduler-2" if up[0] == f"{socket.gethostname()}-2" else "scheduler"
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no scheduler leads after {timeout} s: {ping}")
+            time.sleep(0.5)
+
+    def pause(self, target: str) -> None:
+        """SIGSTOP one process (``leader``: the leading scheduler) for ``PAUSE_S`` seconds, then SIGCONT: it
+        was not dead, so nobody restarts it."""
+        name = self.leader() if target == "leader" else target
+        pid = child_pid(self.up.proc.pid, self.needle(name))
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(PAUSE_S)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        self.figures.kills.append((f"pause:{target}", PAUSE_S))
+        self.paused.append(name)
 
     def run(self, jobs: int, targets: list[str], spacing_s: float) -> Figures:
         """Submit while killing each target in turn, ``spacing_s`` apart."""

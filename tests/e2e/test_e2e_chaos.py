@@ -1,6 +1,7 @@
-"""Chaos, bounded for CI: 40 short jobs (some on two nodes, most with GPUs) on ``corral up --ha`` while the
-gateway, accounting, health, an agent and PostgreSQL are killed in turn (not yet the schedulers and a NATS
-server: ``chaos.SCHEDULERS``). Every invariant of ``chaos.py`` must hold: nothing lost or created twice, no
+"""Chaos, bounded for CI: 60 short jobs (some on two nodes, most with GPUs) on ``corral up --ha`` while the
+gateway, accounting, health, an agent, PostgreSQL, the leading scheduler, a NATS server and the scheduler
+that took over are killed in turn, and the leader of then is paused past its lease (``chaos.TARGETS``).
+Every invariant of ``chaos.py`` must hold: nothing lost or created twice, no
 overlapping runs, no GPU held twice, sacct agrees with the scheduler, and no running job requeued by a
 crash. The longer soak is ``bench/chaos_soak.py``."""
 
@@ -25,13 +26,16 @@ def test_killing_each_process_in_turn_under_load_breaks_no_invariant(tmp_path: P
     try:
         up.wait_line("is up")
         chaos = Chaos(up, cli, out)
-        figures = chaos.run(jobs=40, targets=TARGETS, spacing_s=2.0)
+        figures = chaos.run(jobs=60, targets=TARGETS, spacing_s=2.0)
         states = chaos.wait_ended(timeout=120)
         problems = chaos.check()
         print(f"accepted {len(figures.accepted)}, refused {len(figures.refused)}, kills {figures.kills}")
         assert problems == [], problems
         assert set(states.values()) == {"COMPLETED"}, states
         assert [name for name, _ in figures.kills] == TARGETS
+        # The paused scheduler was leading: it resumed to find its lease gone, and stood by.
+        (paused,) = chaos.paused
+        assert "lost the scheduler lease: standby" in (state / "logs" / f"{paused}.log").read_text()
     finally:
         status = up.stop()
     assert status == 0, "\n".join(up.lines[-40:])
