@@ -47,6 +47,10 @@ def error_reply(exc: CorralError) -> ApiError:
     return ApiError(error=str(exc), field=getattr(exc, "field", None), code=code, retryable=exc.retryable)
 
 
+#: The ``queue`` of a verb every subscriber answers (no queue group): the caller takes the first answer.
+EVERY_SUBSCRIBER = ""
+
+
 async def serve(
     nc: Client,
     verb: str,
@@ -55,7 +59,8 @@ async def serve(
     *,
     queue: str,
 ) -> Subscription:
-    """Answer ``verb`` requests from any user with ``handler(user, request)``."""
+    """Answer ``verb`` requests from any user with ``handler(user, request)``, as one of the queue group
+    ``queue`` (each request to one of its members), or with ``EVERY_SUBSCRIBER`` along with all others."""
     log = logger(verb=verb)
     metrics = metricsmod.current.get()
 

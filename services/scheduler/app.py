@@ -27,8 +27,10 @@ plans, publishes and snapshots; it checks its lease before each cycle and each a
 epoch on every decision. A standby runs steps 1 and 2 only, so its state is current when it takes over.
 
 It also answers ``jobs`` (squeue), ``will_run`` (sbatch --test-only, for the gateway), ``nodes`` (sinfo),
-``priority`` (sprio), ``shares`` (sshare) and ``reservations`` (scontrol show reservation) from its
-state, while it leads (``process.py``); any scheduler answers ``ping`` (scontrol ping). Reservation
+``priority`` (sprio), ``shares`` (sshare), ``reservations`` (scontrol show reservation) and ``ping``
+(scontrol ping) from its state, leader and standbys alike (``process.py``). Pending reasons and planned
+starts come from the leader's latest cycle, or on a standby from a plan made for the answer (``view``:
+the same pure plan on the same log, made at most once per log position and second). Reservation
 decisions are appended like job decisions, conditional on the reservation name's subject
 (``corral.evt.resv.<name>.>``) not having changed since.
 """
@@ -96,6 +98,7 @@ class Scheduler:
         self.leader = leader  # the lease (None: always the leader, with ``epoch``)
         self._epoch = epoch
         self.outlook = planner.Plan()  # the latest cycle's reasons, priorities and planned starts
+        self._standby_view: tuple[int, int, planner.Plan] | None = None  # (last_seq, second, plan) of view()
         self.inflight = 0  # highest sequence of a decision we appended
         self.sent: set[str] = set()  # message ids of orders put on the work stream by this process
         # Full specs (script, environment) of recent submissions by log sequence, for launch orders: the
@@ -347,9 +350,21 @@ class Scheduler:
         return min(FULL_PASS_S, max(wake - time.time(), 0.0) + 0.01)
 
     # queries -----------------------------------------------------------------------------------
+    def view(self, now: float) -> planner.Plan:
+        """The reasons, priorities and planned starts a query shows: the leader's latest cycle; on a
+        standby (which makes no cycle) a plan of the state made now, kept for the same log position and
+        second. It decides nothing: nothing of it is published."""
+        if self.leading():
+            return self.outlook
+        key = (self.state.last_seq, int(now))
+        if self._standby_view is None or self._standby_view[:2] != key:
+            self._standby_view = (*key, plan_paused(self.state, now, self.policy, self.epoch))
+        return self._standby_view[2]
+
     async def jobs(self, user: str, req: api.JobsRequest) -> api.JobsReply:
         """squeue."""
-        return views.jobs_reply(self.state, self.outlook, self.policy, req, time.time())
+        now = time.time()
+        return views.jobs_reply(self.state, self.view(now), self.policy, req, now)
 
     async def will_run(self, user: str, req: api.WillRunRequest) -> api.WillRunReply:
         """sbatch --test-only, asked by the gateway once it validated the job: plan it hypothetically."""

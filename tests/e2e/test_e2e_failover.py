@@ -127,9 +127,14 @@ def test_a_paused_leader_changes_nothing_when_it_resumes(ha: tuple[LocalCluster,
     before = len(log_entries(cluster))
     os.kill(paused.pid, signal.SIGSTOP)
     try:
+        # Every scheduler answers every query and the first answer wins: the paused leader delays none,
+        # even before its lease lapses (with a queue group, NATS handed requests to it to time out).
+        for command in (["squeue"], ["scontrol", "ping"], ["sinfo"], ["squeue", "--start"]):
+            asked = time.monotonic()
+            assert cli(*command).returncode == 0
+            assert time.monotonic() - asked < 5.0, f"{command} waited for the paused scheduler"
         jobs = [cli.sbatch(SHORT, "--gres=gpu:2") for _ in range(3)]
-        # The other takes over and allocates. (Not asked with scontrol ping: the paused process still belongs
-        # to the schedulers' queue group, and a request NATS hands to it waits for the command's timeout.)
+        # The other takes over and allocates.
         wait(lambda: allocation(cluster, jobs[0]) is not None, 30, f"job {jobs[0]} allocated while paused")
         time.sleep(1.0)  # the paused one's lease long lapsed: decisions of its epoch would be fenced now
     finally:

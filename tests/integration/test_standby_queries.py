@@ -1,0 +1,85 @@
+"""A standby scheduler answers the queries as the leader does: from its own fold of the same log and a plan
+of its own made for the answer (it decides nothing), so no command waits for the leader."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from corral.libs.config.cluster import parse_config
+from corral.libs.runtime.bus import Bus
+from corral.schemas import api
+from corral.schemas import events as ev
+from corral.services.scheduler.app import Scheduler
+from corral.services.scheduler.leadership import Leadership
+
+pytestmark = pytest.mark.integration
+
+CONFIG = """
+[[nodes]]
+names = "sq1"
+cpus = 8
+memory = "16G"
+gpus = 4
+"""
+
+
+async def caught_up(scheduler: Scheduler, bus: Bus) -> None:
+    for _ in range(200):
+        last = await bus.last_seq()
+        if scheduler.state.last_seq >= last and scheduler.inflight <= last and not scheduler.lock.locked():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("scheduler did not catch up")
+
+
+async def test_a_standby_shows_the_leaders_reasons_priorities_and_starts(bus: Bus) -> None:
+    config = parse_config(CONFIG)
+    leader = Scheduler(bus, config)  # no lease: always leads
+    standby = Scheduler(bus, config)
+    # A lease never taken: this process stands by (it reads nothing from the bucket in this test).
+    standby.leader = Leadership(bus.js, "standby", 3.0, lambda: 0)
+    stop = asyncio.Event()
+    for scheduler in (leader, standby):
+        await scheduler.rebuild()
+    followers = [asyncio.create_task(s.follow(stop)) for s in (leader, standby)]
+    try:
+        await bus.append(ev.NodeRegistered(node="sq1", cpus=8, mem_mb=16384, gpus=4, partitions=["batch"]))
+        base = await bus.next_job_id() + 5000
+        wide = ev.JobSpec(name="w", script="#!/bin/sh\n", workdir="/tmp", gpus_per_node=4, time_limit_s=600)
+        jobs = list(range(base, base + 4))
+        for job in jobs:
+            await bus.append(ev.JobSubmitted(job_id=job, user="alice", spec=wide))
+        await caught_up(leader, bus)
+        # Play the agent: the allocated job's run starts (its planned end, and so the others' planned
+        # starts, then count from that fact, not from the time a plan is made).
+        (running,) = [j for j in jobs if leader.state.jobs[j].state == "RUNNING"]
+        await bus.append(ev.RunStarted(job_id=running, attempt=0, node="sq1", pid=1))
+        await caught_up(leader, bus)
+        await caught_up(standby, bus)
+        assert not standby.leading() and standby.state.last_seq == leader.state.last_seq
+        request = api.JobsRequest(job_ids=jobs)
+        shown = await leader.jobs("alice", request), await standby.jobs("alice", request)
+        # Planned starts are made at the time of each plan (whole seconds of a running job's remaining time).
+        rows = [
+            sorted(
+                (j.job_id, j.state, j.reason, j.priority, j.start_time and round(j.start_time))
+                for j in reply.jobs
+            )
+            for reply in shown
+        ]
+        assert rows[0] == rows[1]
+        assert [r[1] for r in rows[0]] == ["RUNNING", "PENDING", "PENDING", "PENDING"]
+        assert [r[2] for r in rows[0][1:]] == ["Resources", "Priority", "Priority"]
+        assert rows[0][1][4] is not None  # the first pending job has its planned start (squeue --start)
+        # The standby decided nothing: every decision in the log is the leader's (epoch 0, one allocation).
+        allocations = [
+            e async for e in bus.read(1) if isinstance(getattr(e.envelope, "body", None), ev.JobAllocated)
+        ]
+        assert [e.envelope.body.job_id for e in allocations if e.envelope.body.job_id in jobs] == jobs[:1]
+    finally:
+        stop.set()
+        for task in followers:
+            task.cancel()
+        await asyncio.gather(*followers, return_exceptions=True)
