@@ -30,6 +30,8 @@ from pathlib import Path
 from e2e_cli import Cli
 from test_e2e_supervision import Up, child_pid
 
+from corral.services.scheduler.views import MIN_JOB_AGE_S
+
 SCRIPT = """#!/bin/bash
 out={out}/$SLURM_JOB_ID.$SLURM_RESTART_COUNT
 mark() {{ echo "$1 $SLURM_JOB_ID $SLURM_RESTART_COUNT $SLURMD_NODENAME ${{CUDA_VISIBLE_DEVICES:-none}}"; }}
@@ -197,6 +199,7 @@ class Chaos:
                 f"sacct's jobs {sorted(set(states) ^ set(accepted))} differ from the accepted ones"
             )
         missing = sorted({j for j, state in states.items() if state == "COMPLETED"} - self.recorded())
+        ended, now = self.ended(), time.time()
         if missing:
             problems.append(f"completed jobs {missing} left no record of their run")
         for job in accepted:
@@ -207,10 +210,22 @@ class Chaos:
             if len(attempts) != 1:
                 problems.append(f"job {job} has {len(attempts)} attempts: {attempts} (requeued by a crash?)")
             view = self.cli("scontrol", "show", "job", str(job)).stdout
+            if not view and state == "COMPLETED" and ended.get(job, now) < now - MIN_JOB_AGE_S:
+                continue  # forgotten by the scheduler (squeue and scontrol) after MinJobAge, as in Slurm
             if f"JobState={state}" not in view:
                 problems.append(f"sacct says {state} for job {job}; scontrol: {view.split()[:8]}")
         problems += self._overlaps()
         return problems
+
+    def ended(self) -> dict[int, float]:
+        """When each job's last run wrote its end line (wall clock)."""
+        found: dict[int, float] = {}
+        for path in self.out.glob("*.*"):
+            lines = [line.split() for line in path.read_text().splitlines()] if path.suffix != ".gpus" else []
+            for words in lines:
+                if words[0] == "end":
+                    found[int(words[1])] = max(found.get(int(words[1]), 0.0), float(words[5]))
+        return found
 
     def recorded(self) -> set[int]:
         """The jobs whose run left its start and end lines."""
