@@ -45,6 +45,7 @@ def main() -> int:
         figures = chaos.run(args.jobs, targets, args.spacing)
         states = chaos.wait_ended(timeout=600)
         problems = chaos.check()
+        failovers = chaos.failovers()
     finally:
         up.stop()
     accepted = figures.accepted
@@ -56,13 +57,22 @@ def main() -> int:
     print(f"jobs accepted {len(accepted)}, completed {completed}, lost {lost}, duplicated {duplicated}")
     print(f"GPU conflicts {gpu_conflicts}, jobs requeued {requeued}, other problems {len(problems)}")
     back: dict[str, list[float]] = defaultdict(list)
-    for name, seconds in figures.kills:
+    refused: dict[str, int] = defaultdict(int)
+    for i, (name, seconds) in enumerate(figures.kills):
         back[name].append(seconds)
-    print("| process | kills | back after p50 (s) | max (s) |")
-    print("|---|---|---|---|")
+        refused[name] += figures.refused_in(i)
+    print("| process | kills | back after p50 (s) | max (s) | sbatch refused in its windows |")
+    print("|---|---|---|---|---|")
     for name, times in back.items():
-        print(f"| {name} | {len(times)} | {statistics.median(times):.2f} | {max(times):.2f} |")
+        print(
+            f"| {name} | {len(times)} | {statistics.median(times):.2f} | {max(times):.2f} | {refused[name]} |"
+        )
     print(f"sbatch calls refused (and retried): {len(figures.refused)}")
+    if failovers:
+        print(
+            f"failovers {len(failovers)} (leader killed or paused -> a scheduler took the lease): "
+            f"p50 {statistics.median(failovers):.2f} s, max {max(failovers):.2f} s"
+        )
     for problem in problems[:20]:
         print(f"  problem: {problem}")
     return 0 if not problems else 1

@@ -33,6 +33,9 @@ def test_killing_each_process_in_turn_under_load_breaks_no_invariant(tmp_path: P
         assert problems == [], problems
         assert set(states.values()) == {"COMPLETED"}, states
         assert [name for name, _ in figures.kills] == TARGETS
+        # Each loss of the leader (killed, then the one that took over, then paused) was taken over.
+        failovers = chaos.failovers()
+        assert len(failovers) == len(figures.leader_lost) >= 2, (figures.leader_lost, failovers)
         # The paused scheduler was leading: it resumed to find its lease gone, and stood by.
         (paused,) = chaos.paused
         assert "lost the scheduler lease: standby" in (state / "logs" / f"{paused}.log").read_text()
