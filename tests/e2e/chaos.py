@@ -117,11 +117,11 @@ class Chaos:
 
     def needle(self, name: str) -> str:
         """What only ``name``'s command line holds: a service's metrics port (two gateways differ only
-        there), a NATS server's config file."""
+        there), a NATS server's config file, the postmaster's data directory option."""
         if name.startswith("corral-nats-"):
             return f"nats-{name.rsplit('-', 1)[1]}/nats.conf"
         if name == "postgres":
-            return "postgres"
+            return "postgres -D "  # not "postgres": accounting's --database-url holds that too
         urls = json.loads((self.up.state / "metrics.json").read_text())
         return f"--metrics-port {urls[name].rsplit(':', 1)[1].split('/')[0]} "
 
