@@ -133,7 +133,9 @@ class Chaos:
         deadline = time.monotonic() + timeout
         while True:
             ping = self.cli("scontrol", "ping").stdout.splitlines()
-            up = [line.split(" at ")[1].split()[0] for line in ping if "(primary)" in line and "is UP" in line]
+            up = [
+                line.split(" at ")[1].split()[0] for line in ping if "(primary)" in line and "is UP" in line
+            ]
             if up:
                 return "scheduler-2" if up[0] == f"{socket.gethostname()}-2" else "scheduler"
             if time.monotonic() > deadline:
