@@ -31,6 +31,9 @@ from corral.libs.core import lease
 
 #: Name of the accounting projection with one partition: its consumer, position row and lease key.
 ACCOUNTING = "accounting"
+#: The leader bucket's keys of the accounting processes' presences (not ``member.*``: those are the
+#: schedulers' that ``scontrol ping`` lists).
+PRESENCE_PREFIX = f"{ACCOUNTING}.replica."
 
 
 class Presence(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,9 +69,8 @@ def partition_key(k: int, partitions: int) -> str:
 
 
 def presence_key(replica: int) -> str:
-    """The leader bucket's key of accounting replica ``replica``'s presence (not ``member.*``: those are
-    the schedulers' that ``scontrol ping`` lists)."""
-    return f"{ACCOUNTING}.replica.{replica}"
+    """The leader bucket's key of accounting replica ``replica``'s presence."""
+    return f"{PRESENCE_PREFIX}{replica}"
 
 
 def preferred(replica: int, partitions: int) -> int:
