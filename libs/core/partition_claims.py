@@ -59,8 +59,9 @@ def partition_name(k: int, partitions: int) -> str:
     """Partition ``k`` of ``partitions``: its durable consumer, position row and lease key.
 
     With one partition it is ``accounting``, the name of the single projection before partitions existed,
-    so a database and a consumer of that release carry on unchanged."""
-    return ACCOUNTING if partitions == 1 else f"{ACCOUNTING}.p{k}of{partitions}"
+    so a database and a consumer of that release carry on unchanged. (A dash, not a dot: JetStream consumer
+    names take no dots.)"""
+    return ACCOUNTING if partitions == 1 else f"{ACCOUNTING}-p{k}of{partitions}"
 
 
 def partition_key(k: int, partitions: int) -> str:

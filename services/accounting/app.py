@@ -26,7 +26,7 @@ from corral.services.accounting.partition import Partition
 _NOT_JOB_ROWS = ("NodeChange", "RaiseEpoch")
 
 #: Name of the durable JetStream consumer, of the position row and of the dead-letter subject with one
-#: partition (the default); partition k of P is ``accounting.p<k>of<P>``.
+#: partition (the default); partition k of P is ``accounting-p<k>of<P>``.
 CONSUMER = partition_name(0, 1)
 #: Seconds between attempts to reach the database at start.
 RETRY_S = 2.0

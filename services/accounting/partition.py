@@ -3,7 +3,7 @@
 The cycle, once per delivered batch of log entries:
 
 1. fetch: ``Bus.consume`` hands over a batch from the partition's durable consumer (``partition_name``:
-   ``accounting`` with one partition, ``accounting.p<k>of<P>`` otherwise); every partition reads the
+   ``accounting`` with one partition, ``accounting-p<k>of<P>`` otherwise); every partition reads the
    whole log;
 2. plan: decode the entries and, against the partition's stored position, keep those next in log order
    (``plan_batch``: redelivered entries are skipped, entries after a missing one wait);

@@ -113,7 +113,7 @@ def test_one_survivor_claims_every_partition_and_two_share_them_again() -> None:
 
 @pytest.mark.parametrize(
     ("k", "partitions", "name"),
-    [(0, 1, "accounting"), (0, 2, "accounting.p0of2"), (2, 3, "accounting.p2of3")],
+    [(0, 1, "accounting"), (0, 2, "accounting-p0of2"), (2, 3, "accounting-p2of3")],
     ids=["one-partition-keeps-the-old-name", "first-of-two", "last-of-three"],
 )
 def test_partition_names(k: int, partitions: int, name: str) -> None:
