@@ -197,14 +197,25 @@ def load_config(path: Path, scheduler: Mapping[str, Any] | None = None) -> Clust
 
 
 def local_config_text(
-    name: str, nodes: list[str], gpus_per_node: int, cpus: int, mem_mb: int, gpu_type: str = "sim"
+    name: str,
+    nodes: list[str],
+    gpus_per_node: int,
+    cpus: int,
+    mem_mb: int,
+    gpu_type: str = "sim",
+    accounting_partitions: int = 1,
 ) -> str:
     """The configuration ``corral up`` writes for a local cluster of simulated GPU nodes (and ``corral deploy
-    init`` for real ones, with their ``gpu_type``)."""
+    init`` for real ones, with their ``gpu_type``); ``accounting_partitions`` > 1 shares the accounting
+    projection among that many processes (``corral up --ha`` runs two)."""
     names = hostlist.compress(nodes)
+    accounting = (
+        f"\n[accounting]\npartitions = {accounting_partitions}\n" if accounting_partitions > 1 else ""
+    )
     return (
         f'[cluster]\nname = "{name}"\nheartbeat_interval = 1\nnode_timeout = 6\nkill_wait = 3\n'
-        "constrain_ram_space = true\n\n"
+        "constrain_ram_space = true\n"
+        f"{accounting}\n"
         f'[[nodes]]\nnames = "{names}"\ncpus = {cpus}\nmemory = "{mem_mb}M"\n'
         f'gpus = {gpus_per_node}\ngpu_type = "{gpu_type}"\n\n'
         f'[[partitions]]\nname = "gpu"\nnodes = "{names}"\ndefault = true\n'
