@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 
 import msgspec
 from nats.js import JetStreamContext
@@ -48,10 +49,10 @@ class PartitionHolder:
         self.name = name
         self.ttl_s = ttl_s
         count = len(partitions)
-        self.leases = [KvLease(js, claims.partition_key(p.k, count), name, ttl_s) for p in partitions]
-        self.token = self.leases[0].token
-        for held in self.leases:
-            held.token = self.token  # one holder id for the whole process
+        self.token = uuid.uuid4().hex  # this process's id in every lease it holds and in its presence
+        self.leases = [
+            KvLease(js, claims.partition_key(p.k, count), name, ttl_s, self.token) for p in partitions
+        ]
         self.running: dict[int, tuple[asyncio.Task[None], asyncio.Event]] = {}  # projections by k
         self.log = telemetry.logger(replica=replica)
 
