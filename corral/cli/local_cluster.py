@@ -39,6 +39,9 @@ from corral.libs.runtime.streams import connect, declare
 from corral.services.agent.stop_all import kill_runs
 
 HOSTS_MARK = "# corral local cluster"
+#: The accounting processes of ``--ha``, by ``--replica`` (one without): each projects a partition of the
+#: ``[accounting] partitions`` the configuration of an ``--ha`` cluster sets to as many.
+ACCOUNTING_REPLICAS = ("accounting", "accounting-2")
 
 
 @dataclass
@@ -61,7 +64,9 @@ class LocalCluster:
     gpus_per_node: int = 4  # GPUs per node on first start
     node_prefix: str = "node"  # node names: <prefix>1 .. <prefix>N
     config: ClusterConfig | None = None  # loaded configuration
-    ha: bool = False  # three clustered NATS servers (streams at 3 replicas), two gateways, health, schedulers
+    ha: bool = (
+        False  # three clustered NATS servers (streams at 3 replicas), two of each service but the tracer
+    )
     nats: NatsServer | None = None  # the NATS server (the first of three with ``ha``)
     nats_peers: list[NatsServer] = field(default_factory=list)  # the other two with ``ha``
     postgres: PostgresServer | None = None  # the PostgreSQL server
@@ -95,8 +100,12 @@ class LocalCluster:
         if reconfigure or not self.config_path.exists():
             names = [f"{self.node_prefix}{i}" for i in range(1, self.nodes + 1)]
             cpus = max(os.cpu_count() or 2, 2) * 4
+            # With --ha two accounting processes share the projection, a partition each.
+            shared = len(ACCOUNTING_REPLICAS) if self.ha else 1
             self.config_path.write_text(
-                local_config_text("local", names, self.gpus_per_node, cpus, 64 * 1024)
+                local_config_text(
+                    "local", names, self.gpus_per_node, cpus, 64 * 1024, accounting_partitions=shared
+                )
             )
         self.config = load_config(self.config_path)
         return self.config
@@ -143,10 +152,13 @@ class LocalCluster:
         self.postgres = PostgresServer(self.state_dir / "postgres")
         self.postgres.start()
         (self.state_dir / "logs").mkdir(exist_ok=True)
-        replicas = ("gateway-2", "health-2", "scheduler-2") if self.ha else ()
+        replicas = ("gateway-2", "health-2", "scheduler-2", *ACCOUNTING_REPLICAS[1:]) if self.ha else ()
         for name in ("accounting", "scheduler", "gateway", "health", *replicas, *self._optional_services()):
             role = f"corral-{name.split('-')[0]}"
-            extra = ["--database-url", self.postgres.dsn] if name == "accounting" else []
+            extra = []
+            if name in ACCOUNTING_REPLICAS:
+                replica = ACCOUNTING_REPLICAS.index(name)
+                extra = ["--database-url", self.postgres.dsn, "--replica", str(replica)]
             if name.startswith("gateway"):
                 extra = ["--admin", roles.ADMIN, "--auditor", roles.AUDITOR]
             if name == "scheduler-2":

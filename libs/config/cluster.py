@@ -30,7 +30,8 @@ Example (``docs/configuration.md`` documents every key)::
     nodes = "gpu[01-02]"
 
 The inventory tables (nodes, partitions, blocks, accounts) are parsed in ``tables.py``, the ``[scheduler]``
-table in ``scheduler.py`` and the ``[[qos]]`` tables in ``qos.py``; their dataclasses are re-exported here.
+table in ``scheduler.py``, the ``[accounting]`` table in ``accounting.py`` and the ``[[qos]]`` tables in
+``qos.py``; their dataclasses are re-exported here.
 Errors are ``ConfigError`` naming the key and the fix; nothing is half-loaded.
 """
 
@@ -43,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from corral.libs.config import values as cv
+from corral.libs.config.accounting import AccountingConfig as AccountingConfig
+from corral.libs.config.accounting import parse_accounting
 from corral.libs.config.qos import check_qos_references, parse_qos
 from corral.libs.config.scheduler import SchedulerConfig as SchedulerConfig
 from corral.libs.config.scheduler import parse_scheduler
@@ -65,6 +68,7 @@ class ClusterConfig:
     nodes: tuple[NodeConfig, ...]  # every node, in config order
     partitions: tuple[PartitionConfig, ...]  # every partition, in config order
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)  # scheduling policy
+    accounting: AccountingConfig = field(default_factory=AccountingConfig)  # how the projection is shared
     accounts: tuple[AccountConfig, ...] = ()  # fair-share accounts (empty: every user is their own)
     blocks: tuple[BlockConfig, ...] = ()  # topology blocks (a node in none is a block of its own)
 
@@ -163,6 +167,7 @@ def parse_config(
         nodes=tuple(nodes),
         partitions=tuple(parse_partitions(doc.get("partitions"), nodes)),
         scheduler=parse_scheduler(doc.get("scheduler", {})),
+        accounting=parse_accounting(doc.get("accounting", {})),
         accounts=parse_accounts(doc.get("accounts")),
         blocks=parse_blocks(doc.get("blocks"), nodes),
         heartbeat_interval_s=cv.seconds(cluster.get("heartbeat_interval", 2), "cluster.heartbeat_interval"),
@@ -192,14 +197,25 @@ def load_config(path: Path, scheduler: Mapping[str, Any] | None = None) -> Clust
 
 
 def local_config_text(
-    name: str, nodes: list[str], gpus_per_node: int, cpus: int, mem_mb: int, gpu_type: str = "sim"
+    name: str,
+    nodes: list[str],
+    gpus_per_node: int,
+    cpus: int,
+    mem_mb: int,
+    gpu_type: str = "sim",
+    accounting_partitions: int = 1,
 ) -> str:
     """The configuration ``corral up`` writes for a local cluster of simulated GPU nodes (and ``corral deploy
-    init`` for real ones, with their ``gpu_type``)."""
+    init`` for real ones, with their ``gpu_type``); ``accounting_partitions`` > 1 shares the accounting
+    projection among that many processes (``corral up --ha`` runs two)."""
     names = hostlist.compress(nodes)
+    accounting = (
+        f"\n[accounting]\npartitions = {accounting_partitions}\n" if accounting_partitions > 1 else ""
+    )
     return (
         f'[cluster]\nname = "{name}"\nheartbeat_interval = 1\nnode_timeout = 6\nkill_wait = 3\n'
-        "constrain_ram_space = true\n\n"
+        "constrain_ram_space = true\n"
+        f"{accounting}\n"
         f'[[nodes]]\nnames = "{names}"\ncpus = {cpus}\nmemory = "{mem_mb}M"\n'
         f'gpus = {gpus_per_node}\ngpu_type = "{gpu_type}"\n\n'
         f'[[partitions]]\nname = "gpu"\nnodes = "{names}"\ndefault = true\n'

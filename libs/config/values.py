@@ -23,7 +23,8 @@ ASSOC_LIMITS = ("grp_gres", "grp_jobs", "max_jobs_per_user", "max_gres_per_user"
 
 
 KEYS = {
-    "": {"cluster", "scheduler", "nodes", "partitions", "accounts", "qos", "blocks"},
+    "": {"cluster", "scheduler", "accounting", "nodes", "partitions", "accounts", "qos", "blocks"},
+    "accounting": {"partitions", "lease_ttl"},
     "accounts": {"name", "parent", "shares", "users", *ASSOC_LIMITS},
     "qos": {
         "name",

@@ -108,6 +108,8 @@ def service_user(role: str, password: str) -> NatsUser:
         subscribe += [subjects.heartbeat_subject("*")]
     elif role == ACCOUNTING:
         subscribe += _verbs("accounting")
+        # The partition leases and the accounting processes' presence, in the leader bucket.
+        publish += [f"$KV.{subjects.LEADER_BUCKET}.>", f"$JS.API.STREAM.INFO.KV_{subjects.LEADER_BUCKET}"]
     elif role == TRACER:
         pass  # read-only: the JetStream client API of its consumer, and dead letters
     else:

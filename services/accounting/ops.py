@@ -30,6 +30,8 @@ class InsertJob(msgspec.Struct, frozen=True, kw_only=True):
     qos: str = ""  # the job's QOS as resolved at submit ("" = submitted before jobs carried one)
     mem_mb: int | None = None  # memory requested over all nodes (None = the partition's default)
     gpu_type: str = ""  # GPU type of a typed request (gpu:h100:2); "" = any
+    owner: int = 0  # of an array: only the tasks whose job id is ``owner`` mod ``owners`` (``owners.share``)
+    owners: int = 1  # the accounting partitions (1: every task)
 
 
 class RequestCancel(msgspec.Struct, frozen=True, kw_only=True):

@@ -2,7 +2,8 @@
 
 The caller runs ``lock_position``, ``apply_ops`` and ``save_position`` in one transaction: the
 rows and the position commit together or not at all. ``lock_position`` takes the position row
-``FOR UPDATE``, so consumers that share a name apply their batches one at a time.
+``FOR UPDATE``, so two holders of one accounting partition apply its batches one at a time; the partitions
+have a row each (and disjoint rows to write: ``owners.py``), so they commit side by side.
 
 Every statement is fixed text; its ``:name`` placeholders are filled from the fields of the
 operation as bind parameters. Which operations there are is the scheduler fold's decision
@@ -74,8 +75,10 @@ VALUES (:job_id, :name, :user, :account, :partition, 'PENDING', :submit_time, :t
 ON CONFLICT (job_id) DO NOTHING
 """)
 
-# One row per task, task k (k-th smallest index) being job job_id + k; as in the fold, all or nothing:
-# nothing when any id of the block is taken (which also makes a replay a no-op).
+# One row per task, task k (k-th smallest index) being job job_id + k, of the tasks the accounting partition
+# owns (``owners.share``). The fold admits an array only if none of its ids is taken (all or nothing), so a
+# task's id can only be taken by the same task: a replay, which changes nothing (``ON CONFLICT``); another
+# partition inserts the other tasks of the block beside these.
 _INSERT_ARRAY = _Statement("""
 INSERT INTO jobs (job_id, name, user_name, account, partition, state, submit_time, time_limit_s,
                   num_nodes, num_cpus, num_gpus, workdir, last_seq, array_job_id, array_task_id, qos,
@@ -84,10 +87,8 @@ SELECT :job_id + task.k - 1, :name, :user, :account, :partition, 'PENDING', :sub
        :num_nodes, :num_cpus, :num_gpus, :workdir, :seq, :job_id, task.idx, :qos,
        :num_nodes, :num_cpus, :num_gpus, :mem_mb, :gpu_type
 FROM unnest(:array_tasks::integer[]) WITH ORDINALITY AS task(idx, k)
-WHERE NOT EXISTS (
-    SELECT 1 FROM jobs
-    WHERE job_id BETWEEN :job_id AND :job_id + cardinality(:array_tasks::integer[]) - 1
-)
+WHERE (:job_id + task.k - 1) % :owners = :owner
+ON CONFLICT (job_id) DO NOTHING
 """)
 
 # One row per operation: the projector turns a whole-array request into one per task the fold marked.
@@ -199,15 +200,42 @@ WHERE job_id = :job_id AND step <> 'batch' AND attempt = :attempt AND state = 'R
 """)
 
 
-async def lock_position(conn: Connection, consumer: str) -> int:
-    """The consumer's position (0 if new), locked until the transaction ends."""
-    await conn.execute(
-        "INSERT INTO consumer_positions (consumer, last_seq) VALUES ($1, 0) ON CONFLICT DO NOTHING", consumer
-    )
+async def lock_position(conn: Connection, consumer: str, partitions: int = 1) -> int:
+    """The position of ``consumer`` (a partition of ``partitions``), locked until the transaction ends.
+
+    A new position row starts at ``start_position``: where the projection of an earlier partition count
+    had got to (0 on a new database)."""
+    exists = await conn.fetchval("SELECT 1 FROM consumer_positions WHERE consumer = $1", consumer)
+    if exists is None:
+        await conn.execute(
+            "INSERT INTO consumer_positions (consumer, last_seq, partitions) VALUES ($1, $2, $3)"
+            " ON CONFLICT DO NOTHING",
+            consumer,
+            await start_position(conn, partitions),
+            partitions,
+        )
     position = await conn.fetchval(
         "SELECT last_seq FROM consumer_positions WHERE consumer = $1 FOR UPDATE", consumer
     )
     return int(position)
+
+
+async def start_position(conn: Connection, partitions: int) -> int:
+    """Where a new partition of ``partitions`` starts: every row is applied up to there.
+
+    The rows of one partition count ``Q`` are all applied up to the lowest position of its ``Q``
+    partitions (if all ``Q`` have a row: one that never ran applied nothing); of the counts used before,
+    the best such position is taken. Whatever the new partition applies again past it changes nothing."""
+    position = await conn.fetchval(
+        """
+        SELECT max(low) FROM (
+            SELECT partitions, min(last_seq) AS low, count(*) AS held FROM consumer_positions
+            WHERE partitions <> $1 GROUP BY partitions
+        ) AS earlier WHERE held = partitions
+        """,
+        partitions,
+    )
+    return int(position or 0)
 
 
 async def save_position(conn: Connection, consumer: str, seq: int) -> None:

@@ -450,7 +450,7 @@ async def test_migrations_apply_once_even_when_run_concurrently(rig: Rig) -> Non
     finally:
         for pool in pools:
             await pool.close()
-    assert sorted(applied) == [[], [], [1, 2, 3, 4, 5]]
+    assert sorted(applied) == [[], [], [1, 2, 3, 4, 5, 6]]
     assert again == []
     assert await rig.sql("SELECT version, name FROM schema_migrations ORDER BY version") == [
         (1, "accounting"),
@@ -458,6 +458,7 @@ async def test_migrations_apply_once_even_when_run_concurrently(rig: Rig) -> Non
         (3, "qos"),
         (4, "attempts"),
         (5, "attempt_steps"),
+        (6, "partitions"),
     ]
 
 

@@ -399,3 +399,24 @@ def test_bad_scheduler_policy_is_named(text: str, key: str) -> None:
 def test_a_toml_number_is_seconds_and_a_string_is_slurms_format(value: str, seconds: int | None) -> None:
     text = FULL + f"\n[scheduler]\nbackfill_window = {value}\n"
     assert parse_config(text).scheduler.backfill_window_s == seconds
+
+
+def test_accounting_partitions_and_lease() -> None:
+    config = parse_config("[accounting]\npartitions = 2\nlease_ttl = 1.5\n" + NODE)
+    assert (config.accounting.partitions, config.accounting.lease_ttl_s) == (2, 1.5)
+    assert parse_config(NODE).accounting.partitions == 1  # one projection named accounting, as before
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[accounting]\npartitions = 0\n", "accounting.partitions: must be 1 to 64, got 0"),
+        ('[accounting]\npartitions = "2"\n', "accounting.partitions: expected int"),
+        ("[accounting]\nlease_ttl = 0.1\n", "accounting.lease_ttl: must be 0.5 to 300 seconds"),
+        ("[accounting]\nreplicas = 2\n", "accounting: unknown key 'replicas'"),
+    ],
+    ids=["no-partition", "not-a-number", "ttl-too-short", "unknown-key"],
+)
+def test_bad_accounting_keys_are_named(text: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        parse_config(text + NODE)
