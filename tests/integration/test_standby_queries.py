@@ -16,12 +16,23 @@ from corral.services.scheduler.leadership import Leadership
 
 pytestmark = pytest.mark.integration
 
+# A partition of its own: the session's log holds other tests' jobs, which go to the default partition
+# (on a node never registered here) and must not queue ahead.
 CONFIG = """
 [[nodes]]
-names = "sq1"
+names = "sq[1-2]"
 cpus = 8
 memory = "16G"
 gpus = 4
+
+[[partitions]]
+name = "standby"
+nodes = "sq1"
+
+[[partitions]]
+name = "others"
+nodes = "sq2"
+default = true
 """
 
 
@@ -45,12 +56,24 @@ async def test_a_standby_shows_the_leaders_reasons_priorities_and_starts(bus: Bu
         await scheduler.rebuild()
     followers = [asyncio.create_task(s.follow(stop)) for s in (leader, standby)]
     try:
-        await bus.append(ev.NodeRegistered(node="sq1", cpus=8, mem_mb=16384, gpus=4, partitions=["batch"]))
-        base = await bus.next_job_id() + 5000
-        wide = ev.JobSpec(name="w", script="#!/bin/sh\n", workdir="/tmp", gpus_per_node=4, time_limit_s=600)
+        await bus.append(ev.NodeRegistered(node="sq1", cpus=8, mem_mb=16384, gpus=4, partitions=["standby"]))
+        base = await bus.next_job_id(4)  # ids of their own (other tests of the session use offsets)
+        wide = ev.JobSpec(
+            name="w",
+            script="#!/bin/sh\n",
+            workdir="/tmp",
+            gpus_per_node=4,
+            time_limit_s=600,
+            partition="standby",
+        )
         jobs = list(range(base, base + 4))
         for job in jobs:
             await bus.append(ev.JobSubmitted(job_id=job, user="alice", spec=wide))
+        await caught_up(leader, bus)
+        for _ in range(200):  # the leader allocates the first job at its next cycle
+            if any(leader.state.jobs[j].state == "RUNNING" for j in jobs):
+                break
+            await asyncio.sleep(0.05)
         await caught_up(leader, bus)
         # Play the agent: the allocated job's run starts (its planned end, and so the others' planned
         # starts, then count from that fact, not from the time a plan is made).
