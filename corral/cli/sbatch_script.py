@@ -46,9 +46,16 @@ def strip_comment(text: str) -> str:
 
 
 def check_script(data: bytes) -> str:
-    """The script's text, after Slurm's checks (size, shebang, line breaks)."""
+    """The script's text, after Slurm's checks (size, shebang, line breaks) and Corral's (no NUL byte)."""
     if len(data) > MAX_SCRIPT_BYTES:
         raise CliError(f"batch script is {len(data)} bytes, more than the limit of {MAX_SCRIPT_BYTES}")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        # A shell drops it or stops reading there (and the gateway refuses it): say so now, naming the byte.
+        raise CliError(
+            f"batch script contains a NUL byte (byte {nul}): a batch script must be text; "
+            "remove the \\0 characters"
+        )
     try:
         script = data.decode("utf-8")
     except UnicodeDecodeError as exc:
