@@ -20,6 +20,8 @@ MAX_ENV_BYTES = 1024 * 1024
 MAX_NAME = 256
 MAX_ARGS = 1024
 MAX_NODES = 100_000
+#: Slurm's refusal of a partition that does not exist, in its words.
+INVALID_PARTITION = "Invalid partition name specified"
 
 
 def _positive(value: int, name: str, minimum: int = 1) -> None:
@@ -170,7 +172,10 @@ def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
     part = config.partition(spec.partition) if spec.partition else config.default_partition
     if part is None:
         names = ", ".join(p.name for p in config.partitions)
-        raise InvalidInput(f"invalid partition {spec.partition!r}: choose one of {names}", field="partition")
+        raise InvalidInput(
+            f"{INVALID_PARTITION}: partition {spec.partition!r} does not exist; choose one of {names}",
+            field="partition",
+        )
     if spec.time_limit_s is not None and part.max_time_s is not None and spec.time_limit_s > part.max_time_s:
         raise InvalidInput(
             f"time limit {spec.time_limit_s}s exceeds partition {part.name} MaxTime {part.max_time_s}s",
