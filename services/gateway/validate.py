@@ -94,9 +94,27 @@ def _texts(spec: JobSpec) -> list[tuple[str, list[str]]]:
     ]
 
 
+#: Fields that name something (a node, a partition, an account ...): printable text, on one line.
+NAMES = frozenset(
+    {
+        "partition",
+        "account",
+        "qos",
+        "reservation",
+        "wckey",
+        "gpu_type",
+        "submit_host",
+        "nodelist",
+        "exclude",
+        "constraint",
+    }
+)
+
+
 def _validate_text(spec: JobSpec) -> None:
     """No NUL byte anywhere: the kernel cannot take one in a path, an argument or the environment, and a
-    shell drops the rest of a script line at one, so the job would fail at launch (or run something else)."""
+    shell drops the rest of a script line at one, so the job would fail at launch (or run something else).
+    No control character in a name: the refusals and the commands' columns show names as they are."""
     for name, texts in _texts(spec):
         for text in texts:
             at = text.find("\0")
@@ -104,6 +122,11 @@ def _validate_text(spec: JobSpec) -> None:
                 raise InvalidInput(
                     f"{name} contains a NUL byte (character {at}): it must be text; "
                     "remove the \\0 characters",
+                    field=name,
+                )
+            if name in NAMES and not text.isprintable():
+                raise InvalidInput(
+                    f"{name} {text!r} holds a control character: give a name of printable characters",
                     field=name,
                 )
 

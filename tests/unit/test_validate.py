@@ -197,3 +197,20 @@ def test_a_nul_byte_in_any_text_is_refused_naming_the_field(spec: JobSpec, field
         validate_spec(spec, CONFIG)
     assert refused.value.field == field
     assert "NUL byte" in str(refused.value)
+
+
+CONTROL = [
+    (bad(nodelist=["gpu01\n"]), "nodelist"),
+    (bad(partition="gpu\t"), "partition"),
+    (bad(account="a\x1b[2J"), "account"),
+    (bad(constraint=Constraint(features=["nv\u2028link"])), "constraint"),
+]
+
+
+@pytest.mark.parametrize(("spec", "field"), CONTROL, ids=[c[1] for c in CONTROL])
+def test_a_name_with_a_control_character_is_refused_on_one_line(spec: JobSpec, field: str) -> None:
+    # A refusal names what it refuses: a name holding a line break would make it two lines.
+    with pytest.raises(InvalidInput) as refused:
+        validate_spec(spec, CONFIG)
+    assert refused.value.field == field
+    assert "control character" in str(refused.value) and "\n" not in str(refused.value)
