@@ -267,11 +267,12 @@ def _check_output(path: str, append: bool) -> None:
         os.close(os.open(path, flags, 0o644))
     except OSError as exc:
         where = exc.filename if isinstance(exc.filename, str) else path
+        strerror = exc.strerror or type(exc).__name__
         if isinstance(exc, FileExistsError):
             # mkdir of a parent that exists as a file
             why = f"{where} is not a directory"
         else:
-            why = exc.strerror if where == path else f"{exc.strerror}: {where}"
+            why = strerror if where == path else f"{strerror}: {where}"
         raise LaunchError(f"cannot open output file {path}: {why}") from None
 
 
