@@ -4,7 +4,8 @@ sbatch runs as the job's user, so it is where that user's permissions are real; 
 cannot be opened would otherwise be accepted and fail at launch. The check goes only as far as the pattern
 is known at submit time: the directory part of the path up to its first component with a ``%`` pattern
 (``logs/%j/out.txt`` checks ``logs``). A directory that does not exist yet is created at launch (as
-SLURM_CONTRACT.md asks), so it is the nearest existing directory above it that must be writable.
+SLURM_CONTRACT.md asks), so it is the nearest existing directory above it that must be writable; a file
+that is already there (``-o /dev/null``) must be writable itself, and a directory is refused.
 """
 
 from __future__ import annotations
@@ -23,13 +24,13 @@ FIX = "give a file in a directory you can write"
 
 
 def _may_write(path: str) -> bool:
-    """Whether this process may create files in the directory ``path``."""
-    return os.access(path, os.W_OK | os.X_OK)
+    """Whether this process may write the file ``path``, or create files in it if it is a directory."""
+    return os.access(path, os.W_OK | (os.X_OK if os.path.isdir(path) else 0))
 
 
 def check_output_paths(spec: JobSpec, writable: Callable[[str], bool] = _may_write) -> None:
     """Raise CliError naming the option, the path at fault and the fix if the job's stdout or stderr file
-    could not be created; ``writable`` tells whether a directory may be written (``os.access``)."""
+    could not be opened; ``writable`` tells whether a file or a directory may be written (``os.access``)."""
     checks = [
         ("output", spec.stdout, spec.stdout or DEFAULT_OUTPUT),
         ("error", spec.stderr, spec.stderr),
@@ -37,7 +38,7 @@ def check_output_paths(spec: JobSpec, writable: Callable[[str], bool] = _may_wri
     for option, given, pattern in checks:
         if pattern is None:
             continue
-        problem = _problem(known_directory(pattern, spec.workdir), writable)
+        problem = _problem(pattern, spec.workdir, writable)
         if problem is None:
             continue
         if given is None:
@@ -57,8 +58,16 @@ def known_directory(pattern: str, workdir: str) -> str:
     return "/".join(parts[:literal]) or "/"
 
 
-def _problem(directory: str, writable: Callable[[str], bool]) -> str | None:
-    """Why a file cannot be created in ``directory`` (made at launch if missing), None if it can."""
+def _problem(pattern: str, workdir: str, writable: Callable[[str], bool]) -> str | None:
+    """Why the file of ``pattern`` cannot be opened for writing, None if it can (or may: a ``%`` pattern
+    in the file name leaves the file unknown, so only its directory is checked)."""
+    path = posixpath.join(workdir, pattern)
+    if "%" not in path and os.path.isdir(path):
+        return f"{path} is a directory"
+    if "%" not in path and os.path.lexists(path):
+        # A file that is there (-o /dev/null) is opened, not created: its directory does not matter.
+        return None if writable(path) else f"you cannot write to {path}"
+    directory = known_directory(pattern, workdir)
     existing, first_missing = directory, directory
     while existing not in ("", "/") and not os.path.lexists(existing):
         existing, first_missing = posixpath.dirname(existing), existing

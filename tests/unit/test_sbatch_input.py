@@ -85,6 +85,12 @@ def test_an_output_path_under_a_file_is_refused_naming_it(cwd: Path) -> None:
     )
 
 
+def test_an_output_path_that_is_a_directory_is_refused(cwd: Path) -> None:
+    assert output_error(["-o", "logs", "s.sh"], cwd) == (
+        f"--output=logs: {cwd}/logs is a directory; give a file in a directory you can write"
+    )
+
+
 def test_a_directory_the_user_cannot_write_is_refused(cwd: Path) -> None:
     # The test runs as root, who may write anywhere: the permission check is given (os.access otherwise).
     def writable(path: str) -> bool:
@@ -97,6 +103,12 @@ def test_a_directory_the_user_cannot_write_is_refused(cwd: Path) -> None:
     assert output_error(["-o", "logs/new/%j/x.out", "s.sh"], cwd, writable) == (
         f"--output=logs/new/%j/x.out: you cannot create {cwd}/logs/new (no write permission on {cwd}/logs); "
         "give a file in a directory you can write"
+    )
+    # A file that is already there needs only to be writable itself (-o /dev/null, in /dev).
+    assert output_error(["-o", "/dev/null", "s.sh"], cwd, lambda path: path == "/dev/null") is None
+    assert output_error(["-e", "afile", "s.sh"], cwd, writable) is None
+    assert output_error(["-e", "afile", "s.sh"], cwd, lambda path: path != str(cwd / "afile")) == (
+        f"--error=afile: you cannot write to {cwd}/afile; give a file in a directory you can write"
     )
     # The default output file goes in the submit directory.
     assert output_error(["-D", "logs", "s.sh"], cwd, writable) == (
