@@ -3,6 +3,7 @@
 With ``--test-only`` the job is validated as a submission would be and the scheduler's estimate of its start
 is printed on stderr in Slurm's words; nothing is submitted.
 
+Whether the job's output files can be created is checked here too, as the user (``sbatch_output.py``).
 The script is read and copied here, at submit time, so the caller may delete it as soon as sbatch
 returns. A submission carries a random token; the one retry after a timeout reuses it, so the gateway
 can tell a retry from a new job and a slow cluster never gets the job twice.
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 from corral.cli.errors import CliError, run_command, warn
 from corral.cli.options import version_text
 from corral.cli.sbatch_args import build_submission, parse_command_line
+from corral.cli.sbatch_output import check_output_paths
 from corral.cli.sbatch_script import MAX_SCRIPT_BYTES
 from corral.schemas.events import JobSpec
 
@@ -79,6 +81,8 @@ def _sbatch(argv: list[str]) -> int:
     submission = build_submission(invocation, data, environ=os.environ, cwd=cwd, hostname=os.uname().nodename)
     for message in submission.warnings:
         warn(COMMAND, message)
+    # Here, as the job's user: whether the output files can be created where -o/-e put them.
+    check_output_paths(submission.spec)
     from corral.cli.client import find_cluster
 
     if submission.test_only:

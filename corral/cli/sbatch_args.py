@@ -17,7 +17,6 @@ tasks, GPUs, memory) in ``sbatch_shape.py``; this module is the option table and
 from __future__ import annotations
 
 import posixpath
-import shlex
 from collections.abc import Mapping, Sequence
 
 import msgspec
@@ -27,7 +26,7 @@ from corral.cli.errors import CliError
 from corral.cli.options import Option as Opt
 from corral.cli.options import OptionTable, ParsedArgs, flag, parse_count, unsupported
 from corral.cli.sbatch_env import export_environment
-from corral.cli.sbatch_script import check_script, directive_lines, strip_comment, wrap_script
+from corral.cli.sbatch_script import check_script, directive_lines, directive_words, wrap_script
 from corral.cli.sbatch_shape import gpus_of, host_list, memory_per_node, per_gpu_option, task_counts
 from corral.libs.slurm.constraint import parse_constraint
 from corral.libs.slurm.cpus import cpus_per_node
@@ -131,7 +130,7 @@ def directive_options(script: str) -> ParsedArgs:
     merged = ParsedArgs()
     for number, text in directive_lines(script):
         try:
-            words = shlex.split(strip_comment(text))
+            words = directive_words(text)
             parsed = OPTIONS.parse(words)
         except ValueError as exc:
             raise CliError(f"cannot read #SBATCH line {number}: {exc}") from None

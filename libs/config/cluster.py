@@ -79,11 +79,15 @@ class ClusterConfig:
                 return account.name
         return user
 
+    def accounts_of(self, user: str) -> list[str]:
+        """The accounts ``user`` may charge: those listing the user, else the user's own (as without any
+        ``[[accounts]]``, where every user is their own account)."""
+        return [a.name for a in self.accounts if user in a.users] or [user]
+
     def may_use(self, user: str, account: str) -> bool:
-        """Whether ``user`` may charge ``account`` (anyone may use any account when none is configured)."""
-        if not self.accounts or account == self.default_account(user):
-            return True
-        return any(a.name == account and user in a.users for a in self.accounts)
+        """Whether ``user`` may charge ``account`` (one of ``accounts_of``: any other is refused at submit, as
+        Slurm refuses an account the user has no association with)."""
+        return account in self.accounts_of(user)
 
     heartbeat_interval_s: float = 2.0  # agent heartbeat period
     node_timeout_s: float = 10.0  # SlurmdTimeout

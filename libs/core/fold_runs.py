@@ -260,6 +260,7 @@ def _failed(state: State, seq: int, at: float, body: ev.JobFailed) -> Outcome:
     if isinstance(job, Outcome):
         return job
     job.exit_code, job.signal, job.end_reason = body.exit_code, body.signal, body.reason
+    job.end_message = body.message
     return _end(state, job, at, lifecycle.failed_state(body.reason))
 
 

@@ -16,6 +16,9 @@ By who sets them:
 - nodes it names (``-w``) down or drained, or a maintenance reservation: ``ReqNodeNotAvail``;
 - the queue: ``Resources`` (the first job of its partition that does not fit), ``Priority`` (behind it);
 - advance reservations (``reservations.py``): ``Reservation``, ``ReservationDeleted``.
+
+A job that is not pending has no such reason; a failed one shows its EndReason and the failure's detail
+(``end_text``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,13 @@ def unavailable(nodes: str) -> str:
     return f"UnavailableNodes:{nodes}"
 
 
-def text(reason: PendingReason, detail: str = "") -> str:
+def text(reason: str, detail: str = "") -> str:
     """A reason as squeue shows it: the code, and its detail after a comma."""
     return f"{reason}, {detail}" if detail else reason
+
+
+def end_text(job: Job) -> str:
+    """The Reason of a job that is not pending, as squeue and scontrol show it: ``None``, but for a failed
+    job its EndReason and the conclusion's detail (``LaunchFailed, cannot open output file /w/1.out: ...``),
+    so that a job that never started says why and names the path at fault."""
+    return text(job.end_reason, job.end_message) if job.end_reason else "None"

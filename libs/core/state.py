@@ -102,6 +102,7 @@ class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     exit_code: int = 0  # final batch exit code
     signal: int = 0  # final terminating signal
     end_reason: str = ""  # EndReason of a failed job, "" otherwise
+    end_message: str = ""  # its detail (JobFailed.message: the launch error, naming the path), "" otherwise
     last_seq: int = 0  # stream sequence of this job's newest event (optimistic concurrency)
     traceparent: str | None = None  # W3C trace context of the job's trace (from its submission)
     held: str = ""  # "user" (JobHeldUser) or "admin" (JobHeldAdmin) while held; "" otherwise

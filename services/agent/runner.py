@@ -259,10 +259,21 @@ class Run:
 
 def _check_output(path: str, append: bool) -> None:
     """Make sure the script's output file can be opened (its supervisor opens it for the script), so that
-    the launch fails with a clear reason instead of a script that never starts."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-    os.close(os.open(path, flags, 0o644))
+    the launch fails with a clear reason instead of a script that never starts: LaunchError naming the file
+    and, when it is another one, the path at fault (the job's Reason shows it)."""
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+        os.close(os.open(path, flags, 0o644))
+    except OSError as exc:
+        where = exc.filename if isinstance(exc.filename, str) else path
+        strerror = exc.strerror or type(exc).__name__
+        if isinstance(exc, FileExistsError):
+            # mkdir of a parent that exists as a file
+            why = f"{where} is not a directory"
+        else:
+            why = strerror if where == path else f"{strerror}: {where}"
+        raise LaunchError(f"cannot open output file {path}: {why}") from None
 
 
 def batch_spec(order: LaunchOrder, run_dir: Path, env: dict[str, str], cgroup: str | None) -> StepSpec:
@@ -314,12 +325,9 @@ async def start(
     script.chmod(0o700)
     stdout_path, stderr_path = output_paths(order)
     append = spec.open_mode == "append"
-    try:
-        _check_output(stdout_path, append)
-        if stderr_path:
-            _check_output(stderr_path, append)
-    except OSError as exc:
-        raise LaunchError(f"cannot open output file: {exc.strerror}: {exc.filename}") from None
+    _check_output(stdout_path, append)
+    if stderr_path:
+        _check_output(stderr_path, append)
     env = job_environment(order, base_env, os.getuid())
     sdir = StepDir.batch(run_dir, order.job_id, order.attempt)
     sdir.write_spec(batch_spec(order, run_dir, env, cgroup))

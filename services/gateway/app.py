@@ -38,7 +38,13 @@ from corral.services.gateway.asks import SchedulerAsks
 from corral.services.gateway.history import History
 from corral.services.gateway.lookup import Found, JobLookup
 from corral.services.gateway.nodes import NodeUpdates
-from corral.services.gateway.policy import check_policy, check_submit_count, resolve_qos, submit_limits
+from corral.services.gateway.policy import (
+    check_account,
+    check_policy,
+    check_submit_count,
+    resolve_qos,
+    submit_limits,
+)
 from corral.services.gateway.reservations import Reservations
 from corral.services.gateway.validate import array_size, validate_spec
 
@@ -119,12 +125,8 @@ class Gateway:
         if not req.token or len(req.token) > MAX_TOKEN:
             raise InvalidInput(f"token must be 1-{MAX_TOKEN} characters", field="token")
         validate_spec(req.spec, self.config)
-        if req.spec.account is not None and not self.config.may_use(user, req.spec.account):
-            raise InvalidInput(
-                f"Invalid account or account/partition combination specified: {user} may not use "
-                f"account {req.spec.account!r}",
-                field="account",
-            )
+        if req.spec.account is not None:
+            check_account(req.spec.account, user, self.config)
         # The log records what the job really gets: the default partition, account and QOS are resolved here.
         spec = msgspec.structs.replace(
             req.spec,

@@ -1,5 +1,8 @@
 """Submit-time QOS, partition and association checks (pure): a job that breaks one is refused (Slurm's words).
 
+``check_account`` refuses an account (``-A``) that does not exist or that the user may not charge →
+"Invalid account or account/partition combination specified".
+
 ``check_policy`` takes a spec whose partition, account and QOS the gateway has resolved and refuses:
 
 - a QOS that does not exist, or that the partition does not allow (AllowQos) → "Invalid qos specification";
@@ -59,6 +62,20 @@ def account_chain(config: ClusterConfig, account: str) -> list[AssocLimits]:
             out.append(found.limits)
         name = parents.get(name)
     return out
+
+
+def check_account(account: str, user: str, config: ClusterConfig) -> None:
+    """Raise InvalidInput (field ``account``) unless ``user`` may charge ``account``
+    (``ClusterConfig.may_use``); the message names the accounts the user may use."""
+    if config.may_use(user, account):
+        return
+    why = (
+        f"{user} may not use account {account!r}"
+        if config.account(account)
+        else f"account {account!r} does not exist"
+    )
+    allowed = ", ".join(config.accounts_of(user))
+    raise InvalidInput(f"{INVALID_ACCOUNT}: {why}; use {allowed} (or give no account)", field="account")
 
 
 def check_policy(spec: JobSpec, user: str, config: ClusterConfig, *, admin: bool) -> None:

@@ -20,6 +20,8 @@ MAX_ENV_BYTES = 1024 * 1024
 MAX_NAME = 256
 MAX_ARGS = 1024
 MAX_NODES = 100_000
+#: Slurm's refusal of a partition that does not exist, in its words.
+INVALID_PARTITION = "Invalid partition name specified"
 
 
 def _positive(value: int, name: str, minimum: int = 1) -> None:
@@ -29,6 +31,7 @@ def _positive(value: int, name: str, minimum: int = 1) -> None:
 
 def validate_spec(spec: JobSpec, config: ClusterConfig) -> None:
     """Raise InvalidInput naming the field if the job can never be accepted on this cluster."""
+    _validate_text(spec)
     if not spec.script.startswith("#!"):
         raise InvalidInput("the script must start with #! followed by an interpreter path", field="script")
     if len(spec.script.encode()) > MAX_SCRIPT_BYTES:
@@ -63,6 +66,69 @@ def validate_spec(spec: JobSpec, config: ClusterConfig) -> None:
     array_size(spec)
     if spec.begin_time is not None and not (math.isfinite(spec.begin_time) and spec.begin_time >= 0):
         raise InvalidInput(f"begin_time must be a Unix time, got {spec.begin_time}", field="begin_time")
+
+
+def _texts(spec: JobSpec) -> list[tuple[str, list[str]]]:
+    """Every text of the spec that becomes a file, a path, an argument or an environment entry, by field."""
+    optional = {
+        "stdout": spec.stdout,
+        "stderr": spec.stderr,
+        "partition": spec.partition,
+        "account": spec.account,
+        "qos": spec.qos,
+        "reservation": spec.reservation,
+        "wckey": spec.wckey,
+        "gpu_type": spec.gpu_type,
+    }
+    return [
+        ("script", [spec.script]),
+        ("name", [spec.name]),
+        ("workdir", [spec.workdir]),
+        ("argv", spec.argv),
+        ("environment", [*spec.environment, *spec.environment.values()]),
+        *((name, [value]) for name, value in optional.items() if value is not None),
+        ("submit_host", [spec.submit_host]),
+        ("nodelist", spec.nodelist),
+        ("exclude", spec.exclude),
+        ("constraint", list(spec.constraint.features) if spec.constraint else []),
+    ]
+
+
+#: Fields that name something (a node, a partition, an account ...): printable text, on one line.
+NAMES = frozenset(
+    {
+        "partition",
+        "account",
+        "qos",
+        "reservation",
+        "wckey",
+        "gpu_type",
+        "submit_host",
+        "nodelist",
+        "exclude",
+        "constraint",
+    }
+)
+
+
+def _validate_text(spec: JobSpec) -> None:
+    """No NUL byte anywhere: the kernel cannot take one in a path, an argument or the environment, and a
+    shell drops the rest of a script line at one, so the job would fail at launch (or run something else).
+    No control character in a name: the refusals and the commands' columns show names as they are."""
+    for name, texts in _texts(spec):
+        for text in texts:
+            at = text.find("\0")
+            if at >= 0:
+                raise InvalidInput(
+                    f"{name} contains a NUL byte (character {at}): it must be text; "
+                    "remove the \\0 characters",
+                    field=name,
+                )
+            if name in NAMES and not text.isprintable():
+                raise InvalidInput(
+                    f"{name} {text!r} holds a control character: give a name of printable characters",
+                    field=name,
+                )
 
 
 def array_size(spec: JobSpec) -> int:
@@ -129,7 +195,10 @@ def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
     part = config.partition(spec.partition) if spec.partition else config.default_partition
     if part is None:
         names = ", ".join(p.name for p in config.partitions)
-        raise InvalidInput(f"invalid partition {spec.partition!r}: choose one of {names}", field="partition")
+        raise InvalidInput(
+            f"{INVALID_PARTITION}: partition {spec.partition!r} does not exist; choose one of {names}",
+            field="partition",
+        )
     if spec.time_limit_s is not None and part.max_time_s is not None and spec.time_limit_s > part.max_time_s:
         raise InvalidInput(
             f"time limit {spec.time_limit_s}s exceeds partition {part.name} MaxTime {part.max_time_s}s",

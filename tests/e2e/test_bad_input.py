@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from e2e_cli import Cli
@@ -14,6 +15,9 @@ from corral.libs.infra import roles
 from corral.libs.runtime.credentials import read_credentials
 from corral.libs.runtime.nats_request import request
 from corral.schemas import subjects
+from corral.schemas.api import SubmitRequest
+from corral.schemas.codec import encode
+from corral.schemas.events import JobSpec
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +60,17 @@ SCRIPT = "#!/bin/sh\ntrue\n"
         (["--gres=gpu:-1"], "--gres"),
         (["-N", "0"], "--nodes"),
         (["--gres=gpu:99"], "never run"),
-        (["-p", "nosuch"], "partition"),
+        (
+            ["-p", "nosuch"],
+            "Batch job submission failed: Invalid partition name specified: partition 'nosuch'",
+        ),
+        (
+            ["-A", "nope"],
+            "Batch job submission failed: Invalid account or account/partition combination specified: "
+            "account 'nope' does not exist",
+        ),
+        (["-q", "nope"], "Batch job submission failed: Invalid qos specification: QOS 'nope' does not exist"),
+        (["-o", "afile/%j.out"], "afile is not a directory; give a file in a directory you can write"),
         (["/no/such/script.sh"], "Unable to open file /no/such/script.sh"),
     ],
     ids=[
@@ -67,12 +81,16 @@ SCRIPT = "#!/bin/sh\ntrue\n"
         "zero-nodes",
         "more-gpus-than-any-node",
         "unknown-partition",
+        "unknown-account",
+        "unknown-qos",
+        "output-under-a-file",
         "missing-script",
     ],
 )
 def test_sbatch_rejects_bad_input(
     cli: Cli, unchanged_log: Callable[[], None], argv: list[str], needle: str
 ) -> None:
+    (cli.workdir / "afile").write_text("")
     stdin = None if argv[-1].endswith(".sh") else SCRIPT
     out = cli("sbatch", *argv, stdin=stdin)
     assert out.returncode != 0
@@ -91,15 +109,45 @@ def test_script_without_shebang_is_rejected(
     unchanged_log()
 
 
-@pytest.mark.parametrize(
-    "payload",
-    [b"", b"{", b'{"type":"submit"}', b'{"type":"submit","token":"t","spec":{"name":1}}', b"\xff" * 1000],
-    ids=["empty", "truncated-json", "missing-fields", "wrong-type", "binary"],
-)
-def test_malformed_api_message_gets_an_error_reply(
-    local_cluster: LocalCluster, unchanged_log: Callable[[], None], payload: bytes
+def test_a_script_with_a_nul_byte_is_refused(cli: Cli, unchanged_log: Callable[[], None]) -> None:
+    out = cli("sbatch", stdin="#!/bin/sh\necho a\0b\n")
+    assert (out.returncode, out.stdout) == (1, "")
+    assert out.stderr == (
+        "sbatch: error: batch script contains a NUL byte (byte 16): a batch script must be text; "
+        "remove the \\0 characters\n"
+    )
+    unchanged_log()
+
+
+def test_the_gateway_refuses_a_nul_byte_from_any_client(
+    local_cluster: LocalCluster, unchanged_log: Callable[[], None]
 ) -> None:
-    creds = read_credentials(local_cluster.user_credentials)
+    # An API client need not use sbatch: the gateway is where the rule is enforced.
+    spec = JobSpec(name="x", script="#!/bin/sh\n\0", workdir="/tmp")
+    body = submit_reply(local_cluster, encode(SubmitRequest(token="nul", spec=spec)))
+    assert body["type"] == "error" and body["field"] == "script", body
+    assert body["error"].startswith("script contains a NUL byte (character 10)"), body
+    unchanged_log()
+
+
+def test_an_output_file_that_cannot_be_opened_at_launch_is_named(cli: Cli) -> None:
+    # Accepted at submit (the directory is there), gone when the job starts: the job fails saying why.
+    logs = cli.workdir / "logs-launch"
+    logs.mkdir()
+    job = cli.sbatch(SCRIPT, "-H", "-o", f"{logs.name}/%j.out")
+    logs.rmdir()
+    logs.write_text("")  # a file where the directory was
+    assert cli("scontrol", "release", str(job)).returncode == 0
+    cli.wait_state(job, ("FAILED",))
+    out = cli("corral", "audit", "--json", str(job))
+    [failed] = [e for e in json.loads(out.stdout)["entries"] if e["event"] == "job_failed"]
+    assert failed["what"]["reason"] == "LaunchFailed", failed
+    assert failed["what"]["message"] == f"cannot open output file {logs}/{job}.out: {logs} is not a directory"
+
+
+def submit_reply(cluster: LocalCluster, payload: bytes) -> dict[str, Any]:
+    """The gateway's reply to a submit request of the cluster's user, decoded."""
+    creds = read_credentials(cluster.user_credentials)
     reply = request(
         creds.url,
         subjects.api_subject("submit", creds.user),
@@ -109,7 +157,18 @@ def test_malformed_api_message_gets_an_error_reply(
         inbox_prefix=subjects.inbox_prefix(creds.user),
         timeout=5,
     )
-    body = json.loads(reply.data)
+    return cast(dict[str, Any], json.loads(reply.data))
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"", b"{", b'{"type":"submit"}', b'{"type":"submit","token":"t","spec":{"name":1}}', b"\xff" * 1000],
+    ids=["empty", "truncated-json", "missing-fields", "wrong-type", "binary"],
+)
+def test_malformed_api_message_gets_an_error_reply(
+    local_cluster: LocalCluster, unchanged_log: Callable[[], None], payload: bytes
+) -> None:
+    body = submit_reply(local_cluster, payload)
     assert body["type"] == "error" and body["error"].startswith("malformed submit request"), body
     unchanged_log()
 

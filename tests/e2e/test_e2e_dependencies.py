@@ -124,7 +124,7 @@ def test_scontrol_update_changes_a_pending_job(cli: Cli, wait_for: Waiter) -> No
     out = cli("scontrol", "update", f"JobId={job}", "TimeLimit=1:00:00")
     assert (out.returncode, out.stderr) == (1, f"scontrol: error: Access/permission denied for job {job}\n")
     out = cli("scontrol", "update", f"JobId={job}", "Partition=nosuch")
-    assert out.returncode == 1 and out.stderr.startswith("scontrol: error: invalid partition 'nosuch'"), (
-        out.stderr
-    )
+    assert out.returncode == 1 and out.stderr.startswith(
+        "scontrol: error: Invalid partition name specified: partition 'nosuch' does not exist"
+    ), out.stderr
     assert cli("scancel", str(job)).returncode == 0

@@ -8,15 +8,23 @@ root's row is the sum of the top accounts' rows.
 
 from __future__ import annotations
 
+import getpass
+import os
 import subprocess
 import sys
 import time
-import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from e2e_cli import BIN, Cli
+from e2e_cli import BIN, Cli, own_cluster
+
+from corral.libs.config.cluster import local_config_text
 
 pytestmark = pytest.mark.e2e
+
+#: The account of this test's jobs, on a cluster of its own.
+ACCOUNT = "gpuacct"
 
 
 def sreport(cli: Cli, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -47,8 +55,19 @@ def gpu_seconds(cli: Cli, job: int) -> list[tuple[str, int, str]]:
     return records
 
 
-def test_requeued_gpu_job_shows_every_run_and_sreport_sums_the_gpu_seconds(cli: Cli) -> None:
-    account = f"acct{uuid.uuid4().hex[:8]}"  # only this test's jobs are charged to it
+@pytest.fixture
+def accounted(tmp_path: Path) -> Iterator[Cli]:
+    """A 2-node x 4-GPU cluster of our own whose one account, ACCOUNT, only this test's jobs are charged to
+    (an account must be configured for -A to name it)."""
+    cpus = max(os.cpu_count() or 2, 2) * 4
+    nodes = local_config_text("local", ["node1", "node2"], 4, cpus, 64 * 1024)
+    config = f'{nodes}\n[[accounts]]\nname = "{ACCOUNT}"\nusers = ["{getpass.getuser()}"]\n'
+    with own_cluster(tmp_path, config, nodes=2, gpus_per_node=4) as cli:
+        yield cli
+
+
+def test_requeued_gpu_job_shows_every_run_and_sreport_sums_the_gpu_seconds(accounted: Cli) -> None:
+    cli, account = accounted, ACCOUNT
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 5))
     twice = cli.sbatch(
         f"#!/bin/bash\n#SBATCH -t 5:00 --gres=gpu:2 -A {account}\n"

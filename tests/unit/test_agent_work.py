@@ -152,3 +152,12 @@ async def test_a_bad_order_is_refused_as_invalid_input(tmp_path: Path, data: byt
     with pytest.raises(InvalidInput, match=error):
         await peer.work.handle([cast(Msg, SimpleNamespace(data=data))])
     assert peer.log.bodies() == [] and peer.steps.calls == []
+
+
+async def test_an_output_file_that_cannot_be_opened_is_reported_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    wanted = tmp_path / "afile" / "8.out"
+    batch = node(tmp_path, "gpu01")
+    await batch.work.launch(launch_order(job_id=8, workdir=str(tmp_path), stdout="afile/%j.out"))
+    (exit,) = batch.exits()
+    assert exit.launch_error == f"cannot open output file {wanted}: {tmp_path / 'afile'} is not a directory"

@@ -19,6 +19,7 @@ from builders import (
 )
 
 from corral.libs.core.fold import apply, fold
+from corral.libs.core.reasons import end_text
 from corral.libs.core.state import Orphan, RunExit, decode_state, encode_state
 from corral.schemas import events as ev
 
@@ -158,6 +159,19 @@ def test_conclusion_ends_the_job_and_frees_its_nodes(
     assert (peer.used_gpus, peer.alloc_cpus, peer.alloc_mem_mb, peer.jobs) == ([], 0, 0, [])
     assert log.state.orphans == []
     assert (j.state, j.exit_code, j.signal) == (final, exit_code, signal)  # the peer's report changes nothing
+
+
+def test_a_failed_job_s_reason_names_what_failed() -> None:
+    error = "cannot open output file /w/afile/1.out: /w/afile is not a directory"
+    log = running(nodes=2)
+    log.add(
+        exited(1, "gpu01", exit_code=1, launch_error=error),
+        ev.JobFailed(job_id=1, attempt=0, reason="LaunchFailed", exit_code=1, message=error),
+    )
+    assert end_text(log.state.jobs[1]) == f"LaunchFailed, {error}"
+    done = running(nodes=2)
+    done.add(exited(1, "gpu01"), ev.JobCompleted(job_id=1, attempt=0))
+    assert end_text(done.state.jobs[1]) == "None"
 
 
 def test_a_peer_that_reported_before_the_conclusion_is_free_at_the_conclusion() -> None:

@@ -11,6 +11,7 @@ from corral.libs.runtime.errors import Forbidden, InvalidInput
 from corral.schemas import api
 from corral.schemas.events import JobSpec
 from corral.services.gateway.policy import (
+    check_account,
     check_policy,
     check_submit_count,
     resolve_qos,
@@ -142,6 +143,27 @@ def test_refused_naming_the_field(spec_: JobSpec, field: str, message: str) -> N
         check_policy(spec_, "alice", CONFIG, admin=False)
     assert caught.value.field == field
     assert str(caught.value).startswith(message), str(caught.value)
+
+
+ACCOUNT = "Invalid account or account/partition combination specified"
+ACCOUNTS = {
+    "member": ("alice", "vision", None),
+    "not-listed-is-own": ("zed", "zed", None),
+    "no-such-account": ("alice", "nope", f"{ACCOUNT}: account 'nope' does not exist; use vision"),
+    "not-a-member": ("alice", "nlp", f"{ACCOUNT}: alice may not use account 'nlp'; use vision"),
+    "listed-user-is-not-own": ("bob", "bob", f"{ACCOUNT}: account 'bob' does not exist; use nlp"),
+}
+
+
+@pytest.mark.parametrize(("user", "account", "message"), ACCOUNTS.values(), ids=ACCOUNTS.keys())
+def test_an_account_the_user_may_not_charge_is_refused(user: str, account: str, message: str | None) -> None:
+    if message is None:
+        check_account(account, user, CONFIG)
+        return
+    with pytest.raises(InvalidInput) as caught:
+        check_account(account, user, CONFIG)
+    assert caught.value.field == "account"
+    assert str(caught.value) == f"{message} (or give no account)"
 
 
 def test_negative_nice_is_for_admins() -> None:

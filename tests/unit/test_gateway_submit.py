@@ -51,22 +51,61 @@ async def test_an_array_reserves_its_block_of_ids() -> None:
     assert await rig.submit(token="b") == array.job_id + 5
 
 
-REFUSED: list[tuple[str, str, dict[str, object], str]] = [
-    ("empty-token", "", {}, "token"),
-    ("long-token", "x" * 129, {}, "token"),
-    ("no-such-partition", "t", {"partition": "nope"}, "partition"),
-    ("too-many-gpus", "t", {"gpus": 9}, "gpus_per_node"),
+REFUSED: list[tuple[str, str, dict[str, object], str, str]] = [
+    ("empty-token", "", {}, "token", "token must be 1-128 characters"),
+    ("long-token", "x" * 129, {}, "token", "token must be 1-128 characters"),
+    (
+        "no-such-partition",
+        "t",
+        {"partition": "nope"},
+        "partition",
+        "Invalid partition name specified: partition 'nope' does not exist; choose one of gpu, cpu",
+    ),
+    ("too-many-gpus", "t", {"gpus": 9}, "gpus_per_node", "job can never run: 9 GPUs per node requested"),
+    (
+        "no-such-account",
+        "t",
+        {"account": "nope"},
+        "account",
+        "Invalid account or account/partition combination specified: account 'nope' does not exist; "
+        "use alice (or give no account)",
+    ),
+    (
+        "no-such-qos",
+        "t",
+        {"qos": "nope"},
+        "qos",
+        "Invalid qos specification: QOS 'nope' does not exist; choose one of normal",
+    ),
+    (
+        "nul-in-script",
+        "t",
+        {"script": "#!/bin/sh\n\0"},
+        "script",
+        "script contains a NUL byte (character 10)",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("token", "spec", "field"), [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
-async def test_a_refused_submission_leaves_no_trace(token: str, spec: dict[str, object], field: str) -> None:
+@pytest.mark.parametrize(
+    ("token", "spec", "field", "message"), [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED]
+)
+async def test_a_refused_submission_leaves_no_trace(
+    token: str, spec: dict[str, object], field: str, message: str
+) -> None:
     rig = Rig()
     fields = {"nodes": 1, "gpus": 1} | spec
     with pytest.raises(InvalidInput) as refused:
         await rig.gateway.submit("alice", api.SubmitRequest(token=token, spec=job(**fields)))
     assert refused.value.field == field
+    assert str(refused.value).startswith(message), str(refused.value)
     assert rig.log.bodies() == [] and await rig.log.last_job_id() == 0
+
+
+async def test_a_user_s_own_name_is_their_account_when_none_is_configured() -> None:
+    rig = Rig()
+    [submitted] = rig.appended(await rig.submit(account="alice"))
+    assert isinstance(submitted, ev.JobSubmitted) and submitted.spec.account == "alice"
 
 
 async def test_a_dependency_on_a_job_never_submitted_is_refused() -> None:

@@ -92,6 +92,10 @@ def test_accounts_in_the_config() -> None:
     assert config.default_account("zed") == "zed"  # not listed: their own account
     assert config.may_use("carol", "cv") and not config.may_use("alice", "cv")
     assert config.may_use("zed", "zed") and not config.may_use("zed", "ml")
-    assert parse_config('[[nodes]]\nnames = "n1"\ncpus = 4\n').may_use("anyone", "anything")
+    assert config.accounts_of("alice") == ["ml"] and config.accounts_of("zed") == ["zed"]
+    # Without [[accounts]] every user is their own account, and the only one they may use (as in Slurm,
+    # where an account that has no association is refused).
+    alone = parse_config('[[nodes]]\nnames = "n1"\ncpus = 4\n')
+    assert alone.may_use("anyone", "anyone") and not alone.may_use("anyone", "anything")
     with pytest.raises(ConfigError, match=r"accounts: .*parent"):
         parse_config('[[accounts]]\nname = "cv"\nparent = "nosuch"\n[[nodes]]\nnames = "n1"\ncpus = 4\n')

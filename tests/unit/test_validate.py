@@ -170,3 +170,47 @@ default = true
     with pytest.raises(InvalidInput) as raised:
         validate_spec(msgspec.structs.replace(spec, nodelist=["gpu02"]), config)
     assert raised.value.field == "nodelist"
+
+
+NUL = [
+    (bad(script="#!/bin/sh\necho a\x00b\n"), "script"),
+    (bad(name="a\x00b"), "name"),
+    (bad(workdir="/home/\x00"), "workdir"),
+    (bad(argv=["ok", "a\x00"]), "argv"),
+    (bad(environment={"A": "b\x00"}), "environment"),
+    (bad(environment={"A\x00": "b"}), "environment"),
+    (bad(stdout="out\x00.txt"), "stdout"),
+    (bad(stderr="\x00"), "stderr"),
+    (bad(account="a\x00"), "account"),
+    (bad(partition="gpu\x00"), "partition"),
+    (bad(qos="normal\x00"), "qos"),
+    (bad(reservation="r\x00"), "reservation"),
+    (bad(wckey="w\x00"), "wckey"),
+]
+
+
+@pytest.mark.parametrize(("spec", "field"), NUL, ids=[c[1] for c in NUL])
+def test_a_nul_byte_in_any_text_is_refused_naming_the_field(spec: JobSpec, field: str) -> None:
+    # The gateway is the trust boundary: an API client need not use sbatch, and a NUL byte would fail the
+    # job at launch (a path or an argument the kernel cannot take).
+    with pytest.raises(InvalidInput) as refused:
+        validate_spec(spec, CONFIG)
+    assert refused.value.field == field
+    assert "NUL byte" in str(refused.value)
+
+
+CONTROL = [
+    (bad(nodelist=["gpu01\n"]), "nodelist"),
+    (bad(partition="gpu\t"), "partition"),
+    (bad(account="a\x1b[2J"), "account"),
+    (bad(constraint=Constraint(features=["nv\u2028link"])), "constraint"),
+]
+
+
+@pytest.mark.parametrize(("spec", "field"), CONTROL, ids=[c[1] for c in CONTROL])
+def test_a_name_with_a_control_character_is_refused_on_one_line(spec: JobSpec, field: str) -> None:
+    # A refusal names what it refuses: a name holding a line break would make it two lines.
+    with pytest.raises(InvalidInput) as refused:
+        validate_spec(spec, CONFIG)
+    assert refused.value.field == field
+    assert "control character" in str(refused.value) and "\n" not in str(refused.value)
