@@ -11,7 +11,7 @@ from corral.libs.core.eligibility import dependency_text
 from corral.libs.core.limits import qos_name
 from corral.libs.core.plan import Plan
 from corral.libs.core.policy import Policy
-from corral.libs.core.reasons import held_reason
+from corral.libs.core.reasons import end_text, held_reason
 from corral.libs.core.reservations import live
 from corral.libs.core.state import Job, Node, State, array_throttle, drain_reason, drained
 from corral.libs.core.topology import switch_wait_s
@@ -40,7 +40,7 @@ def job_info(job: Job, outlook: Plan, policy: Policy, dependency: str = "") -> a
         account=spec.account or job.user,
         partition=job.partition or policy.partition_of(job),
         state=job.state,
-        reason=reason if job.state == "PENDING" else "None",
+        reason=reason if job.state == "PENDING" else end_text(job),
         submit_time=job.submit_time,
         start_time=job.start_time if job.state != "PENDING" else outlook.starts.get(job.job_id),
         end_time=job.end_time,
