@@ -15,6 +15,8 @@ Each request's time and, for an ``ApiError`` reply, its code are recorded in the
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -49,6 +51,11 @@ def error_reply(exc: CorralError) -> ApiError:
 
 #: The ``queue`` of a verb every subscriber answers (no queue group): the caller takes the first answer.
 EVERY_SUBSCRIBER = ""
+#: Seconds such a subscriber holds back an answer that says it could not answer (an internal or retryable
+#: error), so that another's real answer comes first; a deterministic refusal (bad input) goes at once.
+ERROR_GRACE_S = 1.0
+#: Answers being held back (kept referenced until sent).
+_held: set[asyncio.Task[None]] = set()
 
 
 async def serve(
@@ -80,12 +87,24 @@ async def serve(
         except Exception:
             log.exception("request failed")
             reply = ApiError(error=f"internal error handling {verb}; see the service log", code="internal")
-        await msg.respond(encode(reply))
+        failed = isinstance(reply, ApiError) and (reply.code == "internal" or reply.retryable)
+        if failed and queue == EVERY_SUBSCRIBER:
+            task = asyncio.create_task(_respond_later(msg, encode(reply)))
+            _held.add(task)
+            task.add_done_callback(_held.discard)
+        else:
+            await msg.respond(encode(reply))
         if metrics is not None:
             code = reply.code if isinstance(reply, ApiError) else None
             metrics.served(verb, time.perf_counter() - started, code)
 
     return await nc.subscribe(subjects.api_subject(verb, "*"), queue=queue, cb=on_request)
+
+
+async def _respond_later(msg: Msg, data: bytes) -> None:
+    await asyncio.sleep(ERROR_GRACE_S)
+    with contextlib.suppress(Exception):  # the connection may be gone by then: the caller retries
+        await msg.respond(data)
 
 
 def _field_of(message: str) -> str | None:

@@ -57,6 +57,7 @@ from corral.libs.infra import roles
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.bus import Bus, LogEntry
 from corral.libs.runtime.errors import AppendConflict, Forbidden, TransientError
+from corral.libs.runtime.kv_lease import TRANSIENT
 from corral.libs.runtime.service import either
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
@@ -393,8 +394,14 @@ class Scheduler:
         return priority_views.priority_reply(self.state, self.policy, req, time.time())
 
     async def ping(self, user: str, req: api.PingRequest) -> api.PingReply:
-        """scontrol ping: every scheduler answers, from the leader bucket."""
-        lines = await self.leader.roster() if self.leader is not None else [("scheduler", "primary", True)]
+        """scontrol ping: every scheduler answers, from the leader bucket (unavailable while JetStream elects
+        the bucket's leader: a retryable error, which another scheduler's answer may beat)."""
+        if self.leader is None:
+            return api.PingReply(controllers=[api.ControllerInfo(name="scheduler", role="primary", up=True)])
+        try:
+            lines = await self.leader.roster()
+        except TRANSIENT as exc:
+            raise TransientError(f"the schedulers' lease bucket is unavailable ({exc!r}); try again") from exc
         return api.PingReply(
             controllers=[api.ControllerInfo(name=name, role=role, up=up) for name, role, up in lines]
         )
