@@ -16,6 +16,7 @@ given and the wall-clock time), so the checks see what really ran, not only what
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import itertools
 import json
 import os
@@ -29,6 +30,8 @@ from pathlib import Path
 
 from e2e_cli import Cli
 from test_e2e_supervision import Up, child_pid
+
+from corral.services.scheduler.views import MIN_JOB_AGE_S
 
 SCRIPT = """#!/bin/bash
 out={out}/$SLURM_JOB_ID.$SLURM_RESTART_COUNT
@@ -70,8 +73,15 @@ class Figures:
     """What a chaos run counted."""
 
     accepted: list[int] = dataclasses.field(default_factory=list)
-    refused: list[str] = dataclasses.field(default_factory=list)  # sbatch failures, retried
+    refused: list[tuple[float, str]] = dataclasses.field(default_factory=list)  # (when, error): retried
     kills: list[tuple[str, float]] = dataclasses.field(default_factory=list)  # (name, seconds until back)
+    began: list[float] = dataclasses.field(default_factory=list)  # when each kill (or pause) began
+    leader_lost: list[float] = dataclasses.field(default_factory=list)  # when a leading scheduler was lost
+
+    def refused_in(self, i: int) -> int:
+        """The sbatch calls refused in disruption ``i``'s window (from it to the next one)."""
+        end = self.began[i + 1] if i + 1 < len(self.began) else float("inf")
+        return sum(1 for at, _ in self.refused if self.began[i] <= at < end)
 
 
 class Chaos:
@@ -99,7 +109,7 @@ class Chaos:
                 if result.returncode == 0:
                     self.figures.accepted.append(int(result.stdout))
                     break
-                self.figures.refused.append(result.stderr.strip())
+                self.figures.refused.append((time.time(), result.stderr.strip()))
                 if time.monotonic() > deadline:
                     raise AssertionError(f"no submit accepted in 60 s: {result.stderr}")
                 time.sleep(0.5)
@@ -107,11 +117,11 @@ class Chaos:
 
     def needle(self, name: str) -> str:
         """What only ``name``'s command line holds: a service's metrics port (two gateways differ only
-        there), a NATS server's config file."""
+        there), a NATS server's config file, the postmaster's data directory option."""
         if name.startswith("corral-nats-"):
             return f"nats-{name.rsplit('-', 1)[1]}/nats.conf"
         if name == "postgres":
-            return "postgres"
+            return "postgres -D "  # not "postgres": accounting's --database-url holds that too
         urls = json.loads((self.up.state / "metrics.json").read_text())
         return f"--metrics-port {urls[name].rsplit(':', 1)[1].split('/')[0]} "
 
@@ -121,8 +131,12 @@ class Chaos:
         if name.startswith("pause:"):
             self.pause(name.removeprefix("pause:"))
             return
+        leading = name.startswith("scheduler") and self.leader() == name
         mark = len(self.up.lines)
         started = time.monotonic()
+        self.figures.began.append(time.time())
+        if leading:
+            self.figures.leader_lost.append(time.time())
         os.kill(child_pid(self.up.proc.pid, self.needle(name)), signal.SIGKILL)
         self.up.wait_line(f"{name} is running again", timeout=120, after=mark)
         self.figures.kills.append((name, time.monotonic() - started))
@@ -147,6 +161,9 @@ class Chaos:
         was not dead, so nobody restarts it."""
         name = self.leader() if target == "leader" else target
         pid = child_pid(self.up.proc.pid, self.needle(name))
+        self.figures.began.append(time.time())
+        if name.startswith("scheduler"):
+            self.figures.leader_lost.append(time.time())
         os.kill(pid, signal.SIGSTOP)
         try:
             time.sleep(PAUSE_S)
@@ -154,6 +171,18 @@ class Chaos:
             os.kill(pid, signal.SIGCONT)
         self.figures.kills.append((f"pause:{target}", PAUSE_S))
         self.paused.append(name)
+
+    def failovers(self) -> list[float]:
+        """Seconds from each loss of the leading scheduler (killed or paused) to the next time a scheduler
+        took the lease (its log's ``took the scheduler lease``: it plans at once)."""
+        taken = sorted(
+            datetime.datetime.fromisoformat(line["timestamp"]).timestamp()
+            for path in (self.up.state / "logs").glob("scheduler*.log")
+            for line in map(json.loads, (t for t in path.read_text().splitlines() if t.startswith("{")))
+            if line.get("event") == "took the scheduler lease"
+        )
+        lost = [t for t in self.figures.leader_lost if taken and taken[-1] > t]
+        return [next(t for t in taken if t > at) - at for at in lost]
 
     def run(self, jobs: int, targets: list[str], spacing_s: float) -> Figures:
         """Submit while killing each target in turn, ``spacing_s`` apart."""
@@ -199,6 +228,7 @@ class Chaos:
                 f"sacct's jobs {sorted(set(states) ^ set(accepted))} differ from the accepted ones"
             )
         missing = sorted({j for j, state in states.items() if state == "COMPLETED"} - self.recorded())
+        ended, now = self.ended(), time.time()
         if missing:
             problems.append(f"completed jobs {missing} left no record of their run")
         for job in accepted:
@@ -209,10 +239,22 @@ class Chaos:
             if len(attempts) != 1:
                 problems.append(f"job {job} has {len(attempts)} attempts: {attempts} (requeued by a crash?)")
             view = self.cli("scontrol", "show", "job", str(job)).stdout
+            if not view and state == "COMPLETED" and ended.get(job, now) < now - MIN_JOB_AGE_S:
+                continue  # forgotten by the scheduler (squeue and scontrol) after MinJobAge, as in Slurm
             if f"JobState={state}" not in view:
                 problems.append(f"sacct says {state} for job {job}; scontrol: {view.split()[:8]}")
         problems += self._overlaps()
         return problems
+
+    def ended(self) -> dict[int, float]:
+        """When each job's last run wrote its end line (wall clock)."""
+        found: dict[int, float] = {}
+        for path in self.out.glob("*.*"):
+            lines = [line.split() for line in path.read_text().splitlines()] if path.suffix != ".gpus" else []
+            for words in lines:
+                if words[0] == "end":
+                    found[int(words[1])] = max(found.get(int(words[1]), 0.0), float(words[5]))
+        return found
 
     def recorded(self) -> set[int]:
         """The jobs whose run left its start and end lines."""
