@@ -104,6 +104,27 @@ def event_subject(body: ev.Event) -> str:
     return job_subject(body.job_id, tag)
 
 
+#: The kinds of log subjects whose entries move one owner's sequence (the conditional appends' subjects).
+OWNED = {"job": "corral.evt.job", "node": "corral.evt.node", "resv": "corral.evt.resv"}
+
+
+def entry_owner(subject: str) -> tuple[str, str] | None:
+    """(kind, name) of the job, node or reservation whose subjects ``subject`` is on (``job_events``,
+    ``node_events``, ``resv_events``), whatever the entry holds; None for any other subject.
+
+    A conditional append expects the newest sequence over the owner's wildcard, so every entry there counts,
+    one that fails to decode or whose body claims another owner included (``fold.skip``)."""
+    parts = subject.split(".")
+    if len(parts) < 5:
+        return None
+    for kind, prefix in OWNED.items():
+        if ".".join(parts[:3]) == prefix:
+            if kind == "job" and not parts[3].isdigit():
+                return None
+            return kind, parts[3]
+    return None
+
+
 def work_subject(node: str) -> str:
     """Per-node order subject."""
     return f"corral.work.{node}"
