@@ -130,6 +130,12 @@ def work_subject(node: str) -> str:
     return f"corral.work.{node}"
 
 
+def work_consumer(node: str) -> str:
+    """The durable consumer of a node's orders on the work stream: the admin creates it, filtered on the
+    node's own ``work_subject`` (``streams.declare``); its agent only binds to it."""
+    return f"agent-{node}"
+
+
 def heartbeat_subject(node: str) -> str:
     """Heartbeat subject of one node."""
     return f"corral.hb.{node}"

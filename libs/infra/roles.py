@@ -2,7 +2,8 @@
 
 - users may only call the API, on their own subject token, and read their own reply inbox;
 - an agent may only publish facts about its own node (its run facts carry the node in the
-  subject), heartbeat as its node and consume its node's work;
+  subject; the fold ignores one about a run not on that node), heartbeat as its node and consume its
+  node's work through the consumer the admin created for it (it may not create or change a consumer);
 - only the scheduler may publish decisions and orders; only the gateway intents (admin node drain and
   resume included); only health node liveness and drain facts; the admin role may do anything (stream
   declaration, admin verbs);
@@ -127,7 +128,7 @@ def service_user(role: str, password: str) -> NatsUser:
 def agent_user(node: str, password: str) -> NatsUser:
     """The NATS user of one node's agent: facts about its own node only."""
     role = agent_role(node)
-    durable = f"{subjects.WORK_STREAM}.{role}"
+    durable = f"{subjects.WORK_STREAM}.{subjects.work_consumer(node)}"
     publish = [
         subjects.node_subject(node, "node_registered"),
         f"corral.evt.job.*.run_started.{node}",
@@ -143,10 +144,9 @@ def agent_user(node: str, password: str) -> NatsUser:
         subjects.DLQ_SUBJECTS,
         "$JS.API.INFO",
         "$JS.API.STREAM.INFO.*",
+        # Its work consumer, which the admin created filtered on its node's orders: read, never create or
+        # change it (a consumer it could re-point at corral.work.<other> would hand it another node's orders).
         f"$JS.API.CONSUMER.INFO.{durable}",
-        f"$JS.API.CONSUMER.CREATE.{durable}",
-        f"$JS.API.CONSUMER.CREATE.{durable}.>",
-        f"$JS.API.CONSUMER.DURABLE.CREATE.{durable}",
         f"$JS.API.CONSUMER.MSG.NEXT.{durable}",
         f"$JS.ACK.{durable}.>",
     ]
