@@ -13,7 +13,9 @@
 - ``corral.hb.<node>``: heartbeats (core NATS, not persisted);
 - ``corral.api.v1.<verb>.<user>``: request/reply API; the last token is the caller's user name,
   which the NATS server's permissions bind to the authenticated connection;
-- ``corral.dlq.<service>``: dead letters (rejected asynchronous input) in their own stream.
+- ``corral.dlq.<service>``: dead letters (rejected asynchronous input) in their own stream;
+- ``_INBOX.<user>.>``: the reply inbox of one user or role (``inbox_prefix``); a service answers a request
+  only on the caller's own inbox (``own_inbox``), never on a subject the requester chose elsewhere.
 """
 
 from __future__ import annotations
@@ -102,9 +104,36 @@ def event_subject(body: ev.Event) -> str:
     return job_subject(body.job_id, tag)
 
 
+#: The kinds of log subjects whose entries move one owner's sequence (the conditional appends' subjects).
+OWNED = {"job": "corral.evt.job", "node": "corral.evt.node", "resv": "corral.evt.resv"}
+
+
+def entry_owner(subject: str) -> tuple[str, str] | None:
+    """(kind, name) of the job, node or reservation whose subjects ``subject`` is on (``job_events``,
+    ``node_events``, ``resv_events``), whatever the entry holds; None for any other subject.
+
+    A conditional append expects the newest sequence over the owner's wildcard, so every entry there counts,
+    one that fails to decode or whose body claims another owner included (``fold.skip``)."""
+    parts = subject.split(".")
+    if len(parts) < 5:
+        return None
+    for kind, prefix in OWNED.items():
+        if ".".join(parts[:3]) == prefix:
+            if kind == "job" and not parts[3].isdigit():
+                return None
+            return kind, parts[3]
+    return None
+
+
 def work_subject(node: str) -> str:
     """Per-node order subject."""
     return f"corral.work.{node}"
+
+
+def work_consumer(node: str) -> str:
+    """The durable consumer of a node's orders on the work stream: the admin creates it, filtered on the
+    node's own ``work_subject`` (``streams.declare``); its agent only binds to it."""
+    return f"agent-{node}"
 
 
 def heartbeat_subject(node: str) -> str:
@@ -130,6 +159,18 @@ def dlq_subject(service: str) -> str:
     return f"corral.dlq.{service}"
 
 
+#: Every user's reply inbox: what a service that answers requests may publish (``own_inbox`` narrows it).
+INBOXES = "_INBOX.*.>"
+
+
 def inbox_prefix(user: str) -> str:
-    """Per-user reply inbox prefix, so a user can only read replies addressed to them."""
-    return f"_INBOX_{user}"
+    """Per-user reply inbox prefix, so a user can only read replies addressed to them (the user is a token
+    of its own, so that the permissions can name every user's inbox at once: ``INBOXES``)."""
+    return f"_INBOX.{user}"
+
+
+def own_inbox(user: str, reply: str) -> bool:
+    """True if ``reply`` is under ``user``'s own inbox: the only reply subject a service answers a request of
+    ``user`` on. Any other one is a confused-deputy attempt: the requester chose where the service, with its
+    own rights, would publish (the log, a KV bucket, another node's heartbeat)."""
+    return reply.startswith(f"{inbox_prefix(user)}.") and valid_token(user)

@@ -197,10 +197,11 @@ def main(argv: list[str]) -> int:
     i.add_argument("--otlp", default=None, help="OTEL_EXPORTER_OTLP_ENDPOINT of the services")
     d = sub.add_parser("declare", help="declare the streams and buckets (the admin role)")
     d.add_argument("--credentials", type=Path, required=True, help="the admin's credentials file")
+    d.add_argument("--config", type=Path, required=True, help="the cluster config (its nodes' consumers)")
     d.add_argument("--replicas", type=int, default=3)
     args = p.parse_args(argv)
     if args.command == "declare":
-        return _declare(args.credentials, args.replicas)
+        return _declare(args.credentials, args.config, args.replicas)
     try:
         nodes = hostlist.expand(args.nodes, "--nodes")
     except FormatError as exc:
@@ -247,19 +248,25 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _declare(credentials: Path, replicas: int) -> int:
+def _declare(credentials: Path, config: Path, replicas: int) -> int:
     import asyncio
 
+    from corral.libs.config.cluster import load_config
     from corral.libs.runtime.credentials import read_credentials
     from corral.libs.runtime.streams import connect, declare
+
+    nodes = [node.name for node in load_config(config).nodes]
 
     async def run() -> None:
         nc = await connect(read_credentials(credentials), name="corral-deploy-declare")
         try:
-            await declare(nc.jetstream(), replicas=replicas)
+            await declare(nc.jetstream(), replicas=replicas, nodes=nodes)
         finally:
             await nc.drain()
 
     asyncio.run(run())
-    print(f"corral deploy: streams and buckets declared with {replicas} replicas", file=sys.stderr)
+    print(
+        f"corral deploy: streams, buckets and {len(nodes)} work consumers declared with {replicas} replicas",
+        file=sys.stderr,
+    )
     return 0

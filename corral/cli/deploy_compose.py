@@ -55,13 +55,16 @@ def nats_command(index: int, root: str) -> list[str]:
 
 
 def declare_command(root: str) -> list[str]:
-    """The one-shot declaration of the streams and buckets, 3 replicas, as the admin."""
+    """The one-shot declaration of the streams, buckets and the nodes' work consumers, 3 replicas, as the
+    admin."""
     return [
         "corral",
         "deploy",
         "declare",
         "--credentials",
         f"{root}/credentials/roles/{roles.ADMIN}.json",
+        "--config",
+        f"{root}/cluster.toml",
         "--replicas",
         "3",
     ]

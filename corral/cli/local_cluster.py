@@ -148,7 +148,7 @@ class LocalCluster:
             server.start()
         self.nats, self.nats_peers = servers[0], servers[1:]
         self._write_credentials(users, ",".join(server.url for server in servers))
-        asyncio.run(self._declare(replicas=len(servers)))
+        asyncio.run(self._declare([node.name for node in config.nodes], replicas=len(servers)))
         self.postgres = PostgresServer(self.state_dir / "postgres")
         self.postgres.start()
         (self.state_dir / "logs").mkdir(exist_ok=True)
@@ -178,7 +178,7 @@ class LocalCluster:
         """The tracer, when spans have somewhere to go (the OTEL_EXPORTER_OTLP_* variables name a target)."""
         return ("tracer",) if otlp.target(settings.from_env()) is not None else ()
 
-    async def _declare(self, replicas: int = 1) -> None:
+    async def _declare(self, nodes: list[str], replicas: int = 1) -> None:
         assert self.nats is not None
         creds = read_credentials(self.role_credentials(roles.ADMIN))
         nc = await connect(creds, name="corral-up")
@@ -187,7 +187,7 @@ class LocalCluster:
             deadline = time.monotonic() + 30
             while True:
                 try:
-                    await declare(nc.jetstream(), replicas=replicas)
+                    await declare(nc.jetstream(), replicas=replicas, nodes=nodes)
                     return
                 except Exception:
                     if replicas == 1 or time.monotonic() > deadline:

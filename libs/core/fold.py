@@ -11,8 +11,11 @@ nodes in ``fold_nodes.py``, reservations in ``reservations.py``. Before any hand
 of any type, changes nothing. The event types the fold leaves alone on
 purpose are ``IGNORED``, each with its reason; every other event type has a handler (a test checks).
 
-A handler that raises does not stop the fold: the entry is skipped (``handler_failed``, counted in
-``State.skipped``), and a shell sends it to the dead letters. Handlers check before they change, so a
+An entry that cannot be applied never stalls its job, node or reservation: a conditional append expects
+the newest sequence over the owner's subjects, so the entry still moves that sequence. That holds for an
+entry that fails to decode or whose body claims another job or node than its subject (``skip``, which the
+shell calls: ``undecodable``) and for one a handler raises on (``handler_failed``); both are counted in
+``State.skipped`` and a shell sends them to the dead letters. Handlers check before they change, so a
 raise in a check leaves the state as it was; whatever a handler did change before raising, a replay does
 the same, so the live state and the replayed state stay equal.
 """
@@ -44,7 +47,7 @@ from corral.libs.core.state import (
 from corral.libs.slurm.array import array_indices
 from corral.libs.slurm.errors import FormatError
 from corral.schemas import events as ev
-from corral.schemas import lifecycle
+from corral.schemas import lifecycle, subjects
 
 #: A fold handler: (state, sequence, occurred_at, body) -> what it did.
 Handler = Callable[[State, int, float, Any], Outcome]
@@ -85,7 +88,33 @@ def apply(state: State, seq: int, env: ev.Envelope) -> Outcome:
         # replay after it: it is skipped, counted, and its outcome carries the error for the shell.
         state.skipped += 1
         state.now = clock  # nor may its time move the log's clock
+        _owner_moves(state, seq, subjects.event_subject(body))
         return failed(exc)
+
+
+def skip(state: State, seq: int, subject: str) -> Outcome:
+    """Fold a log entry that has no event to apply (it failed to decode, or its body belongs on another
+    subject: ``ports.decode_entry``): it changes nothing but the log's position and its subject's owner's
+    sequence, so a later decision about that job or reservation still appends (``undecodable``)."""
+    if seq <= state.last_seq:
+        return ignored("replayed")
+    state.last_seq = seq
+    state.skipped += 1
+    _owner_moves(state, seq, subject)
+    return ignored("undecodable")
+
+
+def _owner_moves(state: State, seq: int, subject: str) -> None:
+    """The entry at ``seq`` on ``subject`` is its job's or reservation's newest (nodes' sequences are
+    health's: the scheduler appends nothing conditional on a node)."""
+    owner = subjects.entry_owner(subject)
+    if owner is None:
+        return
+    kind, name = owner
+    if kind == "job":
+        job_for(state, seq, int(name))
+    elif kind == "resv":
+        state.resv_seqs[name] = seq
 
 
 def _current_epoch(state: State, seq: int, body: Any) -> bool:

@@ -109,14 +109,19 @@ def _stopped_running(state: State, job: Job) -> None:
 
 
 def _run_problem(job: Job | None, attempt: int, node: str) -> Outcome | None:
-    """Why a run fact is not about ``job``'s current run on its batch node, or None if it is."""
+    """Why a run fact is not about ``job``'s current run on its batch node, or None if it is (a fact from
+    a node the run is not on at all is ``foreign_node``)."""
     if job is None:
         return ignored("unknown_job")
     if job.state != "RUNNING":
         return ignored("wrong_state")
     if attempt != job.restart_count:
         return ignored("stale_attempt")
-    if not job.allocations or job.allocations[0].node != node:
+    # An agent's role pins the node token of its run facts' subjects, not the job id: agent node1 may
+    # publish a start or an exit of any job. Only a node the current run is allocated on speaks for it.
+    if not any(a.node == node for a in job.allocations):
+        return ignored("foreign_node")
+    if job.allocations[0].node != node:
         return ignored("not_batch_node")
     return None
 

@@ -26,11 +26,13 @@ IgnoreReason = Literal[
     "throttled",  # the array's ``%P`` limit is reached
     "bad_allocation",  # an allocation names no node, a node twice or a GPU twice
     "no_room",  # a node of the allocation is down or lacks the GPUs, CPUs or memory
-    "not_batch_node",  # a run fact from another node than the run's batch node
+    "not_batch_node",  # a run start from a node of the run that is not its batch node
+    "foreign_node",  # a run fact from a node the job's current run is not allocated on
     "duplicate",  # already recorded (a second exit, signal, preemption; a taken job id)
     "bad_array",  # an array submission the fold refuses (out of bounds)
     "expired",  # a reservation whose end the log's clock has passed
     "handler_failed",  # the handler raised: the entry is skipped (the scheduler dead-letters it)
+    "undecodable",  # it fails to decode, or its body belongs on another subject (dead-lettered too)
 ]
 
 

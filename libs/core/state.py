@@ -192,7 +192,7 @@ class State(msgspec.Struct, kw_only=True):
     resv_seqs: dict[str, int] = {}  # stream sequence of each reservation name's newest entry (concurrency)
     resv_causes: dict[str, str] = {}  # event id of each reservation name's newest request (``causation.py``)
     early_drains: dict[str, AdminDrain] = {}  # admin drains of nodes not registered yet, by node name
-    skipped: int = 0  # entries skipped because a fold handler raised on them (poison entries)
+    skipped: int = 0  # entries skipped: a fold handler raised on them, or they had no event (``fold.skip``)
 
 
 # Insertion order is the log order, so equal folds give equal bytes without sorting.

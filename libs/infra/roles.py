@@ -2,11 +2,16 @@
 
 - users may only call the API, on their own subject token, and read their own reply inbox;
 - an agent may only publish facts about its own node (its run facts carry the node in the
-  subject), heartbeat as its node and consume its node's work;
+  subject; the fold ignores one about a run not on that node), heartbeat as its node and consume its
+  node's work through the consumer the admin created for it (it may not create or change a consumer);
 - only the scheduler may publish decisions and orders; only the gateway intents (admin node drain and
   resume included); only health node liveness and drain facts; the admin role may do anything (stream
   declaration, admin verbs);
 - the tracer only reads the log (its own durable consumer) and publishes nothing but dead letters.
+- no role but the admin has ``allow_responses``: that right lets a service publish on whatever reply subject a
+  requester chose, with the service's rights (the log, the KV buckets, another node's heartbeat: a confused
+  deputy). A role that answers requests may publish on the users' inboxes (``subjects.INBOXES``) instead,
+  and ``api_server.serve`` answers only on the caller's own (``docs/security.md``);
 - the auditor role is a person's account (the API only, ``auditor_user``) that the gateway's ``--auditor``
   lets read every job's history and refuses every verb that writes.
 """
@@ -93,6 +98,7 @@ def service_user(role: str, password: str) -> NatsUser:
         publish += [subjects.node_subject("*", tag) for tag in _GATEWAY_NODE_EVENTS]
         publish += [f"$KV.{subjects.IDS_BUCKET}.>", f"$JS.API.STREAM.INFO.KV_{subjects.IDS_BUCKET}"]
         subscribe += _verbs("gateway")
+        publish.append(subjects.INBOXES)
         # The user's live jobs, from the scheduler, to enforce MaxSubmitJobs; sbatch --test-only's estimate.
         publish += [subjects.api_subject("jobs", GATEWAY), subjects.api_subject("will_run", GATEWAY)]
     elif role == SCHEDULER:
@@ -103,24 +109,26 @@ def service_user(role: str, password: str) -> NatsUser:
         # The leader lease and the schedulers' presence (compare-and-set writes, reads by direct get).
         publish += [f"$KV.{subjects.LEADER_BUCKET}.>", f"$JS.API.STREAM.INFO.KV_{subjects.LEADER_BUCKET}"]
         subscribe += _verbs("scheduler")
+        publish.append(subjects.INBOXES)
     elif role == HEALTH:
         publish += [subjects.node_subject("*", tag) for tag in _HEALTH_NODE_EVENTS]
         subscribe += [subjects.heartbeat_subject("*")]
     elif role == ACCOUNTING:
         subscribe += _verbs("accounting")
+        publish.append(subjects.INBOXES)
         # The partition leases and the accounting processes' presence, in the leader bucket.
         publish += [f"$KV.{subjects.LEADER_BUCKET}.>", f"$JS.API.STREAM.INFO.KV_{subjects.LEADER_BUCKET}"]
     elif role == TRACER:
         pass  # read-only: the JetStream client API of its consumer, and dead letters
     else:
         raise ValueError(f"unknown service role {role!r}")
-    return NatsUser(role, password, publish=publish, subscribe=subscribe, allow_responses=True)
+    return NatsUser(role, password, publish=publish, subscribe=subscribe)
 
 
 def agent_user(node: str, password: str) -> NatsUser:
     """The NATS user of one node's agent: facts about its own node only."""
     role = agent_role(node)
-    durable = f"{subjects.WORK_STREAM}.{role}"
+    durable = f"{subjects.WORK_STREAM}.{subjects.work_consumer(node)}"
     publish = [
         subjects.node_subject(node, "node_registered"),
         f"corral.evt.job.*.run_started.{node}",
@@ -130,20 +138,21 @@ def agent_user(node: str, password: str) -> NatsUser:
         # Steps (srun): asking peer agents as itself, and a step's output and task exits to its user.
         steps.step_subject("*", role),
         "corral.io.>",
+        # Answers to step requests, on the caller's inbox (``step_server`` checks it is the caller's own).
+        subjects.INBOXES,
         subjects.heartbeat_subject(node),
         subjects.DLQ_SUBJECTS,
         "$JS.API.INFO",
         "$JS.API.STREAM.INFO.*",
+        # Its work consumer, which the admin created filtered on its node's orders: read, never create or
+        # change it (a consumer it could re-point at corral.work.<other> would hand it another node's orders).
         f"$JS.API.CONSUMER.INFO.{durable}",
-        f"$JS.API.CONSUMER.CREATE.{durable}",
-        f"$JS.API.CONSUMER.CREATE.{durable}.>",
-        f"$JS.API.CONSUMER.DURABLE.CREATE.{durable}",
         f"$JS.API.CONSUMER.MSG.NEXT.{durable}",
         f"$JS.ACK.{durable}.>",
     ]
     # Step requests to this node from anyone (the agent checks the caller), stdin and task exits of steps.
     subscribe = [_inbox(role), steps.step_subject(node, "*"), "corral.io.*.*.in", "corral.io.*.*.exit.*"]
-    return NatsUser(role, password, publish=publish, subscribe=subscribe, allow_responses=True)
+    return NatsUser(role, password, publish=publish, subscribe=subscribe)
 
 
 def auditor_user(password: str) -> NatsUser:

@@ -9,6 +9,13 @@ A request's ``traceparent`` header (W3C trace context, sent by a caller that is 
 ``TRACEPARENT`` in the environment of ``sbatch``) is the parent of the spans the handler starts, so the
 gateway's submit span continues the caller's trace; without one the handler starts a new trace.
 
+A request is answered only on a reply subject under the caller's own inbox (``subjects.own_inbox``): the
+requester chooses the reply subject and the service publishes its answer there with the service's rights,
+so a reply aimed elsewhere (``$KV.corral_ids.job_id``, ``corral.evt.job.<id>.job_allocated``,
+``corral.hb.<node>``) would make the service write where the requester may not. Such a request gets no
+answer, is dead-lettered (``corral.dlq.<service>``, the reason in ``Corral-Reason``) and counted
+(``FOREIGN_REPLY``); the roles no longer have ``allow_responses`` either (``libs/infra/roles.py``).
+
 Each request's time and, for an ``ApiError`` reply, its code are recorded in the process's metrics
 (``metrics.current``), when it has any.
 """
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -29,7 +37,7 @@ from corral.libs.runtime import metrics as metricsmod
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.errors import CorralError, Forbidden, InvalidInput, NotFound, TransientError
 from corral.libs.runtime.telemetry import logger
-from corral.schemas import subjects
+from corral.schemas import api, subjects
 from corral.schemas.api import ApiError
 from corral.schemas.codec import DecodeError, decode, encode
 
@@ -74,9 +82,12 @@ async def serve(
     async def on_request(msg: Msg) -> None:
         if not msg.reply:
             return
+        _, user = subjects.api_caller(msg.subject)
+        if not subjects.own_inbox(user, msg.reply):
+            await refuse_reply(nc, api.VERBS.get(verb, verb), msg, user, metrics)
+            return
         started = time.perf_counter()
         try:
-            _, user = subjects.api_caller(msg.subject)
             request = decode(msg.data, request_type)
             with telemetry.attached((msg.headers or {}).get("traceparent")):
                 reply: Any = await handler(user, request)
@@ -105,6 +116,29 @@ async def _respond_later(msg: Msg, data: bytes) -> None:
     await asyncio.sleep(ERROR_GRACE_S)
     with contextlib.suppress(Exception):  # the connection may be gone by then: the caller retries
         await msg.respond(data)
+
+
+async def refuse_reply(
+    nc: Client, service: str, msg: Msg, caller: str, metrics: metricsmod.Metrics | None = None
+) -> None:
+    """Dead-letter a request whose reply subject is not under ``caller``'s own inbox, unanswered.
+
+    Its message id names the request (subject, reply, body), so the replicas of a service that all
+    received it (``EVERY_SUBSCRIBER``), or a requester sending it again, add one copy within the dead
+    letters' duplicate window."""
+    reason = f"reply subject {msg.reply!r} is not under the caller's inbox {subjects.inbox_prefix(caller)}"
+    digest = hashlib.sha256(b"\0".join([msg.subject.encode(), msg.reply.encode(), msg.data])).hexdigest()
+    headers = {
+        "Corral-Reason": reason[:500],
+        "Corral-Subject": msg.subject,
+        "Corral-Reply": msg.reply[:500],
+        "Nats-Msg-Id": f"{service}:reply:{digest}",
+    }
+    logger(subject=msg.subject).warning("request with a foreign reply subject refused", reply=msg.reply)
+    with contextlib.suppress(Exception):
+        await nc.publish(subjects.dlq_subject(service), msg.data, headers=headers)
+    if metrics is not None:
+        metrics.dead_lettered(service, metricsmod.FOREIGN_REPLY)
 
 
 def _field_of(message: str) -> str | None:

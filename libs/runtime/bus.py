@@ -285,6 +285,7 @@ class Bus:
         stop: asyncio.Event | None = None,
         pause: Callable[[int], float] | None = None,
         start_seq: int = 1,
+        bind: bool = False,
     ) -> None:
         """Run a durable pull consumer until ``stop`` is set.
 
@@ -293,12 +294,17 @@ class Bus:
         message is terminated and dead-lettered). ``pause``, given the size of the last fetch, says how
         many seconds to wait before the next one (a consumer that need not follow the log at once, so that
         the entries gather and it wakes once for them); ``stop`` ends the wait. ``start_seq``: where a
-        consumer created now starts (an existing one goes on from its own acks).
+        consumer created now starts (an existing one goes on from its own acks). ``bind``: the consumer exists
+        already, with its filter (an agent's, created by the admin: ``streams.declare``); it is neither
+        created nor changed, and ``subject`` is not used.
         """
-        config = api.ConsumerConfig(ack_wait=60.0, max_ack_pending=10_000)
-        if start_seq > 1:
-            config.deliver_policy, config.opt_start_seq = api.DeliverPolicy.BY_START_SEQUENCE, start_seq
-        psub = await self.js.pull_subscribe(subject, durable=durable, stream=stream, config=config)
+        if bind:
+            psub = await self.js.pull_subscribe_bind(durable=durable, stream=stream)
+        else:
+            config = api.ConsumerConfig(ack_wait=60.0, max_ack_pending=10_000)
+            if start_seq > 1:
+                config.deliver_policy, config.opt_start_seq = api.DeliverPolicy.BY_START_SEQUENCE, start_seq
+            psub = await self.js.pull_subscribe(subject, durable=durable, stream=stream, config=config)
         stop = stop or asyncio.Event()
         polled = 0.0
         fetched = 0

@@ -47,6 +47,7 @@ WAIT_BUCKETS = (
 #: Dead-letter reasons (the ``reason`` label is one of these, never free text).
 REJECTED = "rejected"
 SKIPPED_ENTRY = "skipped_entry"
+FOREIGN_REPLY = "foreign_reply"
 
 
 class Snapshot(Collector):
@@ -120,7 +121,8 @@ class Metrics:
         self.appends.labels(event).inc()
 
     def dead_lettered(self, service: str, reason: str) -> None:
-        """Count one dead letter of ``service`` (``reason``: REJECTED or SKIPPED_ENTRY)."""
+        """Count one dead letter of ``service`` (``reason``: REJECTED, SKIPPED_ENTRY or
+        FOREIGN_REPLY)."""
         self.dead_letters.labels(service, reason).inc()
 
     def consumer_lag(self, stream: str, consumer: str, pending: int, ack_pending: int) -> None:

@@ -1,7 +1,10 @@
 """Where Corral's JetStream state is declared, in one place, and how a role connects.
 
 - ``declare`` creates or updates the three streams (the log, the work queues, the dead letters), the
-  job-id bucket, the schedulers' leader bucket and the snapshot store (idempotent; the admin role runs it);
+  job-id bucket, the schedulers' leader bucket, the snapshot store and each node's durable work consumer,
+  filtered on that node's orders (``work_consumer``: idempotent; the admin role runs it). An agent may not
+  create or change a consumer: it binds to its own, so it cannot read another node's launch orders (another
+  user's script and environment);
 - ``connect`` opens a role's connection, replies to its own inbox prefix, reconnecting for ever (nats-py
   sends its subscriptions again on each reconnection); its events are logged one line each by a
   ``nats_link.Link``, which also tells the loops that watch it.
@@ -9,6 +12,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import nats
@@ -24,8 +28,21 @@ from corral.schemas import subjects
 DUPLICATE_WINDOW_S = 24 * 3600.0
 
 
-async def declare(js: JetStreamContext, replicas: int = 1) -> None:
-    """Create or update every stream and bucket Corral uses (idempotent; needs the admin role)."""
+def work_consumer(node: str) -> api.ConsumerConfig:
+    """The durable consumer of one node's orders: only ``corral.work.<node>`` (the filter is the admin's)."""
+    return api.ConsumerConfig(
+        durable_name=subjects.work_consumer(node),
+        filter_subject=subjects.work_subject(node),
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=60.0,
+        max_ack_pending=10_000,
+    )
+
+
+async def declare(js: JetStreamContext, replicas: int = 1, nodes: Sequence[str] = ()) -> None:
+    """Create or update every stream and bucket Corral uses, and the work consumer of each of ``nodes`` (the
+    cluster config's; idempotent: a consumer's filter is set back to its node's if it was changed; needs the
+    admin role)."""
     streams = [
         api.StreamConfig(
             name=subjects.EVENTS_STREAM,
@@ -64,6 +81,9 @@ async def declare(js: JetStreamContext, replicas: int = 1) -> None:
     await js.create_key_value(bucket=subjects.IDS_BUCKET, history=1, replicas=replicas)
     await js.create_key_value(bucket=subjects.LEADER_BUCKET, history=1, replicas=replicas)
     await js.create_object_store(bucket=subjects.SNAPSHOT_BUCKET, replicas=replicas)
+    for node in nodes:
+        # JetStream's consumer create is create-or-update: an existing consumer keeps its position.
+        await js.add_consumer(subjects.WORK_STREAM, work_consumer(node))
 
 
 async def connect(creds: Credentials, name: str, link: Link | None = None, **options: Any) -> Client:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import msgspec
 
-from corral.libs.core.fold import apply
+from corral.libs.core.fold import apply, skip
 from corral.libs.core.fold_runs import live_run
 from corral.libs.core.state import Job, Node, State, array_tasks
 from corral.schemas import events as ev
@@ -38,10 +38,11 @@ class Projector:
         self.skipped: list[tuple[int, str]] = []  # entries a fold handler failed on, with the error
         self.base = 0  # the position the pending operations follow (the last committed one)
 
-    def fold_only(self, seq: int, envelope: ev.Envelope | None) -> None:
-        """Fold an entry whose rows are stored already (replay up to the stored position)."""
+    def fold_only(self, seq: int, envelope: ev.Envelope | None, subject: str = "") -> None:
+        """Fold an entry whose rows are stored already (replay up to the stored position); one without an
+        event (``envelope`` None) as the scheduler folds it (``fold.skip``)."""
         if envelope is None:
-            self.state.last_seq = max(self.state.last_seq, seq)
+            skip(self.state, seq, subject)
             return
         self._fold(seq, envelope)
 

@@ -173,7 +173,7 @@ class Partition:
             async for entry in entries:
                 if entry.seq > position:
                     break
-                self.projector.fold_only(entry.seq, entry.envelope)
+                self.projector.fold_only(entry.seq, entry.envelope, entry.subject)
                 if entry.seq == position:
                     break
         finally:

@@ -92,14 +92,16 @@ async def main(ctx: Context) -> None:
         await run_until_stopped(
             ctx.stop,
             registration.heartbeat(ctx.stop),
+            # The admin created the node's consumer, filtered on its orders (``streams.declare``): bind to it.
             ctx.bus.consume(
                 subjects.WORK_STREAM,
-                f"agent-{name}",
+                subjects.work_consumer(name),
                 subjects.work_subject(name),
                 work.handle,
                 service=f"agent-{name}",
                 batch=16,
                 stop=ctx.stop,
+                bind=True,
             ),
         )
     finally:

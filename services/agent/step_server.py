@@ -3,7 +3,9 @@
 The caller is the subject's last token, bound by the NATS permissions: the job's owner (srun) may launch
 and signal its steps and release its interactive allocation; only agents (``agent-<node>``) may start a
 step's tasks here (``StepTasks``), poll their exits (``StepPoll``) or signal them as peers. Each request
-is answered in a task of its own: a launch waits for peers, which may be waiting for us.
+is answered in a task of its own: a launch waits for peers, which may be waiting for us. As every API
+server does (``api_server.refuse_reply``), it answers only on the caller's own inbox: a request whose reply
+subject is anywhere else is dead-lettered unanswered.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from corral.libs.runtime import telemetry
+from corral.libs.runtime.api_server import refuse_reply
+from corral.schemas import subjects
 from corral.schemas.api import ApiError, LaunchOrder
 from corral.schemas.steps import (
     StepDone,
@@ -71,6 +75,10 @@ class StepServer:
         await self.nc.subscribe(step_subject(self.node, "*"), cb=self._on_request)
 
     async def _on_request(self, msg: Msg) -> None:
+        caller = msg.subject.rsplit(".", 1)[-1]
+        if msg.reply and not subjects.own_inbox(caller, msg.reply):
+            await refuse_reply(self.nc, f"agent-{self.node}", msg, caller)
+            return
         # Each request in its own task: a launch waits for peers, which may be waiting for us.
         self.background.spawn(self._answer(msg))
 

@@ -17,7 +17,8 @@ Cycle:
 An answer names the request it answers as its cause (``Meta.causation_id``); a ``NodeDown`` for missed
 heartbeats and a ``NodeUp`` have no cause in the log (the reason is in the body).
 
-Every append is conditional on the node's last event sequence, so several health replicas never report
+Every append is conditional on the node's last event sequence (of any entry on its subjects, a malformed one
+included, so that no entry can stall a node), so several health replicas never report
 the same change twice, and an answer computed from a stale view of the node is refused and tried again.
 
 ``Health`` takes its log and its clock as ports (``libs/runtime/ports.py``): ``main`` gives it the bus and
@@ -102,9 +103,11 @@ class Health:
                     # Up again; the next check reports it down if it does not heartbeat.
                     self.admin_down.discard(body.node)
                     self.up[body.node] = True
-            if isinstance(body, ev.NODE_EVENTS):
-                # Every entry on the node's subjects moves the sequence appends are conditional on.
-                self.node_seq[body.node] = entry.seq
+            owner = subjects.entry_owner(entry.subject)
+            if owner is not None and owner[0] == "node":
+                # Every entry on the node's subjects moves the sequence appends are conditional on, one that
+                # fails to decode or claims another node included (the fold's rule: ``fold.skip``).
+                self.node_seq[owner[1]] = entry.seq
             if entry.pending == 0 and self.requests:
                 # Caught up: what is still unanswered is (replaying, an answer would only lose its race).
                 self.wake.set()

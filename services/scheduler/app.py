@@ -3,7 +3,9 @@
 Cycle:
 1. rebuild: fold the whole log into the state (``state.apply``), from sequence 1;
 2. follow: apply every new entry as it arrives, in log order; an entry a fold handler fails on (a poison
-   entry) is skipped, counted (``State.skipped``), dead-lettered once and logged once, never fatal;
+   entry), or one that fails to decode or does not belong on its subject, is skipped (it still moves its
+   job's sequence: ``fold.skip``), counted (``State.skipped``), dead-lettered once and logged once, never
+   fatal;
    The state keeps each job's spec without its script and environment; a launch order gets them back
    from the submission's log entry (recent ones are kept in memory for that);
 3. decide: when caught up (and every decision it published has come back), ``plan()``;
@@ -48,7 +50,7 @@ from corral.libs.config.cluster import ClusterConfig
 from corral.libs.config.policy import policy_of, usage_policy_of
 from corral.libs.core import plan as planner
 from corral.libs.core.causation import cause_of
-from corral.libs.core.fold import apply
+from corral.libs.core.fold import apply, skip
 from corral.libs.core.orders import orders
 from corral.libs.core.reason_log import reason_changes
 from corral.libs.core.state import State
@@ -109,7 +111,7 @@ class Scheduler:
         self.log = telemetry.logger()
         self.caught_up = asyncio.Event()
         self.rearm = asyncio.Event()  # set when a cycle moved the next begin time: the ticker re-times
-        self.poison: list[tuple[LogEntry, str]] = []  # entries the fold skipped, with the error, to report
+        self.poison: list[tuple[LogEntry, str]] = []  # entries the fold skipped, with the reason, to report
 
     @property
     def epoch(self) -> int:
@@ -122,13 +124,11 @@ class Scheduler:
 
     # 1 + 2 -------------------------------------------------------------------------------------
     def apply(self, entry: LogEntry) -> None:
-        """Fold one entry (entries that failed to decode are skipped, with a log line; entries a fold
-        handler failed on are skipped too, and kept for ``report_poison``)."""
+        """Fold one entry; one that failed to decode (or does not belong on its subject) and one a fold
+        handler failed on are skipped by the fold and kept for ``report_poison``."""
         if entry.envelope is None:
-            self.log.warning(
-                "skipping malformed log entry", seq=entry.seq, subject=entry.subject, error=entry.error
-            )
-            self.state.last_seq = max(self.state.last_seq, entry.seq)
+            if skip(self.state, entry.seq, entry.subject).reason == "undecodable":
+                self.poison.append((entry, f"not a valid event for its subject: {entry.error}"))
             return
         body = entry.envelope.body
         if isinstance(body, ev.JobSubmitted) and self.caught_up.is_set():
@@ -137,14 +137,13 @@ class Scheduler:
                 self.recent_specs.popitem(last=False)
         outcome = apply(self.state, entry.seq, entry.envelope)
         if outcome.reason == "handler_failed":
-            self.poison.append((entry, outcome.error))
+            self.poison.append((entry, f"a fold handler failed: {outcome.error}"))
 
     async def report_poison(self) -> None:
         """Dead-letter the entries the fold skipped, each once, and log each once (a replay that meets an
         entry already in the dead letters, as every restart does, adds no copy and no log line)."""
         poison, self.poison = self.poison, []
-        for entry, error in poison:
-            reason = f"a fold handler failed: {error}"
+        for entry, reason in poison:
             try:
                 new = await self.bus.dead_letter_entry(DEAD_LETTERS, entry, reason)
             except TransientError as exc:

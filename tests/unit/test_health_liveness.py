@@ -69,6 +69,23 @@ async def test_a_node_silent_for_node_timeout_is_down_and_a_heartbeat_brings_it_
         assert node_facts(log)[1:] == [ev.NodeUp(node=NODE)]
 
 
+@pytest.mark.parametrize(
+    "data",
+    [b"{}", b"\x00not json", b'{"meta": {}, "body": {"type": "node_up", "node": "gpu02"}}'],
+    ids=["empty", "not json", "incomplete envelope"],
+)
+async def test_an_entry_without_an_event_on_a_nodes_subjects_does_not_stall_it(data: bytes) -> None:
+    """Health's appends are conditional on the node's newest sequence: a malformed entry there (once, the
+    reply of a confused deputy) counts too, or the silent node could never be reported down."""
+    log, clock = MemLog(), FakeClock()
+    await log.append(registered(NODE))
+    log.put(subjects.node_subject(NODE, "node_down"), data)
+    async with running(log, clock):
+        for _ in range(3):
+            await step(clock, 5.0)
+        assert node_facts(log) == [ev.NodeDown(node=NODE, reason="Not responding")]
+
+
 async def test_heartbeats_keep_a_node_up() -> None:
     log, clock = MemLog(), FakeClock()
     await log.append(registered(NODE))
