@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from test_scheduler_replay import settle
 
 from corral.libs.config.cluster import parse_config
 from corral.libs.runtime.bus import Bus
@@ -36,15 +37,6 @@ default = true
 """
 
 
-async def caught_up(scheduler: Scheduler, bus: Bus) -> None:
-    for _ in range(200):
-        last = await bus.last_seq()
-        if scheduler.state.last_seq >= last and scheduler.inflight <= last and not scheduler.lock.locked():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("scheduler did not catch up")
-
-
 async def test_a_standby_shows_the_leaders_reasons_priorities_and_starts(bus: Bus) -> None:
     config = parse_config(CONFIG)
     leader = Scheduler(bus, config)  # no lease: always leads
@@ -69,18 +61,18 @@ async def test_a_standby_shows_the_leaders_reasons_priorities_and_starts(bus: Bu
         jobs = list(range(base, base + 4))
         for job in jobs:
             await bus.append(ev.JobSubmitted(job_id=job, user="alice", spec=wide))
-        await caught_up(leader, bus)
+        await settle(leader, bus)
         for _ in range(200):  # the leader allocates the first job at its next cycle
             if any(leader.state.jobs[j].state == "RUNNING" for j in jobs):
                 break
             await asyncio.sleep(0.05)
-        await caught_up(leader, bus)
+        await settle(leader, bus)
         # Play the agent: the allocated job's run starts (its planned end, and so the others' planned
         # starts, then count from that fact, not from the time a plan is made).
         (running,) = [j for j in jobs if leader.state.jobs[j].state == "RUNNING"]
         await bus.append(ev.RunStarted(job_id=running, attempt=0, node="sq1", pid=1))
-        await caught_up(leader, bus)
-        await caught_up(standby, bus)
+        await settle(leader, bus)
+        await settle(standby, bus)
         assert not standby.leading() and standby.state.last_seq == leader.state.last_seq
         request = api.JobsRequest(job_ids=jobs)
         shown = await leader.jobs("alice", request), await standby.jobs("alice", request)
