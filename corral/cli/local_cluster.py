@@ -51,6 +51,7 @@ class Process:
     name: str  # service name (agent-<node> for agents)
     argv: list[str]  # command line
     proc: subprocess.Popen[bytes] | None = None  # the running process
+    secrets: dict[str, str] = field(default_factory=dict)  # environment it gets, never on its command line
 
 
 @dataclass
@@ -155,15 +156,19 @@ class LocalCluster:
         replicas = ("gateway-2", "health-2", "scheduler-2", *ACCOUNTING_REPLICAS[1:]) if self.ha else ()
         for name in ("accounting", "scheduler", "gateway", "health", *replicas, *self._optional_services()):
             role = f"corral-{name.split('-')[0]}"
-            extra = []
+            extra, secrets = [], {}
             if name in ACCOUNTING_REPLICAS:
-                replica = ACCOUNTING_REPLICAS.index(name)
-                extra = ["--database-url", self.postgres.dsn, "--replica", str(replica)]
+                # The DSN holds the database password: in the environment (readable by its owner only),
+                # not on the command line every local user can read in ps.
+                extra, secrets = (
+                    ["--replica", str(ACCOUNTING_REPLICAS.index(name))],
+                    {"CORRAL_DATABASE_URL": self.postgres.dsn},
+                )
             if name.startswith("gateway"):
                 extra = ["--admin", roles.ADMIN, "--auditor", roles.AUDITOR]
             if name == "scheduler-2":
                 extra = ["--name", f"{socket.gethostname()}-2"]  # a standby (the lease names each scheduler)
-            self._spawn(name, role, f"corral.services.{name.split('-')[0]}", extra)
+            self._spawn(name, role, f"corral.services.{name.split('-')[0]}", extra, secrets)
         for node in config.nodes:
             role = roles.agent_role(node.name)
             agent_dir = self.state_dir / "agents" / node.name
@@ -206,7 +211,9 @@ class LocalCluster:
         for path, value in ((self.metrics_file, urls), (self.state_dir / "prometheus-targets.json", targets)):
             path.write_bytes(msgspec.json.format(msgspec.json.encode(value)) + b"\n")
 
-    def _spawn(self, name: str, role: str, module: str, extra: list[str]) -> None:
+    def _spawn(
+        self, name: str, role: str, module: str, extra: list[str], secrets: dict[str, str] | None = None
+    ) -> None:
         # A port chosen here, not by the process: the URL is known before it starts and stays the same
         # when a test kills and revives it (the same command line).
         port = free_port() if self.metrics else None
@@ -224,12 +231,14 @@ class LocalCluster:
             "off" if port is None else str(port),
             *extra,
         ]
-        self.processes.append(Process(name, argv, self._popen(name, argv)))
+        secrets = secrets or {}
+        self.processes.append(Process(name, argv, self._popen(name, argv, secrets), secrets))
 
-    def _popen(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _popen(self, name: str, argv: list[str], secrets: dict[str, str]) -> subprocess.Popen[bytes]:
         # Services log JSON lines to their own file; they never inherit a job's identity or a remote URL.
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
         env["CORRAL_STATE_DIR"] = str(self.state_dir)
+        env.update(secrets)
         with open(self.state_dir / "logs" / f"{name}.log", "ab") as log:
             return subprocess.Popen(
                 argv,
@@ -316,7 +325,7 @@ class LocalCluster:
     def revive(self, name: str) -> None:
         """Start a killed service process again with the same command line."""
         p = self.process(name)
-        p.proc = self._popen(name, p.argv)
+        p.proc = self._popen(name, p.argv, p.secrets)
 
     def restart(self, name: str) -> None:
         """Kill a service process hard and start it again."""

@@ -121,7 +121,7 @@ class Chaos:
         if name.startswith("corral-nats-"):
             return f"nats-{name.rsplit('-', 1)[1]}/nats.conf"
         if name == "postgres":
-            return "postgres -D "  # not "postgres": accounting's --database-url holds that too
+            return "postgres -D "  # the postmaster: "postgres" alone is in other command lines too
         urls = json.loads((self.up.state / "metrics.json").read_text())
         return f"--metrics-port {urls[name].rsplit(':', 1)[1].split('/')[0]} "
 
