@@ -23,6 +23,8 @@ class NatsUser:
     subscribe: list[str]
     # Lets the user publish to the reply subject of a request it received, whatever `publish` says.
     allow_responses: bool = False
+    # Subjects it may not publish to even where `publish` allows them (nats-server checks deny last).
+    deny_publish: tuple[str, ...] = ()
 
 
 class NatsServer(ManagedServer):
@@ -163,7 +165,10 @@ def _nats_user(user: NatsUser) -> str:
     if user.password.startswith("$2"):
         # nats-server reads such a value as a bcrypt hash, not as the password itself.
         raise ValueError(f"NATS password of {user.user!r} must not start with '$2'")
-    permissions = [f"publish: {_subject_rule(user.publish)}", f"subscribe: {_subject_rule(user.subscribe)}"]
+    permissions = [
+        f"publish: {_subject_rule(user.publish, user.deny_publish)}",
+        f"subscribe: {_subject_rule(user.subscribe)}",
+    ]
     if user.allow_responses:
         permissions.append("allow_responses: true")
     return (
@@ -172,8 +177,10 @@ def _nats_user(user: NatsUser) -> str:
     )
 
 
-def _subject_rule(subjects: Sequence[str]) -> str:
+def _subject_rule(subjects: Sequence[str], deny: Sequence[str] = ()) -> str:
     # An empty allow list means "no restriction" to nats-server, so "nothing" must be spelled as a deny.
     if not subjects:
         return '{deny: [">"]}'
+    if deny:
+        return f"{{allow: {_quote_list(subjects)}, deny: {_quote_list(deny)}}}"
     return f"{{allow: {_quote_list(subjects)}}}"

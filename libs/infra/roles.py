@@ -86,6 +86,18 @@ def _inbox(user: str) -> str:
     return f"{subjects.inbox_prefix(user)}.>"
 
 
+#: The work stream's consumer API and acks: only the admin (who declares each node's consumer) and each node's
+#: agent (bound to its own) use them. A service's JetStream client rights (``$JS.API.CONSUMER.>``, for its
+#: own consumers of the log and the buckets) would otherwise let it create a consumer there and read launch
+#: orders, which hold users' scripts and environments.
+_WORK_CONSUMERS = (
+    f"$JS.API.CONSUMER.*.{subjects.WORK_STREAM}",
+    f"$JS.API.CONSUMER.*.{subjects.WORK_STREAM}.>",
+    f"$JS.API.CONSUMER.*.*.{subjects.WORK_STREAM}.>",
+    f"$JS.ACK.{subjects.WORK_STREAM}.>",
+)
+
+
 def service_user(role: str, password: str) -> NatsUser:
     """The NATS user of a service role."""
     if role == ADMIN:
@@ -122,7 +134,7 @@ def service_user(role: str, password: str) -> NatsUser:
         pass  # read-only: the JetStream client API of its consumer, and dead letters
     else:
         raise ValueError(f"unknown service role {role!r}")
-    return NatsUser(role, password, publish=publish, subscribe=subscribe)
+    return NatsUser(role, password, publish=publish, subscribe=subscribe, deny_publish=_WORK_CONSUMERS)
 
 
 def agent_user(node: str, password: str) -> NatsUser:

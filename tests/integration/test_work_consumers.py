@@ -23,6 +23,7 @@ from corral.libs.infra import NatsServer, roles
 from corral.libs.runtime.bus import Bus
 from corral.libs.runtime.credentials import Credentials
 from corral.libs.runtime.streams import connect, declare
+from corral.schemas import events as ev
 from corral.schemas import subjects
 
 pytestmark = pytest.mark.integration
@@ -139,3 +140,23 @@ async def test_declaring_again_pins_a_changed_filter_back(buses: dict[str, Bus])
     assert await filter_of(admin, "node1") == subjects.work_subject("node2")
     await declare(admin.js, nodes=NODES)
     assert await filter_of(admin, "node1") == subjects.work_subject("node1")
+
+
+@pytest.mark.parametrize("config", list(ATTEMPTS.values()), ids=list(ATTEMPTS))
+async def test_a_service_may_not_create_a_consumer_on_the_work_stream(
+    buses: dict[str, Bus], config: api.ConsumerConfig
+) -> None:
+    # A service's JetStream rights cover its own consumers of the log and the buckets, not the work stream.
+    scheduler = buses[roles.SCHEDULER].nc.jetstream(timeout=1.0)
+    with pytest.raises(nats.errors.TimeoutError):
+        await scheduler.add_consumer(subjects.WORK_STREAM, config)
+    psub = await scheduler.pull_subscribe_bind(
+        durable=subjects.work_consumer("node2"), stream=subjects.WORK_STREAM
+    )
+    with pytest.raises(nats.errors.TimeoutError):
+        await psub.fetch(1, timeout=1.0)
+    names = [c.name for c in await buses[roles.ADMIN].js.consumers_info(subjects.WORK_STREAM)]
+    assert sorted(names) == [subjects.work_consumer(n) for n in NODES]
+    # Its own consumers of the log still work (an ordered replay, as the scheduler's follower makes).
+    appended = await buses[roles.ADMIN].append(ev.NodeDrainRequested(node="node1", user="root", reason="x"))
+    assert [e.seq async for e in buses[roles.SCHEDULER].read(appended.seq)] == [appended.seq]
