@@ -234,11 +234,13 @@ class LocalCluster:
         secrets = secrets or {}
         self.processes.append(Process(name, argv, self._popen(name, argv, secrets), secrets))
 
-    def _popen(self, name: str, argv: list[str], secrets: dict[str, str]) -> subprocess.Popen[bytes]:
+    def _popen(
+        self, name: str, argv: list[str], secrets: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         # Services log JSON lines to their own file; they never inherit a job's identity or a remote URL.
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
         env["CORRAL_STATE_DIR"] = str(self.state_dir)
-        env.update(secrets)
+        env.update(secrets or {})
         with open(self.state_dir / "logs" / f"{name}.log", "ab") as log:
             return subprocess.Popen(
                 argv,
