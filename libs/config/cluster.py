@@ -53,7 +53,7 @@ from corral.libs.config.tables import AccountConfig as AccountConfig
 from corral.libs.config.tables import BlockConfig as BlockConfig
 from corral.libs.config.tables import NodeConfig as NodeConfig
 from corral.libs.config.tables import PartitionConfig as PartitionConfig
-from corral.libs.config.tables import parse_accounts, parse_blocks, parse_nodes, parse_partitions
+from corral.libs.config.tables import parse_accounts, parse_blocks, parse_nodes, parse_partitions, user_names
 from corral.libs.config.values import ConfigError as ConfigError
 from corral.libs.core.qos import NORMAL, QosPolicy
 from corral.libs.slurm import hostlist
@@ -71,6 +71,7 @@ class ClusterConfig:
     accounting: AccountingConfig = field(default_factory=AccountingConfig)  # how the projection is shared
     accounts: tuple[AccountConfig, ...] = ()  # fair-share accounts (empty: every user is their own)
     blocks: tuple[BlockConfig, ...] = ()  # topology blocks (a node in none is a block of its own)
+    admins: tuple[str, ...] = ()  # [cluster] admins: users who may act on every job (Slurm's AdminLevel)
 
     def default_account(self, user: str) -> str:
         """The account a job is charged to without -A: the first account listing the user, else the user."""
@@ -96,6 +97,17 @@ class ClusterConfig:
     cgroup_root: str = "corral"  # run cgroups' directory, relative to the memory controller's hierarchy
     source: str = field(default="", compare=False)  # where it was read from
     qos: tuple[QosPolicy, ...] = (QosPolicy(NORMAL),)  # every QOS, ``normal`` always among them
+
+    def coordinates(self, user: str, account: str) -> bool:
+        """Whether ``user`` coordinates ``account``: a coordinator of it or of an account above it."""
+        seen: set[str] = set()
+        found = self.account(account)
+        while found is not None and found.name not in seen:
+            if user in found.coordinators:
+                return True
+            seen.add(found.name)
+            found = self.account(found.parent)
+        return False
 
     def qos_named(self, name: str) -> QosPolicy | None:
         """The QOS called ``name``, or None."""
@@ -181,6 +193,7 @@ def parse_config(
         cgroup_root=_cgroup_root(cluster),
         source=source,
         qos=parse_qos(doc.get("qos")),
+        admins=user_names(cluster, "admins", "cluster"),
     )
     check_qos_references(config)
     if config.heartbeat_interval_s >= config.node_timeout_s:

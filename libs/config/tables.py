@@ -67,6 +67,7 @@ class AccountConfig:
     shares: int  # raw shares among its siblings
     users: tuple[str, ...]  # users associated with it (each with 1 share)
     limits: AssocLimits | None = None  # association limits (None: none)
+    coordinators: tuple[str, ...] = ()  # users who may control its and its sub-accounts' jobs (Slurm's)
 
 
 def parse_nodes(raw: Any) -> list[NodeConfig]:
@@ -183,6 +184,7 @@ def parse_accounts(raw: Any) -> tuple[AccountConfig, ...]:
                 shares,
                 cv.string_list(table, "users", where),
                 AssocLimits(name, **limits) if any(v is not None for v in limits.values()) else None,
+                user_names(table, "coordinators", where),
             )
         )
     try:
@@ -193,6 +195,15 @@ def parse_accounts(raw: Any) -> tuple[AccountConfig, ...]:
     except TreeError as exc:
         raise ConfigError(f"accounts: {exc}") from None
     return tuple(out)
+
+
+def user_names(table: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    """A list of user names (``admins``, ``coordinators``): each a valid subject token, as a NATS user is."""
+    names = cv.string_list(table, key, where)
+    for name in names:
+        if not valid_token(name):
+            raise ConfigError(f"{where}.{key}: {name!r} is not a valid user name (letters, digits, - _)")
+    return names
 
 
 def parse_blocks(raw: Any, nodes: list[NodeConfig]) -> tuple[BlockConfig, ...]:

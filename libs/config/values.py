@@ -25,7 +25,7 @@ ASSOC_LIMITS = ("grp_gres", "grp_jobs", "max_jobs_per_user", "max_gres_per_user"
 KEYS = {
     "": {"cluster", "scheduler", "accounting", "nodes", "partitions", "accounts", "qos", "blocks"},
     "accounting": {"partitions", "lease_ttl"},
-    "accounts": {"name", "parent", "shares", "users", *ASSOC_LIMITS},
+    "accounts": {"name", "parent", "shares", "users", "coordinators", *ASSOC_LIMITS},
     "qos": {
         "name",
         "priority",
@@ -70,6 +70,7 @@ KEYS = {
         "kill_wait",
         "constrain_ram_space",
         "cgroup_root",
+        "admins",
     },
     "nodes": {"names", "cpus", "memory", "gpus", "gpu_type", "features"},
     "partitions": {

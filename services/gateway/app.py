@@ -2,8 +2,9 @@
 (``reservations.py``) and node drain/resume requests (``nodes.py``); appends the accepted as intents. It also
 answers ``history`` (``corral audit``, ``history.py``) from the log.
 
-Roles: ``--admin`` users may act on every job; ``--auditor`` users may read every history and call no verb
-that writes (every verb but ``history`` is refused to them, ``handlers``).
+Roles: ``--admin`` users and ``[cluster] admins`` may act on every job, an account's ``coordinators`` on its
+jobs and its sub-accounts' (``control.may_control``); ``--auditor`` users may read every history and call no
+verb that writes (every verb but ``history`` is refused to them, ``handlers``).
 
 Cycle of one request:
 1. take the caller from the request subject (bound to the authenticated connection);
@@ -77,6 +78,7 @@ class Gateway:
         self.ids = ids
         self.asks = SchedulerAsks(scheduler)
         self.config = config
+        admins = admins | frozenset(config.admins)  # --admin (corral up's admin role) and [cluster] admins
         self.admins = admins
         self.auditors = auditors - admins  # an admin named auditor too keeps the admin's rights
         self.lookup = JobLookup(events, ids)
@@ -219,7 +221,7 @@ class Gateway:
         found = await self.lookup.find(req.job_id)
         if found is None:
             return control.INVALID_JOB
-        if found.user != user and user not in self.admins:
+        if not self._may_control(user, found):
             return control.DENIED
         if found.whole_array:
             return control.ARRAY_UPDATE
@@ -344,7 +346,7 @@ class Gateway:
         for target in await self.lookup.targets(job_ids, tasks):
             error: str | None = control.INVALID_JOB
             found = target.found
-            if found is not None and found.user != user and user not in self.admins:
+            if found is not None and not self._may_control(user, found):
                 error = control.DENIED
             elif found is not None:
                 errors = [await act(job_id, found) for job_id in found.job_ids]
@@ -352,13 +354,16 @@ class Gateway:
             outcomes.append(api.JobOutcome(job_id=target.job_id, error=error, array_task_id=target.index))
         return api.ControlReply(outcomes=outcomes)
 
+    def _may_control(self, user: str, found: Found) -> bool:
+        return control.may_control(user, found.submitted, self.config, self.admins)
+
     async def _latest(self, job_id: int) -> ev.Event | None:
         """The newest event on the job's own subject."""
         latest = await self.events.last_entry(subjects.job_events(job_id))
         return latest.envelope.body if latest and latest.envelope else None
 
     async def _cancel_one(self, user: str, found: Found) -> str | None:
-        if found.user != user and user not in self.admins:
+        if not self._may_control(user, found):
             raise Forbidden(f"Access/permission denied: job {found.job_id} belongs to {found.user}")
         await self.events.append(
             ev.JobCancelRequested(job_id=ev.JobId(found.job_id), user=user, whole_array=found.whole_array),

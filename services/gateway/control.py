@@ -1,4 +1,5 @@
-"""Checks of hold, release and update requests before their intent is appended (pure).
+"""Checks of hold, release and update requests before their intent is appended (pure), and who may control a
+job (``may_control``: its owner, an admin, or a coordinator of its account or of an account above it).
 
 The gateway holds no job state: it reads the job's newest log entry and refuses what Slurm refuses
 (a job that runs or ended cannot be held, released or changed). The check is a courtesy, not the guard: the
@@ -12,6 +13,7 @@ from typing import Literal
 
 import msgspec
 
+from corral.libs.config.cluster import ClusterConfig
 from corral.schemas import events as ev
 
 #: Slurm's wording for each refusal (printed as ``scontrol: error: <text> for job <id>``).
@@ -58,6 +60,15 @@ NOT_ON_JOB_SUBJECTS: dict[type, str] = {
     ev.StepStarted: "on the job's step subjects, which the newest-entry lookup does not cover",
     ev.StepExited: "on the job's step subjects, which the newest-entry lookup does not cover",
 }
+
+
+def may_control(user: str, submitted: ev.JobSubmitted, config: ClusterConfig, admins: frozenset[str]) -> bool:
+    """Whether ``user`` may cancel, signal, hold, release, requeue or update the job ``submitted`` made: its
+    owner, an admin (``--admin`` or ``[cluster] admins``), or a coordinator of the job's account (or of an
+    account above it: ``[[accounts]] coordinators``), as Slurm lets an account coordinator manage its users'
+    jobs. Raising a time limit or setting a priority stays the admins' (``Gateway._update_one``)."""
+    account = submitted.spec.account or config.default_account(submitted.user)
+    return user == submitted.user or user in admins or config.coordinates(user, account)
 
 
 def phase(latest: ev.Event | None) -> Phase:
