@@ -10,6 +10,7 @@ import itertools
 import pytest
 from nats.aio.msg import Msg
 
+from corral.libs.infra import roles
 from corral.libs.runtime import metrics as metricsmod
 from corral.libs.runtime.api_server import serve
 from corral.libs.runtime.bus import Bus
@@ -103,7 +104,8 @@ async def test_api_requests_and_errors_are_counted_by_verb(bus: Bus) -> None:
     finally:
         metricsmod.current.reset(token)
     try:
-        subject = subjects.api_subject("metrics_test", bus.actor)
+        # As the connection's own user: a service answers only on the caller's own inbox.
+        subject = subjects.api_subject("metrics_test", roles.ADMIN)
         for body in (api.JobsRequest(), api.JobsRequest(), api.JobsRequest(job_ids=[7])):
             reply = await bus.nc.request(subject, encode(body), timeout=5)
             decode(reply.data, api.JobsReply | api.ApiError)
