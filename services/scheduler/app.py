@@ -28,11 +28,8 @@ Leadership (``leadership.py``, the rules in ``libs/core/lease.py``): only the pr
 plans, publishes and snapshots; it checks its lease before each cycle and each append, and stamps its
 epoch on every decision. A standby runs steps 1 and 2 only, so its state is current when it takes over.
 
-It also answers ``jobs`` (squeue), ``will_run`` (sbatch --test-only, for the gateway), ``nodes`` (sinfo),
-``priority`` (sprio), ``shares`` (sshare), ``reservations`` (scontrol show reservation) and ``ping``
-(scontrol ping) from its state, leader and standbys alike (``process.py``). Pending reasons and planned
-starts come from the leader's latest cycle, or on a standby from a plan made for the answer (``view``:
-the same pure plan on the same log, made at most once per log position and second). Reservation
+Its query verbs (squeue, sinfo, sprio, sshare, scontrol ping and show reservation, and sbatch --test-only
+for the gateway) are ``queries.py``'s, answered by leader and standbys alike. Reservation
 decisions are appended like job decisions, conditional on the reservation name's subject
 (``corral.evt.resv.<name>.>``) not having changed since.
 """
@@ -54,21 +51,19 @@ from corral.libs.core.fold import apply, skip
 from corral.libs.core.orders import orders
 from corral.libs.core.reason_log import reason_changes
 from corral.libs.core.state import State
-from corral.libs.core.will_run import will_run
-from corral.libs.infra import roles
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.bus import Bus, LogEntry
-from corral.libs.runtime.errors import AppendConflict, Forbidden, TransientError
-from corral.libs.runtime.kv_lease import TRANSIENT
+from corral.libs.runtime.errors import AppendConflict, TransientError
 from corral.libs.runtime.service import either
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.schemas.codec import encode
 from corral.schemas.events import Event
-from corral.services.scheduler import priority_views, snapshot, views
+from corral.services.scheduler import snapshot
 from corral.services.scheduler.leadership import Leadership
 from corral.services.scheduler.metrics import SchedulerMetrics
 from corral.services.scheduler.planning import cycle_span, gc_paused, plan_paused
+from corral.services.scheduler.queries import QueryVerbs
 
 #: Full specs of this many recent submissions are kept for their launch orders.
 RECENT_SPECS = 4096
@@ -78,7 +73,7 @@ FULL_PASS_S = 5.0
 DEAD_LETTERS = "scheduler"
 
 
-class Scheduler:
+class Scheduler(QueryVerbs):
     """One scheduler process: the leader, or a standby that folds the log and decides nothing (``leader``)."""
 
     def __init__(
@@ -348,63 +343,3 @@ class Scheduler:
             return FULL_PASS_S
         # A hair after the begin time, so that the pass sees it as come.
         return min(FULL_PASS_S, max(wake - time.time(), 0.0) + 0.01)
-
-    # queries -----------------------------------------------------------------------------------
-    def view(self, now: float) -> planner.Plan:
-        """The reasons, priorities and planned starts a query shows: the leader's latest cycle; on a
-        standby (which makes no cycle) a plan of the state made now, kept for the same log position and
-        second. It decides nothing: nothing of it is published."""
-        if self.leading():
-            return self.outlook
-        key = (self.state.last_seq, int(now))
-        if self._standby_view is None or self._standby_view[:2] != key:
-            self._standby_view = (*key, plan_paused(self.state, now, self.policy, self.epoch))
-        return self._standby_view[2]
-
-    async def jobs(self, user: str, req: api.JobsRequest) -> api.JobsReply:
-        """squeue."""
-        now = time.time()
-        return views.jobs_reply(self.state, self.view(now), self.policy, req, now)
-
-    async def will_run(self, user: str, req: api.WillRunRequest) -> api.WillRunReply:
-        """sbatch --test-only, asked by the gateway once it validated the job: plan it hypothetically."""
-        if user != roles.GATEWAY:
-            raise Forbidden("Access/permission denied: use sbatch --test-only")
-        got = will_run(self.state, time.time(), self.will_run_policy, req.user, req.spec)
-        return api.WillRunReply(
-            job_id=got.job_id,
-            start=got.start,
-            nodes=got.nodes,
-            cpus=got.cpus,
-            partition=req.spec.partition or "",
-            reason=got.reason,
-        )
-
-    async def nodes(self, user: str, req: api.NodesRequest) -> api.NodesReply:
-        """sinfo."""
-        return views.nodes_reply(self.state, self.config, req, time.time())
-
-    async def reservations(self, user: str, req: api.ReservationsRequest) -> api.ReservationsReply:
-        """scontrol show reservation."""
-        return views.reservations_reply(self.state, req, time.time())
-
-    async def priority(self, user: str, req: api.PriorityRequest) -> api.PriorityReply:
-        """sprio."""
-        return priority_views.priority_reply(self.state, self.policy, req, time.time())
-
-    async def ping(self, user: str, req: api.PingRequest) -> api.PingReply:
-        """scontrol ping: every scheduler answers, from the leader bucket (unavailable while JetStream elects
-        the bucket's leader: a retryable error, which another scheduler's answer may beat)."""
-        if self.leader is None:
-            return api.PingReply(controllers=[api.ControllerInfo(name="scheduler", role="primary", up=True)])
-        try:
-            lines = await self.leader.roster()
-        except TRANSIENT as exc:
-            raise TransientError(f"the schedulers' lease bucket is unavailable ({exc!r}); try again") from exc
-        return api.PingReply(
-            controllers=[api.ControllerInfo(name=name, role=role, up=up) for name, role, up in lines]
-        )
-
-    async def shares(self, user: str, req: api.SharesRequest) -> api.SharesReply:
-        """sshare."""
-        return priority_views.shares_reply(self.state, self.policy, req, user, time.time())
