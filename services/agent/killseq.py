@@ -117,15 +117,19 @@ class KillSequence:
             self._on_grace_over(_signal.SIGALRM, None)
 
     def send(self, signum: int) -> None:
-        """Send ``signum`` to every process group and member."""
-        for pgid in self.groups():
+        """Send ``signum`` once to every process group and to every member outside those groups: a process
+        in both (the batch shell is in its group and in the cgroup) must not get it twice, or a shell that
+        traps SIGTERM runs its trap twice when the second arrives after it handled the first."""
+        groups = self.groups()
+        for pgid in groups:
             try:  # noqa: SIM105 (contextlib is an import too many for stepd)
                 os.killpg(pgid, signum)
             except (ProcessLookupError, PermissionError):
                 pass
         for pid in self.members():
-            try:  # noqa: SIM105
-                os.kill(pid, signum)
+            try:
+                if os.getpgid(pid) not in groups:
+                    os.kill(pid, signum)
             except (ProcessLookupError, PermissionError):
                 pass
 
