@@ -7,9 +7,9 @@ Steps are interactive, so they use core NATS, not the log:
   ``srun`` talks only to the job's *batch node* (its first node), whose agent holds the run's launch order
   and so knows the owner, the attempt and every node's GPUs: it checks the caller, numbers the step, lays out
   the tasks and asks its peers (``StepTasks``) to start theirs.
-- ``corral.io.<user>.<key>.{out,err,exit}.<task>`` (agents -> srun) and ``corral.io.<user>.<key>.in``
-  (srun -> task 0): a step's output, task exits and stdin; ``key`` is a random token chosen by srun, so srun
-  subscribes before it asks for the step.
+- ``corral.io.<user>.<key>.{out,err,exit}.<task>.<node>`` (the agent of the task's node -> srun) and
+  ``corral.io.<user>.<key>.in.<node>`` (srun -> task 0's node): a step's output, task exits and stdin;
+  ``key`` is a random token chosen by srun, so srun subscribes before it asks for the step.
 
 The facts that last (the step started, the step ended) go to the log as ``StepStarted``/``StepExited``.
 """
@@ -128,10 +128,24 @@ def step_subject(node: str, caller: str) -> str:
     return f"corral.step.{node}.{caller}"
 
 
-def io_subject(user: str, key: str, kind: str, task: int | None = None) -> str:
-    """I/O subject of a step: kind out/err/exit (with the task) or in (task 0's stdin)."""
+def io_subject(user: str, key: str, kind: str, task: int | str | None, node: str) -> str:
+    """I/O subject of a step: kind out/err/exit of a task (``task`` ``"*"`` for any) from the node that runs
+    it, or in (``task`` None): task 0's stdin, to the node that runs it. The node token is the one the
+    server's permissions bind to an agent, so an agent can speak only for its own node's tasks and hears
+    only the stdin of its own (``roles.agent_user``)."""
     base = f"corral.io.{user}.{key}.{kind}"
-    return base if task is None else f"{base}.{task}"
+    return f"{base}.{node}" if task is None else f"{base}.{task}.{node}"
+
+
+def io_source(subject: str, nodes: dict[int, str]) -> tuple[str, int] | None:
+    """(kind, task) of an out/err/exit message of a step whose tasks run on ``nodes`` (task -> node), if it
+    came from the node that runs that task; None for anything else (it is ignored: no agent speaks for a
+    task of another node)."""
+    parts = subject.split(".")
+    if len(parts) != 7 or parts[4] not in ("out", "err", "exit") or not parts[5].isdigit():
+        return None
+    task = int(parts[5])
+    return (parts[4], task) if nodes.get(task) == parts[6] else None
 
 
 #: The batch script of an interactive allocation (srun outside a job, salloc): it runs nothing and ends,

@@ -41,6 +41,7 @@ from corral.schemas.steps import (
     StepLaunched,
     StepSignal,
     TaskExit,
+    io_source,
     io_subject,
     step_subject,
 )
@@ -177,7 +178,7 @@ class StepSession:
         return reply
 
     def _stream(self, wake: int) -> None:
-        in_subject = io_subject(self.cluster.user, self.launch.key, "in")
+        in_subject = io_subject(self.cluster.user, self.launch.key, "in", None, self.nodes.get(0, ""))
         stdin_open = self.launch.stdin
         quiet_since = time.monotonic()
         while len(self.exits) < self.ntasks:
@@ -228,10 +229,10 @@ class StepSession:
         return stdin_open, quiet_since, False
 
     def _handle(self, msg: nats_request.Message) -> None:
-        parts = msg.subject.split(".")
-        if len(parts) != 6 or not parts[5].isdigit():
-            return
-        kind, task = parts[4], int(parts[5])
+        source = io_source(msg.subject, self.nodes)
+        if source is None:
+            return  # not from the node of the task it names
+        kind, task = source
         if kind == "exit":
             with contextlib.suppress(msgspec.DecodeError):
                 self.exits[task] = msgspec.json.decode(msg.data, type=TaskExit)

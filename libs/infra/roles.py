@@ -147,9 +147,9 @@ def agent_user(node: str, password: str) -> NatsUser:
         f"corral.evt.job.*.run_exited.{node}",
         f"corral.evt.step.*.step_started.{node}",
         f"corral.evt.step.*.step_exited.{node}",
-        # Steps (srun): asking peer agents as itself, and a step's output and task exits to its user.
+        # Steps (srun): asking peer agents as itself, and the output and exits of its own node's tasks.
         steps.step_subject("*", role),
-        "corral.io.>",
+        *(steps.io_subject("*", "*", kind, "*", node) for kind in ("out", "err", "exit")),
         # Answers to step requests, on the caller's inbox (``step_server`` checks it is the caller's own).
         subjects.INBOXES,
         subjects.heartbeat_subject(node),
@@ -162,8 +162,14 @@ def agent_user(node: str, password: str) -> NatsUser:
         f"$JS.API.CONSUMER.MSG.NEXT.{durable}",
         f"$JS.ACK.{durable}.>",
     ]
-    # Step requests to this node from anyone (the agent checks the caller), stdin and task exits of steps.
-    subscribe = [_inbox(role), steps.step_subject(node, "*"), "corral.io.*.*.in", "corral.io.*.*.exit.*"]
+    # Step requests to this node from anyone (the agent checks the caller), the stdin of its own node's
+    # task 0s, and task exits (the batch node of a step collects its peers').
+    subscribe = [
+        _inbox(role),
+        steps.step_subject(node, "*"),
+        steps.io_subject("*", "*", "in", None, node),
+        steps.io_subject("*", "*", "exit", "*", "*"),
+    ]
     return NatsUser(role, password, publish=publish, subscribe=subscribe)
 
 
@@ -184,6 +190,10 @@ def user_user(name: str, password: str) -> NatsUser:
 
 def _person(name: str, password: str) -> NatsUser:
     # The API and steps (srun) as themselves; their steps' output, and stdin to their steps' task 0.
-    publish = [subjects.api_subject("*", name), steps.step_subject("*", name), f"corral.io.{name}.*.in"]
+    publish = [
+        subjects.api_subject("*", name),
+        steps.step_subject("*", name),
+        steps.io_subject(name, "*", "in", None, "*"),
+    ]
     subscribe = [_inbox(name), f"corral.io.{name}.>"]
     return NatsUser(name, password, publish=publish, subscribe=subscribe)

@@ -42,6 +42,7 @@ from corral.schemas.steps import (
     StepTasks,
     TaskExit,
     TaskPlace,
+    io_source,
     io_subject,
     step_subject,
 )
@@ -137,7 +138,7 @@ class StepCoord:
         step = Coordinated(order=lean, step_id=step_id, launch=launch, places=places, dir=sdir)
         self.table.coordinated[key] = step
         sub = await self.nc.subscribe(
-            io_subject(order.user, launch.key, "exit", None) + ".*", cb=functools.partial(self._on_exit, step)
+            io_subject(order.user, launch.key, "exit", "*", "*"), cb=functools.partial(self._on_exit, step)
         )
         peers = [n for n in steplayout.step_nodes(places) if n != self.node]
         request = StepTasks(launch=launch, order=lean, step_id=step_id, user=order.user, tasks=places)
@@ -196,18 +197,21 @@ class StepCoord:
             step.note_exit(exit)
         self.table.coordinated[sdir.key] = step
         sub = await self.nc.subscribe(
-            io_subject(coord.order.user, coord.launch.key, "exit", None) + ".*",
+            io_subject(coord.order.user, coord.launch.key, "exit", "*", "*"),
             cb=functools.partial(self._on_exit, step),
         )
         self.background.spawn(self._watch(step, sub))
 
     # 2 -------------------------------------------------------------------------------------------
     async def _on_exit(self, step: Coordinated, msg: Msg) -> None:
+        # Only the agent of the task's node speaks for it, and only about that task.
+        source = io_source(msg.subject, {p.task: p.node for p in step.places})
         try:
             exit = msgspec.json.decode(msg.data, type=TaskExit)
         except msgspec.DecodeError:
             return
-        step.note_exit(exit)
+        if source is not None and exit.task == source[1]:
+            step.note_exit(exit)
 
     async def _poll_peers(self, step: Coordinated) -> None:
         """Ask each peer that owes task exits for them; a peer that no longer knows the step lost its

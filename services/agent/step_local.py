@@ -168,7 +168,8 @@ class StepLocal:
         self.background.spawn(listen(local, reader, transport))
         if local.stdin_fd is not None:
             local.stdin_sub = await self.nc.subscribe(
-                io_subject(local.user, local.key, "in"), cb=functools.partial(self.output.feed, local)
+                io_subject(local.user, local.key, "in", None, self.node),
+                cb=functools.partial(self.output.feed, local),
             )
 
     def _fail_tasks(self, local: LocalStep, error: str) -> None:

@@ -132,7 +132,7 @@ class StepOutput:
                         continue  # not created yet
                     fh.seek(local.offsets.get(name, 0))
                     files[name] = fh
-                subject = io_subject(local.user, local.key, kind, task)
+                subject = io_subject(local.user, local.key, kind, task, self.node)
                 while chunk := fh.read(_CHUNK):
                     with contextlib.suppress(Exception):
                         await self.nc.publish(subject, chunk)
@@ -174,7 +174,7 @@ class StepOutput:
             coordinated.note_exit(exit)  # this node coordinates the step: no round trip
         with contextlib.suppress(Exception):
             await self.nc.publish(
-                io_subject(local.user, local.key, "exit", exit.task), msgspec.json.encode(exit)
+                io_subject(local.user, local.key, "exit", exit.task, self.node), msgspec.json.encode(exit)
             )
 
     def _release_local(self, local: LocalStep) -> None:
