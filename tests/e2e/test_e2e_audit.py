@@ -4,9 +4,12 @@ changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import getpass
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from e2e_cli import Cli, cli_as, user_env
 
 from corral.cli.local_cluster import LocalCluster
 from corral.libs.infra import roles
+from corral.libs.runtime.credentials import read_credentials
 
 pytestmark = pytest.mark.e2e
 
@@ -145,3 +149,92 @@ def test_the_auditor_reads_every_history_and_cannot_cancel(cluster: LocalCluster
     assert cli.sacct(job).startswith("RUNNING")
     assert cli("scancel", str(job)).returncode == 0
     cli.wait_state(job, ("CANCELLED",))
+
+
+#: What a guest may try, with its NATS credentials, to read another user's submission: the log, the launch
+#: orders, the job-id counter and snapshot buckets, the stream API (direct and message gets, a consumer).
+RAW_READS = (
+    ("sub", ">"),
+    ("sub", "corral.evt.>"),
+    ("sub", "corral.work.>"),
+    ("sub", "$KV.>"),
+    ("req", "$JS.API.DIRECT.GET.CORRAL_EVENTS"),
+    ("req", "$JS.API.STREAM.MSG.GET.CORRAL_EVENTS"),
+    ("req", "$JS.API.STREAM.MSG.GET.CORRAL_WORK"),
+    ("req", "$JS.API.CONSUMER.CREATE.CORRAL_EVENTS"),
+    ("req", "$JS.API.CONSUMER.CREATE.CORRAL_WORK"),
+    ("req", "$JS.API.STREAM.INFO.CORRAL_EVENTS"),
+)
+
+
+async def raw_reads(cluster: LocalCluster, job: int) -> tuple[list[str], bytes]:
+    """Every raw read of ``RAW_READS`` as the guest: the server's refusals and every byte that came back."""
+    import nats
+
+    creds = read_credentials(cluster.credentials_of(GUEST))
+    errors: list[str] = []
+
+    async def on_error(error: Exception) -> None:
+        errors.append(str(error).lower())
+
+    assert cluster.nats is not None
+    nc = await nats.connect(
+        cluster.nats.url,
+        user=creds.user,
+        password=creds.password,
+        error_cb=on_error,
+        inbox_prefix=f"_INBOX.{GUEST}".encode(),
+    )
+    got = b""
+    try:
+        subs = []
+        for kind, subject in RAW_READS:
+            if kind == "sub":
+                subs.append(await nc.subscribe(subject))
+                continue
+            body = json.dumps({"last_by_subj": f"corral.evt.job.{job}.job_submitted"}).encode()
+            try:
+                got += (await nc.request(subject, body, timeout=1)).data
+            except Exception as exc:  # refused: nothing comes back (no responders, or a timeout)
+                errors.append(f"request {subject}: {type(exc).__name__}")
+        await nc.flush()
+        await asyncio.sleep(1.0)
+        for sub in subs:
+            while sub.pending_msgs:
+                got += (await sub.next_msg(timeout=1)).data
+    finally:
+        await nc.close()
+    return errors, got
+
+
+def test_a_guest_finds_no_trace_of_another_users_script_or_environment(
+    cluster: LocalCluster, cli: Cli
+) -> None:
+    secret_script, secret_env = f"SCRIPT-{uuid.uuid4().hex}", f"ENV-{uuid.uuid4().hex}"
+    env = {**cli.env, "CORRAL_TEST_SECRET": secret_env}
+    owner = dataclasses.replace(cli, env=env)
+    job = owner.sbatch(f"#!/bin/bash\n#SBATCH -o /dev/null\n# {secret_script}\nsleep 600\n")
+    try:
+        cli.wait_state(job, ("RUNNING",))
+        guest = cli_as(cli, cluster, cluster.credentials_of(GUEST))
+        shown = [
+            guest("squeue", "-j", str(job), "-o", "%i %j %u %o %Z %k"),
+            guest("scontrol", "show", "job", str(job)),
+            guest("sacct", "-j", str(job), "--json"),
+            guest("sacct", "-j", str(job), "-P", "-o", "JobID,JobName,SubmitLine,WorkDir,Comment"),
+            guest("corral", "audit", "--json", str(job)),
+            guest("corral", "trace", "--json", str(job)),
+        ]
+        assert shown[1].returncode == 0 and str(job) in shown[1].stdout  # the job is visible, its data not
+        for out in shown:
+            assert secret_script not in out.stdout + out.stderr and secret_env not in out.stdout + out.stderr
+        errors, got = asyncio.run(raw_reads(cluster, job))
+        assert secret_script.encode() not in got and secret_env.encode() not in got
+        for kind, subject in RAW_READS:  # each refused by the server itself
+            what = "subscription" if kind == "sub" else "publish"
+            assert any(f'violation for {what} to "{subject.lower()}"' in e for e in errors), (subject, errors)
+        # the owner's own history holds both
+        mine = cli("corral", "audit", "--json", str(job)).stdout
+        assert secret_script in mine and secret_env in mine
+    finally:
+        cli("scancel", str(job))
