@@ -321,7 +321,7 @@ def _tres_per_node(job: JobInfo) -> str:
     if job.gpus_per_node <= 0:
         return "N/A"
     kind = f"gpu:{job.gpu_type}" if job.gpu_type else "gpu"
-    return f"gres/{kind}:{job.gpus_per_node}"
+    return f"gres:{kind}:{job.gpus_per_node}"  # Slurm 22.05 squeue: gres:gpu:2
 
 
 def _reason_list(job: JobInfo) -> str:

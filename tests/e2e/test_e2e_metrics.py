@@ -71,7 +71,7 @@ def wait_metric(
 
 
 def squeue_gpus(cli: Cli) -> dict[str, int]:
-    """GPUs of the running jobs by node, as squeue shows them (``%N``, ``%b`` = gres/gpu:N per node)."""
+    """GPUs of the running jobs by node, as squeue shows them (``%N``, ``%b`` = gres:gpu:N per node)."""
     out = cli("squeue", "-h", "-t", "R", "-o", "%N %b")
     assert out.returncode == 0, out.stderr
     gpus: dict[str, int] = {}

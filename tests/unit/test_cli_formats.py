@@ -111,9 +111,9 @@ def test_squeue_every_field() -> None:
     assert squeue_lines(["-o", fmt], [job(), pending(gpu_type="h100", time_limit_s=None)]) == [
         "TIME_LEFT|TIME_LIMIT|TRES_PER_NODE|MIN_MEMORY|CPUS|PRIORITY|ACCOUNT|USER|PARTITION|REASON|NODELIST"
         "|WORK_DIR|START_TIME|SUBMIT_TIME",
-        "59:57|1:00:00|gres/gpu:4|8G|16|100|proj|alice|gpu|None|gpu[01-02]|/home/alice/run"
+        "59:57|1:00:00|gres:gpu:4|8G|16|100|proj|alice|gpu|None|gpu[01-02]|/home/alice/run"
         "|2023-11-14T22:13:30|2023-11-14T22:13:20",
-        "UNLIMITED|UNLIMITED|gres/gpu:h100:4|8G|16|100|proj|alice|gpu|Priority||/home/alice/run"
+        "UNLIMITED|UNLIMITED|gres:gpu:h100:4|8G|16|100|proj|alice|gpu|Priority||/home/alice/run"
         "|N/A|2023-11-14T22:13:20",
     ]
 
