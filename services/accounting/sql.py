@@ -273,8 +273,10 @@ async def apply_op(conn: Connection, op: Op) -> None:
         case ExitBatch():
             await _run(conn, _END_BATCH, op)
         case EndJob():
-            if await _run(conn, _END_JOB, op):
-                await _run(conn, _END_ATTEMPT, op)
+            # Slurm: a cancelled job's record shows 0:0, its batch step the signal that ended it (0:15).
+            record = {"exit_code": 0, "signal": 0} if op.state == "CANCELLED" else {}
+            if await _run(conn, _END_JOB, op, **record):
+                await _run(conn, _END_ATTEMPT, op, **record)
                 await _run(conn, _END_BATCH, op)
                 await _run(conn, _END_RUN_STEPS, op)
         case RequeueJob():

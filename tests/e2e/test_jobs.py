@@ -49,7 +49,10 @@ def test_scancel_on_a_running_job_ends_cancelled(cli: Cli) -> None:
     out = cli("scancel", str(job))
     assert out.returncode == 0, out.stderr
     row = cli.wait_state(job, ("CANCELLED",))
-    assert row == f"CANCELLED by {os.getuid()}|0:15"
+    # Slurm: the job's record 0:0, its batch step the signal that ended it
+    assert row == f"CANCELLED by {os.getuid()}|0:0"
+    steps = cli("sacct", "-j", str(job), "-P", "-n", "-o", "JobID,State,ExitCode").stdout.split()
+    assert f"{job}.batch|CANCELLED|0:15" in steps, steps
 
 
 def test_twelve_one_gpu_jobs_never_run_more_than_eight_at_once(cli: Cli, tmp_path: Path) -> None:

@@ -295,7 +295,7 @@ EXPECTED = [
         **ran(9, 11, "gpu02"),
         steps=[batch("gpu02", "FAILED", 9, 10, exit_code=3)],
     ),
-    job(3, "CANCELLED", submit_time=T0 + 12, end_time=T0 + 14, cancelled_by="alice", signal=15),
+    job(3, "CANCELLED", submit_time=T0 + 12, end_time=T0 + 14, cancelled_by="alice"),  # 0:0, as Slurm
     job(
         4,
         "RUNNING",
