@@ -74,6 +74,9 @@ class LocalCluster:
     processes: list[Process] = field(default_factory=list)  # services and agents
     metrics: bool = True  # each process serves Prometheus metrics on a free port of 127.0.0.1 (False: none)
     metrics_urls: dict[str, str] = field(default_factory=dict)  # where, by process name (also metrics.json)
+    #: ``[cluster] allow_root_jobs`` of the configuration it writes (None: when started by root, whose every
+    #: job is root's; a configuration already there is kept as it is)
+    allow_root_jobs: bool | None = None
 
     @property
     def config_path(self) -> Path:
@@ -103,13 +106,41 @@ class LocalCluster:
             cpus = max(os.cpu_count() or 2, 2) * 4
             # With --ha two accounting processes share the projection, a partition each.
             shared = len(ACCOUNTING_REPLICAS) if self.ha else 1
+            root = os.geteuid() == 0 if self.allow_root_jobs is None else self.allow_root_jobs
+            if root:
+                print(
+                    f"corral: warning: root's jobs are allowed, and run as root ([cluster] allow_root_jobs = "
+                    f"true in {self.config_path}): this cluster was started by root",
+                    file=sys.stderr,
+                )
             self.config_path.write_text(
                 local_config_text(
-                    "local", names, self.gpus_per_node, cpus, 64 * 1024, accounting_partitions=shared
+                    "local",
+                    names,
+                    self.gpus_per_node,
+                    cpus,
+                    64 * 1024,
+                    accounting_partitions=shared,
+                    allow_root_jobs=root,
                 )
             )
         self.config = load_config(self.config_path)
+        self._open_to_jobs()
         return self.config
+
+    def _open_to_jobs(self) -> None:
+        """Started by root, the agents run jobs as their users, who must reach the scripts in the agents'
+        directories (``<state>/agents/<node>/jobs/<run>/script``, as Slurm's SlurmdSpoolDir): the state
+        directory becomes traversable (0711, not listable), and everything else in it stays its owner's."""
+        if os.geteuid() != 0:
+            return
+        self.state_dir.chmod(0o711)
+        agents = self.state_dir / "agents"
+        agents.mkdir(mode=0o711, exist_ok=True)
+        agents.chmod(0o711)
+        for entry in self.state_dir.iterdir():
+            if entry.is_dir() and not entry.is_symlink() and entry != agents:
+                entry.chmod(0o700)
 
     def _password(self, role: str, path: Path) -> str:
         if path.exists():
@@ -152,7 +183,7 @@ class LocalCluster:
         asyncio.run(self._declare([node.name for node in config.nodes], replicas=len(servers)))
         self.postgres = PostgresServer(self.state_dir / "postgres")
         self.postgres.start()
-        (self.state_dir / "logs").mkdir(exist_ok=True)
+        (self.state_dir / "logs").mkdir(mode=0o700, exist_ok=True)
         replicas = ("gateway-2", "health-2", "scheduler-2", *ACCOUNTING_REPLICAS[1:]) if self.ha else ()
         for name in ("accounting", "scheduler", "gateway", "health", *replicas, *self._optional_services()):
             role = f"corral-{name.split('-')[0]}"

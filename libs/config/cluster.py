@@ -9,6 +9,7 @@ Example (``docs/configuration.md`` documents every key)::
     kill_wait = "0:05"              # KillWait: SIGTERM -> SIGKILL
     constrain_ram_space = true      # cgroup.conf's ConstrainRAMSpace: each run in a memory cgroup
     cgroup_root = "corral"          # where run cgroups go, under the memory controller's hierarchy
+    allow_root_jobs = false         # Slurm's DisableRootJobs inverted: root's jobs are refused at submit
 
     [[nodes]]
     names = "gpu[01-04]"            # a Slurm hostlist
@@ -97,6 +98,7 @@ class ClusterConfig:
     cgroup_root: str = "corral"  # run cgroups' directory, relative to the memory controller's hierarchy
     source: str = field(default="", compare=False)  # where it was read from
     qos: tuple[QosPolicy, ...] = (QosPolicy(NORMAL),)  # every QOS, ``normal`` always among them
+    allow_root_jobs: bool = False  # root may submit jobs (that run as root); Slurm's DisableRootJobs=NO
 
     def coordinates(self, user: str, account: str) -> bool:
         """Whether ``user`` coordinates ``account``: a coordinator of it or of an account above it."""
@@ -194,6 +196,7 @@ def parse_config(
         source=source,
         qos=parse_qos(doc.get("qos")),
         admins=user_names(cluster, "admins", "cluster"),
+        allow_root_jobs=cv.optional(cluster, "allow_root_jobs", "cluster", bool, False),
     )
     check_qos_references(config)
     if config.heartbeat_interval_s >= config.node_timeout_s:
@@ -221,17 +224,21 @@ def local_config_text(
     mem_mb: int,
     gpu_type: str = "sim",
     accounting_partitions: int = 1,
+    allow_root_jobs: bool = False,
 ) -> str:
     """The configuration ``corral up`` writes for a local cluster of simulated GPU nodes (and ``corral deploy
     init`` for real ones, with their ``gpu_type``); ``accounting_partitions`` > 1 shares the accounting
-    projection among that many processes (``corral up --ha`` runs two)."""
+    projection among that many processes (``corral up --ha`` runs two); ``allow_root_jobs`` lets root submit
+    (``corral up`` started by root, whose every job is root's; never ``corral deploy init``)."""
     names = hostlist.compress(nodes)
     accounting = (
         f"\n[accounting]\npartitions = {accounting_partitions}\n" if accounting_partitions > 1 else ""
     )
+    root = "allow_root_jobs = true\n" if allow_root_jobs else ""
     return (
         f'[cluster]\nname = "{name}"\nheartbeat_interval = 1\nnode_timeout = 6\nkill_wait = 3\n'
         "constrain_ram_space = true\n"
+        f"{root}"
         f"{accounting}\n"
         f'[[nodes]]\nnames = "{names}"\ncpus = {cpus}\nmemory = "{mem_mb}M"\n'
         f'gpus = {gpus_per_node}\ngpu_type = "{gpu_type}"\n\n'

@@ -71,6 +71,7 @@ KEYS = {
         "constrain_ram_space",
         "cgroup_root",
         "admins",
+        "allow_root_jobs",
     },
     "nodes": {"names", "cpus", "memory", "gpus", "gpu_type", "features"},
     "partitions": {

@@ -20,8 +20,6 @@ Stopping the agent (SIGTERM) leaves its jobs running; the next agent process re-
 
 from __future__ import annotations
 
-import os
-import pwd
 from pathlib import Path
 
 from corral.libs.config.settings import environment
@@ -31,7 +29,7 @@ from corral.schemas import subjects
 from corral.services.agent import confine, inventory
 from corral.services.agent.background import Background
 from corral.services.agent.crashpoints import CrashPoints
-from corral.services.agent.jobenv import base_environment
+from corral.services.agent.identity import Identities
 from corral.services.agent.metrics import AgentMetrics
 from corral.services.agent.registration import Registration
 from corral.services.agent.reporting import Reporter
@@ -47,7 +45,13 @@ from corral.services.agent.work import Work
 
 
 def build_steps(
-    ctx: Context, name: str, state_dir: Path, runs: Runs, reporter: Reporter, crash: CrashPoints
+    ctx: Context,
+    name: str,
+    state_dir: Path,
+    runs: Runs,
+    reporter: Reporter,
+    crash: CrashPoints,
+    identities: Identities,
 ) -> Steps:
     """The node's step parts, each handed what it needs of the others and of the runs table."""
     nc, kill_wait = ctx.bus.nc, ctx.config.kill_wait_s
@@ -58,7 +62,7 @@ def build_steps(
         run_cgroup=runs.run_cgroup, create=runs.create_cgroup, remove=runs.remove_peer_cgroup
     )
     output = StepOutput(nc, name, table, cgroups, background)
-    local = StepLocal(nc, name, root, kill_wait, table, cgroups, output, crash, background)
+    local = StepLocal(nc, name, root, kill_wait, table, cgroups, output, crash, background, identities)
     coord = StepCoord(
         nc, name, root, state_dir / "steps", kill_wait, runs, reporter, table, local, background
     )
@@ -77,13 +81,14 @@ async def main(ctx: Context) -> None:
     state_dir = Path(ctx.args.state_dir or ctx.settings.state_dir / "agents" / name).absolute()
     crash = CrashPoints(ctx.args.crash_at)
     log = telemetry.logger(node=node.name)
-    login = pwd.getpwuid(os.getuid())
-    base_env = base_environment(environment(), login.pw_name, login.pw_dir, login.pw_shell)
+    identities = Identities(node.name, ctx.config.allow_root_jobs)
     runs = Runs(state_dir, confine.RunCgroups.probe(ctx.config, node, state_dir, log))
     metrics = AgentMetrics(ctx.metrics.registry, node.name) if ctx.metrics is not None else None
     reporter = Reporter(ctx.bus, node.name, runs.records, log, metrics)
-    steps = build_steps(ctx, name, state_dir, runs, reporter, crash)
-    work = Work(node.name, ctx.config, runs, reporter, steps, base_env, crash, log)
+    steps = build_steps(ctx, name, state_dir, runs, reporter, crash, identities)
+    work = Work(
+        node.name, ctx.config, runs, reporter, steps, environment(), crash, log, identities=identities
+    )
     registration = Registration(ctx.bus, ctx.config, node, inventory.nvml_gpus, log)
     await registration.register()
     await work.reconcile()

@@ -55,8 +55,9 @@ def compress_counts(counts: list[int]) -> str:
     return ",".join(out)
 
 
-def job_environment(order: LaunchOrder, base: dict[str, str], uid: int) -> dict[str, str]:
-    """The batch shell's environment: the submitter's exported environment plus the job's."""
+def job_environment(order: LaunchOrder, base: dict[str, str], uid: int, gid: int) -> dict[str, str]:
+    """The batch shell's environment: the submitter's exported environment plus the job's; ``uid`` and
+    ``gid`` are the job owner's, whom it runs as (``identity.py``)."""
     spec = order.spec
     nodes = [a.node for a in order.allocations]
     nodelist = hostlist.compress(nodes)
@@ -72,6 +73,7 @@ def job_environment(order: LaunchOrder, base: dict[str, str], uid: int) -> dict[
             "SLURM_JOB_NAME": spec.name,
             "SLURM_JOB_USER": order.user,
             "SLURM_JOB_UID": str(uid),
+            "SLURM_JOB_GID": str(gid),
             "SLURM_JOB_NODELIST": nodelist,
             "SLURM_NODELIST": nodelist,
             "SLURM_JOB_NUM_NODES": str(len(nodes)),

@@ -33,6 +33,7 @@ from corral.libs.runtime.clock import SystemClock
 from corral.libs.runtime.ports import Clock
 from corral.schemas.api import LaunchOrder
 from corral.services.agent import killseq, memcg, procstat, stepd
+from corral.services.agent.identity import JobUser
 from corral.services.agent.jobenv import job_environment, output_paths
 from corral.services.agent.records import Record, Records
 from corral.services.agent.stepdir import BATCH_STEP, OutputTarget, StepDir, StepSpec, TaskSpec
@@ -257,28 +258,12 @@ class Run:
         self.signal(signal.SIGKILL)
 
 
-def _check_output(path: str, append: bool) -> None:
-    """Make sure the script's output file can be opened (its supervisor opens it for the script), so that
-    the launch fails with a clear reason instead of a script that never starts: LaunchError naming the file
-    and, when it is another one, the path at fault (the job's Reason shows it)."""
-    try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-        os.close(os.open(path, flags, 0o644))
-    except OSError as exc:
-        where = exc.filename if isinstance(exc.filename, str) else path
-        strerror = exc.strerror or type(exc).__name__
-        if isinstance(exc, FileExistsError):
-            # mkdir of a parent that exists as a file
-            why = f"{where} is not a directory"
-        else:
-            why = strerror if where == path else f"{strerror}: {where}"
-        raise LaunchError(f"cannot open output file {path}: {why}") from None
-
-
-def batch_spec(order: LaunchOrder, run_dir: Path, env: dict[str, str], cgroup: str | None) -> StepSpec:
+def batch_spec(
+    order: LaunchOrder, run_dir: Path, env: dict[str, str], cgroup: str | None, owner: JobUser
+) -> StepSpec:
     """The batch step as the supervisor (``stepd.py``) runs it: one task, the script, in the submit
-    directory, with its output files, in the run's cgroup (which it owns)."""
+    directory, with its output files (opened as the owner), in the run's cgroup (which it owns), as the
+    job's owner."""
     spec = order.spec
     stdout_path, stderr_path = output_paths(order)
     append = spec.open_mode == "append"
@@ -300,6 +285,7 @@ def batch_spec(order: LaunchOrder, run_dir: Path, env: dict[str, str], cgroup: s
         ],
         cgroup_procs=None if cgroup is None else os.path.join(cgroup, memcg.PROCS),
         batch=True,
+        run_as=owner.run_as(),
     )
 
 
@@ -313,24 +299,30 @@ async def start(
     reached: Callable[[str], None] = lambda point: None,
     step_signaller: StepSignaller | None = None,
     clock: Clock | None = None,
+    *,
+    owner: JobUser,
 ) -> Run:
     """Start the batch script under its supervisor (in the memory cgroup ``cgroup``, if any: see
-    confine.py) and record it; LaunchError says why it could not be."""
+    confine.py), as the job's ``owner``, and record it; LaunchError says why it could not be.
+
+    ``base_env`` is the owner's login basics (``jobenv.base_environment``). The script is the owner's
+    (0700) in a run directory others may only traverse (0711), so the owner can execute it and nobody else
+    read it; its output files are opened by the script's process, as the owner, so a file or directory
+    the owner may not write is a launch error naming it (``stepd.OUTPUT_ERROR``)."""
     spec = order.spec
     if not os.path.isdir(spec.workdir):
         raise LaunchError(f"cannot chdir to {spec.workdir}: no such directory")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.mkdir(mode=0o711, parents=True, exist_ok=True)
     script = run_dir / "script"
-    script.write_text(spec.script)
-    script.chmod(0o700)
-    stdout_path, stderr_path = output_paths(order)
-    append = spec.open_mode == "append"
-    _check_output(stdout_path, append)
-    if stderr_path:
-        _check_output(stderr_path, append)
-    env = job_environment(order, base_env, os.getuid())
+    fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o700)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(spec.script)
+        os.fchmod(fh.fileno(), 0o700)
+        if owner.switch:
+            os.fchown(fh.fileno(), owner.uid, owner.gid)
+    env = job_environment(order, base_env, owner.uid, owner.gid)
     sdir = StepDir.batch(run_dir, order.job_id, order.attempt)
-    sdir.write_spec(batch_spec(order, run_dir, env, cgroup))
+    sdir.write_spec(batch_spec(order, run_dir, env, cgroup, owner))
     log = os.open(run_dir / "stepd.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         # The one supervisor of every step (stepd.py), detached in its own session so it outlives us.
@@ -365,6 +357,8 @@ async def start(
             proc.kill()
         await proc.wait()
         why = failed.error if failed is not None and failed.error else line.removeprefix("error ")
+        if failed is not None and why.startswith(stepd.OUTPUT_ERROR):
+            raise LaunchError(why)  # it names the file and what is wrong with it
         raise LaunchError(f"cannot execute the batch script: {why}" if failed else why or "no supervisor")
     rec = records.update(
         order.job_id,

@@ -9,6 +9,7 @@ answer srun's step requests.
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 from corral.schemas import api
@@ -33,12 +34,23 @@ class Runs:
         """Where a run's script, pids and status files live."""
         return self.dir / "jobs" / f"{job_id}.{attempt}"
 
+    def make_run_dir(self, job_id: int, attempt: int) -> Path:
+        """The run's directory, created traversable and not listable (0711, ``jobs/`` too): the job's user
+        executes the script in it (their file, 0700) and may read nothing else there."""
+        run_dir = self.run_dir(job_id, attempt)
+        jobs = run_dir.parent
+        jobs.mkdir(mode=0o711, parents=True, exist_ok=True)
+        run_dir.mkdir(mode=0o711, exist_ok=True)
+        return run_dir
+
     def keep_order(self, order: api.LaunchOrder) -> None:
         """Keep the run's launch order in its directory (what steps need of the run later, even after an
-        agent restart); best effort."""
+        agent restart), 0600: it holds the script and the submitter's environment; best effort."""
         with contextlib.suppress(OSError):
-            self.run_dir(order.job_id, order.attempt).mkdir(parents=True, exist_ok=True)
-            (self.run_dir(order.job_id, order.attempt) / ORDER_FILE).write_bytes(encode(order))
+            path = self.make_run_dir(order.job_id, order.attempt) / ORDER_FILE
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(encode(order))
 
     def running_order(self, job_id: int) -> api.LaunchOrder | None:
         """The launch order of the job's run running on this node (its batch node), if any: kept in the

@@ -2,8 +2,10 @@
 step and node, Slurm's slurmstepd), so they outlive the agent; signalled and killed through it.
 
 The agent writes the step's directory (``stepdir.py``: the tasks' argv, cwd, environment - the job's plus
-the task's, ``steplayout.task_environment`` - and output files), starts the supervisor, which starts each
-task in its own session and records pids and exits there, and waits for its handshake. Signals reach tasks
+the task's, ``steplayout.task_environment`` - output files, and the job owner they run as, looked up on
+this node: ``identity.py``; an owner this node cannot run as gets every task's exit at once, saying why),
+starts the supervisor, which starts each task in its own session and records pids and exits there, and
+waits for its handshake. Signals reach tasks
 by the process groups recorded on disk, checked against their start ticks; SIGKILL from srun is the
 supervisor's kill sequence (``killseq.py``, the same as a batch script's).
 """
@@ -27,6 +29,7 @@ from corral.schemas.api import LaunchOrder
 from corral.schemas.steps import StepLaunch, TaskPlace, io_subject
 from corral.services.agent import killseq, memcg, stepd, steplayout
 from corral.services.agent.background import Background
+from corral.services.agent.identity import Identities, JobUser, UnknownIdentity
 from corral.services.agent.jobenv import job_environment
 from corral.services.agent.step_cgroups import StepCgroups
 from corral.services.agent.step_output import StepOutput, listen
@@ -51,6 +54,7 @@ class StepLocal:
         output: StepOutput,
         crash: CrashPoint,
         background: Background,
+        identities: Identities,
     ) -> None:
         self.nc = nc
         self.node = node
@@ -61,6 +65,7 @@ class StepLocal:
         self.output = output  # forwards the tasks' output and exits
         self.crash = crash  # a crash point of a step's launch (failure tests: crashpoints.py)
         self.background = background  # where each step is followed
+        self.identities = identities  # who the job runs as here (its owner)
         self.log = telemetry.logger(node=node)
 
     async def start(
@@ -73,7 +78,13 @@ class StepLocal:
             return
         node_order = msgspec.structs.replace(order, node=self.node)
         alloc = next(a for a in order.allocations if a.node == self.node)
-        job_env = job_environment(node_order, launch.environment, os.getuid())
+        try:
+            owner: JobUser | None = await asyncio.to_thread(self.identities.of, order.user)
+            refused = None
+        except UnknownIdentity as exc:
+            owner, refused = None, str(exc)  # the tasks fail to start, saying why; nothing runs
+        uid, gid = (owner.uid, owner.gid) if owner is not None else (-1, -1)
+        job_env = job_environment(node_order, launch.environment, uid, gid)
         # The job's variables of this node (job_environment describes the batch node).
         gpus = ",".join(str(g) for g in alloc.gpus)
         job_env.update({"SLURM_CPUS_ON_NODE": str(alloc.cpus), "SLURM_GPUS_ON_NODE": str(len(alloc.gpus))})
@@ -94,6 +105,7 @@ class StepLocal:
                 cgroup_procs=_procs_file(cgroup.path),
                 peer_cgroup=cgroup.peer,
                 oom_base=cgroup.oom_base,
+                run_as=owner.run_as() if owner is not None else None,
             )
             sdir.write_spec(spec)
         except BaseException:
@@ -109,8 +121,11 @@ class StepLocal:
             spooled=sdir.spooled(spec),
         )
         self.table.local[key] = local
-        # Started (and task 0's stdin subscribed) before the reply, so no stdin is lost.
-        await self._start_stepd(local, spec)
+        if refused is not None:
+            self._fail_tasks(local, refused)
+        else:
+            # Started (and task 0's stdin subscribed) before the reply, so no stdin is lost.
+            await self._start_stepd(local, spec)
         self.background.spawn(self.output.follow(local))
 
     async def _start_stepd(self, local: LocalStep, spec: StepSpec) -> None:
@@ -273,7 +288,7 @@ def _task_spec(
 
     def target(pattern: str | None, kind: str) -> OutputTarget:
         if pattern is None:
-            return OutputTarget(path=str(sdir.spool(kind, place.task)))
+            return OutputTarget(path=str(sdir.spool(kind, place.task)), private=True)
         path = steplayout.expand_step_pattern(pattern, order, step_id, place, launch.cwd)
         return OutputTarget(path=path, append=append)
 

@@ -6,7 +6,7 @@
 =================  ============  ===================================================================
 file               written by    what
 =================  ============  ===================================================================
-``step.spec``      agent (0600)  ``StepSpec`` (marshal): this node's tasks (argv, cwd, env, outputs)
+``step.spec``      agent (0600)  ``StepSpec`` (marshal): this node's tasks (argv, cwd, env, outputs, user)
 ``pids``           stepd         ``{"stepd": [pid, ticks], "tasks": {"<task>": [pid, ticks]}}``
 ``exit.<task>``    stepd         ``{"exit_code", "signal", "error", "pid", "started_at", "ended_at"}``
 ``out.<task>``     the task      its stdout when srun gets it (no ``-o``): the agent tails it
@@ -52,6 +52,17 @@ class OutputTarget(msgspec.Struct, frozen=True, kw_only=True):
 
     path: str  # absolute path
     append: bool = False  # --open-mode=append (else truncated)
+    private: bool = (
+        False  # a spool file of the step directory: opened by the supervisor, not as the job's user
+    )
+
+
+class RunAs(msgspec.Struct, frozen=True, kw_only=True):
+    """The identity a supervisor gives the tasks between fork and exec (groups, then gid, then uid)."""
+
+    uid: int  # the job owner's uid
+    gid: int  # their primary group
+    groups: list[int]  # their supplementary groups (initgroups' list)
 
 
 class TaskSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -79,6 +90,7 @@ class StepSpec(msgspec.Struct, frozen=True, kw_only=True):
     peer_cgroup: bool = False  # that cgroup is a peer's run cgroup (step_cgroups.py), not the batch run's
     oom_base: int = 0  # the cgroup's OOM kill count when the step started (an adopted step compares with it)
     batch: bool = False  # the batch step: the run's script, in its run directory; it owns the run's cgroup
+    run_as: RunAs | None = None  # the job owner the tasks run as (None: the agent's own user, the owner)
 
 
 class CoordRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import signal
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 from nats.aio.msg import Msg
@@ -28,6 +30,8 @@ from corral.schemas import api
 from corral.schemas.codec import DecodeError, decode
 from corral.services.agent import confine, runner
 from corral.services.agent.background import Background
+from corral.services.agent.identity import Identities, UnknownIdentity
+from corral.services.agent.jobenv import base_environment
 from corral.services.agent.records import Record
 from corral.services.agent.reporting import Reporter
 from corral.services.agent.runs import Runs
@@ -68,17 +72,20 @@ class Work:
         runs: Runs,
         reporter: Reporter,
         steps: RunSteps,
-        base_env: dict[str, str],
+        agent_env: Mapping[str, str],
         crash: CrashPoint,
         log: Any,
         clock: Clock | None = None,
+        identities: Identities | None = None,
     ) -> None:
         self.node = node  # this node's name
         self.config = config  # the cluster (KillWait)
         self.runs = runs  # the node's runs table
         self.reporter = reporter  # RunStarted, RunExited
         self.steps = steps  # the node's steps
-        self.base_env = base_env  # what every job's environment starts from
+        self.agent_env = agent_env  # the agent's environment: where the cluster is (jobenv.AGENT_VARIABLES)
+        # who each job runs as (its owner, looked up on this node)
+        self.identities = identities or Identities(node, config.allow_root_jobs)
         self.crash = crash  # the crash points of a launch (failure tests)
         self.log = log
         self.clock = clock or SystemClock()  # the runs' time limits and warnings (a FakeClock in unit tests)
@@ -177,25 +184,28 @@ class Work:
         # before the supervisor starts, so that a run adopted after an agent stopped mid-launch has it too.
         self.runs.keep_order(order)
         run_dir = self.runs.run_dir(*key)
+        try:
+            # the owner first: a user this node cannot run as runs nothing, not even a cgroup
+            owner = await asyncio.to_thread(self.identities.of, order.user)
+        except UnknownIdentity as exc:
+            await self._launch_failed(order, run_dir, str(exc))
+            return
         cgroup = await asyncio.to_thread(self.runs.create_cgroup, order)
         try:
             run = await runner.start(
                 order,
                 run_dir,
-                self.base_env,
+                base_environment(self.agent_env, owner.name, owner.home, owner.shell),
                 self.runs.records,
                 self.config.kill_wait_s,
                 cgroup,
                 self.crash.reached,
                 self._signal_steps_everywhere,
                 self.clock,
+                owner=owner,
             )
         except runner.LaunchError as exc:
-            self.log.warning("launch failed", job_id=order.job_id, error=str(exc))
-            await asyncio.to_thread(confine.release, run_dir)
-            await self.reporter.report_exit(
-                order.job_id, order.attempt, runner.Outcome(1, 0, False, False), str(exc)
-            )
+            await self._launch_failed(order, run_dir, str(exc))
             return
         # Known as running here before RunStarted is out: srun may ask for a step as soon as it sees it.
         self.runs.live[run.key] = run
@@ -204,6 +214,12 @@ class Work:
         self.crash.reached("launch.started_reported")
         self.log.info("run started", job_id=order.job_id, attempt=order.attempt, pid=run.pid)
         self._supervise_in_background(run)
+
+    async def _launch_failed(self, order: api.LaunchOrder, run_dir: Path, why: str) -> None:
+        """A launch that could not start the script: its cgroup goes, its exit says why (the job's Reason)."""
+        self.log.warning("launch failed", job_id=order.job_id, error=why)
+        await asyncio.to_thread(confine.release, run_dir)
+        await self.reporter.report_exit(order.job_id, order.attempt, runner.Outcome(1, 0, False, False), why)
 
     def _supervise_in_background(self, run: runner.Run) -> None:
         self.runs.live[run.key] = run

@@ -43,6 +43,7 @@ from corral.services.gateway.policy import (
     check_account,
     check_policy,
     check_submit_count,
+    check_submitter,
     resolve_qos,
     submit_limits,
 )
@@ -126,6 +127,7 @@ class Gateway:
         """
         if not req.token or len(req.token) > MAX_TOKEN:
             raise InvalidInput(f"token must be 1-{MAX_TOKEN} characters", field="token")
+        check_submitter(user, self.config)
         validate_spec(req.spec, self.config)
         if req.spec.account is not None:
             check_account(req.spec.account, user, self.config)

@@ -1,5 +1,8 @@
 """Submit-time QOS, partition and association checks (pure): a job that breaks one is refused (Slurm's words).
 
+``check_submitter`` refuses a job of root unless ``[cluster] allow_root_jobs`` (Slurm's DisableRootJobs): a
+job runs as its submitter, and root's would run as root ("Access/permission denied").
+
 ``check_account`` refuses an account (``-A``) that does not exist or that the user may not charge →
 "Invalid account or account/partition combination specified".
 
@@ -62,6 +65,21 @@ def account_chain(config: ClusterConfig, account: str) -> list[AssocLimits]:
             out.append(found.limits)
         name = parents.get(name)
     return out
+
+
+#: The superuser's name: its jobs would run as root.
+ROOT = "root"
+
+
+def check_submitter(user: str, config: ClusterConfig) -> None:
+    """Raise Forbidden for a job of root on a cluster that does not allow root's jobs (the default): jobs run
+    as their submitter, so root's would run with every right on the node. The agent refuses any uid 0 too
+    (a second name for it), whatever the gateway let through."""
+    if user == ROOT and not config.allow_root_jobs:
+        raise Forbidden(
+            "Access/permission denied: root may not submit jobs here (a job runs as its submitter): "
+            "set [cluster] allow_root_jobs = true in the cluster configuration to allow it"
+        )
 
 
 def check_account(account: str, user: str, config: ClusterConfig) -> None:

@@ -210,7 +210,7 @@ def test_export_reaches_the_job_without_the_agents_environment(
     }
     spec = submit([f"--export={export}", "s.sh"], env=submitter).spec
     order = launch(environment=spec.environment)
-    env = job_environment(order, base_environment(AGENT_ENV, "alice", "/home/alice", "/bin/bash"), 1000)
+    env = job_environment(order, base_environment(AGENT_ENV, "alice", "/home/alice", "/bin/bash"), 1000, 1000)
     for name, value in present.items():
         assert env[name] == value
     for name in absent:

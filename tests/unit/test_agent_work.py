@@ -4,6 +4,7 @@ and when, in milliseconds. The e2e tests run the same code against real processe
 from __future__ import annotations
 
 import asyncio
+import getpass
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 from nats.aio.msg import Msg
-from test_jobenv import launch as launch_order
+from test_jobenv import launch
 
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.errors import InvalidInput
@@ -22,12 +23,18 @@ from corral.schemas import events as ev
 from corral.schemas.codec import encode
 from corral.services.agent import confine
 from corral.services.agent.crashpoints import CrashPoints
+from corral.services.agent.identity import Identities
 from corral.services.agent.reporting import Reporter
 from corral.services.agent.runs import Runs
 from corral.services.agent.work import STALE_ATTEMPT, Work
 from tests.unit.builders import cluster_config
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
+
+
+def launch_order(**fields: Any) -> api.LaunchOrder:
+    """A launch order of a job of this test's own user (the one its scripts can run as)."""
+    return launch(user=getpass.getuser(), **fields)
 
 
 @dataclass
@@ -73,7 +80,11 @@ def node(tmp_path: Path, name: str = "gpu02") -> Node:
     logger = telemetry.logger(node=name)
     runs = Runs(tmp_path, confine.RunCgroups(None, "test", config.node(name), logger))
     reporter = Reporter(log, name, runs.records, logger)
-    work = Work(name, config, runs, reporter, steps, {"PATH": "/bin"}, CrashPoints(), logger)
+    # whoever runs the tests (root in CI) may run its jobs here
+    identities = Identities(name, allow_root_jobs=True)
+    work = Work(
+        name, config, runs, reporter, steps, {"PATH": "/bin"}, CrashPoints(), logger, identities=identities
+    )
     return Node(work, log, steps)
 
 
@@ -152,6 +163,15 @@ async def test_a_bad_order_is_refused_as_invalid_input(tmp_path: Path, data: byt
     with pytest.raises(InvalidInput, match=error):
         await peer.work.handle([cast(Msg, SimpleNamespace(data=data))])
     assert peer.log.bodies() == [] and peer.steps.calls == []
+
+
+async def test_a_job_of_a_user_unknown_on_the_node_runs_nothing_and_says_why(tmp_path: Path) -> None:
+    batch = node(tmp_path, "gpu01")
+    batch.steps.gone.set()
+    await batch.work.launch(launch(job_id=9, user="corral-no-such-user", workdir=str(tmp_path)))
+    (exit,) = batch.exits()
+    assert exit.launch_error == "Invalid user id: user corral-no-such-user does not exist on gpu01"
+    assert not (batch.work.runs.run_dir(9, 0) / "script").exists()  # nothing was run, as anyone
 
 
 async def test_an_output_file_that_cannot_be_opened_is_reported_naming_it(tmp_path: Path) -> None:

@@ -355,7 +355,7 @@ ARRAY_VARS = ("JOB_ID", "TASK_ID", "TASK_COUNT", "TASK_MIN", "TASK_MAX", "TASK_S
 def test_array_environment(
     text: str, job_id: int, array_id: int, index: int, values: tuple[str, ...]
 ) -> None:
-    environment = job_environment(task_order(text, job_id, array_id, index), {}, 1000)
+    environment = job_environment(task_order(text, job_id, array_id, index), {}, 1000, 1000)
     assert tuple(environment[f"SLURM_ARRAY_{name}"] for name in ARRAY_VARS) == values
     assert environment["SLURM_JOB_ID"] == str(job_id)
 
@@ -366,7 +366,7 @@ def test_a_job_that_is_not_an_array_task_has_no_array_variables() -> None:
     (launch,) = orders(log.state, POLICY)
     assert isinstance(launch, api.LaunchOrder)
     inherited = {"SLURM_ARRAY_TASK_ID": "9", "SLURM_ARRAY_JOB_ID": "8"}  # a parent job's
-    assert not [k for k in job_environment(launch, inherited, 1000) if k.startswith("SLURM_ARRAY_")]
+    assert not [k for k in job_environment(launch, inherited, 1000, 1000) if k.startswith("SLURM_ARRAY_")]
 
 
 @pytest.mark.parametrize(

@@ -181,6 +181,13 @@ def test_cluster_defaults_without_cluster_table() -> None:
     )
 
 
+def test_root_jobs_are_refused_unless_allowed() -> None:
+    assert not parse_config(NODE).allow_root_jobs
+    assert parse_config(config_text(cluster=cluster(allow_root_jobs="true"))).allow_root_jobs
+    with pytest.raises(ConfigError, match=re.escape("cluster.allow_root_jobs")):
+        parse_config(config_text(cluster=cluster(allow_root_jobs='"yes"')))
+
+
 def test_memory_confinement_keys() -> None:
     default = parse_config(NODE)
     assert (default.constrain_ram_space, default.cgroup_root) == (False, "corral")
@@ -358,6 +365,10 @@ def test_local_config_text_round_trips(
     assert config.partitions == (PartitionConfig("gpu", tuple(nodes), True, None, None),)
     assert (config.heartbeat_interval_s, config.node_timeout_s, config.kill_wait_s) == (1.0, 6.0, 3.0)
     assert config.constrain_ram_space  # corral up confines runs (its stop removes their cgroups)
+    assert not config.allow_root_jobs  # only when asked (corral up started by root)
+    assert parse_config(
+        local_config_text(name, nodes, gpus, cpus, mem_mb, allow_root_jobs=True)
+    ).allow_root_jobs
 
 
 def test_scheduler_policy_keys() -> None:

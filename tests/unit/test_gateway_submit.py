@@ -6,9 +6,11 @@ with the partition, account and QOS it really gets; a retry with the same token 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from corral.libs.runtime.errors import InvalidInput, TransientError
+from corral.libs.runtime.errors import Forbidden, InvalidInput, TransientError
 from corral.libs.slurm.array import parse_array
 from corral.schemas import api
 from corral.schemas import events as ev
@@ -100,6 +102,18 @@ async def test_a_refused_submission_leaves_no_trace(
     assert refused.value.field == field
     assert str(refused.value).startswith(message), str(refused.value)
     assert rig.log.bodies() == [] and await rig.log.last_job_id() == 0
+
+
+async def test_a_job_of_root_is_refused_naming_the_setting_unless_the_cluster_allows_it() -> None:
+    rig = Rig()
+    with pytest.raises(Forbidden) as refused:
+        await rig.submit(user="root")
+    assert "root may not submit jobs here" in str(refused.value)
+    assert "set [cluster] allow_root_jobs = true" in str(refused.value)
+    assert rig.log.bodies() == []
+    rig.gateway.config = dataclasses.replace(rig.gateway.config, allow_root_jobs=True)
+    [submitted] = rig.appended(await rig.submit(user="root"))
+    assert isinstance(submitted, ev.JobSubmitted) and submitted.user == "root"
 
 
 async def test_a_user_s_own_name_is_their_account_when_none_is_configured() -> None:

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.unit
 
 WORKDIR = "/home/alice/run"
 UID = 1000
+GID = 1001
 
 
 def launch(
@@ -32,6 +33,7 @@ def launch(
     attempt: int = 0,
     cpus: int = 8,
     mem_mb: int = 0,
+    user: str = "alice",
     **spec: Any,
 ) -> LaunchOrder:
     """A launch order for a job on ``gpus`` (node -> GPU indices, batch node first; default gpu01+gpu02)."""
@@ -44,7 +46,7 @@ def launch(
         job_id=job_id,
         attempt=attempt,
         node=allocations[0].node,
-        user="alice",
+        user=user,
         account="research",
         partition="gpu",
         spec=JobSpec(
@@ -112,6 +114,7 @@ TWO_NODE = [
     ("SLURM_JOB_NAME", "train"),
     ("SLURM_JOB_USER", "alice"),
     ("SLURM_JOB_UID", str(UID)),
+    ("SLURM_JOB_GID", str(GID)),
     ("SLURM_JOB_NODELIST", "gpu[01-02]"),
     ("SLURM_NODELIST", "gpu[01-02]"),
     ("SLURM_JOB_NUM_NODES", "2"),
@@ -143,20 +146,20 @@ TWO_NODE = [
 @pytest.mark.parametrize(("name", "value"), TWO_NODE, ids=[name for name, _ in TWO_NODE])
 def test_two_node_gpu_job_environment(name: str, value: str) -> None:
     order = launch({"gpu01": [1, 3], "gpu02": [0, 2]}, attempt=2, ntasks=4, ntasks_per_node=2)
-    assert job_environment(order, {"PATH": "/usr/bin"}, UID)[name] == value
+    assert job_environment(order, {"PATH": "/usr/bin"}, UID, GID)[name] == value
 
 
 def test_a_traced_job_passes_its_attempt_span_on_as_traceparent() -> None:
     trace = "0af7651916cd43dd8448eb211c80319c"
     order = msgspec.structs.replace(launch(attempt=1), traceparent=f"00-{trace}-b7ad6b7169203331-01")
-    env = job_environment(order, {"TRACEPARENT": "00-submitters-own-01"}, UID)
+    env = job_environment(order, {"TRACEPARENT": "00-submitters-own-01"}, UID, GID)
     assert env["TRACEPARENT"] == f"00-{trace}-{span_id_for(trace, 4242, 1, '', 'attempt')}-01"
-    assert "TRACEPARENT" not in job_environment(launch(), {}, UID)
+    assert "TRACEPARENT" not in job_environment(launch(), {}, UID, GID)
 
 
 @pytest.mark.parametrize("attempt", [0, 1, 7], ids=["first-run", "first-requeue", "seventh-requeue"])
 def test_restart_count_is_always_the_attempt(attempt: int) -> None:
-    assert job_environment(launch(attempt=attempt), {}, UID)["SLURM_RESTART_COUNT"] == str(attempt)
+    assert job_environment(launch(attempt=attempt), {}, UID, GID)["SLURM_RESTART_COUNT"] == str(attempt)
 
 
 @pytest.mark.parametrize(
@@ -170,7 +173,7 @@ def test_restart_count_is_always_the_attempt(attempt: int) -> None:
     ids=["unsorted-allocation", "padded-with-gap", "one-node", "two-prefixes"],
 )
 def test_nodelist_is_canonical(nodes: list[str], expected: str) -> None:
-    env = job_environment(launch({n: [0] for n in nodes}), {}, UID)
+    env = job_environment(launch({n: [0] for n in nodes}), {}, UID, GID)
     assert (env["SLURM_JOB_NODELIST"], env["SLURM_NODELIST"]) == (expected, expected)
 
 
@@ -185,7 +188,7 @@ def test_nodelist_is_canonical(nodes: list[str], expected: str) -> None:
     ids=["block-uneven", "per-node", "single-task", "one-per-node"],
 )
 def test_task_counts(nodes: int, spec: dict[str, int], expected: tuple[str, str, str]) -> None:
-    env = job_environment(launch({f"gpu{i:02d}": [0] for i in range(1, nodes + 1)}, **spec), {}, UID)
+    env = job_environment(launch({f"gpu{i:02d}": [0] for i in range(1, nodes + 1)}, **spec), {}, UID, GID)
     assert (env["SLURM_NTASKS"], env["SLURM_TASKS_PER_NODE"], env["SLURM_NTASKS_PER_NODE"]) == expected
 
 
@@ -211,7 +214,7 @@ def test_task_counts(nodes: int, spec: dict[str, int], expected: tuple[str, str,
     ],
 )
 def test_optional_variables(spec: dict[str, int], name: str, value: str | None) -> None:
-    assert job_environment(launch(mem_mb=2048, **spec), {}, UID).get(name) == value
+    assert job_environment(launch(mem_mb=2048, **spec), {}, UID, GID).get(name) == value
 
 
 # --- GPUs and the inherited environment -------------------------------------------------------
@@ -227,14 +230,14 @@ def test_optional_variables(spec: dict[str, int], name: str, value: str | None) 
     ids=["clean", "agent-had-cuda-devices", "submitter-exported-cuda-devices"],
 )
 def test_cpu_only_job_has_no_gpu_variables(base: dict[str, str], exported: dict[str, str]) -> None:
-    env = job_environment(launch({"cpu01": []}, environment=exported), base, UID)
+    env = job_environment(launch({"cpu01": []}, environment=exported), base, UID, GID)
     assert "CUDA_VISIBLE_DEVICES" not in env
     assert "SLURM_JOB_GPUS" not in env
     assert env["SLURM_GPUS_ON_NODE"] == "0"
 
 
 def test_gpu_job_overrides_the_agents_cuda_devices() -> None:
-    env = job_environment(launch({"gpu01": [5]}), {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, UID)
+    env = job_environment(launch({"gpu01": [5]}), {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, UID, GID)
     assert env["CUDA_VISIBLE_DEVICES"] == env["SLURM_JOB_GPUS"] == "5"
 
 
@@ -269,13 +272,13 @@ INHERITANCE = [
 
 @pytest.mark.parametrize(("name", "value"), INHERITANCE, ids=[name for name, _ in INHERITANCE])
 def test_base_slurm_identity_is_dropped_and_exported_environment_wins(name: str, value: str | None) -> None:
-    env = job_environment(launch(environment=EXPORTED), PARENT_JOB, UID)
+    env = job_environment(launch(environment=EXPORTED), PARENT_JOB, UID, GID)
     assert env.get(name) == value
 
 
 def test_exported_slurm_variables_do_not_override_the_jobs_identity() -> None:
     exported = {"SLURM_JOB_ID": "1", "SLURM_NTASKS": "64", "SLURM_RESTART_COUNT": "9"}
-    env = job_environment(launch(environment=exported), {}, UID)
+    env = job_environment(launch(environment=exported), {}, UID, GID)
     assert (env["SLURM_JOB_ID"], env["SLURM_NTASKS"], env["SLURM_RESTART_COUNT"]) == ("4242", "2", "0")
 
 
@@ -344,4 +347,4 @@ def test_output_paths(spec: dict[str, str], expected: tuple[str, str | None]) ->
 
 @pytest.mark.parametrize(("qos", "shown"), [(None, "normal"), ("high", "high")], ids=["unresolved", "high"])
 def test_job_qos(qos: str | None, shown: str) -> None:
-    assert job_environment(launch(qos=qos), {}, UID)["SLURM_JOB_QOS"] == shown
+    assert job_environment(launch(qos=qos), {}, UID, GID)["SLURM_JOB_QOS"] == shown

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
 import os
 import time
 from pathlib import Path
@@ -14,11 +15,14 @@ from test_jobenv import launch as launch_order
 
 from corral.schemas.api import LaunchOrder
 from corral.services.agent import runner
+from corral.services.agent.identity import Identities
 from corral.services.agent.records import Records
 
 pytestmark = pytest.mark.unit
 
 BASE_ENV = {"PATH": os.defpath}
+#: The test's own user, whom its jobs run as.
+OWNER = Identities("n1", allow_root_jobs=True).of(getpass.getuser())
 
 
 def order_for(tmp_path: Path) -> LaunchOrder:
@@ -45,7 +49,7 @@ async def test_the_time_limit_is_recorded_before_the_supervisor_starts(
 
     monkeypatch.setattr(runner.asyncio, "create_subprocess_exec", stopped_here)
     with pytest.raises(asyncio.CancelledError):
-        await runner.start(order, tmp_path / "run", BASE_ENV, records, 1.0)
+        await runner.start(order, tmp_path / "run", BASE_ENV, records, 1.0, owner=OWNER)
     left = Records(tmp_path / "runs.jsonl").runs[(order.job_id, order.attempt)]
     assert left.supervisor == 0
     assert left.deadline is not None and left.deadline - left.started_at == 2
@@ -55,7 +59,7 @@ async def test_a_run_adopted_from_its_pids_file_keeps_its_time_limit(tmp_path: P
     order = order_for(tmp_path)
     records = fresh_records(tmp_path, order)
     run_dir = tmp_path / "run"
-    started = await runner.start(order, run_dir, BASE_ENV, records, 1.0)
+    started = await runner.start(order, run_dir, BASE_ENV, records, 1.0, owner=OWNER)
     # what an agent stopped before it recorded the handshake leaves: the limits, no supervisor
     records.put(msgspec.structs.replace(started.rec, supervisor=0, supervisor_start=0, pid=0))
     left = Records(tmp_path / "runs.jsonl").runs[(order.job_id, order.attempt)]

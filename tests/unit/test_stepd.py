@@ -4,15 +4,18 @@ through the step directory (stepdir.py)."""
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from corral.services.agent import stepd
-from corral.services.agent.stepdir import OutputTarget, StepDir, StepSpec, TaskSpec, running
+from corral.services.agent.stepdir import OutputTarget, RunAs, StepDir, StepSpec, TaskSpec, running
 
 pytestmark = pytest.mark.unit
 
@@ -32,9 +35,12 @@ def task(sdir: StepDir, number: int, script: str, stdin: bool = False) -> TaskSp
     )
 
 
-def run(sdir: StepDir, tasks: list[TaskSpec], stdin: bytes | None = None) -> list[str]:
+def run(
+    sdir: StepDir, tasks: list[TaskSpec], stdin: bytes | None = None, run_as: RunAs | None = None
+) -> list[str]:
     """Run the supervisor to its end; the lines it said."""
-    sdir.write_spec(StepSpec(user="u", key="k", job_id=1, attempt=0, step_id=0, tasks=tasks))
+    spec = StepSpec(user="u", key="k", job_id=1, attempt=0, step_id=0, tasks=tasks, run_as=run_as)
+    sdir.write_spec(spec)
     argv = [sys.executable, "-I", "-S", stepd.__file__, str(sdir.path)]
     read, write = os.pipe() if stdin is not None else (None, None)
     proc = subprocess.Popen(
@@ -140,6 +146,7 @@ async def test_a_supervisor_stuck_starting_a_task_leaves_none_running(
     from corral.services.agent import step_local
     from corral.services.agent.background import Background
     from corral.services.agent.crashpoints import CrashPoints
+    from corral.services.agent.identity import Identities
     from corral.services.agent.step_cgroups import StepCgroups
     from corral.services.agent.step_local import StepLocal
     from corral.services.agent.step_output import StepOutput
@@ -169,6 +176,7 @@ async def test_a_supervisor_stuck_starting_a_task_leaves_none_running(
         output=StepOutput(nc, "n1", table, cgroups, background),  # type: ignore[arg-type]
         crash=CrashPoints(),
         background=background,
+        identities=Identities("n1", allow_root_jobs=True),
     )
     local = LocalStep(user="u", key="k", step=(1, 0, 0), tasks=[0, 1], dir=sdir)
     await agent_steps._start_stepd(local, spec)
@@ -197,3 +205,46 @@ def test_the_spool_files_are_those_of_tasks_without_output_files(sdir: StepDir) 
         user="u", key="k", job_id=1, attempt=0, step_id=0, tasks=[task(sdir, 0, "true"), own, mixed]
     )
     assert sdir.spooled(spec) == {"out.0", "err.0", "out.2"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may run a task as another user")
+def test_a_task_runs_as_its_owner_with_their_groups_and_opens_its_output_files_as_them(sdir: StepDir) -> None:
+    nobody = pwd.getpwnam("nobody")
+    theirs = Path(tempfile.mkdtemp(prefix="corral-stepd-"))
+    try:
+        os.chown(theirs, nobody.pw_uid, nobody.pw_gid)
+        as_them = RunAs(uid=nobody.pw_uid, gid=nobody.pw_gid, groups=[nobody.pw_gid, 100])
+        spooled = TaskSpec(
+            task=0,
+            argv=["bash", "-c", "id -u; id -g; id -G"],
+            cwd="/",
+            env=ENV,
+            # the step directory is the supervisor's (0700): it opens the spool file for the task
+            stdout=OutputTarget(path=str(sdir.spool("out", 0)), private=True),
+        )
+        to_file = TaskSpec(
+            task=1,
+            argv=["id", "-un"],
+            cwd="/",
+            env=ENV,
+            stdout=OutputTarget(path=str(theirs / "sub" / "1.out")),
+        )
+        # an -o file where the owner may not write: refused to them, though the supervisor could
+        forbidden = TaskSpec(
+            task=2, argv=["true"], cwd="/", env=ENV, stdout=OutputTarget(path=str(sdir.path / "2.out"))
+        )
+        assert run(sdir, [spooled, to_file, forbidden], run_as=as_them)[0] == "ok"
+        assert sdir.spool("out", 0).read_text().split("\n")[:3] == [
+            str(nobody.pw_uid),
+            str(nobody.pw_gid),
+            f"{nobody.pw_gid} 100",
+        ]
+        assert (theirs / "sub" / "1.out").read_text() == "nobody\n"
+        for made in (theirs / "sub", theirs / "sub" / "1.out"):
+            assert made.stat().st_uid == nobody.pw_uid  # created by the task, as its owner
+        exit = sdir.exit_of(2, "n1")
+        assert exit is not None and exit.exit_code == 2
+        assert exit.error == f"open({sdir.path / '2.out'}): Permission denied"
+        assert not (sdir.path / "2.out").exists()
+    finally:
+        shutil.rmtree(theirs)

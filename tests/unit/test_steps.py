@@ -114,7 +114,7 @@ def step(**kw: Any) -> StepLaunch:
 def test_task_environment_is_the_jobs_plus_the_tasks() -> None:
     order = launch_order({"gpu01": [1, 3], "gpu02": [0, 2]}, ntasks=4, nodes=2)
     tasks = layout(list(order.allocations), ntasks=4, gpus_per_task=1)
-    job_env = job_environment(order, {"HOME": "/home/alice", "SLURM_PROCID": "9"}, 1000)
+    job_env = job_environment(order, {"HOME": "/home/alice", "SLURM_PROCID": "9"}, 1000, 1000)
     env = task_environment(job_env, tasks[3], tasks, 2, step(gpus_per_task=1))
     assert env["HOME"] == "/home/alice"
     assert (env["SLURM_PROCID"], env["SLURM_LOCALID"], env["SLURM_NODEID"]) == ("3", "1", "1")
