@@ -23,7 +23,8 @@ from corral.libs.runtime.credentials import read_credentials
 
 pytestmark = pytest.mark.e2e
 
-#: A second user of the cluster (identity comes from NATS credentials until it comes from the OS).
+#: A second user of the cluster (identity comes from NATS credentials until it comes from the OS); no Unix
+#: user of that name exists, so their jobs fail to launch ("Invalid user id").
 GUEST = "mallory"
 SLEEPER = "#!/bin/bash\n#SBATCH -N 2 --gres=gpu:1 -o /dev/null\nsleep 600\n"
 
@@ -130,7 +131,8 @@ def test_a_user_auditing_another_users_job_is_refused(cluster: LocalCluster, cli
     )
     own = guest.sbatch("#!/bin/bash\n#SBATCH -o /dev/null\ntrue\n")
     assert audit(guest, str(own))[0]["actor"] == GUEST
-    cli.wait_state(own, ("COMPLETED",))
+    # the guest has no Unix account on the nodes, so their job runs nothing (jobs run as their owner)
+    cli.wait_state(own, ("FAILED",))
     mine = guest("corral", "trace", str(own), "--json")
     assert mine.returncode == 0, mine.stderr
     assert "conclude" in {span["name"] for span in json.loads(mine.stdout)["spans"]}
