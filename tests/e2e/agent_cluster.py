@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from e2e_cli import Cli, user_env
+from e2e_cli import Cli, as_local, user_env
 
 from corral.cli.local_cluster import LocalCluster, ensure_resolvable
 from corral.libs.config.cluster import local_config_text
@@ -31,7 +31,7 @@ def agent_cluster(
     text = local_config_text("local", ["node1", "node2"], 2, 8, 64 * 1024)
     text = text.replace("node_timeout = 6", f'node_timeout = "0:{node_timeout}"')
     text = text.replace("kill_wait = 3", f'kill_wait = "0:{kill_wait:02d}"')
-    cluster.config_path.write_text(text)
+    cluster.config_path.write_text(as_local(text))
     config = cluster.prepare()
     assert config.node_timeout_s == node_timeout and config.kill_wait_s == kill_wait
     assert ensure_resolvable([n.name for n in config.nodes]) is None

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_cli import BIN, Cli, user_env
+from e2e_cli import BIN, Cli, as_local, user_env
 
 from corral.cli.local_cluster import ensure_resolvable
 from corral.libs.infra.managed import port_is_free
@@ -138,6 +138,9 @@ def topology(tmp_path: Path) -> Iterator[tuple[Topology, Cli]]:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert init.returncode == 0, init.stderr
+    config = deploy / "cluster.toml"
+    assert "allow_root_jobs" not in config.read_text()  # a deployment refuses root's jobs
+    config.write_text(as_local(config.read_text()))  # the test's user is root in CI
     top = Topology(deploy, work)
     # The commands' state: the deployment directory (credentials/<user>.json); a command server of their own.
     env = user_env(deploy)

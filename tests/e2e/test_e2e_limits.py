@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_cli import Cli, user_env
+from e2e_cli import Cli, as_local, user_env
 
 from corral.cli.local_cluster import LocalCluster, ensure_resolvable
 from corral.libs.config.cluster import local_config_text
@@ -32,7 +32,8 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
     cluster = LocalCluster(state / "state", getpass.getuser(), nodes=2, gpus_per_node=4)
     cluster.state_dir.mkdir(mode=0o700)
     cpus = max(os.cpu_count() or 2, 2) * 4
-    cluster.config_path.write_text(local_config_text("local", ["node1", "node2"], 4, cpus, 64 * 1024) + QOS)
+    text = local_config_text("local", ["node1", "node2"], 4, cpus, 64 * 1024) + QOS
+    cluster.config_path.write_text(as_local(text))
     config = cluster.prepare()
     assert ensure_resolvable([n.name for n in config.nodes]) is None
     cluster.start(ready_timeout=90)

@@ -18,7 +18,7 @@ from typing import Any
 
 import otlp_receiver
 import pytest
-from e2e_cli import BIN, Cli, user_env
+from e2e_cli import BIN, Cli, as_local, user_env
 from otlp_receiver import OtlpReceiver, ReceivedSpan
 
 from corral.cli.local_cluster import LocalCluster, ensure_resolvable
@@ -79,7 +79,7 @@ def traced(
         mp.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")
         cluster = LocalCluster(root / "state", getpass.getuser(), nodes=2, gpus_per_node=2)
         cluster.state_dir.mkdir(mode=0o700)
-        cluster.config_path.write_text(CONFIG)
+        cluster.config_path.write_text(as_local(CONFIG))
         assert ensure_resolvable([n.name for n in cluster.prepare().nodes]) is None
         cluster.start(ready_timeout=90)
         assert "tracer" in [p.name for p in cluster.processes]
