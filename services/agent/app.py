@@ -20,6 +20,7 @@ Stopping the agent (SIGTERM) leaves its jobs running; the next agent process re-
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from corral.libs.config.settings import environment
@@ -83,6 +84,12 @@ async def main(ctx: Context) -> None:
     log = telemetry.logger(node=node.name)
     identities = Identities(node.name, ctx.config.allow_root_jobs)
     runs = Runs(state_dir, confine.RunCgroups.probe(ctx.config, node, state_dir, log))
+    if os.geteuid() == 0 and (closed := runs.closed_to_users()) is not None:
+        log.warning(
+            "job owners cannot reach their scripts: a job of a user other than root will fail to execute it",
+            directory=str(closed),
+            fix=f"chmod o+x {closed}",
+        )
     metrics = AgentMetrics(ctx.metrics.registry, node.name) if ctx.metrics is not None else None
     reporter = Reporter(ctx.bus, node.name, runs.records, log, metrics)
     steps = build_steps(ctx, name, state_dir, runs, reporter, crash, identities)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from pathlib import Path
 
 from corral.schemas import api
@@ -34,14 +35,30 @@ class Runs:
         """Where a run's script, pids and status files live."""
         return self.dir / "jobs" / f"{job_id}.{attempt}"
 
+    def jobs_dir(self) -> Path:
+        """``<agent state>/jobs/``, made traversable and not listable (0711)."""
+        jobs = self.dir / "jobs"
+        jobs.mkdir(mode=0o711, parents=True, exist_ok=True)
+        return jobs
+
     def make_run_dir(self, job_id: int, attempt: int) -> Path:
         """The run's directory, created traversable and not listable (0711, ``jobs/`` too): the job's user
         executes the script in it (their file, 0700) and may read nothing else there."""
+        self.jobs_dir()
         run_dir = self.run_dir(job_id, attempt)
-        jobs = run_dir.parent
-        jobs.mkdir(mode=0o711, parents=True, exist_ok=True)
         run_dir.mkdir(mode=0o711, exist_ok=True)
         return run_dir
+
+    def closed_to_users(self) -> Path | None:
+        """The first directory from ``/`` down to the run directories that other users may not traverse
+        (no o+x), if any: jobs that run as their owners could not execute their scripts (Slurm's
+        SlurmdSpoolDir must be 0755 likewise)."""
+        jobs = self.jobs_dir().absolute()
+        for folder in [*reversed(jobs.parents), jobs]:
+            with contextlib.suppress(OSError):
+                if not folder.stat().st_mode & stat.S_IXOTH:
+                    return folder
+        return None
 
     def keep_order(self, order: api.LaunchOrder) -> None:
         """Keep the run's launch order in its directory (what steps need of the run later, even after an

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import shutil
 import signal
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -181,3 +183,22 @@ async def test_an_output_file_that_cannot_be_opened_is_reported_naming_it(tmp_pa
     await batch.work.launch(launch_order(job_id=8, workdir=str(tmp_path), stdout="afile/%j.out"))
     (exit,) = batch.exits()
     assert exit.launch_error == f"cannot open output file {wanted}: {tmp_path / 'afile'} is not a directory"
+
+
+def test_the_run_directories_are_traversable_and_a_closed_directory_above_them_is_named() -> None:
+    top = Path(tempfile.mkdtemp(prefix="corral-runs-"))  # under /tmp, which everyone may traverse
+    try:
+        top.chmod(0o711)
+        closed = top / "closed"
+        closed.mkdir(mode=0o700)
+        runs = Runs(
+            closed / "agent", confine.RunCgroups(None, "test", cluster_config(nodes=1).node("gpu01"), None)
+        )
+        assert runs.closed_to_users() == closed  # a job owner could not reach their script
+        run_dir = runs.make_run_dir(7, 0)
+        assert [p.stat().st_mode & 0o777 for p in (run_dir.parent, run_dir)] == [0o711, 0o711]
+        closed.chmod(0o711)
+        (closed / "agent").chmod(0o755)
+        assert runs.closed_to_users() is None
+    finally:
+        shutil.rmtree(top)
