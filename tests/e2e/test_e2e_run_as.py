@@ -181,10 +181,23 @@ def test_roots_job_is_refused_where_the_configuration_does_not_allow_it(cluster:
 def test_a_job_of_a_user_no_node_knows_fails_to_launch_saying_so(cluster: LocalCluster) -> None:
     root = Cli(env=user_env(cluster.state_dir), workdir=Path("/tmp"))
     ghost = cli_as(root, cluster, cluster.credentials_of(GHOST))
-    job = ghost.sbatch("#!/bin/bash\n#SBATCH -o /dev/null\ntouch /tmp/corral-ghost-ran\n")
+    ran = Path("/tmp/corral-ghost-ran")
+    ran.unlink(missing_ok=True)
+    job = ghost.sbatch(f"#!/bin/bash\n#SBATCH -o /dev/null\ntouch {ran}\n")
     ghost.wait_state(job, ("FAILED",))
     shown = ghost("scontrol", "show", "job", str(job)).stdout
     assert re.search(
         r"Reason=LaunchFailed, Invalid user id: user ctest-ghost does not exist on node\d", shown
     ), shown
-    assert not Path("/tmp/corral-ghost-ran").exists()
+    assert not ran.exists()
+
+
+def test_a_job_works_in_its_directory_as_its_owner(clis: dict[str, UserCli]) -> None:
+    # root may enter /root, its owner may not: the job fails saying why, rather than running there as root
+    alice = clis[ALICE]
+    job = alice.sbatch("#!/bin/bash\n#SBATCH -o /dev/null\ntrue\n", "-D", "/root")
+    alice.wait_state(job, ("FAILED",))
+    shown = alice("scontrol", "show", "job", str(job)).stdout
+    assert "Reason=LaunchFailed, cannot execute the batch script: chdir(/root): Permission denied" in shown, (
+        shown
+    )
