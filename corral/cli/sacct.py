@@ -29,6 +29,7 @@ from corral.cli.sacct_fields import (
     parse_time_point,
     records,
 )
+from corral.libs.slurm.array import pending_array_rows
 
 if TYPE_CHECKING:
     from corral.schemas.api import AcctJob, AcctRequest
@@ -206,6 +207,17 @@ def select_jobs(jobs: Sequence[AcctJob], args: SacctArgs) -> list[AcctJob]:
     ]
 
 
+def pending_arrays(jobs: Sequence[AcctJob]) -> tuple[list[AcctJob], dict[int, str]]:
+    """Slurm's record of a pending array: the tasks that never started are one row ``A_[0-3]`` until they
+    start (each task that started is a row of its own)."""
+
+    def group(job: AcctJob) -> int | None:
+        never_ran = job.state == "PENDING" and job.start_time is None and job.restart_count == 0
+        return job.array_job_id if never_ran else None
+
+    return pending_array_rows(jobs, group)
+
+
 def render_acct(
     jobs: Sequence[AcctJob],
     columns: Sequence[Column],
@@ -223,7 +235,8 @@ def render_acct(
     ``parsable`` is None (fixed width), ``"P"`` (``--parsable2``) or ``"p"`` (``--parsable``);
     ``uid_of`` maps a user name to what ``CANCELLED by`` shows.
     """
-    context = RowContext(now=now, tz=tz, uid_of=uid_of)
+    jobs, labels = pending_arrays(jobs)
+    context = RowContext(now=now, tz=tz, uid_of=uid_of, labels=labels)
     rows = [
         row for job in jobs for record in records(job) for row in job_rows(record, columns, context, steps)
     ]

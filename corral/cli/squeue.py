@@ -22,7 +22,7 @@ from corral.cli.fields import FieldSpec, Layout, parse_layout, parse_states, ren
 from corral.cli.jobrefs import JobRef, ids_of, job_label, named, parse_job_refs, split_job_list
 from corral.cli.options import Option as Opt
 from corral.cli.options import OptionTable, flag, unsupported, version_text
-from corral.libs.slurm.array import format_indices
+from corral.libs.slurm.array import pending_array_rows
 from corral.libs.slurm.memory import format_memory
 from corral.libs.slurm.timefmt import format_elapsed, format_time_limit, format_timestamp
 
@@ -257,25 +257,12 @@ def aggregate_arrays(jobs: Sequence[JobInfo]) -> tuple[list[JobInfo], dict[int, 
 
     Returns the rows and the ``%i`` label of each aggregated row by its job id.
     """
-    groups: dict[tuple[int, str], list[JobInfo]] = {}
-    for job in jobs:
-        if job.array_task_id is not None and job.state == "PENDING" and job.restart_count == 0:
-            groups.setdefault((job.array_job_id, job.reason), []).append(job)
-    rows: list[JobInfo] = []
-    labels: dict[int, str] = {}
-    for job in jobs:
-        group = groups.get((job.array_job_id, job.reason)) if job.array_task_id is not None else None
-        if group is None or job.state != "PENDING" or job.restart_count != 0:
-            rows.append(job)
-            continue
-        if job is not group[0]:
-            continue
-        rows.append(job)
-        if len(group) > 1:
-            indices = sorted(task.array_task_id for task in group if task.array_task_id is not None)
-            limit = f"%{job.array_throttle}" if job.array_throttle else ""
-            labels[job.job_id] = f"{job.array_job_id}_[{format_indices(indices)}{limit}]"
-    return rows, labels
+
+    def group(job: JobInfo) -> tuple[int | None, str] | None:
+        never_ran = job.state == "PENDING" and job.restart_count == 0
+        return (job.array_job_id, job.reason) if never_ran else None
+
+    return pending_array_rows(jobs, group, lambda job: job.array_throttle)
 
 
 def render_jobs(

@@ -460,3 +460,17 @@ def test_squeue_qos_and_nice() -> None:
     rows = [job(qos="high", nice=10), pending(), job(qos="")]
     assert squeue_lines(["-o", "%q|%y"], rows) == ["QOS|NICE", "high|10", "normal|0", "normal|0"]
     assert squeue_lines(["-h", "-O", "qos,nice"], [job(qos="high", nice=-5)])[0].split() == ["high", "-5"]
+
+
+def test_sacct_shows_a_pending_array_as_one_line_until_its_tasks_start() -> None:
+    # Slurm's sacct: one record N_[0-3] for the tasks that never started; a started task is a row of its own.
+    def task(index: int, **fields: Any) -> AcctJob:
+        pending = {"state": "PENDING", "start_time": None, "end_time": None, "node_list": "", "steps": []}
+        ids = {"job_id": 20 + index, "array_job_id": 20, "array_task_id": index}
+        return acct_job(**(ids | pending | fields))
+
+    assert sacct_lines(["-P", "-n", "-o", "JobID,State"], [task(i) for i in range(4)]) == ["20_[0-3]|PENDING"]
+    started = task(0, state="RUNNING", start_time=T0 + 10, node_list="gpu01")
+    rows = [started, task(1), task(2), task(3)]
+    assert sacct_lines(["-P", "-n", "-X", "-o", "JobID,State"], rows) == ["20_0|RUNNING", "20_[1-3]|PENDING"]
+    assert sacct_lines(["-P", "-n", "-o", "JobID"], [task(3), task(5, job_id=90)]) == ["20_[3,5]"]
