@@ -210,6 +210,7 @@ def sacct_lines(argv: list[str], jobs: list[AcctJob], now: float = T0 + 100) -> 
         parsable=args.parsable,
         delimiter=args.delimiter,
         steps=args.steps,
+        array=args.array,
         now=now,
         tz=UTC,
         uid_of=lambda user: UID(user, user),
@@ -474,3 +475,4 @@ def test_sacct_shows_a_pending_array_as_one_line_until_its_tasks_start() -> None
     rows = [started, task(1), task(2), task(3)]
     assert sacct_lines(["-P", "-n", "-X", "-o", "JobID,State"], rows) == ["20_0|RUNNING", "20_[1-3]|PENDING"]
     assert sacct_lines(["-P", "-n", "-o", "JobID"], [task(3), task(5, job_id=90)]) == ["20_[3,5]"]
+    assert sacct_lines(["-P", "-n", "--array", "-o", "JobID"], [task(3), task(5)]) == ["20_3", "20_5"]
