@@ -133,7 +133,7 @@ class ArrayRow(Protocol):
     @property
     def job_id(self) -> int: ...
     @property
-    def array_job_id(self) -> int | None: ...
+    def array_job_id(self) -> int | None: ...  # (squeue's JobInfo: 0 for a job that is no array task)
     @property
     def array_task_id(self) -> int | None: ...
 
@@ -148,12 +148,12 @@ def pending_array_rows(
     Returns the rows and the JobID of each aggregated row by its job id."""
     groups: dict[Hashable, list[R]] = {}
     for job in jobs:
-        if job.array_job_id is not None and (key := group(job)) is not None:
+        if job.array_task_id is not None and (key := group(job)) is not None:
             groups.setdefault(key, []).append(job)
     rows: list[R] = []
     labels: dict[int, str] = {}
     for job in jobs:
-        key = group(job) if job.array_job_id is not None else None
+        key = group(job) if job.array_task_id is not None else None
         members = groups.get(key) if key is not None else None
         if members is None or len(members) == 1:
             rows.append(job)

@@ -84,6 +84,11 @@ def test_squeue_default_format() -> None:
     ]
 
 
+def test_squeue_keeps_pending_jobs_that_are_no_array_tasks_apart() -> None:
+    jobs = [pending(job_id=43), pending(job_id=44)]
+    assert squeue.aggregate_arrays(jobs) == (jobs, {})
+
+
 def test_squeue_noheader_and_custom_widths() -> None:
     assert squeue_lines(["-h", "-o", "%-10j|%5D|%.5D|%i"], [job()]) == ["train     |2    |    2|42"]
 
