@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from corral.cli import sacct, scancel, sinfo, squeue
+from corral.cli import sacct, scancel, sinfo, squeue, squeue_sort
 from corral.cli.errors import CliError
 from corral.cli.jobrefs import JobRef
 from corral.cli.sacct_fields import parse_time_point
@@ -193,7 +193,7 @@ def test_squeue_request_filters() -> None:
         (["-o", "%5"], 'invalid --format "%5": a "%" must be followed by a field letter'),
         (["-O", "JobID,Color"], 'invalid --Format field "Color": use one of '),
         (["-j", "12_x"], "Invalid job id 12_x"),
-        (["--sort=i"], "option --sort is not supported by Corral yet"),
+        (["--iterate=5"], "option --iterate is not supported by Corral yet"),
     ],
     ids=["state", "later letter", "dangling percent", "long name", "bad array task", "unsupported"],
 )
@@ -481,3 +481,35 @@ def test_sacct_shows_a_pending_array_as_one_line_until_its_tasks_start() -> None
     assert sacct_lines(["-P", "-n", "-X", "-o", "JobID,State"], rows) == ["20_0|RUNNING", "20_[1-3]|PENDING"]
     assert sacct_lines(["-P", "-n", "-o", "JobID"], [task(3), task(5, job_id=90)]) == ["20_[3,5]"]
     assert sacct_lines(["-P", "-n", "--array", "-o", "JobID"], [task(3), task(5)]) == ["20_3", "20_5"]
+
+
+def squeue_sorted(argv: list[str], jobs: list[JobInfo], sort_env: str | None = None) -> list[str]:
+    args = squeue.parse_args(["-h", "-o", "%i %t", *argv], sort_env)
+    return squeue_lines(["-h", "-o", "%i %t"], squeue_sort.sort_jobs(jobs, args.sort, T0 + 13))
+
+
+def test_squeue_default_order_is_slurms_partition_state_then_priority() -> None:
+    # Slurm's P,t,-p: compact state as a string, so pending before running, and CA CD F R with -t all.
+    jobs = [
+        job(job_id=1, priority=5),
+        pending(job_id=2, priority=1),
+        pending(job_id=3, priority=9),
+        job(job_id=4, state="FAILED", end_time=T0 + 12),
+        job(job_id=5, state="CANCELLED", end_time=T0 + 12),
+        job(job_id=6, state="COMPLETED", end_time=T0 + 12),
+        job(job_id=7, partition="cpu", priority=1),
+    ]
+    assert squeue_sorted([], jobs) == ["7 R", "5 CA", "6 CD", "4 F", "3 PD", "2 PD", "1 R"]
+    assert squeue_sorted(["-S", "i"], jobs) == [
+        f"{i} {s}" for i, s in enumerate(["R", "PD", "PD", "F", "CA", "CD", "R"], 1)
+    ]
+    assert squeue_sorted(["--sort=-i"], jobs)[0] == "7 R"
+    by_priority = ["4 F", "5 CA", "6 CD", "3 PD", "1 R", "2 PD", "7 R"]  # 100 100 100 9 5 1 1, then by id
+    assert squeue_sorted(["-S", "-p,i"], jobs) == by_priority
+    assert squeue_sorted([], jobs, sort_env="i")[0] == "1 R"  # SQUEUE_SORT, unless -S
+    assert squeue_sorted(["-S", "-i"], jobs, sort_env="i")[0] == "7 R"
+
+
+def test_squeue_refuses_an_unknown_sort_key() -> None:
+    with pytest.raises(CliError, match="Invalid sort specification: z"):
+        squeue.parse_args(["-S", "P,z"])
