@@ -367,8 +367,8 @@ NODES = NodesReply(
 )  # fmt: skip
 
 
-def sinfo_lines(fmt: str | None = None, **options: Any) -> list[str]:
-    layout = sinfo.parse_format(fmt, options.get("node_oriented", False))
+def sinfo_lines(fmt: str | None = None, long: bool = False, **options: Any) -> list[str]:
+    layout = sinfo.parse_format(fmt, options.get("node_oriented", False), long)
     return sinfo.render_sinfo(NODES, layout, **options)
 
 
@@ -408,9 +408,25 @@ def test_sinfo_long_states() -> None:
     draining = NodesReply(nodes=nodes, partitions=[only])
     layout = sinfo.parse_format("%T %t %N", False)
     assert sinfo.render_sinfo(draining, layout, header=False) == [
-        "DRAINING drng n1",
-        "DRAINED drain n2",
-        "ALLOCATED alloc n3",
+        "draining drng n1",
+        "drained drain n2",
+        "allocated alloc n3",
+    ]
+
+
+def test_sinfo_long_as_slurm_22_05_prints_it() -> None:
+    assert sinfo_lines(None, node_oriented=False, long=True) == [
+        "PARTITION AVAIL  TIMELIMIT   JOB_SIZE ROOT OVERSUBS     GROUPS  NODES       STATE NODELIST",
+        "gpu*         up 1-00:00:00 1-infinite   no       NO        all      2        idle gpu[01-02]",
+        "gpu*         up 1-00:00:00 1-infinite   no       NO        all      1       mixed gpu03",
+        "gpu*         up 1-00:00:00 1-infinite   no       NO        all      1       down* gpu04",
+        "debug        up   infinite 1-infinite   no       NO        all      1        idle gpu01",
+        "empty        up      30:00 1-infinite   no       NO        all      0         n/a ",
+    ]
+    # (REASON is %20E: padded to 20, as Slurm pads it)
+    assert [line.rstrip() for line in sinfo_lines(None, node_oriented=True, long=True)[:2]] == [
+        "NODELIST  NODES PARTITION       STATE CPUS    S:C:T MEMORY TMP_DISK WEIGHT AVAIL_FE REASON",
+        "gpu01         1 gpu*             idle   16   16:1:1  65536        0      1   (null) none",
     ]
 
 
