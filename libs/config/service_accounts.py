@@ -40,13 +40,16 @@ def parse_service_accounts(raw: Any, nodes: list[NodeConfig]) -> tuple[ServiceAc
         name = cv.require(table, "name", where, str)
         if not valid_token(name) or len(name) > 32:
             raise ConfigError(
-                f"{where}.name: {name!r} is not a valid service account name (letters, digits, - _; at most 32)"
+                f"{where}.name: {name!r} is not a valid service account name "
+                "(letters, digits, - _; at most 32)"
             )
         if any(sa.name == name for sa in out):
             raise ConfigError(f"{where}.name: service account {name!r} is defined twice")
         nodes_text = cv.optional(table, "report_health_nodes", where, str, "")
         try:
-            report = tuple(hostlist.expand(nodes_text, field=f"{where}.report_health_nodes")) if nodes_text else ()
+            report = (
+                tuple(hostlist.expand(nodes_text, field=f"{where}.report_health_nodes")) if nodes_text else ()
+            )
         except FormatError as exc:
             raise ConfigError(str(exc)) from None
         unknown = [n for n in report if n not in known]

@@ -34,7 +34,13 @@ KEYS = {
         "blocks",
         "service_accounts",
     },
-    "service_accounts": {"name", "submit_for_accounts", "submit_for_users", "report_health_nodes", "read_feed"},
+    "service_accounts": {
+        "name",
+        "submit_for_accounts",
+        "submit_for_users",
+        "report_health_nodes",
+        "read_feed",
+    },
     "accounting": {"partitions", "lease_ttl"},
     "accounts": {"name", "parent", "shares", "users", "coordinators", *ASSOC_LIMITS},
     "qos": {

@@ -183,8 +183,6 @@ def _cancel_requested(state: State, seq: int, at: float, body: ev.JobCancelReque
     return APPLIED if marked else ignored("wrong_state")
 
 
-
-
 def _requeue_requested(state: State, seq: int, at: float, body: ev.JobRequeueRequested) -> Outcome:
     return mark_requeue(job_for(state, seq, body.job_id), body.user, body.hold)
 
