@@ -1,5 +1,5 @@
-"""Health reports: what is accepted (size, schema, the reporter's scope), what a failing one calls for, the
-fold's requeue of a health drain, health's shell on the in-memory log, and the agent's health-check program."""
+"""Health reports: what is accepted (size, schema, the reporter's scope), what a failing one calls for,
+the fold's requeue of a health drain, health's shell on the in-memory log, the health-check program."""
 
 from __future__ import annotations
 
