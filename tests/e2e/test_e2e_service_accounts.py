@@ -178,8 +178,10 @@ def test_ci_submits_for_a_user_of_its_account_and_is_refused_for_another(
     before = last_seq(local, "corral.evt.job.>")
     refused = ci("sbatch", "-A", "physics", stdin=JOB.format(seconds=1))
     assert refused.returncode == 1 and refused.stdout == ""
-    assert "service account 'ci' may not submit for user 'saowner' into account 'physics'" in refused.stderr
-    assert "its scope is submit-for account=ml-platform" in refused.stderr
+    assert refused.stderr == (
+        "sbatch: error: Batch job submission failed: on_behalf_of: service account 'ci' may not submit for "
+        "user 'saowner' into account 'physics': its scope is submit-for account=ml-platform\n"
+    )
     assert "Traceback" not in refused.stderr
     # Without naming the user: refused too (a service account owns no jobs).
     del ci.env["CORRAL_ON_BEHALF_OF"]
