@@ -79,6 +79,12 @@ def submit_problem(sa: ServiceAccount, user: str, account: str, user_may_use: bo
     return None
 
 
+def sees_job(sa: ServiceAccount, user: str, account: str) -> bool:
+    """Whether ``sa`` may read the feed events of a job of ``user`` charged to ``account``: with
+    ``read_feed``, the jobs its submit scope covers (for the job event feed)."""
+    return sa.read_feed and (account in sa.submit_accounts or user in sa.submit_users)
+
+
 def report_problem(reporter: str, node: str, accounts: tuple[ServiceAccount, ...]) -> str | None:
     """Why ``reporter`` (a NATS user) may not report ``node``'s health, or None if it may."""
     if reporter == f"{AGENT_PREFIX}{node}":

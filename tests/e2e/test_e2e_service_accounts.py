@@ -120,15 +120,15 @@ def last_seq(cluster: LocalCluster, subject: str) -> int:
     return asyncio.run(read())
 
 
-def report_as_dcgm(cluster: LocalCluster, node: str, data: bytes) -> None:
-    """Publish a health report as the dcgm service account, on its own reporter token."""
+def report_as_dcgm(cluster: LocalCluster, node: str, data: bytes, subject: str | None = None) -> None:
+    """Publish a health report as the dcgm service account, on its own reporter token (or ``subject``)."""
 
     async def publish() -> None:
         nc = await connect(
             read_credentials(service_account_credentials(cluster.state_dir, "dcgm")), name="dcgm"
         )
         try:
-            await nc.publish(subjects.health_report_subject("svc-dcgm", node), data)
+            await nc.publish(subject or subjects.health_report_subject("svc-dcgm", node), data)
             await nc.flush()
         finally:
             await nc.drain()
@@ -197,6 +197,12 @@ def test_reports_outside_the_scope_or_malformed_are_dead_lettered_and_change_not
     before = {node: last_seq(local, subjects.node_events(node)) for node in ("node1", "node2")}
     report_as_dcgm(local, "node2", msgspec.json.encode({**XID, "node": "node2"}))
     report_as_dcgm(local, "node1", b'{"node": "node1", "source": "dcgm", "severity": "very bad"}')
+    # Nor can it write a drain into the log itself, or report as node1's agent: the server refuses both.
+    drained = msgspec.json.encode({"type": "node_drained", "node": "node1", "reason": "x", "by": "svc-dcgm"})
+    report_as_dcgm(local, "node1", drained, subjects.node_subject("node1", "node_drained"))
+    report_as_dcgm(
+        local, "node1", msgspec.json.encode(XID), subjects.health_report_subject("agent-node1", "node1")
+    )
     wait_until(lambda: len(dead_letters(local)) >= 2, 20, "two dead letters")
     letters = dict(dead_letters(local))
     assert "may not report the health of node 'node2'" in letters["corral.ext.health.svc-dcgm.node2"]

@@ -166,3 +166,12 @@ async def test_a_submission_on_behalf_outside_the_scope_is_refused_and_appends_n
     with pytest.raises(kind, match=error):
         await gateway(log).submit(caller, request(on_behalf_of, account))
     assert log.bodies("corral.evt.>") == []
+
+
+def test_the_feed_shows_a_service_account_the_jobs_of_its_scope_only() -> None:
+    sa = parse_config(BASE + CI).service_accounts[0]
+    assert scopes.sees_job(sa, "alice", "ml-platform") and scopes.sees_job(sa, "dave", "dave")
+    assert not scopes.sees_job(sa, "alice", "physics")
+    assert not scopes.sees_job(
+        scopes.ServiceAccount(name="x", submit_accounts=("ml-platform",)), "a", "ml-platform"
+    )
