@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import stat
+from datetime import timedelta
 from pathlib import Path
 
 import msgspec
 import pytest
-from builders import Log, allocated, cluster, exited, job, policy, submitted
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from corral.libs.core import node_health
 from corral.libs.core.orders import orders
@@ -20,7 +22,7 @@ from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.services.agent.healthcheck import run_program
 from corral.services.health.reports import HealthReports
-from tests.unit.builders import cluster_config
+from tests.unit.builders import Log, allocated, cluster, cluster_config, exited, job, policy, submitted
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(20)]
 
@@ -186,3 +188,46 @@ async def test_the_health_check_program_fails_on_exit_status_or_output(
 async def test_a_missing_health_check_program_is_a_failure(tmp_path: Path) -> None:
     got = await run_program(str(tmp_path / "nope"), "gpu01", 1.0)
     assert got is not None and got.code == "not run" and "No such file" in got.message
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5),
+    max_leaves=20,
+)
+FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "node": st.sampled_from(["gpu01", "gpu02", "", "gpu01.x"]) | JSON,
+        "source": st.sampled_from(["dcgm", "healthcheck", "x"]) | JSON,
+        "severity": st.sampled_from(["ok", "warning", "fail", "FAIL"]) | JSON,
+        "checks": st.lists(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "kind": st.sampled_from(["xid", "ecc", "healthcheck", "bogus"]) | JSON,
+                    "code": JSON,
+                    "message": st.text(max_size=600) | JSON,
+                    "gpu": st.integers(-5, 2000) | JSON,
+                },
+            ),
+            max_size=70,
+        )
+        | JSON,
+        "reporter": JSON,
+    },
+)
+
+
+@settings(max_examples=200, deadline=timedelta(seconds=1), suppress_health_check=[HealthCheck.too_slow])
+@given(body=FIELDS, reporter=st.sampled_from(["svc-dcgm", "svc-ci", "agent-gpu01", "alice"]))
+def test_any_report_is_accepted_or_refused_with_a_reason_never_a_crash(
+    body: dict[str, object], reporter: str
+) -> None:
+    got = node_health.accept(msgspec.json.encode(body), reporter, "gpu01", ACCOUNTS)
+    if isinstance(got, str):
+        assert got
+        return
+    assert got.node == "gpu01" and got.reporter == reporter and len(got.checks) <= ev.MAX_HEALTH_CHECKS
+    drain = node_health.drain_for(got, "requeue", None)
+    assert drain is None or (len(drain.reason) <= ev.MAX_NODE_REASON and "\n" not in drain.reason)
