@@ -142,7 +142,9 @@ class Gateway:
             account=req.spec.account or self.config.default_account(user),
         )
         spec = msgspec.structs.replace(spec, qos=resolve_qos(spec, self.config))
-        check_policy(spec, user, self.config, admin=user in self.admins)
+        # An admin's privileges (a negative nice) are the caller's: a service account never has them, whoever
+        # it submits for.
+        check_policy(spec, user, self.config, admin=caller in self.admins)
         await self._check_dependencies(req.spec)
         limits = submit_limits(spec, user, self.config)
         if limits:

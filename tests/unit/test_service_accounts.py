@@ -175,3 +175,13 @@ def test_the_feed_shows_a_service_account_the_jobs_of_its_scope_only() -> None:
     assert not scopes.sees_job(
         scopes.ServiceAccount(name="x", submit_accounts=("ml-platform",)), "a", "ml-platform"
     )
+
+
+async def test_a_service_account_gets_no_admin_privilege_from_the_user_it_submits_for() -> None:
+    log = MemLog(actor="gateway")
+    config = parse_config(BASE.replace('name = "test"', 'name = "test"\nadmins = ["alice"]') + CI)
+    gw = Gateway(log, log, MemApi("gateway"), config, FakeClock())
+    spec = job(nodes=1, gpus=1, account="ml-platform", nice=-10)
+    with pytest.raises(Forbidden, match="Access/permission denied"):
+        await gw.submit("svc-ci", api.SubmitRequest(token="t", spec=spec, on_behalf_of="alice"))
+    assert isinstance(await gw.submit("alice", api.SubmitRequest(token="t", spec=spec)), api.SubmitReply)
