@@ -55,11 +55,15 @@ def drain_reason(report: ev.NodeHealthReported) -> str:
     ``dcgm: xid 79 gpu 3: GPU has fallen off the bus; ecc 2 gpu 1``."""
     parts = []
     for check in report.checks or [ev.HealthCheck(kind="other", message="failed")]:
-        words = [check.kind] + ([check.code] if check.code else [])
+        # The kind is left out where the source says it already (``healthcheck: exit 1: ...``).
+        words = ([check.kind] if check.kind != report.source else []) + ([check.code] if check.code else [])
         if check.gpu is not None:
             words.append(f"gpu {check.gpu}")
         text = " ".join(words)
-        parts.append(f"{text}: {check.message}" if check.message else text)
+        if check.message:
+            parts.append(f"{text}: {check.message}" if text else check.message)
+        else:
+            parts.append(text or check.kind)
     line = " ".join(f"{report.source}: {'; '.join(parts)}".split())  # one line: no newlines or tabs
     if len(line) > ev.MAX_NODE_REASON:
         line = line[: ev.MAX_NODE_REASON - 3] + "..."

@@ -109,6 +109,13 @@ def test_a_drain_reason_is_one_bounded_line() -> None:
     reason = node_health.drain_reason(long)
     assert "\n" not in reason and "\t" not in reason and len(reason) == ev.MAX_NODE_REASON
     assert node_health.drain_reason(accepted(checks=[])) == "dcgm: other: failed"
+    # A check of the source's own kind is not named twice.
+    program = ev.NodeHealthReported(
+        node="gpu01", source="healthcheck", severity="fail", reporter="agent-gpu01",
+        checks=[ev.HealthCheck(kind="healthcheck", code="exit 1", message="GPU 2 missing"),
+                ev.HealthCheck(kind="healthcheck", message="fan"), ev.HealthCheck(kind="healthcheck")],
+    )  # fmt: skip
+    assert node_health.drain_reason(program) == "healthcheck: exit 1: GPU 2 missing; fan; healthcheck"
 
 
 def test_a_requeue_drain_requeues_the_nodes_requeueable_jobs_and_leaves_the_others() -> None:
