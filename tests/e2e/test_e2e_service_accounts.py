@@ -6,7 +6,8 @@ A CI service account (``corral serviceaccount add ci --submit-for account=ml-pla
 (``--report-health nodes=node1``) reports XID 79 on node1: the node drains with that reason and its
 requeueable job is requeued while its ``--no-requeue`` job runs on; its report about node2 (outside its
 scope) and a malformed one are dead-lettered on ``corral.dlq.health`` with their reasons, counted, and
-change nothing. The agents' health-check program fails on node2 once a flag file exists: node2 drains.
+change nothing (so is the Python example of ``docs/integrations.md``, run as it is: its node is not in the
+scope). The agents' health-check program fails on node2 once a flag file exists: node2 drains.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import getpass
 import os
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -157,6 +159,16 @@ def dead_letters(cluster: LocalCluster) -> list[tuple[str, str]]:
     return asyncio.run(read())
 
 
+def doc_example(cluster: LocalCluster) -> str:
+    """The Python example of docs/integrations.md ("Reporting a failing GPU"), reading the dcgm service
+    account's credentials file."""
+    text = (Path(__file__).parents[2] / "docs" / "integrations.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    creds = str(service_account_credentials(cluster.state_dir, "dcgm"))
+    assert "/run/secrets/corral-dcgm.json" in code
+    return code.replace("/run/secrets/corral-dcgm.json", creds)
+
+
 def show(cli: Cli, node: str) -> str:
     """``scontrol show node``'s text for ``node``."""
     return cli("scontrol", "show", "node", node).stdout
@@ -203,15 +215,21 @@ def test_reports_outside_the_scope_or_malformed_are_dead_lettered_and_change_not
     report_as_dcgm(
         local, "node1", msgspec.json.encode(XID), subjects.health_report_subject("agent-node1", "node1")
     )
-    wait_until(lambda: len(dead_letters(local)) >= 2, 20, "two dead letters")
+    # The documentation's example, as it is: its node gpu003 is not in the scope (nor in the cluster).
+    example = subprocess.run(
+        [sys.executable, "-c", doc_example(local)], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert example.returncode == 0, example.stderr
+    wait_until(lambda: len(dead_letters(local)) >= 3, 20, "three dead letters")
     letters = dict(dead_letters(local))
+    assert "may not report the health of node 'gpu003'" in letters["corral.ext.health.svc-dcgm.gpu003"]
     assert "may not report the health of node 'node2'" in letters["corral.ext.health.svc-dcgm.node2"]
     assert (
         "not a node health report: Invalid enum value 'very bad'"
         in letters["corral.ext.health.svc-dcgm.node1"]
     )
     metrics = urllib.request.urlopen(local.metrics_urls["health"], timeout=5).read().decode()
-    assert 'corral_dead_letters_total{reason="rejected",service="health"} 2.0' in metrics
+    assert 'corral_dead_letters_total{reason="rejected",service="health"} 3.0' in metrics
     time.sleep(1)  # anything wrongly appended would be there by now
     assert {node: last_seq(local, subjects.node_events(node)) for node in ("node1", "node2")} == before
     assert "State=IDLE " in show(cli, "node1") and "DRAIN" not in show(cli, "node2")
