@@ -3,13 +3,18 @@ behalf of a user (accepted within the scope, refused naming it, nothing appended
 
 from __future__ import annotations
 
+import stat
+from pathlib import Path
+
 import pytest
 
+from corral.cli import serviceaccount
 from corral.libs.config.cluster import ConfigError, parse_config
 from corral.libs.config.service_accounts import service_account_table, without_service_account
 from corral.libs.core import scopes
 from corral.libs.infra import roles
 from corral.libs.runtime.clock import FakeClock
+from corral.libs.runtime.credentials import read_credentials
 from corral.libs.runtime.errors import Forbidden, InvalidInput
 from corral.libs.runtime.memapi import MemApi
 from corral.libs.runtime.memlog import MemLog
@@ -185,3 +190,33 @@ async def test_a_service_account_gets_no_admin_privilege_from_the_user_it_submit
     with pytest.raises(Forbidden, match="Access/permission denied"):
         await gw.submit("svc-ci", api.SubmitRequest(token="t", spec=spec, on_behalf_of="alice"))
     assert isinstance(await gw.submit("alice", api.SubmitRequest(token="t", spec=spec)), api.SubmitReply)
+
+
+def test_the_command_adds_lists_and_removes_and_refuses_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "cluster.toml").write_text(BASE)
+    run = lambda *argv: serviceaccount.main(["--state-dir", str(tmp_path), *argv])  # noqa: E731
+    assert run("add", "ci", "--submit-for", "account=ml-platform", "--report-health", "nodes=gpu[01-02]") == 0
+    creds = tmp_path / "credentials" / "service-accounts" / "ci.json"
+    assert stat.S_IMODE(creds.stat().st_mode) == 0o600 and read_credentials(creds).user == "svc-ci"
+    assert parse_config((tmp_path / "cluster.toml").read_text()).service_account("ci") is not None
+    capsys.readouterr()
+    assert run("list") == 0
+    assert capsys.readouterr().out.split() == [
+        "ci", "svc-ci", "submit-for", "account=ml-platform;", "report-health", "nodes=gpu[01-02]"
+    ]  # fmt: skip
+    before = (tmp_path / "cluster.toml").read_text()
+    for argv, error in [
+        (["add", "ci"], "service account 'ci' exists already"),
+        (["add", "x", "--submit-for", "group=a"], "--submit-for: 'group=a' is not account=NAME or user=NAME"),
+        (["add", "x", "--report-health", "gpu01"], "--report-health: 'gpu01' is not nodes=HOSTLIST"),
+        (["add", "x", "--report-health", "nodes=gpu09"], "report_health_nodes: gpu09 not in any [[nodes]]"),
+        (["add", 'x"y'], "not valid TOML"),
+        (["remove", "nope"], "service account 'nope' is not in the cluster file"),
+    ]:
+        assert run(*argv) == 1
+        assert error in capsys.readouterr().err, argv
+        assert (tmp_path / "cluster.toml").read_text() == before
+    assert run("remove", "ci") == 0
+    assert not creds.exists() and parse_config((tmp_path / "cluster.toml").read_text()).service_accounts == ()
