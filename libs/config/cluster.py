@@ -62,6 +62,9 @@ from corral.libs.core.scopes import ServiceAccount
 from corral.libs.slurm import hostlist
 from corral.schemas.subjects import valid_token
 
+#: ``[cluster] enforce_part_limits`` (Slurm's EnforcePartLimits), the default first.
+ENFORCE_PART_LIMITS = ("ALL", "ANY", "NO")
+
 
 @dataclass(frozen=True)
 class ClusterConfig:
@@ -104,6 +107,10 @@ class ClusterConfig:
     health_check_program: str = ""  # HealthCheckProgram: run by each agent, as root ("": none)
     health_check_interval_s: float = 60.0  # HealthCheckInterval: seconds between two runs of it
     health_failure_action: FailureAction = "requeue"  # a failing health report: requeue its jobs, or drain
+    # EnforcePartLimits: ALL/ANY refuse at submit a job over its partition's MaxNodes, MaxTime or node count
+    # (Corral's default: one partition per job, so ANY is ALL); NO accepts it, and it pends with Slurm's
+    # PartitionNodeLimit, PartitionTimeLimit or PartitionConfig (Slurm's default).
+    enforce_part_limits: str = "ALL"
 
     def service_account(self, name: str) -> ServiceAccount | None:
         """The service account called ``name``, or None."""
@@ -223,6 +230,7 @@ def parse_config(
         health_failure_action=cv.choice(  # type: ignore[arg-type]
             cluster, "health_failure_action", FAILURE_ACTIONS, "cluster"
         ),
+        enforce_part_limits=cv.choice(cluster, "enforce_part_limits", ENFORCE_PART_LIMITS, "cluster"),
     )
     check_qos_references(config)
     if config.heartbeat_interval_s >= config.node_timeout_s:

@@ -91,6 +91,7 @@ KEYS = {
         "health_check_program",
         "health_check_interval",
         "health_failure_action",
+        "enforce_part_limits",
     },
     "nodes": {"names", "cpus", "memory", "gpus", "gpu_type", "features"},
     "partitions": {
