@@ -5,7 +5,7 @@ The caller's identity is never in a request body: it is the last token of the su
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -24,6 +24,9 @@ class SubmitRequest(msgspec.Struct, frozen=True, tag="submit", kw_only=True):
     test_only: bool = (
         False  # sbatch --test-only: validate and estimate the start (WillRunReply), append nothing
     )
+    # A service account's submission for this user (sbatch: CORRAL_ON_BEHALF_OF); the gateway accepts it
+    # only when the caller is a service account whose scope covers the user or the account.
+    on_behalf_of: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
 
 
 class WillRunRequest(msgspec.Struct, frozen=True, tag="will_run", kw_only=True):

@@ -53,13 +53,19 @@ from corral.schemas.job_spec import (
     WarnSignal,
 )
 from corral.schemas.node_events import (
+    MAX_HEALTH_CHECKS,
     MAX_NODE_REASON,
     NODE_EVENTS,
+    HealthCheck,
+    HealthCheckKind,
+    HealthSeverity,
+    HealthSource,
     NodeDown,
     NodeDownRequested,
     NodeDrained,
     NodeDrainRequested,
     NodeEvent,
+    NodeHealthReported,
     NodeRegistered,
     NodeResumed,
     NodeResumeRequested,
@@ -89,6 +95,7 @@ from corral.schemas.run_events import (
 # Every Struct and alias of the submodules is part of this module's interface.
 __all__ = [
     "EVENT_TYPES",
+    "MAX_HEALTH_CHECKS",
     "MAX_NODE_REASON",
     "MAX_REASON_DETAIL",
     "MAX_STEP_TASKS",
@@ -106,6 +113,10 @@ __all__ = [
     "EndReason",
     "Envelope",
     "Event",
+    "HealthCheck",
+    "HealthCheckKind",
+    "HealthSeverity",
+    "HealthSource",
     "JobAllocated",
     "JobCancelRequested",
     "JobCancelled",
@@ -132,6 +143,7 @@ __all__ = [
     "NodeDrainRequested",
     "NodeDrained",
     "NodeEvent",
+    "NodeHealthReported",
     "NodeName",
     "NodeRegistered",
     "NodeResumeRequested",
@@ -196,6 +208,7 @@ Event = (
     | NodeResumed
     | NodeDownRequested
     | JobReasonChanged
+    | NodeHealthReported
 )
 
 
@@ -235,6 +248,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     NodeResumed,
     NodeDownRequested,
     JobReasonChanged,
+    NodeHealthReported,
 )
 
 

@@ -40,6 +40,8 @@ DOCUMENTS: dict[str, Any] = {
     "order.json": api.Order,
     "step.json": steps.StepRequest | steps.StepLaunched | steps.StepDone | steps.StepPolled,
     "step-exit.json": steps.TaskExit,
+    # What a DCGM-style exporter publishes on corral.ext.health.<reporter>.<node> (docs/integrations.md).
+    "health-report.json": events.NodeHealthReported,
 }
 
 

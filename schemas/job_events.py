@@ -46,6 +46,9 @@ PendingReason = Literal[
     "AssocGrpGRES",
     "AssocGrpJobsLimit",
     "ReqNodeNotAvail",
+    "PartitionNodeLimit",
+    "PartitionTimeLimit",
+    "PartitionConfig",
     "Resources",
     "Priority",
     "Reservation",
@@ -70,8 +73,11 @@ class JobSubmitted(msgspec.Struct, frozen=True, tag="job_submitted", kw_only=Tru
     """
 
     job_id: JobId  # monotonic, never reused; an array's first id (the array's id)
-    user: str  # authenticated submitter (taken from the connection, never from the request)
+    user: str  # the job's owner: the authenticated submitter, or the user a service account submitted for
     spec: JobSpec  # what was asked for
+    # The service account that submitted it on ``user``'s behalf (its scope allowed that user or account;
+    # ``docs/security.md``); "" = ``user`` submitted it. The actor of the entry when set.
+    service_account: str = ""
 
 
 class JobCancelRequested(msgspec.Struct, frozen=True, tag="job_cancel_requested", kw_only=True):

@@ -140,6 +140,10 @@ NODE_TRANSITIONS: tuple[NodeTransition, ...] = (
     NodeTransition(ev.NodeResumed, "drain", frozenset({"NONE", "DRAIN"}), "NONE"),
 )
 
+#: Node facts that move no axis: only recorded (a health report; a failing one is followed by ``NodeDrained``,
+#: which moves the drain axis).
+NODE_RECORDS: frozenset[type[ev.Event]] = frozenset({ev.NodeHealthReported})
+
 _GATEWAY: tuple[type[ev.Event], ...] = (
     ev.JobSubmitted,
     ev.JobCancelRequested,
@@ -176,7 +180,13 @@ _AGENT: tuple[type[ev.Event], ...] = (
     ev.StepStarted,
     ev.StepExited,
 )
-_HEALTH: tuple[type[ev.Event], ...] = (ev.NodeDown, ev.NodeUp, ev.NodeDrained, ev.NodeResumed)
+_HEALTH: tuple[type[ev.Event], ...] = (
+    ev.NodeDown,
+    ev.NodeUp,
+    ev.NodeDrained,
+    ev.NodeResumed,
+    ev.NodeHealthReported,
+)
 
 #: The scheduler's decisions: each carries the leader epoch of the scheduler that decided (``epoch``), and
 #: every fold ignores one whose epoch is older than the newest it has seen (fencing a deposed leader).

@@ -4,6 +4,8 @@ up, drained, resumed) and the gateway's admin intents that health answers.
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 import msgspec
 
 from corral.schemas.ids import NodeName
@@ -85,7 +87,11 @@ class NodeDrained(msgspec.Struct, frozen=True, tag="node_drained", kw_only=True)
 
     node: NodeName  # the node
     reason: str  # the admin's Reason= (sinfo -R, scontrol show node)
-    by: str  # the admin who asked (shown as ``Reason=text [by@time]``)
+    by: str  # the admin who asked (shown as ``Reason=text [by@time]``), or the reporter of a failing health
+    # report (a service account, or the node's agent for its health-check program)
+    # A failing health report's drain under ``health_failure_action = "requeue"``: the node's running jobs
+    # that may be requeued are killed and requeued (the others finish); False: every job finishes.
+    requeue: bool = False
 
 
 class NodeResumed(msgspec.Struct, frozen=True, tag="node_resumed", kw_only=True):
@@ -99,6 +105,45 @@ class NodeResumed(msgspec.Struct, frozen=True, tag="node_resumed", kw_only=True)
     by: str  # the admin who asked
 
 
+#: What a health report's check is about: an NVIDIA XID error, ECC errors, a failing health-check program
+#: (Slurm's HealthCheckProgram), a GPU count or NVLink problem, a temperature, anything else.
+HealthCheckKind = Literal["xid", "ecc", "healthcheck", "gpu_count", "nvlink", "thermal", "other"]
+#: Who measured it: DCGM (or an exporter like it), the agent's health-check program, NVML, another tool.
+HealthSource = Literal["dcgm", "healthcheck", "nvml", "other"]
+#: ``fail`` drains the node; ``warning`` and ``ok`` are recorded and change nothing.
+HealthSeverity = Literal["ok", "warning", "fail"]
+#: The most checks one report carries, and the longest code and message of one (a report is bounded).
+MAX_HEALTH_CHECKS = 64
+MAX_HEALTH_CODE = 64
+MAX_HEALTH_MESSAGE = 512
+
+
+class HealthCheck(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One finding of a health report: e.g. XID 79 on GPU 3, or the health-check program's exit status."""
+
+    kind: HealthCheckKind  # what it is about
+    code: Annotated[str, msgspec.Meta(max_length=MAX_HEALTH_CODE)] = ""  # e.g. "79" (XID), "exit 1"
+    message: Annotated[str, msgspec.Meta(max_length=MAX_HEALTH_MESSAGE)] = ""  # one line, for Reason=
+    gpu: Annotated[int, msgspec.Meta(ge=0, le=1023)] | None = None  # the GPU's index on the node, if one
+
+
+class NodeHealthReported(msgspec.Struct, frozen=True, tag="node_health_reported", kw_only=True):
+    """Fact (health, for its reporter): a health report about a node that health validated (bounded size,
+    schema, the reporter's scope covers the node). A ``fail`` one is followed by health's ``NodeDrained``
+    with the report's reason (Slurm: State=DRAIN Reason=...).
+
+    The same Struct is the wire format a reporter publishes on ``corral.ext.health.<reporter>.<node>``
+    (``subjects.health_report_subject``), without ``reporter``: health fills it from the subject, which the
+    NATS permissions bind to the reporter's connection.
+    """
+
+    node: NodeName  # the node the report is about (must be the subject's)
+    source: HealthSource  # who measured it
+    severity: HealthSeverity  # fail drains the node
+    checks: Annotated[list[HealthCheck], msgspec.Meta(max_length=MAX_HEALTH_CHECKS)] = []  # the findings
+    reporter: str = ""  # the service account or agent that reported it (from the subject, never the body)
+
+
 #: The events of nodes (on ``corral.evt.node.<node>.<tag>``).
 NODE_EVENTS = (
     NodeRegistered,
@@ -109,6 +154,7 @@ NODE_EVENTS = (
     NodeDrained,
     NodeResumed,
     NodeDownRequested,
+    NodeHealthReported,
 )
 NodeEvent = (
     NodeRegistered
@@ -119,4 +165,5 @@ NodeEvent = (
     | NodeDrained
     | NodeResumed
     | NodeDownRequested
+    | NodeHealthReported
 )

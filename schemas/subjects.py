@@ -13,6 +13,9 @@
 - ``corral.hb.<node>``: heartbeats (core NATS, not persisted);
 - ``corral.api.v1.<verb>.<user>``: request/reply API; the last token is the caller's user name,
   which the NATS server's permissions bind to the authenticated connection;
+- ``corral.ext.health.<reporter>.<node>``: health reports from outside the log (core NATS): a DCGM-style
+  exporter's (a service account) or an agent's health-check program; the reporter token is bound to the
+  connection by the permissions, as the API's user token is, and health checks it may report the node;
 - ``corral.dlq.<service>``: dead letters (rejected asynchronous input) in their own stream;
 - ``_INBOX.<user>.>``: the reply inbox of one user or role (``inbox_prefix``); a service answers a request
   only on the caller's own inbox (``own_inbox``), never on a subject the requester chose elsewhere.
@@ -151,6 +154,24 @@ def api_caller(subject: str) -> tuple[str, str]:
     parts = subject.split(".")
     if len(parts) != 5 or ".".join(parts[:3]) != API_PREFIX:
         raise ValueError(f"not an API subject: {subject!r}")
+    return parts[3], parts[4]
+
+
+HEALTH_REPORT_PREFIX = "corral.ext.health"
+#: What health subscribes to: every reporter's reports about every node.
+HEALTH_REPORTS = f"{HEALTH_REPORT_PREFIX}.*.*"
+
+
+def health_report_subject(reporter: str, node: str) -> str:
+    """Where ``reporter`` (a service account's or an agent's NATS user) publishes a report about ``node``."""
+    return f"{HEALTH_REPORT_PREFIX}.{reporter}.{node}"
+
+
+def health_report_of(subject: str) -> tuple[str, str]:
+    """(reporter, node) of a health report subject; ValueError if it is not one."""
+    parts = subject.split(".")
+    if len(parts) != 5 or ".".join(parts[:3]) != HEALTH_REPORT_PREFIX:
+        raise ValueError(f"not a health report subject: {subject!r}")
     return parts[3], parts[4]
 
 

@@ -10,7 +10,8 @@ the two things an audit asks on top: who (the actor) and why (the causation chai
 (the last one ends ``← node_down node2 (Not responding)  ← missed heartbeats``);
 
 - the actor is the authenticated identity: the user for the gateway's intents (the gateway takes it from
-  the connection, never from the request), else the writer's role (``Meta.actor``);
+  the connection, never from the request), the service account for a job it submitted on a user's behalf
+  (``on_behalf_of=<user>``), else the writer's role (``Meta.actor``);
 - what changed is the body's fields that say something (defaults, the job id and bulky specs left out);
 - why follows ``Meta.causation_id`` through the history and the reply's ``causes``; a ``NodeDown`` with no
   cause and no admin is missed heartbeats. A cause the reply does not hold is shown by its event id.
@@ -26,6 +27,7 @@ from typing import Any
 
 import msgspec
 
+from corral.libs.core import scopes
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.timefmt import format_time_limit
 from corral.schemas import api, lifecycle
@@ -116,6 +118,8 @@ def _line(seq: int, env: ev.Envelope, known: dict[str, ev.Envelope]) -> Line:
 def actor_of(env: ev.Envelope) -> str:
     """The authenticated identity behind an entry: the user for the gateway's intents, else the writer."""
     user = getattr(env.body, "user", None)
+    if isinstance(env.body, ev.JobSubmitted) and env.body.service_account:
+        return scopes.login(env.body.service_account)  # it submitted for the owner (``on_behalf_of=``)
     if lifecycle.WRITERS.get(type(env.body)) == "gateway" and isinstance(user, str):
         return user
     return env.meta.actor
@@ -176,6 +180,8 @@ def label(body: ev.Event, job_id: int | None = None) -> str:
 def _submitted(body: ev.JobSubmitted) -> dict[str, str]:
     spec = body.spec
     out = {"name": spec.name, "user": body.user}
+    if body.service_account:
+        out["on_behalf_of"] = body.user
     for key, value in (
         ("account", spec.account),
         ("partition", spec.partition),

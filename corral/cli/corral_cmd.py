@@ -1,5 +1,5 @@
 """``corral``: run a local cluster (``up``), a showcase (``demo``), the simulator (``sim``), a job's trace
-(``trace``) and history (``audit``), and operator tools (``log export``)."""
+(``trace``) and history (``audit``), and operator tools (``log export``, ``serviceaccount``)."""
 
 from __future__ import annotations
 
@@ -101,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         from corral.cli.audit import main as audit_main
 
         return audit_main(words[1:])
+    if words[:1] == ["serviceaccount"]:
+        from corral.cli.serviceaccount import main as serviceaccount_main
+
+        return serviceaccount_main(words[1:])
     parser = argparse.ArgumentParser(prog="corral", description="Corral: a workload manager for GPU clusters")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="run a local cluster in the foreground")
@@ -120,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("trace", help="show a job's span tree, derived from the log (corral trace -h)")
     sub.add_parser("audit", help="a job's history: who did what and why (corral audit -h)")
     sub.add_parser("deploy", help="write a deployment for several machines (corral deploy init -h)")
+    sub.add_parser("serviceaccount", help="add, list or remove service accounts (corral serviceaccount -h)")
     args = parser.parse_args(argv)
     if args.command == "up":
         args.nodes_given = args.nodes is not None or args.gpus_per_node is not None

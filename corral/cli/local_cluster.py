@@ -7,6 +7,8 @@ Everything lives in one state directory, so starting again on the same directory
     <state>/credentials/<user>.json  the local user's credentials (0600), found by the commands (and those
                                    of the ``guests``, other users who may use it too)
     <state>/credentials/roles/      one credentials file per service role and agent, and the auditor's (0600)
+    <state>/credentials/service-accounts/<name>.json  each ``[[service_accounts]]``'s (0600; ``corral
+                                   serviceaccount add`` writes it, the next start gives it its NATS user)
     <state>/nats/  <state>/postgres/  the servers' data
     <state>/agents/<node>/          each agent's run records, job scripts and run status files
     <state>/logs/<service>.log      each process's JSON log
@@ -158,6 +160,9 @@ class LocalCluster:
         users.append(roles.auditor_user(self._password(roles.AUDITOR, self.role_credentials(roles.AUDITOR))))
         for name in (self.user, *self.guests):
             users.append(roles.user_user(name, self._password(name, self.credentials_of(name))))
+        for sa in self.config.service_accounts:
+            path = service_account_credentials(self.state_dir, sa.name)
+            users.append(roles.service_account_user(sa, self._password(sa.login, path)))
         return users
 
     def credentials_of(self, name: str) -> Path:
@@ -166,8 +171,14 @@ class LocalCluster:
 
     def _write_credentials(self, users: list[NatsUser], url: str) -> None:
         people = {self.user, *self.guests}
+        accounts = {sa.login: sa.name for sa in self.config.service_accounts} if self.config else {}
         for user in users:
-            path = self.credentials_of(user.user) if user.user in people else self.role_credentials(user.user)
+            if user.user in accounts:
+                path = service_account_credentials(self.state_dir, accounts[user.user])
+            elif user.user in people:
+                path = self.credentials_of(user.user)
+            else:
+                path = self.role_credentials(user.user)
             write_credentials(path, Credentials(url=url, user=user.user, password=user.password))
 
     # start / stop --------------------------------------------------------------------------------
@@ -399,6 +410,11 @@ class LocalCluster:
         for server in (*self.nats_peers, self.nats):
             if server is not None:
                 server.stop()
+
+
+def service_account_credentials(state_dir: Path, name: str) -> Path:
+    """The credentials file of the service account ``name``."""
+    return state_dir / "credentials" / "service-accounts" / f"{name}.json"
 
 
 def ensure_resolvable(names: list[str]) -> str | None:

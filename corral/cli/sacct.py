@@ -29,6 +29,7 @@ from corral.cli.sacct_fields import (
     parse_time_point,
     records,
 )
+from corral.libs.slurm.array import pending_array_rows
 
 if TYPE_CHECKING:
     from corral.schemas.api import AcctJob, AcctRequest
@@ -52,6 +53,7 @@ OPTIONS = OptionTable(
         flag("noheader", "n"),
         flag("allocations", "X"),
         flag("duplicates", "D"),
+        flag("array"),
         Opt("user", "u"),
         flag("allusers", "a"),
         Opt("accounts", "A"),
@@ -67,7 +69,7 @@ OPTIONS = OptionTable(
         *unsupported(
             "yaml allclusters/L clusters/M nodelist/N qos/q truncate/T "
             "timelimit-min/k timelimit-max/K nnodes/i ncpus/I wckeys/W associations/x gid/g group file/f "
-            "completion/c noconvert units batch-script/B env-vars array verbose/v whole-hetjob local "
+            "completion/c noconvert units batch-script/B env-vars verbose/v whole-hetjob local "
             "federation uid reason/R constraints/C fedr expand-patterns"
         ),
     ]
@@ -84,6 +86,7 @@ Usage: sacct [OPTIONS...]
   -A, --accounts=NAMES    -r, --partition=NAMES    --name=NAMES      -s, --state=STATES
   -S, --starttime=TIME    -E, --endtime=TIME       (YYYY-MM-DD[THH:MM[:SS]], now, now-2days, today)
   -D, --duplicates        every run of a requeued job, each a record with its steps (REQUEUED, NODE_FAIL, ...)
+      --array             a row per array task (without it the tasks that never started are one, A_[0-3])
   -l, --long              Slurm's long field list (the fields Corral records)
       --json              the jobs as Slurm's JSON (jobs[].job_id, name, state.current, exit_code, steps)
 """
@@ -98,6 +101,7 @@ class SacctArgs(msgspec.Struct):
     delimiter: str = "|"  # --delimiter
     steps: bool = True  # -X turns step rows off
     duplicates: bool = False  # -D: every run of a requeued job
+    array: bool = False  # --array: a row per array task, the pending ones too
     jobs: list[JobRef] = []  # -j (an array's id: every task; A_T: one task)
     users: list[str] = []  # -u
     all_users: bool = False  # -a
@@ -138,6 +142,7 @@ def parse_args(argv: Sequence[str]) -> SacctArgs:
         delimiter=args.last("delimiter", "|") or "|",
         steps=not args.given("allocations"),
         duplicates=args.given("duplicates"),
+        array=args.given("array"),
         jobs=parse_job_refs(split_job_list(args.all("jobs")), "--jobs"),
         users=args.items("user"),
         all_users=args.given("allusers"),
@@ -206,6 +211,17 @@ def select_jobs(jobs: Sequence[AcctJob], args: SacctArgs) -> list[AcctJob]:
     ]
 
 
+def pending_arrays(jobs: Sequence[AcctJob]) -> tuple[list[AcctJob], dict[int, str]]:
+    """Slurm's record of a pending array: the tasks that never started are one row ``A_[0-3]`` until they
+    start (each task that started is a row of its own)."""
+
+    def group(job: AcctJob) -> int | None:
+        never_ran = job.state == "PENDING" and job.start_time is None and job.restart_count == 0
+        return job.array_job_id if never_ran else None
+
+    return pending_array_rows(jobs, group)
+
+
 def render_acct(
     jobs: Sequence[AcctJob],
     columns: Sequence[Column],
@@ -214,6 +230,7 @@ def render_acct(
     parsable: str | None = None,
     delimiter: str = "|",
     steps: bool = True,
+    array: bool = False,
     now: float,
     tz: tzinfo | None = None,
     uid_of: Callable[[str], str] = str,
@@ -223,7 +240,8 @@ def render_acct(
     ``parsable`` is None (fixed width), ``"P"`` (``--parsable2``) or ``"p"`` (``--parsable``);
     ``uid_of`` maps a user name to what ``CANCELLED by`` shows.
     """
-    context = RowContext(now=now, tz=tz, uid_of=uid_of)
+    jobs, labels = (list(jobs), {}) if array else pending_arrays(jobs)
+    context = RowContext(now=now, tz=tz, uid_of=uid_of, labels=labels)
     rows = [
         row for job in jobs for record in records(job) for row in job_rows(record, columns, context, steps)
     ]
@@ -289,6 +307,7 @@ def _sacct(argv: list[str]) -> int:
         parsable=args.parsable,
         delimiter=args.delimiter,
         steps=args.steps,
+        array=args.array,
         now=now,
         uid_of=local_uid,
     )

@@ -25,6 +25,7 @@ class RowContext(msgspec.Struct, frozen=True):
     now: float  # Unix time, for the elapsed time of running jobs
     tz: tzinfo | None  # time zone of timestamps; None = local
     uid_of: Callable[[str], str]  # user name -> what "CANCELLED by" shows
+    labels: dict[int, str] = {}  # JobID of a row that stands for a pending array's tasks (A_[0-3]), by job id
 
 
 _JobGetter = Callable[["AcctJob", RowContext], str]
@@ -68,6 +69,11 @@ def _started(job: AcctJob) -> bool:
 def _job_id(job: AcctJob) -> str:
     """JobID: ``A_T`` for an array task, the job id otherwise."""
     return job_label(job.job_id, job.array_job_id, job.array_task_id)
+
+
+def _row_id(job: AcctJob, context: RowContext) -> str:
+    """JobID of a job's row: ``A_[0-3]`` for a row that stands for a pending array's tasks."""
+    return context.labels.get(job.job_id) or _job_id(job)
 
 
 def _array_job_id(job: AcctJob) -> str:
@@ -129,7 +135,13 @@ def _column(title: str, width: int, job: _JobGetter, step: _StepGetter, right: b
 
 
 _ALL = [
-    _column("JobID", 12, lambda j, c: _job_id(j), lambda j, s, c: f"{_job_id(j)}.{s.step}", right=False),
+    _column(
+        "JobID",
+        12,
+        lambda j, c: c.labels.get(j.job_id) or _job_id(j),
+        lambda j, s, c: f"{_job_id(j)}.{s.step}",
+        right=False,
+    ),
     _column("JobIDRaw", 12, lambda j, c: str(j.job_id), lambda j, s, c: f"{j.job_id}.{s.step}", right=False),
     _column("JobName", 10, lambda j, c: j.name, lambda j, s, c: s.name),
     _column("Partition", 10, lambda j, c: j.partition, lambda j, s, c: ""),

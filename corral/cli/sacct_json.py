@@ -87,10 +87,13 @@ def job_json(job: AcctJob, now: float, steps: bool = True) -> dict[str, Any]:
 
 
 def acct_json(jobs: Sequence[AcctJob], now: float, steps: bool = True) -> str:
-    """The whole ``sacct --json`` document."""
+    """The whole ``sacct --json`` document; with ``-D`` (the jobs carry their earlier attempts) each earlier
+    run is a job record of its own before the job's, as in the columns (``sacct_fields.records``)."""
+    from corral.cli.sacct_fields import records
+
     document = {
         "meta": {"plugin": {"type": "openapi/slurmdbd", "data_parser": PLUGIN, "name": "Corral"}},
-        "jobs": [job_json(job, now, steps) for job in jobs],
+        "jobs": [job_json(record, now, steps) for job in jobs for record in records(job)],
         "warnings": [],
         "errors": [],
     }

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from corral.schemas.api import WillRunReply
 
 COMMAND = "sbatch"
+#: A service account (CI) submits for a user by naming them here; Slurm's ``--uid`` is root's, not this.
+ON_BEHALF_OF = "CORRAL_ON_BEHALF_OF"
 
 USAGE = """\
 Usage: sbatch [OPTIONS...] [SCRIPT [ARGS...]]   (the script is read from stdin when not given)
@@ -56,6 +58,8 @@ Usage: sbatch [OPTIONS...] [SCRIPT [ARGS...]]   (the script is read from stdin w
       --parsable              print only the job id
       --test-only             validate the job and tell when it would start; submit nothing
   -h, --help                  this help          -V, --version          version
+
+Environment: CORRAL_ON_BEHALF_OF=USER  a service account's submission for USER (its scope must allow it)
 """
 
 
@@ -81,15 +85,19 @@ def _sbatch(argv: list[str]) -> int:
     submission = build_submission(invocation, data, environ=os.environ, cwd=cwd, hostname=os.uname().nodename)
     for message in submission.warnings:
         warn(COMMAND, message)
-    # Here, as the job's user: whether the output files can be created where -o/-e put them.
-    check_output_paths(submission.spec)
+    # A service account's submission for a user (CI): the gateway checks the service account's scope.
+    on_behalf_of = os.environ.get(ON_BEHALF_OF, "").strip() or None
+    if on_behalf_of is None:
+        # Here, as the job's user: whether the output files can be created where -o/-e put them (for
+        # another user, the agent finds out at launch, as that user).
+        check_output_paths(submission.spec)
     from corral.cli.client import find_cluster
 
     if submission.test_only:
-        estimate = test_only(find_cluster(), submission.spec)
+        estimate = test_only(find_cluster(), submission.spec, on_behalf_of)
         sys.stderr.write(f"{COMMAND}: {will_run_line(estimate)}\n")
         return 0
-    job_id = submit(find_cluster(), submission.spec)
+    job_id = submit(find_cluster(), submission.spec, on_behalf_of=on_behalf_of)
     print(job_id if submission.parsable else f"Submitted batch job {job_id}")
     return 0
 
@@ -111,13 +119,13 @@ def will_run_line(estimate: WillRunReply) -> str:
     )
 
 
-def test_only(cluster: Cluster, spec: JobSpec) -> WillRunReply:
+def test_only(cluster: Cluster, spec: JobSpec, on_behalf_of: str | None = None) -> WillRunReply:
     """Have the job validated and its start estimated (``sbatch --test-only``); nothing is submitted."""
     import uuid
 
     from corral.schemas.api import SubmitRequest, WillRunReply
 
-    request = SubmitRequest(token=uuid.uuid4().hex, spec=spec, test_only=True)
+    request = SubmitRequest(token=uuid.uuid4().hex, spec=spec, test_only=True, on_behalf_of=on_behalf_of)
     try:
         return cluster.call("submit", request, WillRunReply)
     except CliError as exc:
@@ -135,14 +143,14 @@ def read_script(path: str | None) -> bytes:
         raise CliError(f"Unable to open file {path}") from None
 
 
-def submit(cluster: Cluster, spec: JobSpec, token: str | None = None) -> int:
+def submit(cluster: Cluster, spec: JobSpec, token: str | None = None, on_behalf_of: str | None = None) -> int:
     """Submit ``spec`` and return its job id; one retry after a timeout, with the same token."""
     import uuid
 
     from corral.cli.client import CallTimeout
     from corral.schemas.api import SubmitReply, SubmitRequest
 
-    request = SubmitRequest(token=token or uuid.uuid4().hex, spec=spec)
+    request = SubmitRequest(token=token or uuid.uuid4().hex, spec=spec, on_behalf_of=on_behalf_of)
     try:
         try:
             reply = cluster.call("submit", request, SubmitReply)

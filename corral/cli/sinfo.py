@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 COMMAND = "sinfo"
 DEFAULT_FORMAT = "%9P %.5a %.10l %.6D %.6t %N"
 NODE_FORMAT = "%#N %.6D %#P %6t"
+#: ``-l`` (Slurm 22.05's, with the width of the default format's partition column) and ``-N -l``.
+LONG_FORMAT = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
+NODE_LONG_FORMAT = "%#N %.6D %#P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E"
+#: The line ``-l`` prints first (Slurm's print_date): the time of the report.
+DATE_FORMAT = "%a %b %d %H:%M:%S %Y"
 
 OPTIONS = OptionTable(
     [
@@ -37,12 +42,13 @@ OPTIONS = OptionTable(
         Opt("nodes", "n"),
         flag("list-reasons", "R"),
         flag("summarize", "s"),
+        flag("long", "l"),
         flag("help"),
         flag("usage"),
         flag("version", "V"),
         *unsupported(
             "Format/O exact/e responding/r dead/d iterate/i "
-            "clusters/M sort/S reservation/T verbose/v long/l json yaml federation local noconvert hide "
+            "clusters/M sort/S reservation/T verbose/v json yaml federation local noconvert hide "
             "future/F"
         ),
     ]
@@ -56,7 +62,10 @@ Usage: sinfo [OPTIONS...]
   -t, --states=STATES    only nodes in these states (idle,mix,alloc,down,drain,...)
   -n, --nodes=HOSTS      only these nodes (hostlist, e.g. node[1-2])
   -R, --list-reasons     why nodes are down or drained   -s, --summarize   node counts per partition
-  -o, --format=FORMAT    %-fields: %P %a %l %D %t %T %N %C %F %G %c %m %E %u %H, widths like %.6D, %#N
+  -l, --long             more columns (job size, root, oversubscribe, groups; with -N: S:C:T, memory,
+                         tmp disk, weight, features, reason), after the date
+  -o, --format=FORMAT    %-fields: %P %a %l %D %t %T %N %C %F %G %c %m %E %u %H %s %r %h %g %z %d %w %f,
+                         widths like %.6D, %#N
 """
 SUMMARIZE_FORMAT = "%9P %.5a %.10l %.16F  %N"
 REASONS_FORMAT = "%20E %9u %19H %N"
@@ -82,17 +91,28 @@ PARTITION_FIELDS: dict[str, tuple[str, Callable[[PartitionInfo], str]]] = {
     "P": ("PARTITION", lambda p: p.name + ("*" if p.default else "")),
     "a": ("AVAIL", lambda p: "up"),
     "l": ("TIMELIMIT", lambda p: "infinite" if p.max_time_s is None else format_elapsed(p.max_time_s)),
+    # Corral's partitions have no node-count limits, root-only flag, oversubscription or group list:
+    # Slurm's values for a partition without them.
+    "s": ("JOB_SIZE", lambda p: "1-infinite"),
+    "r": ("ROOT", lambda p: "no"),
+    "h": ("OVERSUBSCRIBE", lambda p: "NO"),
+    "g": ("GROUPS", lambda p: "all"),
 }
 #: Per-node fields: header and value; nodes of one line agree on all of them.
 NODE_FIELDS: dict[str, tuple[str, Callable[[NodeInfo], str]]] = {
     "t": ("STATE", lambda n: node_state(n)[1]),
-    "T": ("STATE", lambda n: node_state(n)[0]),
+    "T": ("STATE", lambda n: node_state(n)[0].lower()),  # Slurm's sinfo prints the long state in lower case
     "G": ("GRES", lambda n: format_node_gres(n.gpu_type, n.gpus)),
     "c": ("CPUS", lambda n: str(n.cpus)),
     "m": ("MEMORY", lambda n: str(n.mem_mb)),
     "E": ("REASON", lambda n: n.reason or "none"),
     "u": ("USER", lambda n: reason_user(n)),
     "H": ("TIMESTAMP", lambda n: reason_timestamp(n)),
+    # A node configured by CPUs only is, to Slurm, one core per socket and one thread per core.
+    "z": ("S:C:T", lambda n: f"{n.cpus}:1:1"),
+    "d": ("TMP_DISK", lambda n: "0"),
+    "w": ("WEIGHT", lambda n: "1"),
+    "f": ("AVAIL_FEATURES", lambda n: ",".join(n.features) or "(null)"),
 }
 #: Fields that sum up the nodes of a line.
 GROUP_FIELDS: dict[str, tuple[str, Callable[[Sequence[NodeInfo]], str]]] = {
@@ -105,7 +125,7 @@ _TITLES = {
     key: title for table in (PARTITION_FIELDS, NODE_FIELDS, GROUP_FIELDS) for key, (title, _) in table.items()
 }
 #: Letters Slurm has that Corral does not print yet.
-LATER_FIELDS = "AbBdefghIkLMnOoRsSUVwXYzZ"
+LATER_FIELDS = "AbBeIkLMnOoRSUVXYZ"
 #: What ``-t`` accepts for each node state the scheduler reports (Slurm's long and compact names).
 STATE_NAMES: dict[str, str] = {
     "idle": "idle", "mix": "mixed", "mixed": "mixed", "alloc": "allocated", "allocated": "allocated",
@@ -198,9 +218,12 @@ def with_nodes(reply: NodesReply, names: set[str]) -> NodesReply:
     return msgspec.structs.replace(reply, nodes=[n for n in reply.nodes if n.name in names])
 
 
-def parse_format(text: str | None, node_oriented: bool) -> Layout:
-    """The layout of ``-o`` (or the default one)."""
-    default = NODE_FORMAT if node_oriented else DEFAULT_FORMAT
+def parse_format(text: str | None, node_oriented: bool, long: bool = False) -> Layout:
+    """The layout of ``-o`` (or the default one, ``-l``'s with ``long``)."""
+    if long:
+        default = NODE_LONG_FORMAT if node_oriented else LONG_FORMAT
+    else:
+        default = NODE_FORMAT if node_oriented else DEFAULT_FORMAT
     letters = [*PARTITION_FIELDS, *NODE_FIELDS, *GROUP_FIELDS]
     return parse_layout(text or default, "--format", letters, LATER_FIELDS)
 
@@ -275,7 +298,7 @@ def _sinfo(argv: list[str]) -> int:
         text = SUMMARIZE_FORMAT
     if text is None and args.given("list-reasons"):
         text = REASONS_FORMAT
-    layout = parse_format(text, node_oriented)
+    layout = parse_format(text, node_oriented, args.given("long"))
     partitions = args.items("partition")
     states = parse_node_states(args.items("states"))
     only_nodes = parse_nodes(args.all("nodes"))
@@ -289,6 +312,10 @@ def _sinfo(argv: list[str]) -> int:
     lines = render_sinfo(
         reply, layout, header=not args.given("noheader"), node_oriented=node_oriented, partitions=partitions
     )
+    if args.given("long"):
+        import time
+
+        lines.insert(0, time.strftime(DATE_FORMAT))
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")
     return 0

@@ -9,6 +9,7 @@ row, ``A_[x-y%P]`` (one per pending reason), unless ``-r``/``--array`` asks for 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,7 +23,8 @@ from corral.cli.fields import FieldSpec, Layout, parse_layout, parse_states, ren
 from corral.cli.jobrefs import JobRef, ids_of, job_label, named, parse_job_refs, split_job_list
 from corral.cli.options import Option as Opt
 from corral.cli.options import OptionTable, flag, unsupported, version_text
-from corral.libs.slurm.array import format_indices
+from corral.cli.squeue_sort import DEFAULT_SORT, START_SORT, parse_sort, sort_jobs
+from corral.libs.slurm.array import pending_array_rows
 from corral.libs.slurm.memory import format_memory
 from corral.libs.slurm.timefmt import format_elapsed, format_time_limit, format_timestamp
 
@@ -57,12 +59,13 @@ OPTIONS = OptionTable(
         flag("long", "l"),
         flag("all", "a"),
         flag("array", "r"),
+        Opt("sort", "S"),
         flag("help"),
         flag("usage"),
         flag("version", "V"),
         *unsupported(
             "array-unique clusters/M federation hide iterate/i local licenses/L noconvert "
-            "reservation/R sibling sort/S steps/s verbose/v json yaml only-job-state "
+            "reservation/R sibling steps/s verbose/v json yaml only-job-state "
             "notme expand-patterns"
         ),
     ]
@@ -80,6 +83,8 @@ Usage: squeue [OPTIONS...]
   -w, --nodelist=HOSTS   only jobs on these nodes (hostlist, e.g. node[1-2])   -q, --qos=NAMES
       --start            pending jobs with their expected start time
   -r, --array            one row per array task (pending tasks are one A_[x-y%P] row otherwise)
+  -S, --sort=KEYS        row order, Slurm's keys (default P,t,-p: partition, state, priority highest
+                         first; S with --start; SQUEUE_SORT sets the default); -KEY reverses
 """
 
 _Getter = Callable[["JobInfo", float, "tzinfo | None"], str]
@@ -146,6 +151,7 @@ class SqueueArgs(msgspec.Struct):
     qos: list[str] = []  # -q
     pending_only: bool = False  # --start
     expand_arrays: bool = False  # -r: one row per array task
+    sort: list[tuple[str, bool]] = []  # -S: (key, reversed), primary first
     help: bool = False  # --help / --usage
     version: bool = False  # --version
 
@@ -155,8 +161,8 @@ class SqueueArgs(msgspec.Struct):
         return ids_of(self.jobs)
 
 
-def parse_args(argv: Sequence[str]) -> SqueueArgs:
-    """Parse squeue's command line (no IO)."""
+def parse_args(argv: Sequence[str], default_sort: str | None = None) -> SqueueArgs:
+    """Parse squeue's command line (no IO); ``default_sort`` is ``SQUEUE_SORT``'s, if set."""
     args = OPTIONS.parse(argv)
     if args.positionals:
         raise CliError(f"unrecognized argument '{args.positionals[0]}'")
@@ -185,6 +191,9 @@ def parse_args(argv: Sequence[str]) -> SqueueArgs:
         qos=args.items("qos"),
         pending_only=args.given("start"),
         expand_arrays=args.given("array"),
+        sort=parse_sort(
+            args.last("sort") or default_sort or (START_SORT if args.given("start") else DEFAULT_SORT)
+        ),
         help=args.given("help") or args.given("usage"),
         version=args.given("version"),
     )
@@ -257,25 +266,12 @@ def aggregate_arrays(jobs: Sequence[JobInfo]) -> tuple[list[JobInfo], dict[int, 
 
     Returns the rows and the ``%i`` label of each aggregated row by its job id.
     """
-    groups: dict[tuple[int, str], list[JobInfo]] = {}
-    for job in jobs:
-        if job.array_task_id is not None and job.state == "PENDING" and job.restart_count == 0:
-            groups.setdefault((job.array_job_id, job.reason), []).append(job)
-    rows: list[JobInfo] = []
-    labels: dict[int, str] = {}
-    for job in jobs:
-        group = groups.get((job.array_job_id, job.reason)) if job.array_task_id is not None else None
-        if group is None or job.state != "PENDING" or job.restart_count != 0:
-            rows.append(job)
-            continue
-        if job is not group[0]:
-            continue
-        rows.append(job)
-        if len(group) > 1:
-            indices = sorted(task.array_task_id for task in group if task.array_task_id is not None)
-            limit = f"%{job.array_throttle}" if job.array_throttle else ""
-            labels[job.job_id] = f"{job.array_job_id}_[{format_indices(indices)}{limit}]"
-    return rows, labels
+
+    def group(job: JobInfo) -> tuple[int | None, str] | None:
+        never_ran = job.state == "PENDING" and job.restart_count == 0
+        return (job.array_job_id, job.reason) if never_ran else None
+
+    return pending_array_rows(jobs, group, lambda job: job.array_throttle)
 
 
 def render_jobs(
@@ -340,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _squeue(argv: list[str]) -> int:
-    args = parse_args(argv)
+    args = parse_args(argv, os.environ.get("SQUEUE_SORT") or None)
     if args.help or args.version:
         sys.stdout.write(USAGE if args.help else version_text() + "\n")
         return 0
@@ -349,11 +345,12 @@ def _squeue(argv: list[str]) -> int:
 
     cluster = find_cluster()
     reply = cluster.call("jobs", jobs_request(args, cluster.user), JobsReply)
-    jobs = select_jobs(reply.jobs, args)
+    now = time.time()
+    jobs = sort_jobs(select_jobs(reply.jobs, args), args.sort, now)
     if len(args.jobs) == 1 and not jobs:
         raise CliError("Invalid job id specified")
     rows, labels = (jobs, {}) if args.expand_arrays else aggregate_arrays(jobs)
-    lines = render_jobs(rows, args.layout, header=args.header, now=time.time(), labels=labels)
+    lines = render_jobs(rows, args.layout, header=args.header, now=now, labels=labels)
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")
     return 0

@@ -50,15 +50,21 @@ from corral.libs.config.accounting import parse_accounting
 from corral.libs.config.qos import check_qos_references, parse_qos
 from corral.libs.config.scheduler import SchedulerConfig as SchedulerConfig
 from corral.libs.config.scheduler import parse_scheduler
+from corral.libs.config.service_accounts import parse_service_accounts
 from corral.libs.config.tables import AccountConfig as AccountConfig
 from corral.libs.config.tables import BlockConfig as BlockConfig
 from corral.libs.config.tables import NodeConfig as NodeConfig
 from corral.libs.config.tables import PartitionConfig as PartitionConfig
 from corral.libs.config.tables import parse_accounts, parse_blocks, parse_nodes, parse_partitions, user_names
 from corral.libs.config.values import ConfigError as ConfigError
+from corral.libs.core.node_health import FAILURE_ACTIONS, FailureAction
 from corral.libs.core.qos import NORMAL, QosPolicy
+from corral.libs.core.scopes import ServiceAccount
 from corral.libs.slurm import hostlist
 from corral.schemas.subjects import valid_token
+
+#: ``[cluster] enforce_part_limits`` (Slurm's EnforcePartLimits), the default first.
+ENFORCE_PART_LIMITS = ("ALL", "ANY", "NO")
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,18 @@ class ClusterConfig:
     source: str = field(default="", compare=False)  # where it was read from
     qos: tuple[QosPolicy, ...] = (QosPolicy(NORMAL),)  # every QOS, ``normal`` always among them
     allow_root_jobs: bool = False  # root may submit jobs (that run as root); Slurm's DisableRootJobs=NO
+    service_accounts: tuple[ServiceAccount, ...] = ()  # [[service_accounts]]: systems and their scopes
+    health_check_program: str = ""  # HealthCheckProgram: run by each agent, as root ("": none)
+    health_check_interval_s: float = 60.0  # HealthCheckInterval: seconds between two runs of it
+    health_failure_action: FailureAction = "requeue"  # a failing health report: requeue its jobs, or drain
+    # EnforcePartLimits: ALL/ANY refuse at submit a job over its partition's MaxNodes, MaxTime or node count
+    # (Corral's default: one partition per job, so ANY is ALL); NO accepts it, and it pends with Slurm's
+    # PartitionNodeLimit, PartitionTimeLimit or PartitionConfig (Slurm's default).
+    enforce_part_limits: str = "ALL"
+
+    def service_account(self, name: str) -> ServiceAccount | None:
+        """The service account called ``name``, or None."""
+        return next((sa for sa in self.service_accounts if sa.name == name), None)
 
     def coordinates(self, user: str, account: str) -> bool:
         """Whether ``user`` coordinates ``account``: a coordinator of it or of an account above it."""
@@ -163,6 +181,16 @@ def _cgroup_root(cluster: dict[str, Any]) -> str:
     return str(value)
 
 
+def _health_check_program(cluster: dict[str, Any]) -> str:
+    """``cluster.health_check_program``: an absolute path (agents run it as root, so never a PATH lookup)."""
+    value = str(cv.optional(cluster, "health_check_program", "cluster", str, ""))
+    if value and not value.startswith("/"):
+        raise ConfigError(
+            f"cluster.health_check_program: {value!r} is not an absolute path; give the program's full path"
+        )
+    return value
+
+
 def parse_config(
     text: str, source: str = "<string>", scheduler: Mapping[str, Any] | None = None
 ) -> ClusterConfig:
@@ -197,6 +225,15 @@ def parse_config(
         qos=parse_qos(doc.get("qos")),
         admins=user_names(cluster, "admins", "cluster"),
         allow_root_jobs=cv.optional(cluster, "allow_root_jobs", "cluster", bool, False),
+        service_accounts=parse_service_accounts(doc.get("service_accounts"), nodes),
+        health_check_program=_health_check_program(cluster),
+        health_check_interval_s=cv.seconds(
+            cluster.get("health_check_interval", 60), "cluster.health_check_interval"
+        ),
+        health_failure_action=cv.choice(  # type: ignore[arg-type]
+            cluster, "health_failure_action", FAILURE_ACTIONS, "cluster"
+        ),
+        enforce_part_limits=cv.choice(cluster, "enforce_part_limits", ENFORCE_PART_LIMITS, "cluster"),
     )
     check_qos_references(config)
     if config.heartbeat_interval_s >= config.node_timeout_s:

@@ -43,6 +43,8 @@ def policy_of(config: ClusterConfig) -> Policy:
                 cast(PartitionPreemptMode | None, p.preempt_mode),
                 p.grace_time_s,
                 qos=p.qos,
+                max_nodes=p.max_nodes,
+                size=len(p.nodes),
             )
             for p in config.partitions
         ),

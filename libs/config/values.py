@@ -23,7 +23,24 @@ ASSOC_LIMITS = ("grp_gres", "grp_jobs", "max_jobs_per_user", "max_gres_per_user"
 
 
 KEYS = {
-    "": {"cluster", "scheduler", "accounting", "nodes", "partitions", "accounts", "qos", "blocks"},
+    "": {
+        "cluster",
+        "scheduler",
+        "accounting",
+        "nodes",
+        "partitions",
+        "accounts",
+        "qos",
+        "blocks",
+        "service_accounts",
+    },
+    "service_accounts": {
+        "name",
+        "submit_for_accounts",
+        "submit_for_users",
+        "report_health_nodes",
+        "read_feed",
+    },
     "accounting": {"partitions", "lease_ttl"},
     "accounts": {"name", "parent", "shares", "users", "coordinators", *ASSOC_LIMITS},
     "qos": {
@@ -72,6 +89,10 @@ KEYS = {
         "cgroup_root",
         "admins",
         "allow_root_jobs",
+        "health_check_program",
+        "health_check_interval",
+        "health_failure_action",
+        "enforce_part_limits",
     },
     "nodes": {"names", "cpus", "memory", "gpus", "gpu_type", "features"},
     "partitions": {

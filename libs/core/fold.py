@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from corral.libs.core import causation
-from corral.libs.core.fold_nodes import NODE_HANDLERS
+from corral.libs.core.fold_nodes import NODE_HANDLERS, live_run, mark_requeue
 from corral.libs.core.fold_runs import RUN_HANDLERS, job_for
 from corral.libs.core.outcome import APPLIED, Outcome, failed, ignored
 from corral.libs.core.reservations import (
@@ -183,36 +183,14 @@ def _cancel_requested(state: State, seq: int, at: float, body: ev.JobCancelReque
     return APPLIED if marked else ignored("wrong_state")
 
 
-def _live_run(job: Job | None) -> Outcome | None:
-    """Why ``job`` has no live run that is not ending already (cancelled, preempted, exited), or None."""
-    if job is None:
-        return ignored("unknown_job")
-    if job.state != "RUNNING":
-        return ignored("wrong_state")
-    if job.run_exit is not None:
-        return ignored("duplicate")
-    return None
-
-
 def _requeue_requested(state: State, seq: int, at: float, body: ev.JobRequeueRequested) -> Outcome:
-    job = job_for(state, seq, body.job_id)
-    # Only a live run that is not ending already: a cancelled, preempted or exited run is concluded as it is.
-    problem = _live_run(job)
-    if problem is not None:
-        return problem
-    assert job is not None
-    if job.cancel_by is not None:
-        return ignored("cancel_requested")
-    if job.preempting is not None or job.requeue_by is not None:
-        return ignored("duplicate")
-    job.requeue_by, job.requeue_hold = body.user, body.hold
-    return APPLIED
+    return mark_requeue(job_for(state, seq, body.job_id), body.user, body.hold)
 
 
 def _signal_requested(state: State, seq: int, at: float, body: ev.JobSignalRequested) -> Outcome:
     job = job_for(state, seq, body.job_id)
     # A signal is for the run that is live now; one that ended (or a pending job) gets none.
-    problem = _live_run(job)
+    problem = live_run(job)
     if problem is not None:
         return problem
     assert job is not None
@@ -328,4 +306,5 @@ IGNORED: dict[type, str] = {
     ev.NodeDrainRequested: "an admin's intent: health answers it with NodeDrained, which the fold applies",
     ev.NodeResumeRequested: "an admin's intent: health answers it with NodeResumed, which the fold applies",
     ev.NodeDownRequested: "an admin's intent: health answers it with NodeDown, which the fold applies",
+    ev.NodeHealthReported: "a record: health follows a failing one with NodeDrained, which the fold applies",
 }

@@ -3,6 +3,11 @@
 A node's GPUs, CPUs and memory in use are the fold's (allocations and orphans); these handlers keep its
 inventory, whether it is up, and why it is drained or down. An admin's drain or down (``AdminDrain``)
 outlives re-registrations; only ``NodeResumed`` ends either.
+
+A ``NodeDrained`` with ``requeue`` (health's drain for a failing health report under
+``health_failure_action = "requeue"``) also asks for the requeue of each running job on the node that may be
+requeued, as ``scontrol requeue`` does (``mark_requeue``, the one rule for both): the plan has the run killed
+and concludes ``JobRequeued(reason="Requested")``. A ``--no-requeue`` job is left to finish.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from corral.libs.core.outcome import APPLIED, Outcome, ignored
-from corral.libs.core.state import AdminDrain, Node, Orphan, State
+from corral.libs.core.state import AdminDrain, Job, Node, Orphan, State
 from corral.schemas import events as ev
 
 
@@ -82,6 +87,32 @@ def _node_up(state: State, seq: int, at: float, body: ev.NodeUp) -> Outcome:
     return APPLIED
 
 
+def live_run(job: Job | None) -> Outcome | None:
+    """Why ``job`` has no live run that is not ending already (cancelled, preempted, exited), or None."""
+    if job is None:
+        return ignored("unknown_job")
+    if job.state != "RUNNING":
+        return ignored("wrong_state")
+    if job.run_exit is not None:
+        return ignored("duplicate")
+    return None
+
+
+def mark_requeue(job: Job | None, by: str, hold: bool = False) -> Outcome:
+    """Ask for the requeue of ``job``'s current run (``scontrol requeue``, or a health drain's requeue):
+    only a live run that is not ending already; a cancelled, preempted or exited run is concluded as it is."""
+    problem = live_run(job)
+    if problem is not None:
+        return problem
+    assert job is not None
+    if job.cancel_by is not None:
+        return ignored("cancel_requested")
+    if job.preempting is not None or job.requeue_by is not None:
+        return ignored("duplicate")
+    job.requeue_by, job.requeue_hold = by, hold
+    return APPLIED
+
+
 def _node_drained(state: State, seq: int, at: float, body: ev.NodeDrained) -> Outcome:
     drain = AdminDrain(reason=body.reason, by=body.by, at=at)
     node = state.nodes.get(body.node)
@@ -90,6 +121,11 @@ def _node_drained(state: State, seq: int, at: float, body: ev.NodeDrained) -> Ou
         state.early_drains[body.node] = drain
         return APPLIED
     node.admin_drain = drain
+    if body.requeue:
+        for job_id in state.active:
+            job = state.jobs[job_id]
+            if job.spec.requeue and any(a.node == body.node for a in job.allocations):
+                mark_requeue(job, body.by)  # one that is ending already is concluded as it is
     return APPLIED
 
 

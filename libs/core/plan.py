@@ -149,6 +149,7 @@ class Cycle:
         partition = self.policy.partition_of(job)
         reason = (
             self.ineligible(job)
+            or self.partition_limits(job, partition)
             or self.array_task_limit(job)
             or self.held_back(job)
             or self.named_nodes_down(job)
@@ -180,6 +181,22 @@ class Cycle:
         if begin is not None and begin > self.now:
             self.out.wake(begin)
         return pending_reason(self.state, job, self.now, self.singletons)
+
+    def partition_limits(self, job: Job, partition: str) -> PendingReason | None:
+        """Over its partition's MaxNodes, MaxTime or node count: accepted by a gateway with
+        ``enforce_part_limits = NO`` (Slurm's default), or submitted before the partition shrank. It waits
+        with Slurm's reason and blocks nobody."""
+        part = self.policy.by_name.get(partition)
+        if part is None:
+            return None
+        nodes, limit = job.spec.nodes, job.spec.time_limit_s
+        if part.max_nodes is not None and nodes > part.max_nodes:
+            return "PartitionNodeLimit"
+        if limit is not None and part.max_time_s is not None and limit > part.max_time_s:
+            return "PartitionTimeLimit"
+        if part.size is not None and nodes > part.size:
+            return "PartitionConfig"
+        return None
 
     def array_task_limit(self, job: Job) -> PendingReason | None:
         """A task of an array that already runs its ``%P`` tasks (those the cycle started count)."""

@@ -38,6 +38,8 @@ class PartitionPolicy:
     preempt_mode: preempt.PartitionPreemptMode | None = None  # PreemptMode of its jobs (None: the default)
     grace_time_s: float | None = None  # GraceTime of its preempted jobs (None: the default)
     qos: str | None = None  # the QOS of jobs in the partition without --qos (None: the default QOS)
+    max_nodes: int | None = None  # MaxNodes of one job (None: UNLIMITED)
+    size: int | None = None  # configured nodes (None: not known, no PartitionConfig check)
 
 
 @dataclass(frozen=True)

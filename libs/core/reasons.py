@@ -13,6 +13,8 @@ By who sets them:
 - QOS and association limits (``limits.py``): ``InvalidQOS``, ``QOSMaxGRESPerUser``,
   ``QOSMaxJobsPerUserLimit``, ``QOSGrpGRES``, ``AssocMaxJobsLimit``, ``AssocGrpGRES``,
   ``AssocGrpJobsLimit``;
+- its partition's limits (a job the gateway accepted with ``enforce_part_limits = NO``, or submitted before
+  the partition changed): ``PartitionNodeLimit``, ``PartitionTimeLimit``, ``PartitionConfig``;
 - nodes it names (``-w``) down or drained, or a maintenance reservation: ``ReqNodeNotAvail``;
 - the queue: ``Resources`` (the first job of its partition that does not fit), ``Priority`` (behind it);
 - advance reservations (``reservations.py``): ``Reservation``, ``ReservationDeleted``.

@@ -12,12 +12,16 @@
   requester chose, with the service's rights (the log, the KV buckets, another node's heartbeat: a confused
   deputy). A role that answers requests may publish on the users' inboxes (``subjects.INBOXES``) instead,
   and ``api_server.serve`` answers only on the caller's own (``docs/security.md``);
+- a service account (``svc-<name>``, ``service_account_user``) has a person's API rights under its own name
+  (the gateway lets it submit on behalf of the users and accounts of its scope, ``libs/core/scopes.py``),
+  and may publish health reports on its own reporter token (health checks the node is in its scope);
 - the auditor role is a person's account (the API only, ``auditor_user``) that the gateway's ``--auditor``
   lets read every job's history and refuses every verb that writes.
 """
 
 from __future__ import annotations
 
+from corral.libs.core import scopes
 from corral.libs.infra import NatsUser
 from corral.schemas import api, steps, subjects
 
@@ -124,7 +128,8 @@ def service_user(role: str, password: str) -> NatsUser:
         publish.append(subjects.INBOXES)
     elif role == HEALTH:
         publish += [subjects.node_subject("*", tag) for tag in _HEALTH_NODE_EVENTS]
-        subscribe += [subjects.heartbeat_subject("*")]
+        subscribe += [subjects.heartbeat_subject("*"), subjects.HEALTH_REPORTS]
+        publish += [subjects.node_subject("*", "node_health_reported")]
     elif role == ACCOUNTING:
         subscribe += _verbs("accounting")
         publish.append(subjects.INBOXES)
@@ -153,6 +158,8 @@ def agent_user(node: str, password: str) -> NatsUser:
         # Answers to step requests, on the caller's inbox (``step_server`` checks it is the caller's own).
         subjects.INBOXES,
         subjects.heartbeat_subject(node),
+        # Its health-check program's reports about its own node (health checks the reporter token too).
+        subjects.health_report_subject(role, node),
         subjects.DLQ_SUBJECTS,
         "$JS.API.INFO",
         "$JS.API.STREAM.INFO.*",
@@ -183,9 +190,19 @@ def user_user(name: str, password: str) -> NatsUser:
     """The NATS user of a person: the API on their own subject token, replies on their own inbox."""
     if not subjects.valid_token(name):
         raise ValueError(f"user name {name!r} cannot be a subject token (letters, digits, - _)")
-    if name.startswith("agent-") or name.startswith("corral-"):
+    if name.startswith(("agent-", "corral-", scopes.PREFIX)):
         raise ValueError(f"user name {name!r} is reserved for Corral's services")
     return _person(name, password)
+
+
+def service_account_user(sa: scopes.ServiceAccount, password: str) -> NatsUser:
+    """The NATS user of a service account: a person's API rights as ``svc-<name>`` (the gateway applies its
+    submit scope) and, with a report-health scope, health reports on its own reporter token. The node token
+    is not narrowed here: health checks it against the scope, so that a report about another node is
+    dead-lettered with its reason and counted rather than lost in the server's permission log."""
+    user = _person(sa.login, password)
+    reports = [subjects.health_report_subject(sa.login, "*")] if sa.report_nodes else []
+    return NatsUser(user.user, password, publish=[*user.publish, *reports], subscribe=user.subscribe)
 
 
 def _person(name: str, password: str) -> NatsUser:

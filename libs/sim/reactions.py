@@ -53,7 +53,8 @@ IGNORED: dict[type, str] = {
     ev.StepStarted: "no steps: a simulated run is one batch script",
     ev.StepExited: "no steps: a simulated run is one batch script",
     **dict.fromkeys(
-        (ev.NodeDown, ev.NodeUp, ev.NodeDrained, ev.NodeResumed), "no health service: nodes never fail"
+        (ev.NodeDown, ev.NodeUp, ev.NodeDrained, ev.NodeResumed, ev.NodeHealthReported),
+        "no health service: nodes never fail",
     ),
     ev.JobReasonChanged: "the simulator plays plan(), not the shell's reason log: nothing decides from it",
 }

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable, Hashable, Sequence
+from typing import Protocol, TypeVar
 
 from corral.libs.slurm.errors import FormatError
 from corral.schemas.events import ArrayRange, ArraySpec
+
+R = TypeVar("R", bound="ArrayRow")
 
 #: Slurm's MaxArraySize default: at most this many tasks, indices 0..MAX_ARRAY_SIZE - 1.
 MAX_ARRAY_SIZE = 1001
@@ -121,3 +125,42 @@ def index_step(indices: list[int]) -> int:
     """``SLURM_ARRAY_TASK_STEP``: the gap between indices when they are evenly spaced, else 1."""
     gaps = {b - a for a, b in itertools.pairwise(indices)}
     return gaps.pop() if len(gaps) == 1 else 1
+
+
+class ArrayRow(Protocol):
+    """A row of squeue or sacct that may be an array task."""
+
+    @property
+    def job_id(self) -> int: ...
+    @property
+    def array_job_id(self) -> int | None: ...  # (squeue's JobInfo: 0 for a job that is no array task)
+    @property
+    def array_task_id(self) -> int | None: ...
+
+
+def pending_array_rows(
+    jobs: Sequence[R], group: Callable[[R], Hashable | None], throttle: Callable[[R], int] = lambda job: 0
+) -> tuple[list[R], dict[int, str]]:
+    """Slurm's view of a pending array (squeue and sacct): the tasks that never ran, by ``group`` (None for a
+    job that is not such a task), are one row ``A_[x-y%P]`` until they start, shown with the lowest task's
+    fields where the first of them was.
+
+    Returns the rows and the JobID of each aggregated row by its job id."""
+    groups: dict[Hashable, list[R]] = {}
+    for job in jobs:
+        if job.array_task_id is not None and (key := group(job)) is not None:
+            groups.setdefault(key, []).append(job)
+    rows: list[R] = []
+    labels: dict[int, str] = {}
+    for job in jobs:
+        key = group(job) if job.array_task_id is not None else None
+        members = groups.get(key) if key is not None else None
+        if members is None or len(members) == 1:
+            rows.append(job)
+        elif job is members[0]:
+            first = min(members, key=lambda task: task.array_task_id or 0)
+            tasks = sorted(task.array_task_id or 0 for task in members)
+            limit = f"%{throttle(first)}" if throttle(first) else ""
+            labels[first.job_id] = f"{first.array_job_id}_[{format_indices(tasks)}{limit}]"
+            rows.append(first)
+    return rows, labels

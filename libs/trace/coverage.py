@@ -19,6 +19,7 @@ IGNORED: dict[type[ev.Event], str] = {
     ev.NodeUp: "node facts count only as causes (NodeDown)",
     ev.NodeDrained: "a drain ends no run",
     ev.NodeResumed: "a drain ends no run",
+    ev.NodeHealthReported: "node facts count only as causes (its NodeDrained's requeue names the drain)",
     ev.NodeDrainRequested: "an intent",
     ev.NodeResumeRequested: "an intent",
     ev.NodeDownRequested: "an intent: health's NodeDown is the fact",

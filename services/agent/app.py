@@ -30,6 +30,7 @@ from corral.schemas import subjects
 from corral.services.agent import confine, inventory
 from corral.services.agent.background import Background
 from corral.services.agent.crashpoints import CrashPoints
+from corral.services.agent.healthcheck import health_checks
 from corral.services.agent.identity import Identities
 from corral.services.agent.metrics import AgentMetrics
 from corral.services.agent.registration import Registration
@@ -104,6 +105,7 @@ async def main(ctx: Context) -> None:
         await run_until_stopped(
             ctx.stop,
             registration.heartbeat(ctx.stop),
+            health_checks(ctx.nc, name, ctx.config, ctx.stop),
             # The admin created the node's consumer, filtered on its orders (``streams.declare``): bind to it.
             ctx.bus.consume(
                 subjects.WORK_STREAM,

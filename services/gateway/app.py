@@ -2,6 +2,8 @@
 (``reservations.py``) and node drain/resume requests (``nodes.py``); appends the accepted as intents. It also
 answers ``history`` (``corral audit``, ``history.py``) from the log.
 
+A service account submits on behalf of a user of its scope (``behalf.py``): the job is the user's.
+
 Roles: ``--admin`` users and ``[cluster] admins`` may act on every job, an account's ``coordinators`` on its
 jobs and its sub-accounts' (``control.may_control``); ``--auditor`` users may read every history and call no
 verb that writes (every verb but ``history`` is refused to them, ``handlers``).
@@ -36,6 +38,7 @@ from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.services.gateway import control
 from corral.services.gateway.asks import SchedulerAsks
+from corral.services.gateway.behalf import owner_of
 from corral.services.gateway.history import History
 from corral.services.gateway.lookup import Found, JobLookup
 from corral.services.gateway.nodes import NodeUpdates
@@ -127,6 +130,9 @@ class Gateway:
         """
         if not req.token or len(req.token) > MAX_TOKEN:
             raise InvalidInput(f"token must be 1-{MAX_TOKEN} characters", field="token")
+        caller = user
+        # From here ``user`` is the job's owner: the caller, or the user a service account submits for.
+        user, service_account = owner_of(caller, req, self.config)
         check_submitter(user, self.config)
         validate_spec(req.spec, self.config)
         if req.spec.account is not None:
@@ -138,7 +144,9 @@ class Gateway:
             account=req.spec.account or self.config.default_account(user),
         )
         spec = msgspec.structs.replace(spec, qos=resolve_qos(spec, self.config))
-        check_policy(spec, user, self.config, admin=user in self.admins)
+        # An admin's privileges (a negative nice) are the caller's: a service account never has them, whoever
+        # it submits for.
+        check_policy(spec, user, self.config, admin=caller in self.admins)
         await self._check_dependencies(req.spec)
         limits = submit_limits(spec, user, self.config)
         if limits:
@@ -152,8 +160,10 @@ class Gateway:
             traceparent = telemetry.inject()
             with telemetry.about_job(job_id, traceparent):
                 appended = await self.events.append(
-                    ev.JobSubmitted(job_id=ev.JobId(job_id), user=user, spec=spec),
-                    msg_id=f"submit:{user}:{req.token}",
+                    ev.JobSubmitted(
+                        job_id=ev.JobId(job_id), user=user, spec=spec, service_account=service_account
+                    ),
+                    msg_id=f"submit:{caller}:{req.token}",
                     correlation_id=str(job_id),
                     traceparent=traceparent,
                 )

@@ -11,7 +11,8 @@ job runs as its submitter, and root's would run as root ("Access/permission deni
 - a QOS that does not exist, or that the partition does not allow (AllowQos) → "Invalid qos specification";
 - an account the partition does not allow (AllowAccounts) → "Invalid account or account/partition
   combination specified";
-- more nodes than the partition's MaxNodes → "Node count specification invalid";
+- more nodes than the partition's MaxNodes → "Node count specification invalid" (unless `[cluster]
+  enforce_part_limits = "NO"`: then it pends with PartitionNodeLimit);
 - a time limit over the QOS's MaxWall, more GPUs than a QOS or association GPU limit could ever let one
   user run, or a job-count limit of 0 → "Job violates accounting/QOS policy (job submit limit, user's size
   and/or time limits)";
@@ -121,7 +122,7 @@ def check_policy(spec: JobSpec, user: str, config: ClusterConfig, *, admin: bool
             f"not {account!r}",
             field="account",
         )
-    if part.max_nodes is not None and spec.nodes > part.max_nodes:
+    if part.max_nodes is not None and spec.nodes > part.max_nodes and config.enforce_part_limits != "NO":
         raise InvalidInput(
             f"{NODE_COUNT}: {spec.nodes} nodes requested, partition {part.name} MaxNodes={part.max_nodes}",
             field="nodes",

@@ -199,7 +199,13 @@ def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
             f"{INVALID_PARTITION}: partition {spec.partition!r} does not exist; choose one of {names}",
             field="partition",
         )
-    if spec.time_limit_s is not None and part.max_time_s is not None and spec.time_limit_s > part.max_time_s:
+    enforce = config.enforce_part_limits != "NO"  # NO: the job pends with the reason instead (plan.py)
+    if (
+        enforce
+        and spec.time_limit_s is not None
+        and part.max_time_s is not None
+        and spec.time_limit_s > part.max_time_s
+    ):
         raise InvalidInput(
             f"time limit {spec.time_limit_s}s exceeds partition {part.name} MaxTime {part.max_time_s}s",
             field="time_limit_s",
@@ -283,6 +289,8 @@ def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
             "(Requested node configuration is not available)",
             field="segment",
         )
+    if not enforce:
+        return  # more nodes than the partition has: it pends (PartitionConfig), as with Slurm's default
     raise InvalidInput(
         f"job can never run: {req.nodes} nodes requested, partition {part.name} has {len(fitting)} that fit "
         "(Requested node configuration is not available)",

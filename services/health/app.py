@@ -12,7 +12,8 @@ Cycle:
    a down node that heartbeats again becomes ``NodeUp`` — unless an admin downed it: only a resume
    brings that one back. Silence is counted only while health listens (``libs/core/liveness.py``):
    while its NATS connection is down it concludes nothing, and once it is back every node gets a fresh
-   ``node_timeout`` (``connected``, which ``main`` hands to the connection's ``Link``).
+   ``node_timeout`` (``connected``, which ``main`` hands to the connection's ``Link``);
+5. health reports (``corral.ext.health.<reporter>.<node>``) become drains (``reports.py``).
 
 An answer names the request it answers as its cause (``Meta.causation_id``); a ``NodeDown`` for missed
 heartbeats and a ``NodeUp`` have no cause in the log (the reason is in the body).
@@ -42,6 +43,7 @@ from corral.libs.runtime.ports import Clock, EventLog
 from corral.libs.runtime.service import Context, run_until_stopped
 from corral.schemas import events as ev
 from corral.schemas import subjects
+from corral.services.health.reports import HealthReports
 
 #: A round trip to NATS slower than this (seconds) means the server was stalled (``Health.listening``).
 SLOW_S = 0.5
@@ -72,6 +74,7 @@ class Health:
         self.requests: dict[str, AdminRequest] = {}  # unanswered admin request of each node, the newest
         self.request_ids: dict[str, str] = {}  # the event id of each of those requests (their answer's cause)
         self.admin_down: set[str] = set()  # nodes an admin downed (not brought up by heartbeats)
+        self.drained: dict[str, str] = {}  # drained nodes' reasons (a health report's repeat drains nothing)
         self.wake = asyncio.Event()  # set when there are requests to answer and the log is read to its end
         # When the current listening window opened (start, reconnection); None while disconnected.
         self.window: float | None = clock.monotonic()
@@ -99,6 +102,10 @@ class Health:
                 self.request_ids[body.node] = entry.envelope.meta.event_id
             elif isinstance(body, ev.NodeDrained | ev.NodeResumed):
                 self.requests.pop(body.node, None)
+                if isinstance(body, ev.NodeDrained):
+                    self.drained[body.node] = body.reason
+                else:
+                    self.drained.pop(body.node, None)
                 if isinstance(body, ev.NodeResumed) and body.node in self.admin_down:
                     # Up again; the next check reports it down if it does not heartbeat.
                     self.admin_down.discard(body.node)
@@ -233,6 +240,10 @@ async def _always() -> bool:
     return True
 
 
+#: The service name of health's dead letters (``corral.dlq.health``) and of its report queue group.
+SERVICE = "health"
+
+
 #: Seconds a round trip to NATS may take before health counts itself as not hearing.
 PROBE_TIMEOUT_S = 1  # an int: nats-py types flush's timeout so
 
@@ -251,10 +262,20 @@ async def main(ctx: Context) -> None:
     async def on_heartbeat(msg: Msg) -> None:
         health.heartbeat(msg.subject.rsplit(".", 1)[-1])
 
+    reports = HealthReports(ctx.bus, ctx.config, health.node_seq, health.drained)
+
+    async def on_report(msg: Msg) -> None:
+        refused = await reports.handle(msg.subject, msg.data)
+        if refused is not None:
+            await ctx.bus.dead_letter(SERVICE, msg, refused)
+
     sub = await ctx.nc.subscribe(subjects.heartbeat_subject("*"), cb=on_heartbeat)
+    # A queue group: one health replica takes each report (each would append the same drain).
+    report_sub = await ctx.nc.subscribe(subjects.HEALTH_REPORTS, queue=SERVICE, cb=on_report)
     try:
         await run_until_stopped(
             ctx.stop, health.follow(ctx.stop), health.answer_requests(ctx.stop), health.monitor(ctx.stop)
         )
     finally:
         await sub.unsubscribe()
+        await report_sub.unsubscribe()

@@ -20,8 +20,8 @@ ARRAY_VARS = (
 
 
 def tasks(cli: Cli, array: int) -> dict[str, tuple[str, str]]:
-    """``sacct -j A``: JobID (``A_T``) -> (JobIDRaw, State) of every task."""
-    out = cli("sacct", "-j", str(array), "-X", "-P", "-n", "-o", "JobID,JobIDRaw,State")
+    """``sacct --array -j A``: JobID (``A_T``) -> (JobIDRaw, State) of every task."""
+    out = cli("sacct", "--array", "-j", str(array), "-X", "-P", "-n", "-o", "JobID,JobIDRaw,State")
     assert out.returncode == 0, out.stderr
     rows = [line.split("|") for line in out.stdout.splitlines()]
     return {job: (raw, state.split(" ")[0]) for job, raw, state in rows}
@@ -99,6 +99,9 @@ def test_scancel_one_task_some_tasks_then_the_whole_array(cli: Cli, wait_for: Wa
         f"{array}_3": "PENDING",
         f"{array}_4": "PENDING",
     }
+    # Without --array, Slurm's sacct shows the tasks that never started as one record.
+    compact = cli("sacct", "-j", str(array), "-X", "-P", "-n", "-o", "JobID,State").stdout.split()
+    assert f"{array}_[3-4]|PENDING" in compact and f"{array}_0|RUNNING" in compact, compact
     # A held task keeps its place in the queue but does not take a freed one.
     assert cli("scontrol", "hold", f"{array}_4").returncode == 0
     reason = ["squeue", "-h", "-r", "-j", f"{array}_4", "-o", "%r"]

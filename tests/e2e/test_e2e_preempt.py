@@ -3,6 +3,7 @@ grace time) and starts once it is gone; the low-tier job is requeued (or ends PR
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +20,8 @@ name = "local"
 heartbeat_interval = 1
 node_timeout = 6
 kill_wait = 1
+# Slurm's default (Corral's is ALL): a job over its partition's limits is accepted and pends.
+enforce_part_limits = "NO"
 
 [scheduler]
 preempt_type = "partition_prio"
@@ -103,3 +106,14 @@ def test_a_preempted_job_of_a_cancel_mode_partition_ends_preempted(tiered: Cli) 
     assert cli.wait_state(high, ("COMPLETED",), timeout=30) == "COMPLETED|0:0"
     assert cli.sacct(scav, "State,Reason") == "PREEMPTED|Preempted"
     assert cli("squeue", "-h", "-j", str(scav), "-o", "%T").stdout.strip() == "PREEMPTED"
+
+
+def test_with_enforce_part_limits_no_a_job_too_big_for_its_partition_pends_as_in_slurm(tiered: Cli) -> None:
+    # (This module's cluster has the setting; the job does not touch the preemption tests' node.)
+    job = tiered.sbatch("#!/bin/bash\nhostname\n", "-N", "99", "-p", "high", "-o", "/dev/null")
+    shown = ["squeue", "-h", "-j", str(job), "-o", "%T %R"]
+    deadline = time.monotonic() + 10  # (the reason is the scheduler's next cycle's)
+    while (out := tiered(*shown)).stdout.split() != ["PENDING", "(PartitionConfig)"]:
+        assert time.monotonic() < deadline, out.stdout + out.stderr
+        time.sleep(0.2)
+    assert tiered("scancel", str(job)).returncode == 0

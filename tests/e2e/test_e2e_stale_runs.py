@@ -55,6 +55,19 @@ def own_cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, Cli]]:
         cluster.stop()
 
 
+def described(processes: list[tuple[int, str, str]]) -> list[str]:
+    """The job's processes with their command lines and parents (what an assertion shows)."""
+    out = []
+    for pid, node, attempt in processes:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+        except OSError:
+            argv, ppid = "(gone)", "?"
+        out.append(f"{pid} (parent {ppid}) on {node} attempt {attempt}: {argv.strip()}")
+    return out
+
+
 def events(cli: Cli) -> list[str]:
     """The payload's lines so far."""
     path = cli.workdir / "events.log"
@@ -123,7 +136,7 @@ def test_a_peer_whose_agent_died_kills_the_stale_attempt_before_its_gpus_are_use
         i for i, line in enumerate(lines) if line.startswith("up node2") and line.endswith(" 1 0,1")
     )
     assert stale_end < new_start, lines
-    assert {p[2] for p in job_processes(job)} == {"1"}
+    assert {p[2] for p in job_processes(job)} == {"1"}, described(job_processes(job))
     assert cli("scancel", str(job)).returncode == 0
 
 
@@ -148,5 +161,5 @@ def test_the_peers_of_a_dead_batch_node_kill_their_tasks_without_it(
     assert "TERM node2 1 0" in events(cli)
     cluster.revive("agent-node1")
     wait_until(lambda: both_up(cli, 1), what=f"both ranks of attempt 1 up ({events(cli)})", timeout=60)
-    assert {p[2] for p in job_processes(job)} == {"1"}
+    assert {p[2] for p in job_processes(job)} == {"1"}, described(job_processes(job))
     assert cli("scancel", str(job)).returncode == 0

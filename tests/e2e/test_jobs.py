@@ -134,3 +134,16 @@ def test_commands_find_a_remote_cluster_through_the_environment(
     lost = Cli(env={k: v for k, v in env.items() if not k.startswith("CORRAL_NATS")}, workdir=cli.workdir)
     out = lost("squeue")
     assert out.returncode == 1 and "corral up" in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_sinfo_long_with_and_without_nodes(cli: Cli) -> None:
+    # One of the most typed Slurm commands: the date of the report, then Slurm's long columns.
+    for argv, header in (
+        (["-l"], "TIMELIMIT   JOB_SIZE ROOT OVERSUBS     GROUPS  NODES       STATE NODELIST"),
+        (["-N", "-l"], "STATE CPUS    S:C:T MEMORY TMP_DISK WEIGHT AVAIL_FE REASON"),
+    ):
+        out = cli("sinfo", *argv)
+        assert out.returncode == 0, out.stderr
+        date, title, *rows = out.stdout.splitlines()
+        time.strptime(date, "%a %b %d %H:%M:%S %Y")
+        assert header in title and rows, out.stdout

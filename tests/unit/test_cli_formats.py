@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from corral.cli import sacct, scancel, sinfo, squeue
+from corral.cli import sacct, scancel, sinfo, squeue, squeue_sort
 from corral.cli.errors import CliError
 from corral.cli.jobrefs import JobRef
 from corral.cli.sacct_fields import parse_time_point
@@ -82,6 +82,11 @@ def test_squeue_default_format() -> None:
         "                42       gpu train-lo    alice  R       0:03      2 gpu[01-02]",
         "                43       gpu    train    alice PD       0:00      2 (Priority)",
     ]
+
+
+def test_squeue_keeps_pending_jobs_that_are_no_array_tasks_apart() -> None:
+    jobs = [pending(job_id=43), pending(job_id=44)]
+    assert squeue.aggregate_arrays(jobs) == (jobs, {})
 
 
 def test_squeue_noheader_and_custom_widths() -> None:
@@ -188,7 +193,7 @@ def test_squeue_request_filters() -> None:
         (["-o", "%5"], 'invalid --format "%5": a "%" must be followed by a field letter'),
         (["-O", "JobID,Color"], 'invalid --Format field "Color": use one of '),
         (["-j", "12_x"], "Invalid job id 12_x"),
-        (["--sort=i"], "option --sort is not supported by Corral yet"),
+        (["--iterate=5"], "option --iterate is not supported by Corral yet"),
     ],
     ids=["state", "later letter", "dangling percent", "long name", "bad array task", "unsupported"],
 )
@@ -210,6 +215,7 @@ def sacct_lines(argv: list[str], jobs: list[AcctJob], now: float = T0 + 100) -> 
         parsable=args.parsable,
         delimiter=args.delimiter,
         steps=args.steps,
+        array=args.array,
         now=now,
         tz=UTC,
         uid_of=lambda user: UID(user, user),
@@ -361,8 +367,8 @@ NODES = NodesReply(
 )  # fmt: skip
 
 
-def sinfo_lines(fmt: str | None = None, **options: Any) -> list[str]:
-    layout = sinfo.parse_format(fmt, options.get("node_oriented", False))
+def sinfo_lines(fmt: str | None = None, long: bool = False, **options: Any) -> list[str]:
+    layout = sinfo.parse_format(fmt, options.get("node_oriented", False), long)
     return sinfo.render_sinfo(NODES, layout, **options)
 
 
@@ -402,9 +408,25 @@ def test_sinfo_long_states() -> None:
     draining = NodesReply(nodes=nodes, partitions=[only])
     layout = sinfo.parse_format("%T %t %N", False)
     assert sinfo.render_sinfo(draining, layout, header=False) == [
-        "DRAINING drng n1",
-        "DRAINED drain n2",
-        "ALLOCATED alloc n3",
+        "draining drng n1",
+        "drained drain n2",
+        "allocated alloc n3",
+    ]
+
+
+def test_sinfo_long_as_slurm_22_05_prints_it() -> None:
+    assert sinfo_lines(None, node_oriented=False, long=True) == [
+        "PARTITION AVAIL  TIMELIMIT   JOB_SIZE ROOT OVERSUBS     GROUPS  NODES       STATE NODELIST",
+        "gpu*         up 1-00:00:00 1-infinite   no       NO        all      2        idle gpu[01-02]",
+        "gpu*         up 1-00:00:00 1-infinite   no       NO        all      1       mixed gpu03",
+        "gpu*         up 1-00:00:00 1-infinite   no       NO        all      1       down* gpu04",
+        "debug        up   infinite 1-infinite   no       NO        all      1        idle gpu01",
+        "empty        up      30:00 1-infinite   no       NO        all      0         n/a ",
+    ]
+    # (REASON is %20E: padded to 20, as Slurm pads it)
+    assert [line.rstrip() for line in sinfo_lines(None, node_oriented=True, long=True)[:2]] == [
+        "NODELIST  NODES PARTITION       STATE CPUS    S:C:T MEMORY TMP_DISK WEIGHT AVAIL_FE REASON",
+        "gpu01         1 gpu*             idle   16   16:1:1  65536        0      1   (null) none",
     ]
 
 
@@ -460,3 +482,50 @@ def test_squeue_qos_and_nice() -> None:
     rows = [job(qos="high", nice=10), pending(), job(qos="")]
     assert squeue_lines(["-o", "%q|%y"], rows) == ["QOS|NICE", "high|10", "normal|0", "normal|0"]
     assert squeue_lines(["-h", "-O", "qos,nice"], [job(qos="high", nice=-5)])[0].split() == ["high", "-5"]
+
+
+def test_sacct_shows_a_pending_array_as_one_line_until_its_tasks_start() -> None:
+    # Slurm's sacct: one record N_[0-3] for the tasks that never started; a started task is a row of its own.
+    def task(index: int, **fields: Any) -> AcctJob:
+        pending = {"state": "PENDING", "start_time": None, "end_time": None, "node_list": "", "steps": []}
+        ids = {"job_id": 20 + index, "array_job_id": 20, "array_task_id": index}
+        return acct_job(**(ids | pending | fields))
+
+    assert sacct_lines(["-P", "-n", "-o", "JobID,State"], [task(i) for i in range(4)]) == ["20_[0-3]|PENDING"]
+    started = task(0, state="RUNNING", start_time=T0 + 10, node_list="gpu01")
+    rows = [started, task(1), task(2), task(3)]
+    assert sacct_lines(["-P", "-n", "-X", "-o", "JobID,State"], rows) == ["20_0|RUNNING", "20_[1-3]|PENDING"]
+    assert sacct_lines(["-P", "-n", "-o", "JobID"], [task(3), task(5, job_id=90)]) == ["20_[3,5]"]
+    assert sacct_lines(["-P", "-n", "--array", "-o", "JobID"], [task(3), task(5)]) == ["20_3", "20_5"]
+
+
+def squeue_sorted(argv: list[str], jobs: list[JobInfo], sort_env: str | None = None) -> list[str]:
+    args = squeue.parse_args(["-h", "-o", "%i %t", *argv], sort_env)
+    return squeue_lines(["-h", "-o", "%i %t"], squeue_sort.sort_jobs(jobs, args.sort, T0 + 13))
+
+
+def test_squeue_default_order_is_slurms_partition_state_then_priority() -> None:
+    # Slurm's P,t,-p: compact state as a string, so pending before running, and CA CD F R with -t all.
+    jobs = [
+        job(job_id=1, priority=5),
+        pending(job_id=2, priority=1),
+        pending(job_id=3, priority=9),
+        job(job_id=4, state="FAILED", end_time=T0 + 12),
+        job(job_id=5, state="CANCELLED", end_time=T0 + 12),
+        job(job_id=6, state="COMPLETED", end_time=T0 + 12),
+        job(job_id=7, partition="cpu", priority=1),
+    ]
+    assert squeue_sorted([], jobs) == ["7 R", "5 CA", "6 CD", "4 F", "3 PD", "2 PD", "1 R"]
+    assert squeue_sorted(["-S", "i"], jobs) == [
+        f"{i} {s}" for i, s in enumerate(["R", "PD", "PD", "F", "CA", "CD", "R"], 1)
+    ]
+    assert squeue_sorted(["--sort=-i"], jobs)[0] == "7 R"
+    by_priority = ["4 F", "5 CA", "6 CD", "3 PD", "1 R", "2 PD", "7 R"]  # 100 100 100 9 5 1 1, then by id
+    assert squeue_sorted(["-S", "-p,i"], jobs) == by_priority
+    assert squeue_sorted([], jobs, sort_env="i")[0] == "1 R"  # SQUEUE_SORT, unless -S
+    assert squeue_sorted(["-S", "-i"], jobs, sort_env="i")[0] == "7 R"
+
+
+def test_squeue_refuses_an_unknown_sort_key() -> None:
+    with pytest.raises(CliError, match="Invalid sort specification: z"):
+        squeue.parse_args(["-S", "P,z"])

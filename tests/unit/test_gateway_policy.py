@@ -243,3 +243,30 @@ def test_max_submit_jobs(spec_: JobSpec, live: list[api.JobInfo], adding: int, n
 
 def test_no_submit_limit_no_count() -> None:
     assert submit_limits(spec(account="nlp"), "bob", CONFIG) == []
+
+
+def test_enforce_part_limits_no_accepts_what_its_partition_would_refuse() -> None:
+    # Slurm's EnforcePartLimits=NO: sbatch -N 99 on a small partition is accepted and pends (PartitionConfig,
+    # PartitionNodeLimit, PartitionTimeLimit: plan.py); Corral's default, ALL, refuses at submit.
+    import dataclasses
+
+    from corral.services.gateway.validate import validate_spec
+
+    lenient = dataclasses.replace(CONFIG, enforce_part_limits="NO")
+    check_policy(spec(nodes=3), "alice", lenient, admin=False)  # over MaxNodes=2
+    validate_spec(spec(partition="open", nodes=99), lenient)  # 4 nodes in the partition
+    with pytest.raises(InvalidInput, match="job can never run: 99 nodes requested") as caught:
+        validate_spec(spec(partition="open", nodes=99), CONFIG)
+    assert caught.value.field == "nodes"
+    # What no node of the partition could ever hold stays refused either way.
+    with pytest.raises(InvalidInput, match="9 GPUs per node requested"):
+        validate_spec(spec(partition="open", gpus_per_node=9), lenient)
+
+
+def test_enforce_part_limits_is_slurms_setting() -> None:
+    assert CONFIG.enforce_part_limits == "ALL"
+    text = '[cluster]\nenforce_part_limits = "NO"\n[[nodes]]\nnames = "n1"\ncpus = 2\n'
+    text += '[[partitions]]\nname = "p"\n'
+    assert parse_config(text).enforce_part_limits == "NO"
+    with pytest.raises(ValueError, match=r"cluster\.enforce_part_limits: 'some' is not one of ALL, ANY, NO"):
+        parse_config(text.replace('"NO"', '"some"'))

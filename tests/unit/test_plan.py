@@ -594,3 +594,20 @@ def test_a_launch_order_carries_the_trace_of_the_submission() -> None:
     cycle(log)
     (launch,) = [o for o in orders(log.state, POLICY) if isinstance(o, api.LaunchOrder)]
     assert launch.traceparent == traceparent
+
+
+@pytest.mark.parametrize("backfill", ["fifo", "easy"])
+def test_a_job_over_its_partitions_limits_waits_with_slurms_reason_and_blocks_nobody(backfill: str) -> None:
+    # enforce_part_limits = NO (Slurm's default) lets these in; the scheduler keeps them pending.
+    part = dataclasses.replace(partition(max_s=3600), max_nodes=2, size=4)
+    pol = dataclasses.replace(policy(part), backfill=backfill)  # type: ignore[arg-type]
+    log = Log(*cluster(nodes=4))
+    log.add(submitted(1, job(gpus=1, nodes=3)))  # over MaxNodes=2
+    log.add(submitted(2, job(gpus=1, nodes=1, time_s=7200)))  # over MaxTime=1 h
+    log.add(submitted(3, job(gpus=1, nodes=2)))
+    out = cycle(log, pol)
+    assert out.reasons[1] == "PartitionNodeLimit" and out.reasons[2] == "PartitionTimeLimit"
+    assert set(allocations(out)) == {3}  # behind them, it starts (FIFO does not stop at them)
+    bigger = dataclasses.replace(part, max_nodes=None)
+    log.add(submitted(4, job(gpus=1, nodes=5)))  # more nodes than the partition has
+    assert cycle(log, dataclasses.replace(pol, partitions=(bigger,))).reasons[4] == "PartitionConfig"

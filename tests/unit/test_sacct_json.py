@@ -8,7 +8,7 @@ import pytest
 
 from corral.cli import sacct
 from corral.cli.sacct_json import acct_json
-from corral.schemas.api import AcctJob, AcctStep
+from corral.schemas.api import AcctAttempt, AcctJob, AcctStep
 
 pytestmark = pytest.mark.unit
 
@@ -70,3 +70,14 @@ def test_sacct_long_and_json_options() -> None:
     args = sacct.parse_args(["-l", "--json"])
     assert args.json
     assert [c.title for c in args.columns] == sacct.LONG_FIELDS.split(",")
+
+
+def test_sacct_json_with_duplicates_has_a_record_per_run() -> None:
+    # -D: the earlier run (requeued after a node failure) is a job record of its own, before the job's.
+    first = AcctAttempt(
+        attempt=0, state="NODE_FAIL", partition="gpu", start_time=T + 1, end_time=T + 5, node_list="gpu02",
+        num_nodes=1, num_cpus=2, num_gpus=1, mem_mb=0, exit_code=0, signal=0, reason="NodeFail",
+    )  # fmt: skip
+    doc = json.loads(acct_json([record(restart_count=1, attempts=[first])], now=T + 100))
+    runs = [(j["job_id"], j["state"]["current"], j["restart_cnt"], j["nodes"]) for j in doc["jobs"]]
+    assert runs == [(7, ["NODE_FAIL"], 0, "gpu02"), (7, ["COMPLETED"], 1, "gpu01")]
