@@ -10,13 +10,12 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from e2e_cli import Cli, cli_as, user_env
-from unix_users import UnixUser, as_user, python_path, unix_users, user_commands
+from unix_users import UnixUser, as_user, open_directory, python_path, unix_users, user_commands
 
 from corral.cli.local_cluster import LocalCluster, ensure_resolvable
 
@@ -66,20 +65,19 @@ def users() -> Iterator[dict[str, UnixUser]]:
 def cluster(users: dict[str, UnixUser]) -> Iterator[LocalCluster]:
     """A 2-node cluster started by root whose configuration does not allow root's jobs, with alice, bob
     and the ghost as its users (a state directory the users can traverse to their scripts, not read)."""
-    state = Path(tempfile.mkdtemp(prefix="corral-runas-"))
-    guests = (ALICE, BOB, GHOST)
-    cluster = LocalCluster(
-        state, getpass.getuser(), guests=guests, nodes=2, gpus_per_node=2, allow_root_jobs=False
-    )
-    try:
-        config = cluster.prepare()
-        assert not config.allow_root_jobs
-        assert ensure_resolvable([n.name for n in config.nodes]) is None
-        cluster.start(ready_timeout=90)
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(state, ignore_errors=True)
+    with open_directory("corral-runas-") as state:
+        guests = (ALICE, BOB, GHOST)
+        cluster = LocalCluster(
+            state, getpass.getuser(), guests=guests, nodes=2, gpus_per_node=2, allow_root_jobs=False
+        )
+        try:
+            config = cluster.prepare()
+            assert not config.allow_root_jobs
+            assert ensure_resolvable([n.name for n in config.nodes]) is None
+            cluster.start(ready_timeout=90)
+            yield cluster
+        finally:
+            cluster.stop()
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,8 @@ import msgspec
 import nats.js.errors
 import pytest
 from agent_cluster import wait_until
-from e2e_cli import BIN, Cli, admin_cli, cli_as, user_env
+from e2e_cli import BIN, Cli, admin_cli, as_local, cli_as, user_env
+from unix_users import open_directory
 
 from corral.cli.local_cluster import LocalCluster, ensure_resolvable, service_account_credentials
 from corral.libs.config.cluster import local_config_text
@@ -49,10 +50,16 @@ XID = {
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Cli, Path]]:
+def cluster() -> Iterator[tuple[LocalCluster, Cli, Path]]:
     """2 nodes x 2 GPUs, the accounts ml-platform and physics, the service accounts ci and dcgm, and a
-    health-check program run every second that fails on node2 once ``flag`` exists."""
-    root = tmp_path_factory.mktemp("sacct")
+    health-check program run every second that fails on node2 once ``flag`` exists; in a directory OWNER
+    may traverse to their jobs' scripts."""
+    with open_directory("corral-sacct-") as root:
+        yield from _cluster(root)
+
+
+def _cluster(root: Path) -> Iterator[tuple[LocalCluster, Cli, Path]]:
+    """The cluster of ``cluster`` in ``root``."""
     subprocess.run(["useradd", "-M", "-s", "/bin/sh", OWNER], capture_output=True, check=False)
     flag = root / "node2-fan-failed"
     check = root / "healthcheck.sh"
@@ -73,7 +80,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
         f'\n[[accounts]]\nname = "ml-platform"\nusers = ["{OWNER}", "{me}"]\n'
         f'\n[[accounts]]\nname = "physics"\nusers = ["{OWNER}", "{me}"]\n'
     )
-    cluster.config_path.write_text(text)
+    cluster.config_path.write_text(as_local(text))  # the tests' own jobs are root's in CI
     for argv in (
         ["add", "ci", "--submit-for", "account=ml-platform"],
         ["add", "dcgm", "--report-health", "nodes=node1"],

@@ -76,6 +76,19 @@ def unix_users(names: tuple[str, ...], group: str) -> Iterator[list[UnixUser]]:
         _remove(names, group)
 
 
+@contextmanager
+def open_directory(prefix: str) -> Iterator[Path]:
+    """A new directory other users may traverse (0711, under ``/tmp``), removed afterwards: a cluster's
+    state there lets jobs that run as their owners reach their scripts (pytest's own temporary directories
+    are closed to everyone but their owner)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        folder.chmod(0o711)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def python_path() -> str:
     """``PYTHONPATH`` that gives another interpreter of this version the packages this one has: Corral's
     source and the installed packages."""
