@@ -32,7 +32,7 @@ from pathlib import Path
 from corral.libs.runtime.clock import SystemClock
 from corral.libs.runtime.ports import Clock
 from corral.schemas.api import LaunchOrder
-from corral.services.agent import killseq, memcg, procstat, stepd
+from corral.services.agent import killseq, memcg, procstat, stepd, taskstart
 from corral.services.agent.identity import JobUser
 from corral.services.agent.jobenv import job_environment, output_paths
 from corral.services.agent.records import Record, Records
@@ -308,7 +308,7 @@ async def start(
     ``base_env`` is the owner's login basics (``jobenv.base_environment``). The script is the owner's
     (0700) in a run directory others may only traverse (0711), so the owner can execute it and nobody else
     read it; its output files are opened by the script's process, as the owner, so a file or directory
-    the owner may not write is a launch error naming it (``stepd.OUTPUT_ERROR``)."""
+    the owner may not write is a launch error naming it (``taskstart.OUTPUT_ERROR``)."""
     spec = order.spec
     if not os.path.isdir(spec.workdir):
         raise LaunchError(f"cannot chdir to {spec.workdir}: no such directory")
@@ -357,7 +357,7 @@ async def start(
             proc.kill()
         await proc.wait()
         why = failed.error if failed is not None and failed.error else line.removeprefix("error ")
-        if failed is not None and why.startswith(stepd.OUTPUT_ERROR):
+        if failed is not None and why.startswith(taskstart.OUTPUT_ERROR):
             raise LaunchError(why)  # it names the file and what is wrong with it
         raise LaunchError(f"cannot execute the batch script: {why}" if failed else why or "no supervisor")
     rec = records.update(
