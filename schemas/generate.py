@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from corral.schemas import api, events, steps
+from corral.schemas import api, events, feed, steps
 
 SCHEMA_DIR = Path(__file__).parent / "jsonschema"
 
@@ -40,6 +40,8 @@ DOCUMENTS: dict[str, Any] = {
     "order.json": api.Order,
     "step.json": steps.StepRequest | steps.StepLaunched | steps.StepDone | steps.StepPolled,
     "step-exit.json": steps.TaskExit,
+    # The job event feed's messages (``corral.feed.v1.>``); a new version is a new file.
+    "feed-v1.json": feed.FeedMessage,
 }
 
 

@@ -260,7 +260,12 @@ def _declare(credentials: Path, config: Path, replicas: int) -> int:
     async def run() -> None:
         nc = await connect(read_credentials(credentials), name="corral-deploy-declare")
         try:
-            await declare(nc.jetstream(), replicas=replicas, nodes=nodes)
+            await declare(
+                nc.jetstream(),
+                replicas=replicas,
+                nodes=nodes,
+                feed_readers={roles.AUDITOR: roles.FeedScope(everyone=True).filters()},
+            )
         finally:
             await nc.drain()
 

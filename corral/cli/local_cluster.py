@@ -42,6 +42,8 @@ HOSTS_MARK = "# corral local cluster"
 #: The accounting processes of ``--ha``, by ``--replica`` (one without): each projects a partition of the
 #: ``[accounting] partitions`` the configuration of an ``--ha`` cluster sets to as many.
 ACCOUNTING_REPLICAS = ("accounting", "accounting-2")
+#: The feed's readers whose consumer the declaration makes (the feed service makes each person's).
+FEED_READERS = {roles.AUDITOR: roles.FeedScope(everyone=True).filters()}
 
 
 @dataclass
@@ -153,8 +155,11 @@ class LocalCluster:
         self.postgres = PostgresServer(self.state_dir / "postgres")
         self.postgres.start()
         (self.state_dir / "logs").mkdir(exist_ok=True)
-        replicas = ("gateway-2", "health-2", "scheduler-2", *ACCOUNTING_REPLICAS[1:]) if self.ha else ()
-        for name in ("accounting", "scheduler", "gateway", "health", *replicas, *self._optional_services()):
+        replicas = (
+            ("gateway-2", "health-2", "scheduler-2", "feed-2", *ACCOUNTING_REPLICAS[1:]) if self.ha else ()
+        )
+        services = ("accounting", "scheduler", "gateway", "health", "feed")
+        for name in (*services, *replicas, *self._optional_services()):
             role = f"corral-{name.split('-')[0]}"
             extra, secrets = [], {}
             if name in ACCOUNTING_REPLICAS:
@@ -192,7 +197,7 @@ class LocalCluster:
             deadline = time.monotonic() + 30
             while True:
                 try:
-                    await declare(nc.jetstream(), replicas=replicas, nodes=nodes)
+                    await declare(nc.jetstream(), replicas=replicas, nodes=nodes, feed_readers=FEED_READERS)
                     return
                 except Exception:
                     if replicas == 1 or time.monotonic() > deadline:
