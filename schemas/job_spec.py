@@ -103,7 +103,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """
 
     name: Name  # job name (-J); defaults to the script's file name, "sbatch" for stdin
-    script: Annotated[str, msgspec.Meta(max_length=MAX_SCRIPT_BYTES, pattern="^#!")]  # the full text, from #!
+    # The full text (the gateway requires #! first; not a pattern here: the scheduler's state and snapshots
+    # keep the spec without its script, ``fold.slim_spec``, and decode it with this Struct).
+    script: Annotated[str, msgspec.Meta(max_length=MAX_SCRIPT_BYTES)]
     argv: Annotated[list[str], msgspec.Meta(max_length=MAX_ARGS)] = []  # arguments passed to the script
     workdir: Annotated[str, msgspec.Meta(pattern="^/")]  # absolute submit directory; the script runs here
     environment: dict[str, str] = {}  # the submitter's environment to export (--export=ALL)
