@@ -138,6 +138,22 @@ def test_the_node_example_prints_its_user_s_jobs_and_nothing_of_another_user_s(
     assert GUEST not in run.stdout
 
 
+def test_corral_feed_prints_the_guest_s_jobs_only(cluster: LocalCluster, cli: Cli) -> None:
+    guest = cli_as(cli, cluster, cluster.credentials_of(GUEST))
+    job = guest.sbatch(PASSING)
+    wait_ended(cluster, job)
+    out = guest("corral", "feed", "--idle-exit", "2")
+    assert out.returncode == 0, out.stderr
+    printed = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [m["event"]["type"] for m in printed if m["event"]["job_id"] == job] == [
+        "submitted",
+        "started",
+        "ended",
+    ]
+    assert {m["event"]["user"] for m in printed} == {GUEST}
+    assert all(m["subject"].split(".")[5] == GUEST for m in printed)
+
+
 async def _capture_submit(cluster: LocalCluster, cli: Cli) -> tuple[bytes, bytes]:
     """A real sbatch's API request and its reply, seen by the admin (who may read any subject)."""
     nc = await connect(read_credentials(cluster.role_credentials(roles.ADMIN)), name="test-capture")
