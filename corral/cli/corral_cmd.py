@@ -115,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         "--ha",
         action="store_true",
         help="three clustered NATS servers (streams at 3 replicas), two gateways, two health services, two"
-        " schedulers (a leader and a standby), two accounting services (a partition of the projection each), two"
-        " feed services (both publish, the feed drops the second copies)",
+        " schedulers (a leader and a standby), two accounting services (a partition of the projection each),"
+        " two feed services (both publish, the feed drops the second copies)",
     )
     demo = sub.add_parser("demo", help="start a local cluster, run a showcase, stop")
     demo.add_argument("--state-dir", default=None, help="state directory (default: a fresh temporary one)")
