@@ -31,7 +31,8 @@ from nats.js.errors import APIError, NotFoundError
 
 from corral.libs.infra import roles
 from corral.libs.runtime import streams
-from corral.libs.runtime.bus import UNAVAILABLE, Bus
+from corral.libs.runtime.bus import Bus
+from corral.libs.runtime.job_ids import UNAVAILABLE
 from corral.libs.runtime.service import Context
 from corral.libs.runtime.telemetry import logger
 from corral.schemas import feed, subjects
