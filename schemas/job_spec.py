@@ -25,6 +25,8 @@ MAX_NAME = 256
 MAX_ARGS = 1024
 #: Most nodes a job may ask for, or list with -w / -x.
 MAX_NODES = 100_000
+#: Slurm's bound of a nice value (NICE_OFFSET - 3).
+MAX_NICE = 2147483645
 #: Most items one dependency list may hold (a list is stored with every job).
 MAX_DEPENDENCIES = 1000
 
@@ -141,7 +143,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     )
     cpus_per_gpu: Positive | None = None  # --cpus-per-gpu: CPUs per node = gpus_per_node x this (not with -c)
     qos: str | None = None  # -q/--qos; None = the partition's QOS, else the default QOS (resolved at submit)
-    nice: int = 0  # --nice: subtracted from the priority; only an admin may give a negative value
+    nice: Annotated[int, msgspec.Meta(ge=-MAX_NICE, le=MAX_NICE)] = (
+        0  # --nice: subtracted from the priority; only an admin may give a negative value
+    )
     reservation: str | None = None  # --reservation: run only in this advance reservation; None = outside any
     switches: Positive | None = None  # --switches=N: at most N topology blocks; None = any number
     switches_wait_s: NonNegative | None = (
