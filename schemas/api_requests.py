@@ -12,6 +12,20 @@ import msgspec
 from corral.schemas.api_report import ReportRequest
 from corral.schemas.job_events import SignalScope
 from corral.schemas.job_spec import JobSpec
+from corral.schemas.node_events import MAX_NODE_REASON
+
+# Bounds the gateway enforces, stated once (``msgspec.Meta``: the decoder and the JSON Schema carry them).
+
+#: Longest submit token.
+MAX_TOKEN = 128
+#: The highest signal number (SIGRTMAX on Linux).
+MAX_SIGNAL = 64
+#: The highest priority an admin may set (Slurm's priorities are 32-bit; 0xfffffffe is NO_VAL).
+MAX_PRIORITY = 0xFFFFFFFD
+#: The most jobs one control request may name (ids and array tasks together; the schema bounds each list).
+MAX_CANCEL = 10_000
+#: A list of job ids of a control request.
+JobIds = Annotated[list[int], msgspec.Meta(max_length=MAX_CANCEL)]
 
 # --- submit (sbatch, sbatch --test-only) ----------------------------------------------------------------
 
@@ -19,7 +33,9 @@ from corral.schemas.job_spec import JobSpec
 class SubmitRequest(msgspec.Struct, frozen=True, tag="submit", kw_only=True):
     """sbatch: submit one batch job."""
 
-    token: str  # client-chosen idempotency token: a retry with the same token gets the same job id
+    token: Annotated[
+        str, msgspec.Meta(min_length=1, max_length=MAX_TOKEN)
+    ]  # client-chosen idempotency token: a retry with the same token gets the same job id
     spec: JobSpec  # the job
     test_only: bool = (
         False  # sbatch --test-only: validate and estimate the start (WillRunReply), append nothing
@@ -49,7 +65,7 @@ class ArrayTasks(msgspec.Struct, frozen=True, kw_only=True):
 class CancelRequest(msgspec.Struct, frozen=True, tag="cancel", kw_only=True):
     """scancel: cancel jobs. An array's id (``scancel A``) cancels every task of the array."""
 
-    job_ids: list[int]  # jobs to cancel
+    job_ids: JobIds  # jobs to cancel
     tasks: list[ArrayTasks] = []  # array tasks to cancel by index (``scancel A_T``, ``A_[1-3]``)
 
 
@@ -59,14 +75,14 @@ class CancelRequest(msgspec.Struct, frozen=True, tag="cancel", kw_only=True):
 class HoldRequest(msgspec.Struct, frozen=True, tag="hold", kw_only=True):
     """scontrol hold: keep pending jobs from starting (JobHeldUser; JobHeldAdmin when an admin asks)."""
 
-    job_ids: list[int]  # jobs to hold (an array's id: every task)
+    job_ids: JobIds  # jobs to hold (an array's id: every task)
     tasks: list[ArrayTasks] = []  # array tasks to hold by index
 
 
 class ReleaseRequest(msgspec.Struct, frozen=True, tag="release", kw_only=True):
     """scontrol release: let held jobs be scheduled again."""
 
-    job_ids: list[int]  # jobs to release (an array's id: every task)
+    job_ids: JobIds  # jobs to release (an array's id: every task)
     tasks: list[ArrayTasks] = []  # array tasks to release by index
 
 
@@ -79,7 +95,9 @@ class UpdateRequest(msgspec.Struct, frozen=True, tag="update", kw_only=True):
     job_id: int  # the job
     time_limit_s: int | None = None  # new TimeLimit in seconds
     partition: str | None = None  # new Partition
-    priority: int | None = None  # new absolute Priority (admin only); 0 holds the job (JobHeldAdmin)
+    priority: Annotated[int, msgspec.Meta(ge=0, le=MAX_PRIORITY)] | None = (
+        None  # new absolute Priority (admin only); 0 holds the job (JobHeldAdmin)
+    )
 
 
 class RequeueRequest(msgspec.Struct, frozen=True, tag="requeue", kw_only=True):
@@ -93,9 +111,9 @@ class RequeueRequest(msgspec.Struct, frozen=True, tag="requeue", kw_only=True):
 class SignalRequest(msgspec.Struct, frozen=True, tag="signal", kw_only=True):
     """scancel -s SIG (a signal that does not cancel): signal running jobs without ending them."""
 
-    job_ids: list[int]  # jobs to signal (an array's id: every task)
+    job_ids: JobIds  # jobs to signal (an array's id: every task)
     tasks: list[ArrayTasks] = []  # array tasks to signal by index
-    signal: int  # signal number, 1-64
+    signal: Annotated[int, msgspec.Meta(ge=1, le=MAX_SIGNAL)]  # signal number, 1-64
     scope: SignalScope = "steps"  # steps (default) | batch (scancel -b) | full (scancel -f)
 
 
@@ -167,7 +185,7 @@ class HistoryRequest(msgspec.Struct, frozen=True, tag="history", kw_only=True):
     job_id: int | None = None  # one job (an array task's own id, or an array's id: its first task)
     node: str | None = None  # one node
     user: str | None = None  # one user's jobs
-    limit: int = 1000  # at most this many entries, the newest (1-MAX_HISTORY)
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_HISTORY)] = 1000  # at most this many entries, the newest
     array_task: int | None = None  # with job_id: the task of array job_id with this index (``A_T``)
 
 
@@ -225,7 +243,9 @@ class NodeUpdateRequest(msgspec.Struct, frozen=True, tag="update_node", kw_only=
 
     nodes: list[str]  # the nodes (expanded hostlist), at least one
     state: NodeStateChange  # DRAIN, DOWN or RESUME
-    reason: str = ""  # Reason=: required for DRAIN and DOWN
+    reason: Annotated[str, msgspec.Meta(max_length=MAX_NODE_REASON)] = (
+        ""  # Reason=: required for DRAIN and DOWN
+    )
 
 
 #: Every request of the API (its JSON Schema is schemas/jsonschema/api-request.json).

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from corral.schemas import api, events, steps
+from corral.schemas import api, events, feed, steps
 
 SCHEMA_DIR = Path(__file__).parent / "jsonschema"
 
@@ -42,6 +42,8 @@ DOCUMENTS: dict[str, Any] = {
     "step-exit.json": steps.TaskExit,
     # What a DCGM-style exporter publishes on corral.ext.health.<reporter>.<node> (docs/integrations.md).
     "health-report.json": events.NodeHealthReported,
+    # The job event feed's messages (``corral.feed.v1.>``); a new version is a new file.
+    "feed-v1.json": feed.FeedMessage,
 }
 
 

@@ -4,11 +4,38 @@ the warning signal). Carried by ``JobSubmitted`` and the API's ``SubmitRequest``
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
 from corral.schemas.ids import JobId
+
+# --- bounds: the one statement of what the gateway accepts, enforced by the decoder of every API message and
+# log entry (msgspec.Meta) and carried by the generated JSON Schema (``schemas/jsonschema``). The gateway's
+# ``validate.py`` checks the same constants again for a spec built in Python (the CLI's), with Slurm's words,
+# plus what a schema cannot say (the script's size in bytes, the cluster's partitions and nodes).
+
+#: Largest batch script, in bytes of UTF-8 (the schema's maxLength counts characters: at most this many).
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024
+#: Largest environment, in bytes (names, values and a separator each).
+MAX_ENV_BYTES = 1024 * 1024
+#: Longest name (job name, node, feature).
+MAX_NAME = 256
+#: Most script arguments.
+MAX_ARGS = 1024
+#: Most nodes a job may ask for, or list with -w / -x.
+MAX_NODES = 100_000
+#: Slurm's bound of a nice value (NICE_OFFSET - 3).
+MAX_NICE = 2147483645
+#: Most items one dependency list may hold (a list is stored with every job).
+MAX_DEPENDENCIES = 1000
+
+#: At least 1 (nodes, tasks, CPUs, a time limit ...).
+Positive = Annotated[int, msgspec.Meta(ge=1)]
+#: At least 0.
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+#: A name: 1 to MAX_NAME characters.
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME)]
 
 #: ``--open-mode`` of the job's stdout and stderr files.
 OpenMode = Literal["truncate", "append"]
@@ -24,13 +51,15 @@ class Dependency(msgspec.Struct, frozen=True, kw_only=True):
     """One condition of a job's dependency list (``afterok:5:6`` is two of them)."""
 
     type: DependencyType  # the kind of condition
-    job_id: JobId = 0  # the job it is about; 0 for singleton
+    job_id: Annotated[JobId, msgspec.Meta(ge=0)] = 0  # the job it is about; 0 for singleton
 
 
 class Dependencies(msgspec.Struct, frozen=True, kw_only=True):
     """A job's dependency list: all of it must hold (``,``) or any one item (``?``)."""
 
-    items: list[Dependency]  # the conditions, in the order given
+    items: Annotated[
+        list[Dependency], msgspec.Meta(min_length=1, max_length=MAX_DEPENDENCIES)
+    ]  # the conditions
     any_of: bool = False  # True: one satisfied item is enough (``?``); False: all must be (``,``)
 
 
@@ -57,7 +86,7 @@ class ArraySpec(msgspec.Struct, frozen=True, kw_only=True):
 class Constraint(msgspec.Struct, frozen=True, kw_only=True):
     """``--constraint``: node features a job's nodes must have (``a``, ``a&b`` all of them, ``a|b`` any)."""
 
-    features: list[str]  # feature names, as given, at least one
+    features: Annotated[list[Name], msgspec.Meta(min_length=1)]  # feature names, as given, at least one
     any_of: bool = False  # True: a node needs one of the features (``|``); False: all of them (``&``)
 
 
@@ -75,41 +104,55 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     The script is copied at submit time; the submitter may delete the file right after.
     """
 
-    name: str  # job name (-J); defaults to the script's file name, "sbatch" for stdin
-    script: str  # the batch script's full text
-    argv: list[str] = []  # arguments passed to the script
-    workdir: str  # absolute submit directory; the script runs here
+    name: Name  # job name (-J); defaults to the script's file name, "sbatch" for stdin
+    # The full text (the gateway requires #! first; not a pattern here: the scheduler's state and snapshots
+    # keep the spec without its script, ``fold.slim_spec``, and decode it with this Struct).
+    script: Annotated[str, msgspec.Meta(max_length=MAX_SCRIPT_BYTES)]
+    argv: Annotated[list[str], msgspec.Meta(max_length=MAX_ARGS)] = []  # arguments passed to the script
+    workdir: Annotated[str, msgspec.Meta(pattern="^/")]  # absolute submit directory; the script runs here
     environment: dict[str, str] = {}  # the submitter's environment to export (--export=ALL)
     stdout: str | None = None  # -o pattern (%j %x %u %N ...); None = slurm-%j.out in workdir
     stderr: str | None = None  # -e pattern; None = merged into stdout
     open_mode: OpenMode = "truncate"  # --open-mode for stdout/stderr
     partition: str | None = None  # -p; None = the cluster's default partition
     account: str | None = None  # -A; None = the user's default account
-    nodes: int = 1  # -N: number of nodes
-    ntasks: int = 1  # -n: number of tasks
-    ntasks_per_node: int | None = None  # --ntasks-per-node
-    cpus_per_task: int = 1  # -c
-    mem_per_node_mb: int | None = None  # --mem in MiB; None = the partition default (0 = whole node)
-    gpus_per_node: int = 0  # from --gres=gpu[:type]:N or --gpus-per-node
+    nodes: Annotated[int, msgspec.Meta(ge=1, le=MAX_NODES)] = 1  # -N: number of nodes
+    ntasks: Positive = 1  # -n: number of tasks
+    ntasks_per_node: Positive | None = None  # --ntasks-per-node
+    cpus_per_task: Positive = 1  # -c
+    mem_per_node_mb: NonNegative | None = None  # --mem in MiB; None = the partition default (0 = whole node)
+    gpus_per_node: NonNegative = 0  # from --gres=gpu[:type]:N or --gpus-per-node
     gpu_type: str | None = None  # typed GPU request (gpu:h100:4); None = any type
-    time_limit_s: int | None = None  # -t in seconds; None = the partition's default
+    time_limit_s: Positive | None = None  # -t in seconds; None = the partition's default
     requeue: bool = True  # --requeue / --no-requeue: may the job be requeued on node failure
     submit_host: str = ""  # host sbatch ran on (SLURM_SUBMIT_HOST)
     dependencies: Dependencies | None = None  # -d: start only once these hold; None = no dependency
     held: bool = False  # -H: submitted held (JobHeldUser) until released
     begin_time: float | None = None  # -b: not eligible before this Unix time; None = at once
     array: ArraySpec | None = None  # -a/--array: one job per index; None = a single job
-    nodelist: list[str] = []  # -w: nodes the job must include (expanded hostlist); [] = any
-    exclude: list[str] = []  # -x: nodes the job must not use (expanded hostlist)
+    nodelist: Annotated[
+        list[Name], msgspec.Meta(max_length=MAX_NODES)
+    ] = []  # -w: nodes the job must include (expanded hostlist); [] = any
+    exclude: Annotated[
+        list[Name], msgspec.Meta(max_length=MAX_NODES)
+    ] = []  # -x: nodes the job must not use (expanded hostlist)
     constraint: Constraint | None = None  # -C: node features required; None = any node
     exclusive: bool = False  # --exclusive: whole nodes, all their CPUs, GPUs and memory, shared with no job
-    gpus_per_task: int | None = None  # --gpus-per-task (gpus_per_node already holds tasks per node x this)
-    cpus_per_gpu: int | None = None  # --cpus-per-gpu: CPUs per node = gpus_per_node x this (not with -c)
+    gpus_per_task: Positive | None = (
+        None  # --gpus-per-task (gpus_per_node already holds tasks per node x this)
+    )
+    cpus_per_gpu: Positive | None = None  # --cpus-per-gpu: CPUs per node = gpus_per_node x this (not with -c)
     qos: str | None = None  # -q/--qos; None = the partition's QOS, else the default QOS (resolved at submit)
-    nice: int = 0  # --nice: subtracted from the priority; only an admin may give a negative value
+    nice: Annotated[int, msgspec.Meta(ge=-MAX_NICE, le=MAX_NICE)] = (
+        0  # --nice: subtracted from the priority; only an admin may give a negative value
+    )
     reservation: str | None = None  # --reservation: run only in this advance reservation; None = outside any
-    switches: int | None = None  # --switches=N: at most N topology blocks; None = any number
-    switches_wait_s: int | None = None  # --switches=N@T: wait at most T s for them (None: max_switch_wait)
-    segment: int | None = None  # --segment=N: nodes in segments of N, each inside one block; None = no rule
+    switches: Positive | None = None  # --switches=N: at most N topology blocks; None = any number
+    switches_wait_s: NonNegative | None = (
+        None  # --switches=N@T: wait at most T s for them (None: max_switch_wait)
+    )
+    segment: Positive | None = (
+        None  # --segment=N: nodes in segments of N, each inside one block; None = no rule
+    )
     warn_signal: WarnSignal | None = None  # --signal: warning signal before the time limit; None = none
     wckey: str | None = None  # --wckey: workload characterization key, recorded with the job; None = none

@@ -195,3 +195,47 @@ def own_inbox(user: str, reply: str) -> bool:
     ``user`` on. Any other one is a confused-deputy attempt: the requester chose where the service, with its
     own rights, would publish (the log, a KV bucket, another node's heartbeat)."""
     return reply.startswith(f"{inbox_prefix(user)}.") and valid_token(user)
+
+
+# --- the job event feed (``schemas/feed.py``) -------------------------------------------------------------
+
+#: The feed: a versioned projection of the log for subscribers, by user (``services/feed``).
+FEED_STREAM = "CORRAL_FEED"
+FEED_VERSION = "v1"
+FEED_PREFIX = f"corral.feed.{FEED_VERSION}"
+FEED_SUBJECTS = f"{FEED_PREFIX}.>"
+#: The account token of a job with no account, or with one that cannot be a subject token.
+NO_ACCOUNT = "_"
+
+
+def feed_job_subject(account: str | None, user: str, job_id: int, kind: str) -> str:
+    """``corral.feed.v1.job.<account>.<user>.<id>.<kind>``: the account and the user are tokens of their own,
+    so that one consumer filter names a person's jobs (``feed_user_filter``) or an account's."""
+    token = account if account and valid_token(account) else NO_ACCOUNT
+    return f"{FEED_PREFIX}.job.{token}.{user}.{job_id}.{kind}"
+
+
+def feed_user_filter(user: str) -> str:
+    """Every feed subject of ``user``'s jobs."""
+    return f"{FEED_PREFIX}.job.*.{user}.>"
+
+
+def feed_account_filter(account: str) -> str:
+    """Every feed subject of the jobs of ``account``."""
+    return f"{FEED_PREFIX}.job.{account}.>"
+
+
+def feed_node_subject(node: str, kind: str) -> str:
+    """``corral.feed.v1.node.<node>.<kind>``: a node's state changes, which every user may read (sinfo)."""
+    return f"{FEED_PREFIX}.node.{node}.{kind}"
+
+
+#: Every node's feed subjects.
+FEED_NODES = f"{FEED_PREFIX}.node.>"
+
+
+def feed_consumer(name: str) -> str:
+    """The durable consumer of the feed that one user or role reads: ``feed-<name>``, created for it by the
+    feed service or the admin with its filters pinned (a reader may not create consumers:
+    ``docs/integrations.md``)."""
+    return f"feed-{name}"

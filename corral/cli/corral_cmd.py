@@ -105,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         from corral.cli.serviceaccount import main as serviceaccount_main
 
         return serviceaccount_main(words[1:])
+    if words[:1] == ["feed"]:
+        from corral.cli.feed_cmd import main as feed_main
+
+        return feed_main(words[1:])
     parser = argparse.ArgumentParser(prog="corral", description="Corral: a workload manager for GPU clusters")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="run a local cluster in the foreground")
@@ -115,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         "--ha",
         action="store_true",
         help="three clustered NATS servers (streams at 3 replicas), two gateways, two health services, two"
-        " schedulers (a leader and a standby), two accounting services (a partition of the projection each)",
+        " schedulers (a leader and a standby), two accounting services (a partition of the projection each),"
+        " two feed services (both publish, the feed drops the second copies)",
     )
     demo = sub.add_parser("demo", help="start a local cluster, run a showcase, stop")
     demo.add_argument("--state-dir", default=None, help="state directory (default: a fresh temporary one)")
@@ -123,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("log", help="export the event log for a what-if replay (corral log export -h)")
     sub.add_parser("trace", help="show a job's span tree, derived from the log (corral trace -h)")
     sub.add_parser("audit", help="a job's history: who did what and why (corral audit -h)")
+    sub.add_parser("feed", help="your job event feed as JSON lines (corral feed -h)")
     sub.add_parser("deploy", help="write a deployment for several machines (corral deploy init -h)")
     sub.add_parser("serviceaccount", help="add, list or remove service accounts (corral serviceaccount -h)")
     args = parser.parse_args(argv)

@@ -255,12 +255,18 @@ def _declare(credentials: Path, config: Path, replicas: int) -> int:
     from corral.libs.runtime.credentials import read_credentials
     from corral.libs.runtime.streams import connect, declare
 
-    nodes = [node.name for node in load_config(config).nodes]
+    parsed = load_config(config)
+    nodes = [node.name for node in parsed.nodes]
 
     async def run() -> None:
         nc = await connect(read_credentials(credentials), name="corral-deploy-declare")
         try:
-            await declare(nc.jetstream(), replicas=replicas, nodes=nodes)
+            await declare(
+                nc.jetstream(),
+                replicas=replicas,
+                nodes=nodes,
+                feed_readers=roles.feed_readers(parsed.service_accounts),
+            )
         finally:
             await nc.drain()
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from corral.cli.deploy import Layout
 
 #: The services of a deployment besides the agents, in the order of their metrics ports.
-SERVICES = ("gateway", "scheduler", "accounting", "health", "tracer")
+SERVICES = ("gateway", "scheduler", "accounting", "health", "tracer", "feed")
 
 
 def service_command(

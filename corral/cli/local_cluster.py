@@ -191,12 +191,16 @@ class LocalCluster:
             server.start()
         self.nats, self.nats_peers = servers[0], servers[1:]
         self._write_credentials(users, ",".join(server.url for server in servers))
-        asyncio.run(self._declare([node.name for node in config.nodes], replicas=len(servers)))
+        readers = roles.feed_readers(config.service_accounts)
+        asyncio.run(self._declare([node.name for node in config.nodes], readers, replicas=len(servers)))
         self.postgres = PostgresServer(self.state_dir / "postgres")
         self.postgres.start()
         (self.state_dir / "logs").mkdir(mode=0o700, exist_ok=True)
-        replicas = ("gateway-2", "health-2", "scheduler-2", *ACCOUNTING_REPLICAS[1:]) if self.ha else ()
-        for name in ("accounting", "scheduler", "gateway", "health", *replicas, *self._optional_services()):
+        replicas = (
+            ("gateway-2", "health-2", "scheduler-2", "feed-2", *ACCOUNTING_REPLICAS[1:]) if self.ha else ()
+        )
+        services = ("accounting", "scheduler", "gateway", "health", "feed")
+        for name in (*services, *replicas, *self._optional_services()):
             role = f"corral-{name.split('-')[0]}"
             extra, secrets = [], {}
             if name in ACCOUNTING_REPLICAS:
@@ -225,7 +229,7 @@ class LocalCluster:
         """The tracer, when spans have somewhere to go (the OTEL_EXPORTER_OTLP_* variables name a target)."""
         return ("tracer",) if otlp.target(settings.from_env()) is not None else ()
 
-    async def _declare(self, nodes: list[str], replicas: int = 1) -> None:
+    async def _declare(self, nodes: list[str], readers: dict[str, list[str]], replicas: int = 1) -> None:
         assert self.nats is not None
         creds = read_credentials(self.role_credentials(roles.ADMIN))
         nc = await connect(creds, name="corral-up")
@@ -234,7 +238,7 @@ class LocalCluster:
             deadline = time.monotonic() + 30
             while True:
                 try:
-                    await declare(nc.jetstream(), replicas=replicas, nodes=nodes)
+                    await declare(nc.jetstream(), replicas=replicas, nodes=nodes, feed_readers=readers)
                     return
                 except Exception:
                     if replicas == 1 or time.monotonic() > deadline:

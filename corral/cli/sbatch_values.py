@@ -18,6 +18,7 @@ from corral.libs.slurm.dependency import parse_dependency
 from corral.libs.slurm.signals import parse_signal_option
 from corral.libs.slurm.timefmt import parse_begin_time, parse_time_limit
 from corral.schemas.events import ArraySpec, Dependencies, OpenMode, WarnSignal
+from corral.schemas.job_spec import MAX_NICE
 
 
 def workdir(chdir: str | None, cwd: str) -> str:
@@ -61,10 +62,6 @@ def qos(value: str | None) -> str | None:
     if not value.strip():
         raise CliError("Invalid qos specification: --qos needs a QOS name")
     return value.strip()
-
-
-#: Slurm's bound of a nice value (NICE_OFFSET - 3).
-MAX_NICE = 2147483645
 
 
 def nice(value: str | None) -> int:

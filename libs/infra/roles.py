@@ -7,7 +7,11 @@
 - only the scheduler may publish decisions and orders; only the gateway intents (admin node drain and
   resume included); only health node liveness and drain facts; the admin role may do anything (stream
   declaration, admin verbs);
-- the tracer only reads the log (its own durable consumer) and publishes nothing but dead letters.
+- the tracer only reads the log (its own durable consumer) and publishes nothing but dead letters;
+- the feed service reads the log and publishes the job event feed (``corral.feed.v1.>``) and nothing else;
+  a reader of the feed (a person, the auditor, a service account) reads only the subjects of its
+  ``FeedScope``, live (core subscribe) or through the durable consumer made for it (``feed_rights``): it may
+  neither create nor change a consumer, since a consumer's body can make it deliver on any subject.
 - no role but the admin has ``allow_responses``: that right lets a service publish on whatever reply subject a
   requester chose, with the service's rights (the log, the KV buckets, another node's heartbeat: a confused
   deputy). A role that answers requests may publish on the users' inboxes (``subjects.INBOXES``) instead,
@@ -21,6 +25,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from corral.libs.core import scopes
 from corral.libs.infra import NatsUser
 from corral.schemas import api, steps, subjects
@@ -31,11 +37,12 @@ SCHEDULER = "corral-scheduler"
 HEALTH = "corral-health"
 ACCOUNTING = "corral-accounting"
 TRACER = "corral-tracer"
+FEED = "corral-feed"
 #: The local cluster's auditor (``corral up`` passes it to the gateway's ``--auditor``).
 AUDITOR = "corral-auditor"
 
 #: Every service role (agents are per node: ``agent_role(node)``).
-SERVICE_ROLES = (ADMIN, GATEWAY, SCHEDULER, HEALTH, ACCOUNTING, TRACER)
+SERVICE_ROLES = (ADMIN, GATEWAY, SCHEDULER, HEALTH, ACCOUNTING, TRACER, FEED)
 
 _GATEWAY_EVENTS = (
     "job_submitted",
@@ -137,6 +144,10 @@ def service_user(role: str, password: str) -> NatsUser:
         publish += [f"$KV.{subjects.LEADER_BUCKET}.>", f"$JS.API.STREAM.INFO.KV_{subjects.LEADER_BUCKET}"]
     elif role == TRACER:
         pass  # read-only: the JetStream client API of its consumer, and dead letters
+    elif role == FEED:
+        publish.append(
+            subjects.FEED_SUBJECTS
+        )  # the feed, and its readers' consumers (``$JS.API.CONSUMER.>``)
     else:
         raise ValueError(f"unknown service role {role!r}")
     return NatsUser(role, password, publish=publish, subscribe=subscribe, deny_publish=_WORK_CONSUMERS)
@@ -181,9 +192,9 @@ def agent_user(node: str, password: str) -> NatsUser:
 
 
 def auditor_user(password: str) -> NatsUser:
-    """The NATS user of the auditor role: a person's permissions (the API only); what it may read or change is
-    the gateway's rule (``--auditor``)."""
-    return _person(AUDITOR, password)
+    """The NATS user of the auditor role: a person's permissions (the API only) and the whole feed; what it
+    may read or change is the gateway's rule (``--auditor``)."""
+    return _person(AUDITOR, password, FeedScope(everyone=True))
 
 
 def user_user(name: str, password: str) -> NatsUser:
@@ -200,12 +211,12 @@ def service_account_user(sa: scopes.ServiceAccount, password: str) -> NatsUser:
     submit scope) and, with a report-health scope, health reports on its own reporter token. The node token
     is not narrowed here: health checks it against the scope, so that a report about another node is
     dead-lettered with its reason and counted rather than lost in the server's permission log."""
-    user = _person(sa.login, password)
+    user = _person(sa.login, password, service_account_feed(sa) or FeedScope())
     reports = [subjects.health_report_subject(sa.login, "*")] if sa.report_nodes else []
     return NatsUser(user.user, password, publish=[*user.publish, *reports], subscribe=user.subscribe)
 
 
-def _person(name: str, password: str) -> NatsUser:
+def _person(name: str, password: str, scope: FeedScope | None = None) -> NatsUser:
     # The API and steps (srun) as themselves; their steps' output, and stdin to their steps' task 0.
     publish = [
         subjects.api_subject("*", name),
@@ -213,4 +224,55 @@ def _person(name: str, password: str) -> NatsUser:
         steps.io_subject(name, "*", "in", None, "*"),
     ]
     subscribe = [_inbox(name), f"corral.io.{name}.>"]
-    return NatsUser(name, password, publish=publish, subscribe=subscribe)
+    feed_publish, feed_subscribe = feed_rights(name, scope or FeedScope(users=(name,)))
+    return NatsUser(name, password, publish=publish + feed_publish, subscribe=subscribe + feed_subscribe)
+
+
+@dataclass(frozen=True)
+class FeedScope:
+    """Whose jobs a reader of the feed sees: a person their own (``users=(name,)``), the auditor and the admin
+    every job (``everyone``), a service account the users and accounts it is allowed."""
+
+    users: tuple[str, ...] = ()  # the jobs of these users
+    accounts: tuple[str, ...] = ()  # and the jobs of these accounts
+    everyone: bool = False  # every job
+
+    def filters(self) -> list[str]:
+        """The feed subjects of the scope's jobs (the filters of its consumer, ``streams.feed_reader``)."""
+        if self.everyone:
+            return [subjects.FEED_SUBJECTS]
+        return [subjects.feed_user_filter(u) for u in self.users] + [
+            subjects.feed_account_filter(a) for a in self.accounts
+        ]
+
+
+def feed_rights(name: str, scope: FeedScope) -> tuple[list[str], list[str]]:
+    """(publish, subscribe) rights of ``name`` on the feed: its scope's subjects and every node's, live; and
+    the JetStream API of its own consumer ``feed-<name>`` only: its info, the next messages, acks and flow
+    control. No ``CONSUMER.CREATE``: a consumer's body may set a deliver subject, and the server delivers
+    there with its own rights, so a reader could make it publish on the log or on a node's heartbeat."""
+    durable = f"{subjects.FEED_STREAM}.{subjects.feed_consumer(name)}"
+    publish = [
+        "$JS.API.INFO",
+        f"$JS.API.CONSUMER.INFO.{durable}",
+        f"$JS.API.CONSUMER.MSG.NEXT.{durable}",
+        f"$JS.ACK.{durable}.>",
+    ]
+    subscribe = scope.filters() if scope.everyone else [*scope.filters(), subjects.FEED_NODES]
+    return publish, subscribe
+
+
+def service_account_feed(sa: scopes.ServiceAccount) -> FeedScope | None:
+    """The feed a service account with ``read_feed`` reads: the jobs of the users and accounts it may submit
+    for (None: it reads no job of the feed)."""
+    return FeedScope(users=sa.submit_users, accounts=sa.submit_accounts) if sa.read_feed else None
+
+
+def feed_readers(service_accounts: tuple[scopes.ServiceAccount, ...] = ()) -> dict[str, list[str]]:
+    """The feed consumers the declaration makes (``streams.declare``): the auditor's, every job, and each
+    service account's that reads the feed; the feed service makes each person's when it first meets them."""
+    readers = {AUDITOR: FeedScope(everyone=True).filters()}
+    for sa in service_accounts:
+        if (scope := service_account_feed(sa)) is not None:
+            readers[sa.login] = scope.filters()
+    return readers

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import nats
@@ -24,6 +24,8 @@ from corral.libs.runtime.credentials import Credentials
 from corral.libs.runtime.nats_link import Link
 from corral.schemas import subjects
 
+#: How long the feed keeps a message.
+FEED_MAX_AGE_S = 30 * 24 * 3600.0
 #: How long a retry with the same Nats-Msg-Id is recognised as a duplicate.
 DUPLICATE_WINDOW_S = 24 * 3600.0
 
@@ -39,10 +41,35 @@ def work_consumer(node: str) -> api.ConsumerConfig:
     )
 
 
-async def declare(js: JetStreamContext, replicas: int = 1, nodes: Sequence[str] = ()) -> None:
-    """Create or update every stream and bucket Corral uses, and the work consumer of each of ``nodes`` (the
+def feed_reader(name: str, filters: Sequence[str]) -> api.ConsumerConfig:
+    """The durable consumer of the feed that ``name`` reads (``feed-<name>``), filtered on ``filters`` (its
+    ``roles.FeedScope``). A reader may not create or change a consumer (its body could make it a push
+    consumer delivering on any subject: ``docs/integrations.md``): the feed service creates each person's as
+    it meets them, the admin the others' (``declare``)."""
+    config = api.ConsumerConfig(
+        durable_name=subjects.feed_consumer(name),
+        deliver_policy=api.DeliverPolicy.ALL,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=30.0,
+        max_ack_pending=1000,
+    )
+    if len(filters) == 1:
+        config.filter_subject = filters[0]
+    else:
+        config.filter_subjects = list(filters)
+    return config
+
+
+async def declare(
+    js: JetStreamContext,
+    replicas: int = 1,
+    nodes: Sequence[str] = (),
+    feed_readers: Mapping[str, Sequence[str]] | None = None,
+) -> None:
+    """Create or update every stream and bucket Corral uses, the work consumer of each of ``nodes`` (the
     cluster config's; idempotent: a consumer's filter is set back to its node's if it was changed; needs the
-    admin role)."""
+    admin role), and the feed consumer of each of ``feed_readers`` (name -> its filters: the auditor's, a
+    service account's)."""
     streams = [
         api.StreamConfig(
             name=subjects.EVENTS_STREAM,
@@ -64,6 +91,18 @@ async def declare(js: JetStreamContext, replicas: int = 1, nodes: Sequence[str] 
             num_replicas=replicas,
         ),
         api.StreamConfig(
+            # The job event feed (``services/feed``): kept for FEED_MAX_AGE_S, duplicates dropped (a
+            # restarted or second feed replica publishes the same message ids again).
+            name=subjects.FEED_STREAM,
+            subjects=[subjects.FEED_SUBJECTS],
+            storage=api.StorageType.FILE,
+            retention=api.RetentionPolicy.LIMITS,
+            duplicate_window=DUPLICATE_WINDOW_S,
+            max_age=FEED_MAX_AGE_S,
+            num_replicas=replicas,
+            allow_direct=True,
+        ),
+        api.StreamConfig(
             name=subjects.DLQ_STREAM,
             subjects=[subjects.DLQ_SUBJECTS],
             storage=api.StorageType.FILE,
@@ -81,6 +120,8 @@ async def declare(js: JetStreamContext, replicas: int = 1, nodes: Sequence[str] 
     await js.create_key_value(bucket=subjects.IDS_BUCKET, history=1, replicas=replicas)
     await js.create_key_value(bucket=subjects.LEADER_BUCKET, history=1, replicas=replicas)
     await js.create_object_store(bucket=subjects.SNAPSHOT_BUCKET, replicas=replicas)
+    for name, filters in (feed_readers or {}).items():
+        await js.add_consumer(subjects.FEED_STREAM, feed_reader(name, filters))
     for node in nodes:
         # JetStream's consumer create is create-or-update: an existing consumer keeps its position.
         await js.add_consumer(subjects.WORK_STREAM, work_consumer(node))

@@ -17,6 +17,7 @@ import re
 
 from corral.libs.slurm.errors import FormatError
 from corral.schemas.events import Dependencies, Dependency, DependencyType
+from corral.schemas.job_spec import MAX_DEPENDENCIES
 
 _FIX = (
     "use TYPE:JOBID[:JOBID...] items joined by , (all of) or ? (any of), TYPE one of after, afterok, "
@@ -31,8 +32,8 @@ _WITH_IDS: dict[str, DependencyType] = {
 }
 _LATER = frozenset({"aftercorr", "afterburstbuffer", "expand"})
 _JOB_ID = re.compile(r"[0-9]{1,18}")
-#: Most items one list may hold (a list is stored with every job).
-MAX_ITEMS = 1000
+#: Most items one list may hold (the schema's bound: ``job_spec.MAX_DEPENDENCIES``).
+MAX_ITEMS = MAX_DEPENDENCIES
 
 
 def parse_dependency(text: str, field: str = "--dependency") -> Dependencies | None:

@@ -36,6 +36,7 @@ from corral.libs.runtime.ports import ApiClient, Clock, EventLog, JobIds
 from corral.libs.runtime.service import Context
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
+from corral.schemas.api_requests import MAX_PRIORITY, MAX_SIGNAL, MAX_TOKEN
 from corral.services.gateway import control
 from corral.services.gateway.asks import SchedulerAsks
 from corral.services.gateway.behalf import owner_of
@@ -53,11 +54,6 @@ from corral.services.gateway.policy import (
 from corral.services.gateway.reservations import Reservations
 from corral.services.gateway.validate import array_size, validate_spec
 
-MAX_TOKEN = 128
-#: The highest signal number (SIGRTMAX on Linux).
-MAX_SIGNAL = 64
-#: The highest priority an admin may set (Slurm's priorities are 32-bit; 0xfffffffe is NO_VAL).
-MAX_PRIORITY = 0xFFFFFFFD
 #: Slurm's reply to a dependency on a job that does not exist.
 DEPENDENCY_PROBLEM = "Job dependency problem"
 _tracer = telemetry.tracer(__name__)

@@ -24,13 +24,10 @@ from corral.libs.slurm.array import MAX_ARRAY_SIZE, array_indices
 from corral.schemas import events as ev
 from corral.schemas import subjects
 from corral.schemas.api import ArrayTasks
+from corral.schemas.api_requests import MAX_CANCEL
 
 #: Subjects probed at once when looking for the array a task id belongs to.
 PROBE_CHUNK = 64
-
-
-#: The most jobs one control request may name (ids and array tasks together).
-MAX_CANCEL = 10_000
 
 
 @dataclass(frozen=True)

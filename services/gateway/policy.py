@@ -32,12 +32,11 @@ from corral.libs.core.qos import AssocLimits, QosPolicy
 from corral.libs.runtime.errors import Forbidden, InvalidInput
 from corral.schemas import api
 from corral.schemas.events import JobSpec
+from corral.schemas.job_spec import MAX_NICE
 
 INVALID_QOS = "Invalid qos specification"
 INVALID_ACCOUNT = "Invalid account or account/partition combination specified"
 NODE_COUNT = "Node count specification invalid"
-#: Slurm's bound of a nice value (NICE_OFFSET - 3).
-MAX_NICE = 2147483645
 ACCOUNTING_POLICY = "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)"
 
 

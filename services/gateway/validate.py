@@ -11,15 +11,17 @@ from corral.libs.core.placement import Free, has_features, node_fits, request_of
 from corral.libs.core.topology import block_sizes, fits_idle
 from corral.libs.runtime.errors import InvalidInput
 from corral.libs.slurm.array import array_indices
-from corral.libs.slurm.dependency import MAX_ITEMS
 from corral.libs.slurm.errors import FormatError
 from corral.schemas.events import JobSpec
+from corral.schemas.job_spec import (
+    MAX_ARGS,
+    MAX_DEPENDENCIES,
+    MAX_ENV_BYTES,
+    MAX_NAME,
+    MAX_NODES,
+    MAX_SCRIPT_BYTES,
+)
 
-MAX_SCRIPT_BYTES = 4 * 1024 * 1024
-MAX_ENV_BYTES = 1024 * 1024
-MAX_NAME = 256
-MAX_ARGS = 1024
-MAX_NODES = 100_000
 #: Slurm's refusal of a partition that does not exist, in its words.
 INVALID_PARTITION = "Invalid partition name specified"
 
@@ -150,8 +152,8 @@ def _validate_dependencies(spec: JobSpec) -> None:
     if spec.dependencies is None:
         return
     items = spec.dependencies.items
-    if not items or len(items) > MAX_ITEMS:
-        raise InvalidInput(f"dependencies must hold 1-{MAX_ITEMS} items", field="dependencies")
+    if not items or len(items) > MAX_DEPENDENCIES:
+        raise InvalidInput(f"dependencies must hold 1-{MAX_DEPENDENCIES} items", field="dependencies")
     for item in items:
         if (item.type == "singleton") != (item.job_id == 0) or item.job_id < 0:
             raise InvalidInput(

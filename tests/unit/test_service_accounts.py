@@ -113,7 +113,12 @@ def test_the_role_has_the_api_as_itself_and_health_reports_on_its_own_token() ->
     assert subjects.api_subject("*", "svc-ci") in user.publish
     assert subjects.health_report_subject("svc-ci", "*") in user.publish
     assert not any(p.startswith("corral.evt") for p in user.publish)
-    assert user.subscribe == [f"{subjects.inbox_prefix('svc-ci')}.>", "corral.io.svc-ci.>"]
+    assert user.subscribe[:2] == [f"{subjects.inbox_prefix('svc-ci')}.>", "corral.io.svc-ci.>"]
+    # read_feed: the feed of the jobs it may submit, through the consumer the declaration makes for it
+    scope = roles.FeedScope(users=("dave",), accounts=("ml-platform",))
+    assert set(scope.filters()) <= set(user.subscribe)
+    assert roles.feed_readers((sa,))["svc-ci"] == scope.filters()
+    assert "svc-ci" not in roles.feed_readers((scopes.ServiceAccount(name="ci"),))
     no_reports = roles.service_account_user(scopes.ServiceAccount(name="ci"), "pw")
     assert not any(p.startswith(subjects.HEALTH_REPORT_PREFIX) for p in no_reports.publish)
     # A person may not take a service account's name.
