@@ -113,3 +113,4 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     segment: int | None = None  # --segment=N: nodes in segments of N, each inside one block; None = no rule
     warn_signal: WarnSignal | None = None  # --signal: warning signal before the time limit; None = none
     wckey: str | None = None  # --wckey: workload characterization key, recorded with the job; None = none
+    command: str | None = None  # the script's absolute path (scontrol's Command=); None = stdin or --wrap
