@@ -721,9 +721,12 @@ def test_missing_script_file() -> None:
 def test_sbatch_main_prints_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
     from corral.cli.sbatch import main
 
-    assert main(["--bogus"]) == 1
+    assert main(["--bogus"]) == 255  # Slurm's getopt lines and exit status (test_slurm_refusals)
     captured = capsys.readouterr()
-    assert (captured.out, captured.err) == ("", "sbatch: error: unrecognized option '--bogus'\n")
+    assert (captured.out, captured.err) == (
+        "",
+        "sbatch: unrecognized option '--bogus'\nTry \"sbatch --help\" for more information\n",
+    )
 
 
 def test_unexpected_exception_is_one_line_without_traceback(capsys: pytest.CaptureFixture[str]) -> None:
