@@ -7,6 +7,7 @@ user's uid and group are looked up on this machine (``local_user``), ``(null)`` 
 from __future__ import annotations
 
 import posixpath
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -98,7 +99,7 @@ def show_job(job: JobInfo, now: float, lookup: UserLookup, tz: tzinfo | None = N
         f"JobId={job.job_id} {array[0] + ' ' if array else ''}JobName={job.name}",
         f"UserId={user} GroupId={group} MCS_label=N/A",
         f"Priority={job.priority} Nice={job.nice} Account={job.account} QOS={job.qos or 'normal'}",
-        f"JobState={job.state} Reason={job.reason or 'None'} Dependency={job.dependency or '(null)'}",
+        f"JobState={job.state} Reason={_reason(job.reason)} Dependency={job.dependency or '(null)'}",
         f"Requeue={int(job.requeue)} Restarts={job.restart_count} BatchFlag=1 Reboot=0 "
         f"ExitCode={job.exit_code}:{job.signal}",
         f"RunTime={format_elapsed_sacct(_run_time(job, now))} TimeLimit={_limit(job.time_limit_s)} "
@@ -197,6 +198,11 @@ def _eligible(job: JobInfo, tz: tzinfo | None) -> str:
     if job.state == "PENDING" and job.reason in INELIGIBLE:
         return "Unknown"
     return format_timestamp(job.submit_time, tz)
+
+
+def _reason(reason: str) -> str:
+    """``Reason=``: Slurm replaces white space in a reason's description with ``_``, for easier parsing."""
+    return re.sub(r"\s", "_", reason) if reason else "None"
 
 
 def _accrue(job: JobInfo, tz: tzinfo | None) -> str:

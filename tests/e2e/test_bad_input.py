@@ -160,9 +160,10 @@ def test_an_output_file_that_cannot_be_opened_at_launch_is_named(cli: Cli) -> No
     [failed] = [e for e in json.loads(out.stdout)["entries"] if e["event"] == "job_failed"]
     assert failed["what"]["reason"] == "LaunchFailed", failed
     assert failed["what"]["message"] == f"cannot open output file {logs}/{job}.out: {logs} is not a directory"
-    # scontrol shows it as the job's Reason (its EndReason and the detail), not Reason=None.
+    # scontrol shows it as the job's Reason (its EndReason and the detail), not Reason=None; white space
+    # as "_", as Slurm prints a reason's description.
     shown = cli("scontrol", "show", "job", str(job)).stdout
-    assert f"Reason=LaunchFailed, cannot open output file {logs}/{job}.out" in shown, shown
+    assert f"Reason=LaunchFailed,_cannot_open_output_file_{logs}/{job}.out" in shown, shown
 
 
 def submit_reply(cluster: LocalCluster, payload: bytes) -> dict[str, Any]:

@@ -138,6 +138,13 @@ def test_show_job_of_a_running_job() -> None:
     assert lines[-3:] == ["Power=", "CpusPerTres=gres:gpu:h100:1", "TresPerNode=gres:gpu:h100:2"]
 
 
+def test_a_reason_with_spaces_has_underscores_as_in_slurm() -> None:
+    lines = show_job(info(state="FAILED", reason="LaunchFailed, cannot open /w/1.out"), T0, lookup, UTC)
+    assert (
+        "JobState=FAILED Reason=LaunchFailed,_cannot_open_/w/1.out Dependency=afterok:5(unfulfilled)" in lines
+    )
+
+
 def test_gpus_per_task_is_tres_per_task() -> None:
     assert show_job(info(gpus_per_task=1), T0, lookup, UTC)[-1] == "TresPerTask=gres:gpu:1"
 
