@@ -79,6 +79,7 @@ class JobInfo(msgspec.Struct, frozen=True, kw_only=True):
     cpus_per_task: int = 0  # -c (CPUs/Task=), 0 = not known (num_cpus over num_tasks)
     gpus_per_task: int = 0  # --gpus-per-task (TresPerTask=gres:gpu:N), 0 = not given
     cpus_per_gpu: int = 0  # --cpus-per-gpu (CpusPerTres=gres:gpu:N), 0 = not given
+    batch: bool = True  # BatchFlag=1: a batch job (False: an salloc/srun allocation, without StdOut/StdErr)
     alloc_node: str = ""  # AllocNode: the host sbatch ran on ("" = (null))
     last_sched_eval: float | None = None  # LastSchedEval=: the plan that last considered it (None: Unknown)
 

@@ -86,8 +86,6 @@ def show_job(job: JobInfo, now: float, lookup: UserLookup, tz: tzinfo | None = N
     user = f"{job.user}({ids[0]})" if ids else job.user
     group = f"{ids[1]}({ids[2]})" if ids else "(null)"
     pending = job.state == "PENDING"
-    default = "slurm-%j.out" if job.array_task_id is None else "slurm-%A_%a.out"
-    stdout = output_path(job.stdout or default, job)
     array = []
     if job.array_task_id is not None:
         array = [f"ArrayJobId={job.array_job_id} ArrayTaskId={job.array_task_id}"]
@@ -100,7 +98,7 @@ def show_job(job: JobInfo, now: float, lookup: UserLookup, tz: tzinfo | None = N
         f"UserId={user} GroupId={group} MCS_label=N/A",
         f"Priority={job.priority} Nice={job.nice} Account={job.account} QOS={job.qos or 'normal'}",
         f"JobState={job.state} Reason={_reason(job.reason)} Dependency={job.dependency or '(null)'}",
-        f"Requeue={int(job.requeue)} Restarts={job.restart_count} BatchFlag=1 Reboot=0 "
+        f"Requeue={int(job.requeue)} Restarts={job.restart_count} BatchFlag={int(job.batch)} Reboot=0 "
         f"ExitCode={job.exit_code}:{job.signal}",
         f"RunTime={format_elapsed_sacct(_run_time(job, now))} TimeLimit={_limit(job.time_limit_s)} "
         "TimeMin=N/A",
@@ -124,13 +122,21 @@ def show_job(job: JobInfo, now: float, lookup: UserLookup, tz: tzinfo | None = N
         f"OverSubscribe={'NO' if job.exclusive else 'OK'} Contiguous=0 Licenses=(null) Network=(null)",
         f"Command={job.command or '(null)'}",
         f"WorkDir={job.workdir}",
-        f"StdErr={output_path(job.stderr, job) if job.stderr else stdout}",
-        "StdIn=/dev/null",
-        f"StdOut={stdout}",
+        *_files(job),
         *_topology(job),
         "Power=",
         *_tres_per(job),
     ]
+
+
+def _files(job: JobInfo) -> list[str]:
+    """``StdErr=``, ``StdIn=``, ``StdOut=`` of a batch job (Slurm prints none for an salloc/srun job)."""
+    if not job.batch:
+        return []
+    default = "slurm-%j.out" if job.array_task_id is None else "slurm-%A_%a.out"
+    stdout = output_path(job.stdout or default, job)
+    stderr = output_path(job.stderr, job) if job.stderr else stdout
+    return [f"StdErr={stderr}", "StdIn=/dev/null", f"StdOut={stdout}"]
 
 
 def _tres_per(job: JobInfo) -> list[str]:

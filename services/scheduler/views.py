@@ -90,6 +90,7 @@ def job_info(
         cpus_per_task=spec.cpus_per_task,
         gpus_per_task=spec.gpus_per_task or 0,
         cpus_per_gpu=spec.cpus_per_gpu or 0,
+        batch=not spec.interactive,
         alloc_node=spec.submit_host,
         last_sched_eval=(outlook.at if job.state == "PENDING" else job.start_time) or None,
     )

@@ -145,6 +145,14 @@ def test_a_reason_with_spaces_has_underscores_as_in_slurm() -> None:
     )
 
 
+def test_an_allocation_is_no_batch_job_and_has_no_files() -> None:
+    """salloc/srun's job: BatchFlag=0 and no StdErr/StdIn/StdOut lines, as Slurm prints only a batch job's."""
+    lines = show_job(info(batch=False), T0, lookup, UTC)
+    assert "Requeue=1 Restarts=0 BatchFlag=0 Reboot=0 ExitCode=0:0" in lines
+    assert not [line for line in lines if line.startswith(("StdErr=", "StdIn=", "StdOut="))]
+    assert lines[lines.index("WorkDir=/home/alice/run") + 1] == "Power="
+
+
 def test_gpus_per_task_is_tres_per_task() -> None:
     assert show_job(info(gpus_per_task=1), T0, lookup, UTC)[-1] == "TresPerTask=gres:gpu:1"
 
