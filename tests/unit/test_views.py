@@ -229,3 +229,29 @@ def test_job_info_carries_what_scontrol_show_job_prints() -> None:
     )
     assert (info.exclusive, info.ntasks_per_node, info.cpus_per_task, info.cpus_per_gpu) == (True, 2, 3, 3)
     assert (info.alloc_node, info.last_sched_eval) == ("login1", T0 + 7)
+
+
+def test_partitions_carry_what_scontrol_show_partition_prints() -> None:
+    """PreemptMode is OFF without preemption, else the partition's or the cluster's, in Slurm's capitals."""
+    from dataclasses import replace
+
+    config = cluster_config(nodes=2)
+    gpu, cpu = config.partitions
+    config = replace(
+        config,
+        partitions=(
+            replace(gpu, priority_tier=3, max_nodes=2, qos="high", allow_qos=("high",), grace_time_s=30.0),
+            replace(cpu, preempt_mode="cancel", allow_accounts=("ml",)),
+        ),
+    )
+    shown = nodes_reply(Log().state, config, api.NodesRequest()).partitions
+    assert [
+        (p.priority_tier, p.max_nodes, p.qos, p.allow_qos, p.allow_accounts, p.grace_time_s) for p in shown
+    ] == [
+        (3, 2, "high", ["high"], [], 30),
+        (1, None, "", [], ["ml"], 0),
+    ]
+    assert [p.preempt_mode for p in shown] == ["OFF", "OFF"]
+    preempting = replace(config, scheduler=replace(config.scheduler, preempt_type="partition_prio"))
+    shown = nodes_reply(Log().state, preempting, api.NodesRequest()).partitions
+    assert [p.preempt_mode for p in shown] == ["REQUEUE", "CANCEL"]
