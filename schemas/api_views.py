@@ -68,6 +68,20 @@ class JobInfo(msgspec.Struct, frozen=True, kw_only=True):
     switches_wait_s: int = 0  # how long the job waits for that count (capped by max_switch_wait)
     segment: int = 0  # --segment size (nodes per block-local segment), 0 = none
     run_started: bool = False  # the batch node's agent started the current run (RunStarted): steps may begin
+    # scontrol show job's other fields (Slurm 22.05's record); the defaults print Slurm's unset values.
+    command: str = ""  # Command=: the batch script's absolute path ("" = from stdin or --wrap: (null))
+    features: str = ""  # Features=: the --constraint text ("" = none: (null))
+    req_nodes: str = ""  # ReqNodeList=: the -w hostlist, compressed ("" = (null))
+    exc_nodes: str = ""  # ExcNodeList=: the -x hostlist, compressed ("" = (null))
+    reservation: str = ""  # Reservation=: the --reservation ("" = none: no line)
+    exclusive: bool = False  # --exclusive: OverSubscribe=NO (else OK)
+    ntasks_per_node: int = 0  # --ntasks-per-node (NtasksPerN:B:S:C=N:0:*:*), 0 = not given
+    cpus_per_task: int = 0  # -c (CPUs/Task=), 0 = not known (num_cpus over num_tasks)
+    gpus_per_task: int = 0  # --gpus-per-task (TresPerTask=gres:gpu:N), 0 = not given
+    cpus_per_gpu: int = 0  # --cpus-per-gpu (CpusPerTres=gres:gpu:N), 0 = not given
+    batch: bool = True  # BatchFlag=1: a batch job (False: an salloc/srun allocation, without StdOut/StdErr)
+    alloc_node: str = ""  # AllocNode: the host sbatch ran on ("" = (null))
+    last_sched_eval: float | None = None  # LastSchedEval=: the plan that last considered it (None: Unknown)
 
 
 # --- priority (sprio) -----------------------------------------------------------------------------------
@@ -159,6 +173,13 @@ class PartitionInfo(msgspec.Struct, frozen=True, kw_only=True):
     max_time_s: int | None  # MaxTime (None = UNLIMITED)
     default_time_s: int | None  # DefaultTime
     nodes: list[str]  # configured node names
+    priority_tier: int = 1  # PriorityTier (and PriorityJobFactor)
+    max_nodes: int | None = None  # MaxNodes (None = UNLIMITED)
+    qos: str = ""  # QoS= of its jobs without --qos ("" = N/A)
+    allow_qos: list[str] = []  # AllowQos (empty: ALL)
+    allow_accounts: list[str] = []  # AllowAccounts (empty: ALL)
+    preempt_mode: str = "OFF"  # PreemptMode as Slurm spells it: OFF, CANCEL or REQUEUE
+    grace_time_s: int = 0  # GraceTime of its preempted jobs, seconds
 
 
 # --- acct (sacct) ---------------------------------------------------------------------------------------

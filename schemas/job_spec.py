@@ -156,3 +156,5 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     )
     warn_signal: WarnSignal | None = None  # --signal: warning signal before the time limit; None = none
     wckey: str | None = None  # --wckey: workload characterization key, recorded with the job; None = none
+    command: str | None = None  # the script's absolute path (scontrol's Command=); None = stdin or --wrap
+    interactive: bool = False  # an salloc/srun allocation, not a batch job of the user's (BatchFlag=0)

@@ -1,5 +1,8 @@
 """How the Slurm-style commands fail: one line on stderr, ``<cmd>: error: <message>``, exit status 1.
 
+sbatch, srun and salloc print Slurm's own line and exit status first for the option and submission errors
+Slurm reports (``slurm_refusals``: ``Invalid --time specification``, exit 255), then Corral's line.
+
 Hierarchy::
 
     CliError        anything a command reports to its user: bad option, unreachable cluster, rejected request
@@ -20,6 +23,8 @@ from corral.libs.slurm.errors import FormatError
 
 #: Exit status of every failure, as in Slurm.
 EXIT_FAILURE = 1
+#: Commands whose option and submission errors print Slurm's line and exit status first (slurm_refusals).
+SLURM_FORM = frozenset({"sbatch", "srun", "salloc"})
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 130
 
@@ -62,5 +67,15 @@ def run_command(command: str, body: Callable[[list[str]], int], argv: list[str] 
         return EXIT_FAILURE
     except Exception as exc:
         message = f"internal error ({type(exc).__name__}: {exc}); please report this"
+    if command in SLURM_FORM:
+        from corral.cli.slurm_refusals import refusal
+
+        slurm = refusal(command, message)
+        if slurm is not None:
+            for line in slurm.slurm:
+                print(line, file=sys.stderr)
+            if slurm.hint is not None:
+                print(error_line(command, slurm.hint), file=sys.stderr)
+            return slurm.status
     print(error_line(command, message), file=sys.stderr)
     return EXIT_FAILURE

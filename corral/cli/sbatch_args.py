@@ -223,6 +223,9 @@ def build_submission(
         segment=sbatch_values.segment(options.last("segment"), nodes),
         warn_signal=sbatch_values.warn_signal(options.last("signal")),
         wckey=options.last("wckey") or None,
+        command=None
+        if wrap is not None or not invocation.script_path
+        else _absolute(invocation.script_path, cwd),
     )
     return Submission(
         spec=spec,
@@ -230,3 +233,8 @@ def build_submission(
         test_only=options.given("test-only"),
         warnings=tuple(warnings),
     )
+
+
+def _absolute(path: str, cwd: str) -> str:
+    """The script's path as scontrol's ``Command=`` shows it: absolute, against the submit directory."""
+    return posixpath.normpath(posixpath.join(cwd, path))

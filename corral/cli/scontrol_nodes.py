@@ -1,7 +1,7 @@
 """``scontrol show node|partition [NAME]`` (Slurm's key=value records) and ``scontrol update NodeName=``.
 
-Rendering is pure (``show_node``, ``show_partition``) over the ``nodes`` reply sinfo uses too; only the
-fields Corral knows are printed (no Arch, load, sockets or free memory it does not measure). A drained
+Rendering is pure (``show_node``, ``show_partition``) over the ``nodes`` reply sinfo uses too: every field
+Slurm 22.05 prints, in its order, those Corral does not measure with Slurm's unset values. A drained
 node shows ``State=IDLE+DRAIN`` (``MIXED+DRAIN``/``ALLOCATED+DRAIN`` while jobs still run, ``DOWN*+DRAIN``)
 and an admin's reason as ``Reason=text [user@time]``, as Slurm does.
 
@@ -67,7 +67,13 @@ def reason_text(node: NodeInfo, tz: tzinfo | None = None) -> str:
 
 
 def show_node(node: NodeInfo, tz: tzinfo | None = None) -> list[str]:
-    """The lines of ``scontrol show node`` for one node (Slurm's keys, in Slurm's order)."""
+    """The lines of ``scontrol show node`` for one node: Slurm 22.05's keys, order and unset values.
+
+    A node's CPUs are Slurm's default layout for ``CPUs=N`` alone (N sockets of one core, one thread);
+    what Corral does not measure prints Slurm's unset value (``CPULoad=N/A``, ``FreeMem=N/A``,
+    ``CapWatts=n/a``, ``n/s`` for the energy and sensor fields); ``Arch``, ``OS`` and ``Version``, which
+    Slurm omits when slurmd has not reported them, are omitted. Lines keep Slurm's trailing spaces.
+    """
     state = node_state_text(node)
     gres = format_node_gres(node.gpu_type, node.gpus)
     cfg = f"cpu={node.cpus},mem={format_memory(node.mem_mb)},billing={node.cpus}"
@@ -76,17 +82,22 @@ def show_node(node: NodeInfo, tz: tzinfo | None = None) -> list[str]:
         cfg += f",gres/gpu={node.gpus}"
         alloc += f",gres/gpu={node.alloc_gpus}" if alloc and node.alloc_gpus else ""
     lines = [
-        f"NodeName={node.name} CoresPerSocket=1",
-        f"CPUAlloc={node.alloc_cpus} CPUEfctv={node.cpus} CPUTot={node.cpus}",
+        f"NodeName={node.name} CoresPerSocket=1 ",
+        f"CPUAlloc={node.alloc_cpus} CPUEfctv={node.cpus} CPUTot={node.cpus} CPULoad=N/A",
         f"AvailableFeatures={_features(node)}",
         f"ActiveFeatures={_features(node)}",
         f"Gres={gres}",
-        f"NodeAddr={node.name} NodeHostName={node.name}",
-        f"RealMemory={node.mem_mb} AllocMem={node.alloc_mem_mb}",
-        f"State={state} ThreadsPerCore=1 Weight=1",
-        f"Partitions={','.join(node.partitions)}",
+        f"NodeAddr={node.name} NodeHostName={node.name} ",
+        f"RealMemory={node.mem_mb} AllocMem={node.alloc_mem_mb} FreeMem=N/A Sockets={node.cpus} Boards=1",
+        f"State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A",
+        *([f"Partitions={','.join(node.partitions)} "] if node.partitions else []),
+        "BootTime=None SlurmdStartTime=None",
+        "LastBusyTime=Unknown",
         f"CfgTRES={cfg}",
         f"AllocTRES={alloc}",
+        "CapWatts=n/a",
+        "CurrentWatts=n/s AveWatts=n/s",
+        "ExtSensorsJoules=n/s ExtSensorsWatts=n/s ExtSensorsTemp=n/s",
     ]
     if node.reason:
         lines.append(f"Reason={reason_text(node, tz)}")
@@ -98,14 +109,37 @@ def _time(seconds: int | None, none: str) -> str:
 
 
 def show_partition(part: PartitionInfo, nodes: Sequence[NodeInfo]) -> list[str]:
-    """The lines of ``scontrol show partition`` for one partition (``nodes``: its registered nodes)."""
+    """The lines of ``scontrol show partition`` for one partition (``nodes``: its registered nodes).
+
+    Slurm 22.05's keys and order; the settings Corral does not have print Slurm's defaults (no root or
+    user exclusivity, no hidden partitions, ``OverSubscribe=NO``, ``DefMemPerNode=UNLIMITED``).
+    PriorityJobFactor is the tier: Corral's one partition priority orders the queue and is the factor.
+    """
+    cpus = sum(n.cpus for n in nodes)
+    tres = (
+        f"cpu={cpus},mem={format_memory(sum(n.mem_mb for n in nodes))},node={len(part.nodes)},billing={cpus}"
+    )
+    gpus = sum(n.gpus for n in nodes)
+    if gpus:
+        tres += f",gres/gpu={gpus}"
+    max_nodes = "UNLIMITED" if part.max_nodes is None else str(part.max_nodes)
     return [
         f"PartitionName={part.name}",
-        "AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL",
-        f"Default={'YES' if part.default else 'NO'}",
-        f"DefaultTime={_time(part.default_time_s, 'NONE')} MaxTime={_time(part.max_time_s, 'UNLIMITED')}",
+        f"AllowGroups=ALL AllowAccounts={','.join(part.allow_accounts) or 'ALL'} "
+        f"AllowQos={','.join(part.allow_qos) or 'ALL'}",
+        f"AllocNodes=ALL Default={'YES' if part.default else 'NO'} QoS={part.qos or 'N/A'}",
+        f"DefaultTime={_time(part.default_time_s, 'NONE')} DisableRootJobs=NO ExclusiveUser=NO "
+        f"GraceTime={part.grace_time_s} Hidden=NO",
+        f"MaxNodes={max_nodes} MaxTime={_time(part.max_time_s, 'UNLIMITED')} MinNodes=0 LLN=NO "
+        "MaxCPUsPerNode=UNLIMITED",
         f"Nodes={hostlist.compress(part.nodes) if part.nodes else '(null)'}",
-        f"State=UP TotalCPUs={sum(n.cpus for n in nodes)} TotalNodes={len(part.nodes)}",
+        f"PriorityJobFactor={part.priority_tier} PriorityTier={part.priority_tier} RootOnly=NO ReqResv=NO "
+        "OverSubscribe=NO",
+        f"OverTimeLimit=NONE PreemptMode={part.preempt_mode}",
+        f"State=UP TotalCPUs={cpus} TotalNodes={len(part.nodes)} SelectTypeParameters=NONE",
+        "JobDefaults=(null)",
+        "DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED",
+        f"TRES={tres}",
     ]
 
 

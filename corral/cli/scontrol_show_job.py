@@ -7,6 +7,7 @@ user's uid and group are looked up on this machine (``local_user``), ``(null)`` 
 from __future__ import annotations
 
 import posixpath
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -46,9 +47,16 @@ def show(words: Sequence[str], oneliner: bool) -> int:
     out = []
     for job in jobs:
         lines = show_job(job, now, local_user)
-        out.append(" ".join(lines) + "\n" if oneliner else "\n   ".join(lines) + "\n\n")
+        out.append(record(lines, oneliner))
     sys.stdout.write("".join(out))
     return 0
+
+
+def record(lines: Sequence[str], oneliner: bool) -> str:
+    """One job's record as Slurm prints it: each field line ends with the separator, the last one too
+    (a line of three spaces, or a trailing space with ``-o``), then a blank line (a newline with ``-o``)."""
+    end = " " if oneliner else "\n   "
+    return "".join(line + end for line in lines) + ("\n" if oneliner else "\n\n")
 
 
 def local_user(user: str) -> tuple[int, str, int] | None:
@@ -68,41 +76,81 @@ def local_user(user: str) -> tuple[int, str, int] | None:
 
 
 def show_job(job: JobInfo, now: float, lookup: UserLookup, tz: tzinfo | None = None) -> list[str]:
-    """The lines of ``scontrol show job`` for one job (Slurm's keys, in Slurm's order)."""
+    """The lines of ``scontrol show job`` for one job: Slurm 22.05's keys, order and unset values.
+
+    What Corral has no notion of prints what Slurm prints when unset (``MCS_label=N/A``, ``Reboot=0``,
+    ``Licenses=(null)``, ``Power=``); Slurm's optional lines (``BatchHost``, ``Reservation``,
+    ``TresPerNode`` ...) appear only when the job has the value, as in Slurm.
+    """
     ids = lookup(job.user)
     user = f"{job.user}({ids[0]})" if ids else job.user
     group = f"{ids[1]}({ids[2]})" if ids else "(null)"
     pending = job.state == "PENDING"
-    default = "slurm-%j.out" if job.array_task_id is None else "slurm-%A_%a.out"
-    stdout = output_path(job.stdout or default, job)
     array = []
     if job.array_task_id is not None:
         array = [f"ArrayJobId={job.array_job_id} ArrayTaskId={job.array_task_id}"]
         if job.array_throttle:
             array[0] += f" ArrayTaskThrottle={job.array_throttle}"
+    cpus_per_task = job.cpus_per_task or max(job.num_cpus // max(job.num_tasks, 1), 1)
+    nodes = "(null)" if pending or not job.node_list else job.node_list
     return [
         f"JobId={job.job_id} {array[0] + ' ' if array else ''}JobName={job.name}",
         f"UserId={user} GroupId={group} MCS_label=N/A",
         f"Priority={job.priority} Nice={job.nice} Account={job.account} QOS={job.qos or 'normal'}",
-        f"JobState={job.state} Reason={job.reason or 'None'} Dependency={job.dependency or '(null)'}",
-        f"Requeue={int(job.requeue)} Restarts={job.restart_count} BatchFlag=1 Reboot=0 "
+        f"JobState={job.state} Reason={_reason(job.reason)} Dependency={job.dependency or '(null)'}",
+        f"Requeue={int(job.requeue)} Restarts={job.restart_count} BatchFlag={int(job.batch)} Reboot=0 "
         f"ExitCode={job.exit_code}:{job.signal}",
         f"RunTime={format_elapsed_sacct(_run_time(job, now))} TimeLimit={_limit(job.time_limit_s)} "
         "TimeMin=N/A",
         f"SubmitTime={format_timestamp(job.submit_time, tz)} EligibleTime={_eligible(job, tz)}",
+        f"AccrueTime={_accrue(job, tz)}",
         f"StartTime={format_timestamp(job.start_time, tz)} EndTime={_end(job, tz)} Deadline=N/A",
-        f"Partition={job.partition} AllocNode:Sid=(null):0",
-        f"NodeList={'(null)' if pending or not job.node_list else job.node_list}",
+        "SuspendTime=None SecsPreSuspend=0 "
+        f"LastSchedEval={format_timestamp(job.last_sched_eval, tz)} Scheduler=Main",
+        f"Partition={job.partition} AllocNode:Sid={job.alloc_node or '(null)'}:0",
+        f"ReqNodeList={job.req_nodes or '(null)'} ExcNodeList={job.exc_nodes or '(null)'}",
+        f"NodeList={nodes}",
+        *([f"BatchHost={hostlist.first(job.node_list)}"] if job.node_list and not pending else []),
         f"NumNodes={job.num_nodes} NumCPUs={job.num_cpus} NumTasks={job.num_tasks} "
-        f"CPUs/Task={max(job.num_cpus // max(job.num_tasks, 1), 1)}",
+        f"CPUs/Task={cpus_per_task} ReqB:S:C:T=0:0:*:*",
         f"TRES={_tres(job)}",
-        f"MinMemoryNode={format_memory(job.min_memory_mb or 0)}",
+        f"Socks/Node=* NtasksPerN:B:S:C={job.ntasks_per_node}:0:*:* CoreSpec=*",
+        f"MinCPUsNode={cpus_per_task * max(job.ntasks_per_node, 1)} "
+        f"MinMemoryNode={format_memory(job.min_memory_mb or 0)} MinTmpDiskNode=0",
+        f"Features={job.features or '(null)'} DelayBoot=00:00:00",
+        *([f"Reservation={job.reservation}"] if job.reservation else []),
+        f"OverSubscribe={'NO' if job.exclusive else 'OK'} Contiguous=0 Licenses=(null) Network=(null)",
+        f"Command={job.command or '(null)'}",
         f"WorkDir={job.workdir}",
-        f"StdErr={output_path(job.stderr, job) if job.stderr else stdout}",
-        "StdIn=/dev/null",
-        f"StdOut={stdout}",
+        *_files(job),
         *_topology(job),
+        "Power=",
+        *_tres_per(job),
     ]
+
+
+def _files(job: JobInfo) -> list[str]:
+    """``StdErr=``, ``StdIn=``, ``StdOut=`` of a batch job (Slurm prints none for an salloc/srun job)."""
+    if not job.batch:
+        return []
+    default = "slurm-%j.out" if job.array_task_id is None else "slurm-%A_%a.out"
+    stdout = output_path(job.stdout or default, job)
+    stderr = output_path(job.stderr, job) if job.stderr else stdout
+    return [f"StdErr={stderr}", "StdIn=/dev/null", f"StdOut={stdout}"]
+
+
+def _tres_per(job: JobInfo) -> list[str]:
+    """Slurm's optional GPU lines, in its order: ``CpusPerTres=``, ``TresPerNode=``, ``TresPerTask=``.
+
+    Slurm 22.05 spells a GPU request ``gres:gpu[:type]:N`` in them (``gres/gpu`` only in ``TRES=``).
+    """
+    gpu = f"gres:gpu:{job.gpu_type}" if job.gpu_type else "gres:gpu"
+    lines = [f"CpusPerTres={gpu}:{job.cpus_per_gpu}"] if job.cpus_per_gpu else []
+    if job.gpus_per_task:
+        return [*lines, f"TresPerTask={gpu}:{job.gpus_per_task}"]
+    if job.gpus_per_node:
+        lines.append(f"TresPerNode={gpu}:{job.gpus_per_node}")
+    return lines
 
 
 def _topology(job: JobInfo) -> list[str]:
@@ -158,6 +206,18 @@ def _eligible(job: JobInfo, tz: tzinfo | None) -> str:
     return format_timestamp(job.submit_time, tz)
 
 
+def _reason(reason: str) -> str:
+    """``Reason=``: Slurm replaces white space in a reason's description with ``_``, for easier parsing."""
+    return re.sub(r"\s", "_", reason) if reason else "None"
+
+
+def _accrue(job: JobInfo, tz: tzinfo | None) -> str:
+    """``AccrueTime=``: when the job began to age, its eligible time (``Unknown`` while it may not start)."""
+    if job.state == "PENDING" and job.reason in INELIGIBLE:
+        return "Unknown"
+    return format_timestamp(job.begin_time if job.begin_time is not None else job.submit_time, tz)
+
+
 def _end(job: JobInfo, tz: tzinfo | None) -> str:
     if job.end_time is not None:
         return format_timestamp(job.end_time, tz)
@@ -167,7 +227,7 @@ def _end(job: JobInfo, tz: tzinfo | None) -> str:
 
 
 def _tres(job: JobInfo) -> str:
-    parts = [f"cpu={job.num_cpus}", f"node={job.num_nodes}"]
+    parts = [f"cpu={job.num_cpus}", f"node={job.num_nodes}", f"billing={job.num_cpus}"]
     if job.min_memory_mb:
         parts.insert(1, f"mem={format_memory(job.min_memory_mb * job.num_nodes)}")
     if job.gpus_per_node:

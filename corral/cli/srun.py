@@ -231,7 +231,7 @@ def allocation_spec(sbatch_argv: list[str], environ: Mapping[str, str], cwd: str
     )
     for message in submission.warnings:
         warn(COMMAND, message)
-    return msgspec.structs.replace(submission.spec, stdout="/dev/null", stderr=None)
+    return msgspec.structs.replace(submission.spec, stdout="/dev/null", stderr=None, interactive=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,6 +74,7 @@ class Plan:
     priorities: dict[int, int] = field(default_factory=dict)  # priority of each pending job
     starts: dict[int, float] = field(default_factory=dict)  # planned start of jobs with a reservation
     wake_at: float | None = None  # the earliest future begin time or --switches lapse (plan again then)
+    at: float | None = None  # when this plan was made (scontrol's LastSchedEval=); None = no plan yet
 
     def wake(self, when: float | None) -> None:
         """Ask the shell to plan again at ``when`` (the earliest such time wins)."""
@@ -87,7 +88,7 @@ class Plan:
 
 def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
     """Decide what happens next. Deterministic in (state, now, policy, epoch)."""
-    out = Plan()
+    out = Plan(at=now)
     pending = _conclude(state, out)
     if state.resv_requests:
         out.decisions.extend(reservations.answer_requests(state, now, policy.default_partition))

@@ -81,6 +81,7 @@ def _texts(spec: JobSpec) -> list[tuple[str, list[str]]]:
         "reservation": spec.reservation,
         "wckey": spec.wckey,
         "gpu_type": spec.gpu_type,
+        "command": spec.command,
     }
     return [
         ("script", [spec.script]),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import astuple
+
 from corral.libs.config.cluster import ClusterConfig
 
 # The policy is built in a lib the simulator shares; re-exported for the service's callers.
@@ -11,21 +13,26 @@ from corral.libs.core.eligibility import dependency_text
 from corral.libs.core.limits import qos_name
 from corral.libs.core.plan import Plan
 from corral.libs.core.policy import Policy
+from corral.libs.core.priority import priority_factors, total
 from corral.libs.core.reasons import end_text, held_reason
 from corral.libs.core.reservations import live
 from corral.libs.core.state import Job, Node, State, array_throttle, drain_reason, drained
 from corral.libs.core.topology import switch_wait_s
 from corral.libs.slurm import hostlist
+from corral.libs.slurm.constraint import format_constraint
 from corral.schemas import api
 
 #: How long an ended job stays visible to squeue (Slurm's MinJobAge).
 MIN_JOB_AGE_S = 300.0
 
 
-def job_info(job: Job, outlook: Plan, policy: Policy, dependency: str = "") -> api.JobInfo:
+def job_info(
+    job: Job, outlook: Plan, policy: Policy, dependency: str = "", priority: int | None = None
+) -> api.JobInfo:
     """One job for squeue; a pending job's reason, priority and planned start come from the last plan.
 
-    ``dependency`` is the Slurm text of its unmet dependencies (``eligibility.dependency_text``).
+    ``dependency`` is the Slurm text of its unmet dependencies (``eligibility.dependency_text``);
+    ``priority`` that of a job no longer pending (``started_priorities``; None: 0).
     """
     # A hold is state: shown at once, even before the next plan.
     held = held_reason(job)
@@ -53,7 +60,9 @@ def job_info(job: Job, outlook: Plan, policy: Policy, dependency: str = "") -> a
         min_memory_mb=spec.mem_per_node_mb,
         node_list=hostlist.compress(nodes) if nodes else "",
         restart_count=job.restart_count,
-        priority=(0 if job.held else outlook.priorities.get(job.job_id, 1)) if job.state == "PENDING" else 0,
+        priority=(0 if job.held else outlook.priorities.get(job.job_id, 1))
+        if job.state == "PENDING"
+        else priority or 0,
         workdir=spec.workdir,
         exit_code=job.exit_code,
         signal=job.signal,
@@ -71,7 +80,33 @@ def job_info(job: Job, outlook: Plan, policy: Policy, dependency: str = "") -> a
         switches_wait_s=0 if spec.switches is None else switch_wait_s(spec, policy.max_switch_wait_s),
         segment=spec.segment or 0,
         run_started=running and job.run_started,
+        command=spec.command or "",
+        features=format_constraint(spec.constraint) if spec.constraint else "",
+        req_nodes=hostlist.compress(spec.nodelist) if spec.nodelist else "",
+        exc_nodes=hostlist.compress(spec.exclude) if spec.exclude else "",
+        reservation=spec.reservation or "",
+        exclusive=spec.exclusive,
+        ntasks_per_node=spec.ntasks_per_node or 0,
+        cpus_per_task=spec.cpus_per_task,
+        gpus_per_task=spec.gpus_per_task or 0,
+        cpus_per_gpu=spec.cpus_per_gpu or 0,
+        batch=not spec.interactive,
+        alloc_node=spec.submit_host,
+        last_sched_eval=(outlook.at if job.state == "PENDING" else job.start_time) or None,
     )
+
+
+def started_priorities(state: State, now: float, policy: Policy, jobs: list[Job]) -> dict[int, int]:
+    """The priority scontrol shows for jobs no longer pending: Slurm keeps the one a job started with;
+    Corral does not store it and shows the same multifactor sum computed now (an admin's when set)."""
+    computed: dict[int, int] = {}
+    weighted = any(astuple(policy.weights)[:4]) or policy.weights.qos or any(j.spec.nice for j in jobs)
+    if jobs and weighted:
+        computed = {i: total(f) for i, f in priority_factors(state, now, policy, jobs).items()}
+    return {
+        j.job_id: j.priority_override if j.priority_override is not None else computed.get(j.job_id, 1)
+        for j in jobs
+    }
 
 
 def jobs_reply(
@@ -82,7 +117,7 @@ def jobs_reply(
     An array's id asks for every task of the array, as in Slurm.
     """
     wanted = set(req.job_ids)
-    out = []
+    shown = []
     for job in state.jobs.values():
         if wanted and job.job_id not in wanted and job.array_job_id not in wanted:
             continue
@@ -92,7 +127,11 @@ def jobs_reply(
             continue
         if req.users and job.user not in req.users:
             continue
-        info = job_info(job, outlook, policy, dependency_text(state, job))
+        shown.append(job)
+    priorities = started_priorities(state, now, policy, [j for j in shown if j.state != "PENDING"])
+    out = []
+    for job in shown:
+        info = job_info(job, outlook, policy, dependency_text(state, job), priorities.get(job.job_id))
         if req.partitions and info.partition not in req.partitions:
             continue
         if req.states and info.state not in req.states:
@@ -207,8 +246,24 @@ def nodes_reply(
             max_time_s=p.max_time_s,
             default_time_s=p.default_time_s,
             nodes=list(p.nodes),
+            priority_tier=p.priority_tier,
+            max_nodes=p.max_nodes,
+            qos=p.qos or "",
+            allow_qos=list(p.allow_qos),
+            allow_accounts=list(p.allow_accounts),
+            preempt_mode=_preempt_mode(config, p.preempt_mode),
+            grace_time_s=int(
+                p.grace_time_s if p.grace_time_s is not None else config.scheduler.preempt_grace_time_s
+            ),
         )
         for p in config.partitions
         if not req.partitions or p.name in req.partitions
     ]
     return api.NodesReply(nodes=sorted(nodes, key=lambda n: n.name), partitions=partitions)
+
+
+def _preempt_mode(config: ClusterConfig, mode: str | None) -> str:
+    """A partition's PreemptMode as Slurm prints it: OFF without preemption, else its own or the cluster's."""
+    if config.scheduler.preempt_type == "off":
+        return "OFF"
+    return (mode or config.scheduler.preempt_mode).upper()

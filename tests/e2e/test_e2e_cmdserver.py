@@ -83,7 +83,7 @@ def test_served_commands_print_and_exit_as_direct_ones(cli: Cli) -> None:
         assert (one.returncode, one.stdout, one.stderr) == (other.returncode, other.stdout, other.stderr), (
             argv
         )
-    assert served("sbatch", "--bogus").returncode == 1
+    assert served("sbatch", "--bogus").returncode == 255  # Slurm's getopt exit status
 
 
 def test_a_served_sbatch_takes_the_callers_environment_directory_and_stdin(cli: Cli, tmp_path: Path) -> None:

@@ -94,19 +94,20 @@ def test_srun_outside_an_allocation_allocates_runs_and_releases(cli: Cli) -> Non
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"),
+    ("argv", "first", "status"),
     [
-        (["srun"], "No command given"),
-        (["srun", "-n", "zero", "true"], "--ntasks"),
-        (["srun", "--bogus", "true"], "bogus"),
-        (["srun", "--pty", "true"], "pty"),
+        (["srun"], "srun: error: No command given", 1),
+        (["srun", "-n", "zero", "true"], 'srun: error: Invalid numeric value "zero" for --ntasks.', 1),
+        (["srun", "--bogus", "true"], "srun: unrecognized option '--bogus'", 255),
+        (["srun", "--pty", "true"], "srun: error: option --pty", 1),
     ],
     ids=["no-command", "bad-count", "unknown-option", "unsupported-option"],
 )
-def test_bad_srun_options_fail_slurm_style(cli: Cli, argv: list[str], message: str) -> None:
+def test_bad_srun_options_fail_slurm_style(cli: Cli, argv: list[str], first: str, status: int) -> None:
+    """Slurm's first line and exit status (slurm-compatibility.md, Option errors)."""
     result = cli(*argv)
-    assert result.returncode != 0
-    assert result.stderr.startswith("srun: error: ") and message in result.stderr, result.stderr
+    assert result.returncode == status, result.stderr
+    assert result.stderr.startswith(first), result.stderr
     assert result.stdout == ""
 
 

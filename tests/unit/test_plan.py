@@ -118,7 +118,7 @@ def test_a_cycle_with_nothing_to_do_decides_nothing() -> None:
     log.add(submitted(1, job(gpus=8, nodes=2)))
     cycle(log)
     log.add(ev.RunStarted(job_id=1, attempt=0, node="gpu01", pid=1))
-    assert plan(log.state, log.state.now, POLICY) == Plan()
+    assert plan(log.state, log.state.now, POLICY) == Plan(at=log.state.now)
 
 
 def running(requeue: bool = True, nodes: int = 2) -> Log:

@@ -325,6 +325,17 @@ def test_begin_is_relative_to_the_submission_time() -> None:
     assert submission.spec.begin_time == NOW + 3
 
 
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [(["s.sh"], "/home/alice/run/s.sh"), (["../bin/./s.sh"], "/home/alice/bin/s.sh"),
+     (["/opt/j.sh"], "/opt/j.sh"), (["--wrap=hostname"], None), ([], None)],
+    ids=["relative", "normalised", "absolute", "wrap", "stdin"],
+)  # fmt: skip
+def test_command_is_the_scripts_absolute_path(argv: list[str], command: str | None) -> None:
+    """scontrol's Command= is the script's absolute path, (null) from stdin or --wrap, as in Slurm."""
+    assert submit(argv).spec.command == command
+
+
 def test_script_is_copied_verbatim() -> None:
     script = with_directives("#SBATCH -J x")
     assert submit(["s.sh"], script).spec.script == script.decode()
@@ -710,9 +721,12 @@ def test_missing_script_file() -> None:
 def test_sbatch_main_prints_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
     from corral.cli.sbatch import main
 
-    assert main(["--bogus"]) == 1
+    assert main(["--bogus"]) == 255  # Slurm's getopt lines and exit status (test_slurm_refusals)
     captured = capsys.readouterr()
-    assert (captured.out, captured.err) == ("", "sbatch: error: unrecognized option '--bogus'\n")
+    assert (captured.out, captured.err) == (
+        "",
+        "sbatch: unrecognized option '--bogus'\nTry \"sbatch --help\" for more information\n",
+    )
 
 
 def test_unexpected_exception_is_one_line_without_traceback(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,7 @@ from builders import T0
 from corral.cli.errors import CliError
 from corral.cli.jobrefs import JobRef
 from corral.cli.scontrol import control_ids, failure_lines, main, update_request
-from corral.cli.scontrol_show_job import output_path, show_job
+from corral.cli.scontrol_show_job import output_path, record, show_job
 from corral.schemas import api
 
 pytestmark = pytest.mark.unit
@@ -51,6 +51,7 @@ def lookup(user: str) -> tuple[int, str, int] | None:
 
 
 def test_show_job_of_a_pending_job() -> None:
+    """Every field of Slurm 22.05's record, in its order, with its unset values ((null), N/A, Unknown)."""
     assert show_job(info(), T0 + 10, lookup, UTC) == [
         "JobId=7 JobName=train",
         "UserId=alice(1000) GroupId=staff(50) MCS_label=N/A",
@@ -59,16 +60,25 @@ def test_show_job_of_a_pending_job() -> None:
         "Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0",
         "RunTime=00:00:00 TimeLimit=01:00:00 TimeMin=N/A",
         "SubmitTime=2023-11-14T22:13:20 EligibleTime=Unknown",
+        "AccrueTime=Unknown",
         "StartTime=Unknown EndTime=Unknown Deadline=N/A",
+        "SuspendTime=None SecsPreSuspend=0 LastSchedEval=Unknown Scheduler=Main",
         "Partition=gpu AllocNode:Sid=(null):0",
+        "ReqNodeList=(null) ExcNodeList=(null)",
         "NodeList=(null)",
-        "NumNodes=1 NumCPUs=4 NumTasks=2 CPUs/Task=2",
-        "TRES=cpu=4,node=1,gres/gpu=2",
-        "MinMemoryNode=0",
+        "NumNodes=1 NumCPUs=4 NumTasks=2 CPUs/Task=2 ReqB:S:C:T=0:0:*:*",
+        "TRES=cpu=4,node=1,billing=4,gres/gpu=2",
+        "Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=*",
+        "MinCPUsNode=2 MinMemoryNode=0 MinTmpDiskNode=0",
+        "Features=(null) DelayBoot=00:00:00",
+        "OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null)",
+        "Command=(null)",
         "WorkDir=/home/alice/run",
         "StdErr=/home/alice/run/slurm-7.out",
         "StdIn=/dev/null",
         "StdOut=/home/alice/run/slurm-7.out",
+        "Power=",
+        "TresPerNode=gres:gpu:2",
     ]
 
 
@@ -85,16 +95,73 @@ def test_show_job_of_a_running_job() -> None:
         stderr="/tmp/%u-%N.err",
         user="nobody-here",
         begin_time=T0 + 30,
+        priority=4200,
+        min_memory_mb=16384,
+        gpu_type="h100",
+        cpus_per_task=2,
+        ntasks_per_node=1,
+        command="/home/alice/run/train.sh",
+        features="ib&a100",
+        req_nodes="gpu[01-02]",
+        exc_nodes="gpu05",
+        reservation="maint",
+        exclusive=True,
+        cpus_per_gpu=1,
+        alloc_node="login1",
+        last_sched_eval=T0 + 60,
     )
     lines = show_job(running, T0 + 125, lookup, UTC)
+    assert lines[2] == "Priority=4200 Nice=0 Account=ml QOS=normal"
     assert "UserId=nobody-here GroupId=(null) MCS_label=N/A" in lines
     assert "JobState=RUNNING Reason=None Dependency=(null)" in lines
     assert "RunTime=00:01:05 TimeLimit=UNLIMITED TimeMin=N/A" in lines
     assert "SubmitTime=2023-11-14T22:13:20 EligibleTime=2023-11-14T22:13:50" in lines
+    assert "AccrueTime=2023-11-14T22:13:50" in lines
     assert "StartTime=2023-11-14T22:14:20 EndTime=Unknown Deadline=N/A" in lines
-    assert "NodeList=gpu[01-02]" in lines
+    assert "SuspendTime=None SecsPreSuspend=0 LastSchedEval=2023-11-14T22:14:20 Scheduler=Main" in lines
+    assert "Partition=gpu AllocNode:Sid=login1:0" in lines
+    assert "ReqNodeList=gpu[01-02] ExcNodeList=gpu05" in lines
+    at = lines.index("NodeList=gpu[01-02]")
+    assert lines[at + 1 : at + 9] == [
+        "BatchHost=gpu01",
+        "NumNodes=2 NumCPUs=4 NumTasks=2 CPUs/Task=2 ReqB:S:C:T=0:0:*:*",
+        "TRES=cpu=4,mem=32G,node=2,billing=4,gres/gpu=4",
+        "Socks/Node=* NtasksPerN:B:S:C=1:0:*:* CoreSpec=*",
+        "MinCPUsNode=2 MinMemoryNode=16G MinTmpDiskNode=0",
+        "Features=ib&a100 DelayBoot=00:00:00",
+        "Reservation=maint",
+        "OverSubscribe=NO Contiguous=0 Licenses=(null) Network=(null)",
+    ]
+    assert "Command=/home/alice/run/train.sh" in lines
     assert "StdOut=/home/alice/run/logs/train-7.out" in lines
     assert "StdErr=/tmp/nobody-here-gpu01.err" in lines
+    assert lines[-3:] == ["Power=", "CpusPerTres=gres:gpu:h100:1", "TresPerNode=gres:gpu:h100:2"]
+
+
+def test_a_reason_with_spaces_has_underscores_as_in_slurm() -> None:
+    lines = show_job(info(state="FAILED", reason="LaunchFailed, cannot open /w/1.out"), T0, lookup, UTC)
+    assert (
+        "JobState=FAILED Reason=LaunchFailed,_cannot_open_/w/1.out Dependency=afterok:5(unfulfilled)" in lines
+    )
+
+
+def test_an_allocation_is_no_batch_job_and_has_no_files() -> None:
+    """salloc/srun's job: BatchFlag=0 and no StdErr/StdIn/StdOut lines, as Slurm prints only a batch job's."""
+    lines = show_job(info(batch=False), T0, lookup, UTC)
+    assert "Requeue=1 Restarts=0 BatchFlag=0 Reboot=0 ExitCode=0:0" in lines
+    assert not [line for line in lines if line.startswith(("StdErr=", "StdIn=", "StdOut="))]
+    assert lines[lines.index("WorkDir=/home/alice/run") + 1] == "Power="
+
+
+def test_gpus_per_task_is_tres_per_task() -> None:
+    assert show_job(info(gpus_per_task=1), T0, lookup, UTC)[-1] == "TresPerTask=gres:gpu:1"
+
+
+def test_record_ends_each_line_with_the_separator_as_slurm() -> None:
+    """Slurm ends every field line with its separator, the last too: a line of three spaces (``-o``: a
+    trailing space), then the blank line between records."""
+    assert record(["JobId=7 JobName=a", "Power="], oneliner=False) == "JobId=7 JobName=a\n   Power=\n   \n\n"
+    assert record(["JobId=7 JobName=a", "Power="], oneliner=True) == "JobId=7 JobName=a Power= \n"
 
 
 def test_output_path_leaves_unknown_patterns() -> None:

@@ -60,6 +60,7 @@ def test_a_pending_job() -> None:
         priority=1,
         workdir="/home/alice/run",
         qos="normal",
+        cpus_per_task=4,
     )
 
 
@@ -188,3 +189,73 @@ def test_policy_of_a_config() -> None:
     )
     assert gpu is not None and gpu > 0 and cpu is not None
     assert pol.default_partition == "gpu"
+
+
+def test_a_job_no_longer_pending_shows_a_priority_as_in_slurm() -> None:
+    """Slurm keeps a started job's priority (Corral showed 0): the multifactor sum now (submitted T0+2)."""
+    from dataclasses import replace
+
+    from corral.libs.core.priority import PriorityWeights
+
+    log = queue()
+    weighted = replace(POLICY, weights=PriorityWeights(age=1000, max_age_s=100.0))
+    jobs = jobs_reply(log.state, Plan(priorities={2: 40}), weighted, api.JobsRequest(), T0 + 50).jobs
+    assert {j.job_id: (j.state, j.priority) for j in jobs} == {1: ("RUNNING", 480), 2: ("PENDING", 40)}
+    flat = jobs_reply(log.state, Plan(), POLICY, api.JobsRequest(), T0 + 50).jobs
+    assert [j.priority for j in flat if j.state == "RUNNING"] == [1]
+
+
+def test_job_info_carries_what_scontrol_show_job_prints() -> None:
+    from msgspec.structs import replace
+
+    from corral.libs.slurm.constraint import parse_constraint
+
+    spec = replace(
+        job(gpus=2, nodes=1, ntasks_per_node=2, cpus_per_task=3),
+        command="/home/alice/run/train.sh",
+        constraint=parse_constraint("ib&a100", "--constraint"),
+        nodelist=["gpu01", "gpu02"],
+        exclude=["gpu05"],
+        reservation="maint",
+        exclusive=True,
+        cpus_per_gpu=3,
+        submit_host="login1",
+    )
+    log = Log(*cluster(nodes=4))
+    log.add(submitted(1, spec))
+    info = job_info(log.state.jobs[1], Plan(at=T0 + 7), POLICY)
+    assert (info.command, info.features, info.req_nodes, info.exc_nodes, info.reservation) == (
+        "/home/alice/run/train.sh",
+        "ib&a100",
+        "gpu[01-02]",
+        "gpu05",
+        "maint",
+    )
+    assert (info.exclusive, info.ntasks_per_node, info.cpus_per_task, info.cpus_per_gpu) == (True, 2, 3, 3)
+    assert (info.alloc_node, info.last_sched_eval) == ("login1", T0 + 7)
+
+
+def test_partitions_carry_what_scontrol_show_partition_prints() -> None:
+    """PreemptMode is OFF without preemption, else the partition's or the cluster's, in Slurm's capitals."""
+    from dataclasses import replace
+
+    config = cluster_config(nodes=2)
+    gpu, cpu = config.partitions
+    config = replace(
+        config,
+        partitions=(
+            replace(gpu, priority_tier=3, max_nodes=2, qos="high", allow_qos=("high",), grace_time_s=30.0),
+            replace(cpu, preempt_mode="cancel", allow_accounts=("ml",)),
+        ),
+    )
+    shown = nodes_reply(Log().state, config, api.NodesRequest()).partitions
+    assert [
+        (p.priority_tier, p.max_nodes, p.qos, p.allow_qos, p.allow_accounts, p.grace_time_s) for p in shown
+    ] == [
+        (3, 2, "high", ["high"], [], 30),
+        (1, None, "", [], ["ml"], 0),
+    ]
+    assert [p.preempt_mode for p in shown] == ["OFF", "OFF"]
+    preempting = replace(config, scheduler=replace(config.scheduler, preempt_type="partition_prio"))
+    shown = nodes_reply(Log().state, preempting, api.NodesRequest()).partitions
+    assert [p.preempt_mode for p in shown] == ["REQUEUE", "CANCEL"]
