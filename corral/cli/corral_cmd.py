@@ -97,6 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         from corral.cli.deploy import main as deploy_main
 
         return deploy_main(words[1:])
+    if words[:1] == ["credentials"]:
+        from corral.cli.credentials_cmd import main as credentials_main
+
+        return credentials_main(words[1:])
+    if words[:1] == ["authd"]:
+        from corral.cli.authd import main as authd_main
+
+        return authd_main(words[1:])
     if words[:1] == ["audit"]:
         from corral.cli.audit import main as audit_main
 
@@ -120,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("trace", help="show a job's span tree, derived from the log (corral trace -h)")
     sub.add_parser("audit", help="a job's history: who did what and why (corral audit -h)")
     sub.add_parser("deploy", help="write a deployment for several machines (corral deploy init -h)")
+    sub.add_parser("credentials", help="revoke, restore, rotate credentials (corral credentials -h)")
+    sub.add_parser("authd", help="issue tickets to local users, as munged (corral authd -h)")
     args = parser.parse_args(argv)
     if args.command == "up":
         args.nodes_given = args.nodes is not None or args.gpus_per_node is not None

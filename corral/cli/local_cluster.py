@@ -7,6 +7,7 @@ Everything lives in one state directory, so starting again on the same directory
     <state>/credentials/<user>.json  the local user's credentials (0600), found by the commands (and those
                                    of the ``guests``, other users who may use it too)
     <state>/credentials/roles/      one credentials file per service role and agent, and the auditor's (0600)
+    <state>/auth/, <state>/authd.sock  the ticket and issuer keys, and authd's socket (``local_auth.py``)
     <state>/nats/  <state>/postgres/  the servers' data
     <state>/agents/<node>/          each agent's run records, job scripts and run status files
     <state>/logs/<service>.log      each process's JSON log
@@ -29,10 +30,12 @@ from pathlib import Path
 
 import msgspec
 
+from corral.cli.local_auth import LocalAuth
 from corral.cli.local_nats import nats_servers
 from corral.libs.config import otlp, settings
 from corral.libs.config.cluster import ClusterConfig, load_config, local_config_text
 from corral.libs.infra import NatsServer, NatsUser, PostgresServer, roles
+from corral.libs.infra.nats_server import Callout
 from corral.libs.infra.ports import free_port
 from corral.libs.runtime.credentials import Credentials, new_password, read_credentials, write_credentials
 from corral.libs.runtime.streams import connect, declare
@@ -74,6 +77,7 @@ class LocalCluster:
     processes: list[Process] = field(default_factory=list)  # services and agents
     metrics: bool = True  # each process serves Prometheus metrics on a free port of 127.0.0.1 (False: none)
     metrics_urls: dict[str, str] = field(default_factory=dict)  # where, by process name (also metrics.json)
+    auth_socket: Path | None = None  # where authd listens (default <state>/authd.sock)
 
     @property
     def config_path(self) -> Path:
@@ -89,6 +93,12 @@ class LocalCluster:
     def metrics_file(self) -> Path:
         """Where the metrics URLs are written (``{process name: URL}``), for tools and tests."""
         return self.state_dir / "metrics.json"
+
+    @property
+    def auth(self) -> LocalAuth:
+        """The ticket and callout keys, and where authd listens (``auth_socket``, else
+        ``<state>/authd.sock``)."""
+        return LocalAuth(self.state_dir, self.auth_socket or self.state_dir / "authd.sock")
 
     def role_credentials(self, role: str) -> Path:
         """A role's credentials file."""
@@ -116,7 +126,9 @@ class LocalCluster:
             return read_credentials(path).password
         return new_password()
 
-    def _users(self) -> list[NatsUser]:
+    def nats_users(self) -> list[NatsUser]:
+        """Every static NATS user of the cluster, with the passwords of their credentials files (new ones
+        for those without)."""
         assert self.config is not None
         users = []
         for role in roles.SERVICE_ROLES:
@@ -128,6 +140,10 @@ class LocalCluster:
         for name in (self.user, *self.guests):
             users.append(roles.user_user(name, self._password(name, self.credentials_of(name))))
         return users
+
+    def callout(self) -> Callout:
+        """The servers' auth callout (``LocalAuth.callout``), with the system user's password."""
+        return self.auth.callout(self._password(roles.SYSTEM, self.role_credentials(roles.SYSTEM)))
 
     def credentials_of(self, name: str) -> Path:
         """The credentials file of the user or of one of the guests."""
@@ -143,18 +159,31 @@ class LocalCluster:
     def start(self, ready_timeout: float = 60.0) -> None:
         """Start servers, declare streams, start services and agents, wait until nodes registered."""
         config = self.config or self.prepare()
-        users = self._users()
-        servers = nats_servers(self.state_dir, users, self.ha)
+        users = self.nats_users()
+        callout = self.callout()
+        servers = nats_servers(self.state_dir, users, self.ha, callout)
         for server in servers:
             server.start()
         self.nats, self.nats_peers = servers[0], servers[1:]
-        self._write_credentials(users, ",".join(server.url for server in servers))
+        url = ",".join(server.url for server in servers)
+        self._write_credentials([*users, callout.system], url)
         asyncio.run(self._declare([node.name for node in config.nodes], replicas=len(servers)))
         self.postgres = PostgresServer(self.state_dir / "postgres")
         self.postgres.start()
         (self.state_dir / "logs").mkdir(exist_ok=True)
-        replicas = ("gateway-2", "health-2", "scheduler-2", *ACCOUNTING_REPLICAS[1:]) if self.ha else ()
-        for name in ("accounting", "scheduler", "gateway", "health", *replicas, *self._optional_services()):
+        replicas = (
+            ("gateway-2", "health-2", "scheduler-2", "auth-2", *ACCOUNTING_REPLICAS[1:]) if self.ha else ()
+        )
+        services = (
+            "auth",
+            "accounting",
+            "scheduler",
+            "gateway",
+            "health",
+            *replicas,
+            *self._optional_services(),
+        )
+        for name in services:
             role = f"corral-{name.split('-')[0]}"
             extra, secrets = [], {}
             if name in ACCOUNTING_REPLICAS:
@@ -166,6 +195,8 @@ class LocalCluster:
                 )
             if name.startswith("gateway"):
                 extra = ["--admin", roles.ADMIN, "--auditor", roles.AUDITOR]
+            if name.startswith("auth"):
+                extra = self.auth.service_flags()
             if name == "scheduler-2":
                 extra = ["--name", f"{socket.gethostname()}-2"]  # a standby (the lease names each scheduler)
             self._spawn(name, role, f"corral.services.{name.split('-')[0]}", extra, secrets)
@@ -175,6 +206,8 @@ class LocalCluster:
             self._spawn(
                 role, role, "corral.services.agent", ["--node", node.name, "--state-dir", str(agent_dir)]
             )
+        argv = self.auth.authd_argv(url)  # other local users' way in
+        self.processes.append(Process("authd", argv, self._popen("authd", argv)))
         self._write_metrics_files()
         self.wait_ready(ready_timeout)
 
@@ -275,6 +308,9 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check_alive()
+            if not self.auth.socket.exists():
+                time.sleep(0.1)
+                continue
             try:
                 nodes = decode(call("nodes", api.NodesRequest()), api.NodesReply | api.ApiError)
                 if isinstance(nodes, api.NodesReply) and all(

@@ -12,6 +12,9 @@
   requester chose, with the service's rights (the log, the KV buckets, another node's heartbeat: a confused
   deputy). A role that answers requests may publish on the users' inboxes (``subjects.INBOXES``) instead,
   and ``api_server.serve`` answers only on the caller's own (``docs/security.md``);
+- the auth callout (``corral-auth``) answers nats-server's authorization requests for people who connect with
+  a ticket (``services/auth``) and reads the revocation bucket; ``corral-system`` is the system account's
+  user, which the revoke command uses to close a revoked user's connections;
 - the auditor role is a person's account (the API only, ``auditor_user``) that the gateway's ``--auditor``
   lets read every job's history and refuses every verb that writes.
 """
@@ -27,11 +30,14 @@ SCHEDULER = "corral-scheduler"
 HEALTH = "corral-health"
 ACCOUNTING = "corral-accounting"
 TRACER = "corral-tracer"
+AUTH = "corral-auth"
+#: The user of nats-server's system account (``$SYS``): closes a revoked user's connections (``KICK``).
+SYSTEM = "corral-system"
 #: The local cluster's auditor (``corral up`` passes it to the gateway's ``--auditor``).
 AUDITOR = "corral-auditor"
 
 #: Every service role (agents are per node: ``agent_role(node)``).
-SERVICE_ROLES = (ADMIN, GATEWAY, SCHEDULER, HEALTH, ACCOUNTING, TRACER)
+SERVICE_ROLES = (ADMIN, GATEWAY, SCHEDULER, HEALTH, ACCOUNTING, TRACER, AUTH)
 
 _GATEWAY_EVENTS = (
     "job_submitted",
@@ -130,6 +136,10 @@ def service_user(role: str, password: str) -> NatsUser:
         publish.append(subjects.INBOXES)
         # The partition leases and the accounting processes' presence, in the leader bucket.
         publish += [f"$KV.{subjects.LEADER_BUCKET}.>", f"$JS.API.STREAM.INFO.KV_{subjects.LEADER_BUCKET}"]
+    elif role == AUTH:
+        # nats-server's authorization requests, answered on the server's own $SYS inbox; the revocations.
+        subscribe.append("$SYS.REQ.USER.AUTH")
+        publish += ["$SYS._INBOX.>", f"$JS.API.STREAM.INFO.KV_{subjects.REVOKED_BUCKET}"]
     elif role == TRACER:
         pass  # read-only: the JetStream client API of its consumer, and dead letters
     else:
@@ -181,14 +191,25 @@ def auditor_user(password: str) -> NatsUser:
 
 def user_user(name: str, password: str) -> NatsUser:
     """The NATS user of a person: the API on their own subject token, replies on their own inbox."""
+    return _person(person_name(name), password)
+
+
+def person_name(name: str) -> str:
+    """``name`` if a person may have it; ValueError otherwise (not a subject token, or a service's)."""
     if not subjects.valid_token(name):
         raise ValueError(f"user name {name!r} cannot be a subject token (letters, digits, - _)")
     if name.startswith("agent-") or name.startswith("corral-"):
         raise ValueError(f"user name {name!r} is reserved for Corral's services")
-    return _person(name, password)
+    return name
 
 
 def _person(name: str, password: str) -> NatsUser:
+    publish, subscribe = person_permissions(name)
+    return NatsUser(name, password, publish=publish, subscribe=subscribe)
+
+
+def person_permissions(name: str) -> tuple[list[str], list[str]]:
+    """What a person may publish and subscribe to: a static user's, and the auth callout's user JWTs."""
     # The API and steps (srun) as themselves; their steps' output, and stdin to their steps' task 0.
     publish = [
         subjects.api_subject("*", name),
@@ -196,4 +217,4 @@ def _person(name: str, password: str) -> NatsUser:
         steps.io_subject(name, "*", "in", None, "*"),
     ]
     subscribe = [_inbox(name), f"corral.io.{name}.>"]
-    return NatsUser(name, password, publish=publish, subscribe=subscribe)
+    return publish, subscribe

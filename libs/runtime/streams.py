@@ -80,6 +80,7 @@ async def declare(js: JetStreamContext, replicas: int = 1, nodes: Sequence[str] 
             await js.update_stream(config)
     await js.create_key_value(bucket=subjects.IDS_BUCKET, history=1, replicas=replicas)
     await js.create_key_value(bucket=subjects.LEADER_BUCKET, history=1, replicas=replicas)
+    await js.create_key_value(bucket=subjects.REVOKED_BUCKET, history=1, replicas=replicas)
     await js.create_object_store(bucket=subjects.SNAPSHOT_BUCKET, replicas=replicas)
     for node in nodes:
         # JetStream's consumer create is create-or-update: an existing consumer keeps its position.
