@@ -83,11 +83,15 @@ def user_python() -> str:
     return str(system)
 
 
+def our_packages() -> list[str]:
+    """Where this Corral and its dependencies are, for ``user_python``'s ``sys.path``."""
+    return [str(Path(corral.__file__).parents[1]), sysconfig.get_paths()["purelib"]]
+
+
 def command(name: str) -> list[str]:
     """Corral's Slurm command ``name`` as another user can run it (``user_python``), with our packages."""
-    paths = [str(Path(corral.__file__).parents[1]), sysconfig.get_paths()["purelib"]]
     code = (
-        f"import sys; sys.path[:0] = {paths!r}; sys.argv[0] = {name!r}\n"
+        f"import sys; sys.path[:0] = {our_packages()!r}; sys.argv[0] = {name!r}\n"
         f"from corral.cli.launch import {name}; sys.exit({name}())"
     )
     return [user_python(), "-c", code]
@@ -203,6 +207,43 @@ def test_forged_expired_and_borrowed_tickets_are_refused(cluster: LocalCluster, 
     after = refusals(cluster)
     for reason in ("bad_signature", "expired", "wrong_user", "malformed"):
         assert after.get(reason, 0) > before.get(reason, 0), (reason, after)
+
+
+def test_a_long_lived_client_gets_a_fresh_ticket_for_each_new_connection(
+    cluster: LocalCluster, shared: Path, people: list[str]
+) -> None:
+    # An authd whose tickets live 2 s: a client that outlives its ticket (srun reattaching after a long
+    # step) asks for another when it connects again, and the old one is refused by then.
+    assert cluster.nats is not None
+    socket = shared / "short.sock"
+    argv = [sys.executable, "-m", "corral.cli.authd", "--socket", str(socket), "--ttl", "2"]
+    argv += ["--key", str(cluster.auth.ticket_key), "--url", cluster.nats.url]
+    authd = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
+    client = (
+        "import sys, time\n"
+        f"sys.path[:0] = {our_packages()!r}\n"
+        "from corral.cli.client import find_cluster\n"
+        "from corral.schemas.api import NodesReply, NodesRequest\n"
+        f"env = {{'CORRAL_AUTH_SOCKET': {str(socket)!r}, 'CORRAL_STATE_DIR': '/nonexistent'}}\n"
+        "client = find_cluster(env)\n"
+        "first = client.credentials.password\n"
+        "client.call('nodes', NodesRequest(), NodesReply)\n"
+        "time.sleep(2.5)\n"
+        "client.call('nodes', NodesRequest(), NodesReply)\n"
+        "assert client.credentials.password != first\n"
+        "print(first)\n"
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not socket.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        out = as_user(people[0], shared, cluster, user_python(), "-c", client)
+        assert out.returncode == 0, out.stderr
+        with pytest.raises(NatsRequestError, match="Authorization"):
+            login(cluster, people[0], out.stdout.strip())  # the first ticket, expired by now
+    finally:
+        authd.terminate()
+        authd.wait(10)
 
 
 def test_a_revoked_user_is_refused_and_cut_off(
