@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import os
 import signal
 import sys
 import time
@@ -23,6 +24,7 @@ def _up(args: argparse.Namespace) -> int:
         nodes=args.nodes,
         gpus_per_node=args.gpus_per_node,
         ha=args.ha,
+        auth_socket=Path(args.auth_socket) if args.auth_socket else None,
     )
     config = cluster.prepare(reconfigure=args.nodes_given)
     warning = ensure_resolvable([n.name for n in config.nodes])
@@ -120,6 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="three clustered NATS servers (streams at 3 replicas), two gateways, two health services, two"
         " schedulers (a leader and a standby), two accounting services (a partition of the projection each)",
+    )
+    up.add_argument(
+        "--auth-socket",
+        default=os.environ.get("CORRAL_AUTH_SOCKET") or None,
+        help="where corral authd gives other local users a ticket (default <state>/authd.sock; "
+        "/run/corral/authd.sock lets every user of the host in with no setup)",
     )
     demo = sub.add_parser("demo", help="start a local cluster, run a showcase, stop")
     demo.add_argument("--state-dir", default=None, help="state directory (default: a fresh temporary one)")
