@@ -116,11 +116,14 @@ async def main(ctx: Context) -> None:
             request = server_request(msg.data)
             token = await callout.answer(request)
             await msg.respond(nats_jwt.authorization_response(seed, request, jwt=token).encode())
-        except Refused as exc:
+        except Exception as exc:  # a login must get an answer, also when the revocation bucket fails
+            refused = (
+                exc if isinstance(exc, Refused) else Refused("unavailable", f"{type(exc).__name__}: {exc}")
+            )
             if request:
-                await msg.respond(nats_jwt.authorization_response(seed, request, error=str(exc)).encode())
-            await _dead_letter(ctx, request, exc)
-            log.warning("login refused", reason=exc.reason, error=str(exc))
+                await msg.respond(nats_jwt.authorization_response(seed, request, error=str(refused)).encode())
+            await _dead_letter(ctx, request, refused)
+            log.warning("login refused", reason=refused.reason, error=str(refused))
 
     sub = await ctx.nc.subscribe(nats_jwt.AUTH_SUBJECT, queue="corral-auth", cb=handle)
     try:
