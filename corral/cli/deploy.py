@@ -179,11 +179,12 @@ def _unit(layout: Layout, service: str) -> str:
         argv = service_command(service, layout, ROOT)
         description = f"Corral {service}"
     argv = ["/opt/corral/venv/bin/python", *argv[1:]]
+    # The agent runs jobs; the auth callout reads the ticket key, which is root's alone.
+    user = "root" if service in ("agent", "auth") else "corral"
     return (
         f"# Written by corral deploy init.\n[Unit]\nDescription={description}\n"
         "After=network-online.target\nWants=network-online.target\n\n"
-        # The agent runs jobs; the auth callout reads the ticket key, which is root's alone.
-        f"[Service]\nUser={'root' if service in ('agent', 'auth') else 'corral'}\nEnvironmentFile={ROOT}/env\n"
+        f"[Service]\nUser={user}\nEnvironmentFile={ROOT}/env\n"
         "StateDirectory=corral\nWorkingDirectory=/var/lib/corral\n"
         f"ExecStart={' '.join(argv)}\nRestart=always\nRestartSec=2\nKillSignal=SIGTERM\nTimeoutStopSec=30\n"
         "\n[Install]\nWantedBy=multi-user.target\n"
