@@ -137,9 +137,12 @@ def service_user(role: str, password: str) -> NatsUser:
         # The partition leases and the accounting processes' presence, in the leader bucket.
         publish += [f"$KV.{subjects.LEADER_BUCKET}.>", f"$JS.API.STREAM.INFO.KV_{subjects.LEADER_BUCKET}"]
     elif role == AUTH:
-        # nats-server's authorization requests, answered on the server's own $SYS inbox; the revocations.
+        # nats-server's authorization requests, answered on the server's own $SYS inbox; reads of the
+        # revocations bucket, and no other JetStream API (no consumer of the log: it holds scripts).
         subscribe.append("$SYS.REQ.USER.AUTH")
-        publish += ["$SYS._INBOX.>", f"$JS.API.STREAM.INFO.KV_{subjects.REVOKED_BUCKET}"]
+        revoked = f"KV_{subjects.REVOKED_BUCKET}"
+        publish = [subjects.DLQ_SUBJECTS, "$SYS._INBOX.>", "$JS.API.INFO", f"$JS.API.STREAM.INFO.{revoked}"]
+        publish += [f"$JS.API.STREAM.MSG.GET.{revoked}", f"$JS.API.DIRECT.GET.{revoked}.>"]
     elif role == TRACER:
         pass  # read-only: the JetStream client API of its consumer, and dead letters
     else:

@@ -246,6 +246,22 @@ def test_a_long_lived_client_gets_a_fresh_ticket_for_each_new_connection(
         authd.wait(10)
 
 
+def test_the_callout_reads_nothing_but_the_revocations(cluster: LocalCluster) -> None:
+    # It admits people; it has no business with the log (whole submissions: scripts and environments).
+    assert cluster.nats is not None
+    creds = json.loads(cluster.role_credentials("corral-auth").read_text())
+    with pytest.raises(NatsRequestError, match=r"[Pp]ermissions"):
+        request(
+            cluster.nats.url,
+            f"$JS.API.CONSUMER.CREATE.{subjects.EVENTS_STREAM}",
+            b'{"stream_name": "CORRAL_EVENTS", "config": {"ack_policy": "none"}}',
+            user="corral-auth",
+            password=creds["password"],
+            inbox_prefix=subjects.inbox_prefix("corral-auth"),
+            timeout=3,
+        )
+
+
 def test_a_revoked_user_is_refused_and_cut_off(
     cluster: LocalCluster, shared: Path, people: list[str]
 ) -> None:
