@@ -177,7 +177,8 @@ def find_cluster(environ: Mapping[str, str] | None = None) -> Cluster:
         except authd_client.AuthdError as exc:
             raise CliError(str(exc)) from None
     if not valid_token(credentials.user):
-        raise CliError(f"the user name {credentials.user!r} in {path} cannot be used on the cluster")
+        source = path if auth_socket is None else f"corral authd's answer ({auth_socket})"
+        raise CliError(f"the user name {credentials.user!r} in {source} cannot be used on the cluster")
     given = env.get("TRACEPARENT", "").strip()
     traceparent = given if parse_traceparent(given) is not None else None
     return Cluster(
