@@ -145,6 +145,13 @@ class LocalCluster:
         """The servers' auth callout (``LocalAuth.callout``), with the system user's password."""
         return self.auth.callout(self._password(roles.SYSTEM, self.role_credentials(roles.SYSTEM)))
 
+    def refresh_nats_users(self) -> None:
+        """Give the NATS servers the logins of the credentials files as they are now (before a restart)."""
+        users, callout = tuple(self.nats_users()), self.callout()
+        for server in (self.nats, *self.nats_peers):
+            if server is not None:
+                server.users, server.callout = users, callout
+
     def credentials_of(self, name: str) -> Path:
         """The credentials file of the user or of one of the guests."""
         return self.state_dir / "credentials" / f"{name}.json"

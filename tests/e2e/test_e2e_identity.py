@@ -12,6 +12,7 @@ import json
 import os
 import pwd
 import secrets
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -28,7 +29,7 @@ import corral
 from corral.cli.local_cluster import LocalCluster, ensure_resolvable
 from corral.cli.supervision import Supervisor
 from corral.libs.runtime import tickets
-from corral.libs.runtime.nats_request import NatsRequestError, request
+from corral.libs.runtime.nats_request import Connection, NatsRequestError, request
 from corral.schemas import subjects
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="creates Unix users (CI runs as root)")
@@ -269,8 +270,6 @@ def test_a_revoked_user_is_refused_and_cut_off(
     keys = tickets.read_keys(cluster.auth.ticket_key)
     ticket = tickets.issue(keys, bob, pwd.getpwnam(bob).pw_uid)
     assert cluster.nats is not None
-    from corral.libs.runtime.nats_request import Connection
-
     live = Connection(cluster.nats.url, user=bob, password=ticket, inbox_prefix=subjects.inbox_prefix(bob))
     live.subscribe(f"corral.io.{bob}.>")
     corral = str(BIN / "corral")
@@ -336,3 +335,17 @@ def test_rotation_retires_the_old_key_and_passwords(
     job = cli.sbatch("#!/bin/sh\necho rotated\n")
     assert cli.wait_state(job, ("COMPLETED",), timeout=60).startswith("COMPLETED")
     assert admin_cli(cli, cluster)("squeue").returncode == 0
+    # A NATS server that dies after the rotation comes back with the new passwords, not its old ones.
+    assert cluster.nats is not None and cluster.nats.pid is not None
+    os.kill(cluster.nats.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    back = False
+    while time.monotonic() < deadline and not back:
+        back = any("nats-server is running again" in line for line in supervisor.tick(time.monotonic()))
+        time.sleep(0.3)
+    assert back
+    gateway = json.loads(cluster.role_credentials("corral-gateway").read_text())["password"]
+    inbox = subjects.inbox_prefix("corral-gateway")
+    Connection(cluster.nats.url, user="corral-gateway", password=gateway, inbox_prefix=inbox).close()
+    with pytest.raises(NatsRequestError, match="Authorization"):
+        login(cluster, "corral-gateway", old_password)
