@@ -34,6 +34,8 @@ WORK_SUBJECTS = "corral.work.>"
 DLQ_STREAM = "CORRAL_DLQ"
 DLQ_SUBJECTS = "corral.dlq.>"
 IDS_BUCKET = "corral_ids"
+#: Users whose tickets the auth callout refuses (``corral credentials revoke``): key = user name.
+REVOKED_BUCKET = "corral_revoked"
 SNAPSHOT_BUCKET = "corral_snapshots"
 JOB_ID_KEY = "job_id"
 #: The schedulers' leader bucket: the lease (``LEASE_KEY``) and each scheduler's presence (``member_key``).

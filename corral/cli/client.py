@@ -1,11 +1,15 @@
 """Find the cluster and call its API: the only module of the commands that does network IO.
 
-Where the cluster is:
+Where the cluster is, and who we are on it (the first that applies):
 
-1. ``CORRAL_NATS_URL`` set: a remote cluster; user and password come from the credentials file named by
-   ``CORRAL_CREDENTIALS`` (its URL is ignored: the variable wins).
-2. otherwise the local cluster of ``corral up``: the state directory is ``CORRAL_STATE_DIR`` or
-   ``~/.corral`` and the credentials file is ``<state>/credentials/<unix user>.json``.
+1. ``CORRAL_CREDENTIALS`` names a credentials file (services, tests, a remote cluster); ``CORRAL_NATS_URL``,
+   when set, wins over the URL in it;
+2. the local cluster of ``corral up`` (unless ``CORRAL_NATS_URL`` is set): the state directory is
+   ``CORRAL_STATE_DIR`` or ``~/.corral`` and the credentials file ``<state>/credentials/<unix user>.json``;
+3. the host's ``corral authd`` (``authd_client``): ``CORRAL_AUTH_SOCKET``, else ``<state>/authd.sock``, else
+   ``/run/corral/authd.sock``; it vouches for our Unix user with a ticket and names the cluster. A ticket
+   lives minutes: ``Cluster.login`` asks for a new one for each connection made near its end (srun's
+   reattach after a long step).
 
 A caller that is inside a trace passes it on: a valid W3C ``TRACEPARENT`` in the environment (as CI systems
 and ``opentelemetry-instrument`` set it) goes with every call as the NATS ``traceparent`` header, and the
@@ -20,11 +24,13 @@ from __future__ import annotations
 
 import getpass
 import os
+import time
 from collections.abc import Mapping
 from typing import Any, TypeVar, Union
 
 import msgspec
 
+from corral.cli import authd_client
 from corral.cli.errors import CliError
 from corral.libs.runtime import nats_request
 from corral.libs.runtime.credentials import Credentials, read_credentials
@@ -37,9 +43,13 @@ R = TypeVar("R")
 
 #: Seconds one API call may take before it fails (the cluster answers in milliseconds when healthy).
 DEFAULT_TIMEOUT = 15.0
+#: Where a deployment's authd listens (``corral authd``).
+AUTH_SOCKET = "/run/corral/authd.sock"
+#: A ticket this close to its expiry (seconds) is replaced before a new connection.
+RENEW_S = 60.0
 
 
-class Cluster(msgspec.Struct, frozen=True):
+class Cluster(msgspec.Struct):
     """A cluster to call, and who we are on it."""
 
     url: str  # nats://host:port
@@ -47,6 +57,17 @@ class Cluster(msgspec.Struct, frozen=True):
     timeout: float = DEFAULT_TIMEOUT  # seconds per call
     retry_s: float = RETRY_S  # seconds a call retries a refused connection or "no responders" (nats_retry)
     traceparent: str | None = None  # the caller's W3C trace context (TRACEPARENT), sent with each call
+    auth_socket: str | None = None  # the authd the credentials came from (their password is a ticket)
+    expires: float = 0.0  # when the ticket expires (Unix seconds), with ``auth_socket``
+
+    def login(self) -> Credentials:
+        """The credentials for a new connection: with authd's, a new ticket when this one is near its end."""
+        if self.auth_socket is not None and self.expires - time.time() < RENEW_S:
+            try:
+                self.credentials, self.expires = authd_client.fetch(self.auth_socket)
+            except authd_client.AuthdError as exc:
+                raise CliError(str(exc)) from None
+        return self.credentials
 
     @property
     def user(self) -> str:
@@ -84,7 +105,7 @@ class Cluster(msgspec.Struct, frozen=True):
                 subject,
                 payload,
                 user=user,
-                password=self.credentials.password,
+                password=self.login().password,
                 inbox_prefix=inbox_prefix(user),
                 headers=headers,
                 timeout=self.timeout,
@@ -122,33 +143,59 @@ def find_cluster(environ: Mapping[str, str] | None = None) -> Cluster:
     """
     env = os.environ if environ is None else environ
     remote_url = env.get("CORRAL_NATS_URL", "").strip()
-    if remote_url:
-        path_text = env.get("CORRAL_CREDENTIALS", "").strip()
-        if not path_text:
-            raise CliError(
-                "CORRAL_NATS_URL is set but CORRAL_CREDENTIALS is not: "
-                "set it to the credentials file of your user on that cluster"
-            )
+    path_text = env.get("CORRAL_CREDENTIALS", "").strip()
+    # os.path rather than pathlib, which costs a command ~7 ms to import
+    state = os.path.expanduser(env.get("CORRAL_STATE_DIR") or "~/.corral")
+    auth_socket: str | None = None
+    expires = 0.0
+    if path_text:
         path = os.path.expanduser(path_text)
     else:
-        # os.path rather than pathlib, which costs a command ~7 ms to import
-        state = os.path.expanduser(env.get("CORRAL_STATE_DIR") or "~/.corral")
         try:
             unix_user = getpass.getuser()
         except (KeyError, OSError):
             raise CliError("cannot tell who you are: set USER or LOGNAME") from None
         path = os.path.join(state, "credentials", f"{unix_user}.json")
-    if not os.path.isfile(path):
-        raise CliError(
-            f"no Corral cluster found (no {path}): start one with 'corral up', "
-            "or set CORRAL_NATS_URL and CORRAL_CREDENTIALS"
-        )
-    try:
-        credentials = read_credentials(path)
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
+    if path_text or (not remote_url and os.path.isfile(path)):
+        if not os.path.isfile(path):
+            raise CliError(
+                f"no credentials file {path} (CORRAL_CREDENTIALS): set it to your credentials file"
+            )
+        try:
+            credentials = read_credentials(path)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+    else:
+        auth_socket = _auth_socket(env, state)
+        if auth_socket is None:
+            raise CliError(
+                f"no Corral cluster found (no {path}, no corral authd at {AUTH_SOCKET}): start one with "
+                "'corral up', or set CORRAL_AUTH_SOCKET, or CORRAL_NATS_URL and CORRAL_CREDENTIALS"
+            )
+        try:
+            credentials, expires = authd_client.fetch(auth_socket)
+        except authd_client.AuthdError as exc:
+            raise CliError(str(exc)) from None
     if not valid_token(credentials.user):
-        raise CliError(f"the user name {credentials.user!r} in {path} cannot be used on the cluster")
+        source = path if auth_socket is None else f"corral authd's answer ({auth_socket})"
+        raise CliError(f"the user name {credentials.user!r} in {source} cannot be used on the cluster")
     given = env.get("TRACEPARENT", "").strip()
     traceparent = given if parse_traceparent(given) is not None else None
-    return Cluster(url=remote_url or credentials.url, credentials=credentials, traceparent=traceparent)
+    return Cluster(
+        url=remote_url or credentials.url,
+        credentials=credentials,
+        traceparent=traceparent,
+        auth_socket=auth_socket,
+        expires=expires,
+    )
+
+
+def _auth_socket(env: Mapping[str, str], state: str) -> str | None:
+    """The authd socket to ask: ``CORRAL_AUTH_SOCKET``, else the local cluster's, else the deployment's."""
+    named = env.get("CORRAL_AUTH_SOCKET", "").strip()
+    if named:
+        return named
+    for candidate in (os.path.join(state, "authd.sock"), AUTH_SOCKET):
+        if os.path.exists(candidate):
+            return candidate
+    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import os
 import signal
 import sys
 import time
@@ -23,6 +24,7 @@ def _up(args: argparse.Namespace) -> int:
         nodes=args.nodes,
         gpus_per_node=args.gpus_per_node,
         ha=args.ha,
+        auth_socket=Path(args.auth_socket) if args.auth_socket else None,
     )
     config = cluster.prepare(reconfigure=args.nodes_given)
     warning = ensure_resolvable([n.name for n in config.nodes])
@@ -97,6 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         from corral.cli.deploy import main as deploy_main
 
         return deploy_main(words[1:])
+    if words[:1] == ["credentials"]:
+        from corral.cli.credentials_cmd import main as credentials_main
+
+        return credentials_main(words[1:])
+    if words[:1] == ["authd"]:
+        from corral.cli.authd import main as authd_main
+
+        return authd_main(words[1:])
     if words[:1] == ["audit"]:
         from corral.cli.audit import main as audit_main
 
@@ -122,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         " schedulers (a leader and a standby), two accounting services (a partition of the projection each),"
         " two feed services (both publish, the feed drops the second copies)",
     )
+    up.add_argument(
+        "--auth-socket",
+        default=os.environ.get("CORRAL_AUTH_SOCKET") or None,
+        help="where corral authd gives other local users a ticket (default <state>/authd.sock; "
+        "/run/corral/authd.sock lets every user of the host in with no setup)",
+    )
     demo = sub.add_parser("demo", help="start a local cluster, run a showcase, stop")
     demo.add_argument("--state-dir", default=None, help="state directory (default: a fresh temporary one)")
     sub.add_parser("sim", help="replay a workload trace or an event log in virtual time (corral sim -h)")
@@ -131,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("feed", help="your job event feed as JSON lines (corral feed -h)")
     sub.add_parser("deploy", help="write a deployment for several machines (corral deploy init -h)")
     sub.add_parser("serviceaccount", help="add, list or remove service accounts (corral serviceaccount -h)")
+    sub.add_parser("credentials", help="revoke, restore, rotate credentials (corral credentials -h)")
+    sub.add_parser("authd", help="issue tickets to local users, as munged (corral authd -h)")
     args = parser.parse_args(argv)
     if args.command == "up":
         args.nodes_given = args.nodes is not None or args.gpus_per_node is not None

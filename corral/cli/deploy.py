@@ -10,7 +10,12 @@
 - ``env``: what every service reads (``CORRAL_CLUSTER_CONFIG``, ``CORRAL_DATABASE_URL`` with a fresh
   password, ``OTEL_EXPORTER_OTLP_ENDPOINT`` when given), for systemd's ``EnvironmentFile`` and compose's
   ``env_file``; the password is in this file, not on a command line;
-- ``systemd/``: a unit per service and ``corral-agent@.service``;
+- ``auth/ticket.key`` and ``auth/issuer.nk`` (0600): the ticket key ``corral authd`` signs with and the auth
+  callout checks (copy it to every host, as ``munge.key``), and the callout's issuer nkey; the servers hand
+  every login but the static ones to the callout (``docs/decisions/identity.md``), and
+  ``credentials/roles/corral-system.json`` is the system account's user (revocation, reloads);
+- ``systemd/``: a unit per service, ``corral-agent@.service`` and ``corral-authd.service`` (root, on every
+  login and compute host: ``/run/corral/authd.sock``);
 - ``compose.yaml`` (``deploy_compose.py``): the same layout as containers, built from the source tree by
   ``infra/Dockerfile`` (nothing is installed into a read-only mount), with a one-shot ``declare`` service
   that declares the streams and buckets with 3 replicas before the services start.
@@ -27,7 +32,9 @@ import secrets
 import sys
 from pathlib import Path
 
+from corral.cli.authd import DEFAULT_SOCKET as AUTH_SOCKET
 from corral.cli.deploy_compose import SERVICES, compose_text, service_command
+from corral.cli.local_auth import LocalAuth
 from corral.libs.config.cluster import local_config_text
 from corral.libs.infra import roles
 from corral.libs.infra.managed import write_private
@@ -105,6 +112,14 @@ def init(target: Path, layout: Layout) -> list[Path]:
         write_credentials(path, Credentials(url=layout.client_url(), user=name, password=password[name]))
         written.append(path)
     users = users_of(layout, password)
+    auth = LocalAuth(target, Path(AUTH_SOCKET))
+    system_password = new_password()
+    callout = auth.callout(system_password)
+    system_creds = target / "credentials" / "roles" / f"{roles.SYSTEM}.json"
+    write_credentials(
+        system_creds, Credentials(url=layout.client_url(), user=roles.SYSTEM, password=system_password)
+    )
+    written += [auth.ticket_key, auth.issuer_seed, system_creds]
     routes = [f"nats-route://{h}:{layout.route_port + i}" for i, h in enumerate(layout.nats_hosts)]
     (target / "nats").mkdir(exist_ok=True)
     for i in range(len(layout.nats_hosts)):
@@ -116,6 +131,7 @@ def init(target: Path, layout: Layout) -> list[Path]:
             f"nats-{i + 1}",  # relative to the working directory, /var/lib/corral (a volume in compose)
             users,
             cluster=cluster,
+            callout=callout,
         )
         write_private(conf, text)
         written.append(conf)
@@ -142,6 +158,9 @@ def init(target: Path, layout: Layout) -> list[Path]:
         )
         unit.write_text(_unit(layout, service))
         written.append(unit)
+    authd = target / "systemd" / "corral-authd.service"
+    authd.write_text(_authd_unit(layout))
+    written.append(authd)
     compose = target / "compose.yaml"
     compose.write_text(compose_text(layout, ROOT))
     written.append(compose)
@@ -160,12 +179,26 @@ def _unit(layout: Layout, service: str) -> str:
         argv = service_command(service, layout, ROOT)
         description = f"Corral {service}"
     argv = ["/opt/corral/venv/bin/python", *argv[1:]]
+    # The agent runs jobs; the auth callout reads the ticket key, which is root's alone.
+    user = "root" if service in ("agent", "auth") else "corral"
     return (
         f"# Written by corral deploy init.\n[Unit]\nDescription={description}\n"
         "After=network-online.target\nWants=network-online.target\n\n"
-        f"[Service]\nUser={'root' if service == 'agent' else 'corral'}\nEnvironmentFile={ROOT}/env\n"
+        f"[Service]\nUser={user}\nEnvironmentFile={ROOT}/env\n"
         "StateDirectory=corral\nWorkingDirectory=/var/lib/corral\n"
         f"ExecStart={' '.join(argv)}\nRestart=always\nRestartSec=2\nKillSignal=SIGTERM\nTimeoutStopSec=30\n"
+        "\n[Install]\nWantedBy=multi-user.target\n"
+    )
+
+
+def _authd_unit(layout: Layout) -> str:
+    """The unit of ``corral authd``: root (it reads the ticket key), its socket in ``/run/corral``."""
+    argv = ["/opt/corral/venv/bin/python", "-m", "corral.cli.authd", "--socket", AUTH_SOCKET]
+    argv += ["--key", f"{ROOT}/auth/ticket.key", "--url", layout.client_url()]
+    return (
+        "# Written by corral deploy init.\n[Unit]\nDescription=Corral authd (local users' tickets)\n\n"
+        "[Service]\nUser=root\nRuntimeDirectory=corral\nRuntimeDirectoryMode=0755\n"
+        f"ExecStart={' '.join(argv)}\nRestart=always\nRestartSec=2\n"
         "\n[Install]\nWantedBy=multi-user.target\n"
     )
 

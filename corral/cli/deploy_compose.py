@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from corral.cli.deploy import Layout
 
 #: The services of a deployment besides the agents, in the order of their metrics ports.
-SERVICES = ("gateway", "scheduler", "accounting", "health", "tracer", "feed")
+SERVICES = ("gateway", "scheduler", "accounting", "health", "tracer", "feed", "auth")
 
 
 def service_command(
@@ -42,6 +42,8 @@ def service_command(
     ]
     if service == "gateway":
         argv += ["--admin", roles.ADMIN, "--auditor", roles.AUDITOR]
+    if service == "auth":
+        argv += ["--ticket-key", f"{root}/auth/ticket.key", "--issuer-seed", f"{root}/auth/issuer.nk"]
     if service == "agent":
         # Relative to the working directory: /var/lib/corral (the image's WORKDIR, the unit's
         # WorkingDirectory), a volume of the agent's own in compose.

@@ -9,6 +9,7 @@ Everything lives in one state directory, so starting again on the same directory
     <state>/credentials/roles/      one credentials file per service role and agent, and the auditor's (0600)
     <state>/credentials/service-accounts/<name>.json  each ``[[service_accounts]]``'s (0600; ``corral
                                    serviceaccount add`` writes it, the next start gives it its NATS user)
+    <state>/auth/, <state>/authd.sock  the ticket and issuer keys, and authd's socket (``local_auth.py``)
     <state>/nats/  <state>/postgres/  the servers' data
     <state>/agents/<node>/          each agent's run records, job scripts and run status files
     <state>/logs/<service>.log      each process's JSON log
@@ -31,10 +32,12 @@ from pathlib import Path
 
 import msgspec
 
+from corral.cli.local_auth import LocalAuth
 from corral.cli.local_nats import nats_servers
 from corral.libs.config import otlp, settings
 from corral.libs.config.cluster import ClusterConfig, load_config, local_config_text
 from corral.libs.infra import NatsServer, NatsUser, PostgresServer, roles
+from corral.libs.infra.nats_server import Callout
 from corral.libs.infra.ports import free_port
 from corral.libs.runtime.credentials import Credentials, new_password, read_credentials, write_credentials
 from corral.libs.runtime.streams import connect, declare
@@ -79,6 +82,7 @@ class LocalCluster:
     #: ``[cluster] allow_root_jobs`` of the configuration it writes (None: when started by root, whose every
     #: job is root's; a configuration already there is kept as it is)
     allow_root_jobs: bool | None = None
+    auth_socket: Path | None = None  # where authd listens (default <state>/authd.sock)
 
     @property
     def config_path(self) -> Path:
@@ -94,6 +98,12 @@ class LocalCluster:
     def metrics_file(self) -> Path:
         """Where the metrics URLs are written (``{process name: URL}``), for tools and tests."""
         return self.state_dir / "metrics.json"
+
+    @property
+    def auth(self) -> LocalAuth:
+        """The ticket and callout keys, and where authd listens (``auth_socket``, else
+        ``<state>/authd.sock``)."""
+        return LocalAuth(self.state_dir, self.auth_socket or self.state_dir / "authd.sock")
 
     def role_credentials(self, role: str) -> Path:
         """A role's credentials file."""
@@ -149,7 +159,9 @@ class LocalCluster:
             return read_credentials(path).password
         return new_password()
 
-    def _users(self) -> list[NatsUser]:
+    def nats_users(self) -> list[NatsUser]:
+        """Every static NATS user of the cluster, with the passwords of their credentials files (new ones
+        for those without)."""
         assert self.config is not None
         users = []
         for role in roles.SERVICE_ROLES:
@@ -164,6 +176,17 @@ class LocalCluster:
             path = service_account_credentials(self.state_dir, sa.name)
             users.append(roles.service_account_user(sa, self._password(sa.login, path)))
         return users
+
+    def callout(self) -> Callout:
+        """The servers' auth callout (``LocalAuth.callout``), with the system user's password."""
+        return self.auth.callout(self._password(roles.SYSTEM, self.role_credentials(roles.SYSTEM)))
+
+    def refresh_nats_users(self) -> None:
+        """Give the NATS servers the logins of the credentials files as they are now (before a restart)."""
+        users, callout = tuple(self.nats_users()), self.callout()
+        for server in (self.nats, *self.nats_peers):
+            if server is not None:
+                server.users, server.callout = users, callout
 
     def credentials_of(self, name: str) -> Path:
         """The credentials file of the user or of one of the guests."""
@@ -185,22 +208,35 @@ class LocalCluster:
     def start(self, ready_timeout: float = 60.0) -> None:
         """Start servers, declare streams, start services and agents, wait until nodes registered."""
         config = self.config or self.prepare()
-        users = self._users()
-        servers = nats_servers(self.state_dir, users, self.ha)
+        users = self.nats_users()
+        callout = self.callout()
+        servers = nats_servers(self.state_dir, users, self.ha, callout)
         for server in servers:
             server.start()
         self.nats, self.nats_peers = servers[0], servers[1:]
-        self._write_credentials(users, ",".join(server.url for server in servers))
+        url = ",".join(server.url for server in servers)
+        self._write_credentials([*users, callout.system], url)
         readers = roles.feed_readers(config.service_accounts)
         asyncio.run(self._declare([node.name for node in config.nodes], readers, replicas=len(servers)))
         self.postgres = PostgresServer(self.state_dir / "postgres")
         self.postgres.start()
         (self.state_dir / "logs").mkdir(mode=0o700, exist_ok=True)
         replicas = (
-            ("gateway-2", "health-2", "scheduler-2", "feed-2", *ACCOUNTING_REPLICAS[1:]) if self.ha else ()
+            ("gateway-2", "health-2", "scheduler-2", "feed-2", "auth-2", *ACCOUNTING_REPLICAS[1:])
+            if self.ha
+            else ()
         )
-        services = ("accounting", "scheduler", "gateway", "health", "feed")
-        for name in (*services, *replicas, *self._optional_services()):
+        services = (
+            "auth",
+            "accounting",
+            "scheduler",
+            "gateway",
+            "health",
+            "feed",
+            *replicas,
+            *self._optional_services(),
+        )
+        for name in services:
             role = f"corral-{name.split('-')[0]}"
             extra, secrets = [], {}
             if name in ACCOUNTING_REPLICAS:
@@ -212,6 +248,8 @@ class LocalCluster:
                 )
             if name.startswith("gateway"):
                 extra = ["--admin", roles.ADMIN, "--auditor", roles.AUDITOR]
+            if name.startswith("auth"):
+                extra = self.auth.service_flags()
             if name == "scheduler-2":
                 extra = ["--name", f"{socket.gethostname()}-2"]  # a standby (the lease names each scheduler)
             self._spawn(name, role, f"corral.services.{name.split('-')[0]}", extra, secrets)
@@ -221,6 +259,8 @@ class LocalCluster:
             self._spawn(
                 role, role, "corral.services.agent", ["--node", node.name, "--state-dir", str(agent_dir)]
             )
+        argv = self.auth.authd_argv(url)  # other local users' way in
+        self.processes.append(Process("authd", argv, self._popen("authd", argv)))
         self._write_metrics_files()
         self.wait_ready(ready_timeout)
 
@@ -321,6 +361,9 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check_alive()
+            if not self.auth.socket.exists():
+                time.sleep(0.1)
+                continue
             try:
                 nodes = decode(call("nodes", api.NodesRequest()), api.NodesReply | api.ApiError)
                 if isinstance(nodes, api.NodesReply) and all(

@@ -110,7 +110,7 @@ class StepSession:
             conn = nats_request.Connection(
                 self.cluster.url,
                 user=user,
-                password=self.cluster.credentials.password,
+                password=self.cluster.login().password,
                 inbox_prefix=inbox_prefix(user),
                 timeout=self.cluster.timeout,
             )

@@ -90,9 +90,13 @@ class Supervisor:
     def __init__(self, cluster: LocalCluster, now: float) -> None:
         self.cluster = cluster
         self.watched: list[_Watched] = []
-        for server in (cluster.nats, *cluster.nats_peers, cluster.postgres):
+        for server in (cluster.nats, *cluster.nats_peers):
             if server is not None:
-                self.watched.append(_server(server))
+                # Its configuration is rendered again from the credentials files as they are now: a
+                # ``corral credentials rotate`` since the start changed the passwords.
+                self.watched.append(_server(server, before=cluster.refresh_nats_users))
+        if cluster.postgres is not None:
+            self.watched.append(_server(cluster.postgres))
         for p in cluster.processes:
             self.watched.append(_service(cluster, p))
         for w in self.watched:
@@ -151,11 +155,16 @@ def _service(cluster: LocalCluster, p: Process) -> _Watched:
     )
 
 
-def _server(server: ManagedServer) -> _Watched:
+def _server(server: ManagedServer, before: Callable[[], None] | None = None) -> _Watched:
+    def start() -> None:
+        if before is not None:
+            before()
+        server.revive()
+
     return _Watched(
         name=server.name,
         alive=lambda: server.pid is not None,
-        start=server.revive,
+        start=start,
         status=lambda: _status(server.returncode),
         log=server.log_path,
     )

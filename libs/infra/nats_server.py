@@ -1,4 +1,5 @@
-"""A real nats-server with JetStream, password logins and per-user subject permissions."""
+"""A real nats-server with JetStream, password logins and per-user subject permissions; with a ``Callout``,
+every other login is handed to the auth callout service (people's tickets, ``services/auth``)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ class NatsUser:
     deny_publish: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Callout:
+    """nats-server's ``auth_callout``: a login that is none of the static users goes to the callout service,
+    whose answers must be signed by ``issuer``; ``system`` is the system account's user."""
+
+    issuer: str  # the public account nkey (A...) of the callout's signing key
+    system: NatsUser  # the one user of the system account ($SYS: CONNZ, KICK)
+
+
 class NatsServer(ManagedServer):
     """A nats-server with JetStream and password logins, each user limited to its allowed subjects."""
 
@@ -47,6 +57,7 @@ class NatsServer(ManagedServer):
         max_memory_store: int = 256 * MIB,
         max_file_store: int = 10 * 1024 * MIB,
         ready_timeout: float = 10.0,
+        callout: Callout | None = None,
     ) -> None:
         if not users:
             # Without an authorization block the server would let anyone in.
@@ -57,6 +68,7 @@ class NatsServer(ManagedServer):
         self.routes = routes  # a server of a cluster: its routes to the others
         self.max_memory_store = max_memory_store
         self.max_file_store = max_file_store
+        self.callout = callout
 
     @property
     def name(self) -> str:
@@ -89,7 +101,14 @@ class NatsServer(ManagedServer):
             max_memory_store=self.max_memory_store,
             max_file_store=self.max_file_store,
             cluster=self.routes,
+            callout=self.callout,
         )
+
+    def rewrite_config(self) -> None:
+        """Write the configuration of a server that runs elsewhere (another process started it: the port
+        is the one in its data directory), for it to reload (``corral credentials rotate``)."""
+        self._port = int((self.data_dir / "port").read_text())
+        write_private(self.config_path, self._render_config())
 
 
 @dataclass(frozen=True)
@@ -111,6 +130,7 @@ def render_config(
     max_memory_store: int = 256 * MIB,
     max_file_store: int = 10 * 1024 * MIB,
     cluster: Routes | None = None,
+    callout: Callout | None = None,
 ) -> str:
     """A ``nats.conf``: JetStream, password logins with each role's subject permissions, and, for a server of
     a cluster, its routes (the one rendering of a server's configuration, for ``corral up`` and for
@@ -136,7 +156,18 @@ def render_config(
             f"  routes: [\n{routes}\n  ]\n"
             "}\n"
         )
-    return text + f"authorization {{\n  users = [\n{rendered}\n  ]\n}}\n"
+    if callout is None:
+        return text + f"authorization {{\n  users = [\n{rendered}\n  ]\n}}\n"
+    # The static users bypass the callout (auth_users); every other login gets the callout's verdict.
+    static = [user.user for user in users] + [callout.system.user]
+    return text + (
+        f"accounts {{\n  SYS: {{ users: [ {_nats_user(callout.system, permissions=False)} ] }}\n}}\n"
+        "system_account: SYS\n"
+        f"authorization {{\n  users = [\n{rendered}\n  ]\n"
+        f"  auth_callout {{\n    issuer: {_quote(callout.issuer)}\n"
+        f"    auth_users: {_quote_list(static)}\n  }}\n"
+        "}\n"
+    )
 
 
 def nats_server_binary() -> Path:
@@ -161,19 +192,21 @@ def _quote_list(values: Sequence[str]) -> str:
     return "[" + ", ".join(_quote(value) for value in values) + "]"
 
 
-def _nats_user(user: NatsUser) -> str:
+def _nats_user(user: NatsUser, permissions: bool = True) -> str:
     if user.password.startswith("$2"):
         # nats-server reads such a value as a bcrypt hash, not as the password itself.
         raise ValueError(f"NATS password of {user.user!r} must not start with '$2'")
-    permissions = [
+    if not permissions:
+        return f"{{user: {_quote(user.user)}, password: {_quote(user.password)}}}"
+    rules = [
         f"publish: {_subject_rule(user.publish, user.deny_publish)}",
         f"subscribe: {_subject_rule(user.subscribe)}",
     ]
     if user.allow_responses:
-        permissions.append("allow_responses: true")
+        rules.append("allow_responses: true")
     return (
         f"{{user: {_quote(user.user)}, password: {_quote(user.password)}, "
-        f"permissions: {{{', '.join(permissions)}}}}}"
+        f"permissions: {{{', '.join(rules)}}}}}"
     )
 
 

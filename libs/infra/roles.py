@@ -19,6 +19,9 @@
 - a service account (``svc-<name>``, ``service_account_user``) has a person's API rights under its own name
   (the gateway lets it submit on behalf of the users and accounts of its scope, ``libs/core/scopes.py``),
   and may publish health reports on its own reporter token (health checks the node is in its scope);
+- the auth callout (``corral-auth``) answers nats-server's authorization requests for people who connect with
+  a ticket (``services/auth``) and reads the revocation bucket; ``corral-system`` is the system account's
+  user, which the revoke command uses to close a revoked user's connections;
 - the auditor role is a person's account (the API only, ``auditor_user``) that the gateway's ``--auditor``
   lets read every job's history and refuses every verb that writes.
 """
@@ -38,11 +41,14 @@ HEALTH = "corral-health"
 ACCOUNTING = "corral-accounting"
 TRACER = "corral-tracer"
 FEED = "corral-feed"
+AUTH = "corral-auth"
+#: The user of nats-server's system account (``$SYS``): closes a revoked user's connections (``KICK``).
+SYSTEM = "corral-system"
 #: The local cluster's auditor (``corral up`` passes it to the gateway's ``--auditor``).
 AUDITOR = "corral-auditor"
 
 #: Every service role (agents are per node: ``agent_role(node)``).
-SERVICE_ROLES = (ADMIN, GATEWAY, SCHEDULER, HEALTH, ACCOUNTING, TRACER, FEED)
+SERVICE_ROLES = (ADMIN, GATEWAY, SCHEDULER, HEALTH, ACCOUNTING, TRACER, FEED, AUTH)
 
 _GATEWAY_EVENTS = (
     "job_submitted",
@@ -142,6 +148,13 @@ def service_user(role: str, password: str) -> NatsUser:
         publish.append(subjects.INBOXES)
         # The partition leases and the accounting processes' presence, in the leader bucket.
         publish += [f"$KV.{subjects.LEADER_BUCKET}.>", f"$JS.API.STREAM.INFO.KV_{subjects.LEADER_BUCKET}"]
+    elif role == AUTH:
+        # nats-server's authorization requests, answered on the server's own $SYS inbox; reads of the
+        # revocations bucket, and no other JetStream API (no consumer of the log: it holds scripts).
+        subscribe.append("$SYS.REQ.USER.AUTH")
+        revoked = f"KV_{subjects.REVOKED_BUCKET}"
+        publish = [subjects.DLQ_SUBJECTS, "$SYS._INBOX.>", "$JS.API.INFO", f"$JS.API.STREAM.INFO.{revoked}"]
+        publish += [f"$JS.API.STREAM.MSG.GET.{revoked}", f"$JS.API.DIRECT.GET.{revoked}.>"]
     elif role == TRACER:
         pass  # read-only: the JetStream client API of its consumer, and dead letters
     elif role == FEED:
@@ -199,11 +212,16 @@ def auditor_user(password: str) -> NatsUser:
 
 def user_user(name: str, password: str) -> NatsUser:
     """The NATS user of a person: the API on their own subject token, replies on their own inbox."""
+    return _person(person_name(name), password)
+
+
+def person_name(name: str) -> str:
+    """``name`` if a person may have it; ValueError otherwise (not a subject token, or a service's)."""
     if not subjects.valid_token(name):
         raise ValueError(f"user name {name!r} cannot be a subject token (letters, digits, - _)")
     if name.startswith(("agent-", "corral-", scopes.PREFIX)):
         raise ValueError(f"user name {name!r} is reserved for Corral's services")
-    return _person(name, password)
+    return name
 
 
 def service_account_user(sa: scopes.ServiceAccount, password: str) -> NatsUser:
@@ -217,6 +235,13 @@ def service_account_user(sa: scopes.ServiceAccount, password: str) -> NatsUser:
 
 
 def _person(name: str, password: str, scope: FeedScope | None = None) -> NatsUser:
+    publish, subscribe = person_permissions(name, scope)
+    return NatsUser(name, password, publish=publish, subscribe=subscribe)
+
+
+def person_permissions(name: str, scope: FeedScope | None = None) -> tuple[list[str], list[str]]:
+    """What a person may publish and subscribe to: a static user's, and the auth callout's user JWTs; the
+    feed of ``scope`` (default: the person's own jobs)."""
     # The API and steps (srun) as themselves; their steps' output, and stdin to their steps' task 0.
     publish = [
         subjects.api_subject("*", name),
@@ -225,7 +250,7 @@ def _person(name: str, password: str, scope: FeedScope | None = None) -> NatsUse
     ]
     subscribe = [_inbox(name), f"corral.io.{name}.>"]
     feed_publish, feed_subscribe = feed_rights(name, scope or FeedScope(users=(name,)))
-    return NatsUser(name, password, publish=publish + feed_publish, subscribe=subscribe + feed_subscribe)
+    return publish + feed_publish, subscribe + feed_subscribe
 
 
 @dataclass(frozen=True)

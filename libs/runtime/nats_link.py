@@ -8,7 +8,10 @@ each, into the JSON logs. ``Link``'s callbacks replace it (``streams.connect`` i
 - ``disconnected``: ``nats disconnected`` (warning); the watchers are told ``False``;
 - ``reconnected``: ``nats reconnected`` (info) with the server's URL, once nats-py has sent every
   subscription again; the watchers are told ``True``;
-- ``closed``: ``nats connection closed`` (info).
+- ``closed``: ``nats connection closed`` (info); ``gone`` is set. nats-py gives up on a connection for good
+  when the server refuses it (an ``-ERR`` such as the authorization violation of a password that
+  ``corral credentials rotate`` retired): a service then exits, and its supervisor starts it again with the
+  credentials file as it is now (``service.py``).
 
 A watcher is a plain function of one boolean (connected or not), called in the event loop.
 
@@ -38,6 +41,7 @@ class Link:
         self.watchers: list[Callable[[bool], None]] = []  # told False on a drop, True on a return
         self.url: Callable[[], str | None] = lambda: None  # the server now connected, set by connect
         self.log = telemetry.logger(connection=name)
+        self.gone = asyncio.Event()  # set when nats-py has closed the connection for good
 
     def watch(self, watcher: Callable[[bool], None]) -> None:
         """Call ``watcher(False)`` whenever the connection drops and ``watcher(True)`` when it is back."""
@@ -60,6 +64,7 @@ class Link:
     async def closed(self) -> None:
         """nats-py's ``closed_cb``."""
         self.log.info("nats connection closed")
+        self.gone.set()
 
     def _tell(self, connected: bool) -> None:
         for watcher in self.watchers:

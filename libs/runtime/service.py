@@ -175,10 +175,14 @@ async def _serve(
         loop.add_signal_handler(sig, ctx.stop.set)
     task = asyncio.create_task(main(ctx))
     stopper = asyncio.create_task(ctx.stop.wait())
+    gone = asyncio.create_task(link.gone.wait())
     log.info("started")
-    await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait({task, stopper, gone}, return_when=asyncio.FIRST_COMPLETED)
+    # A connection nats-py closed for good (the server refused it: a rotated password) is not coming back:
+    # exit non-zero, for the supervisor (corral up, systemd) to start the service with its new credentials.
+    lost = gone.done() and not ctx.stop.is_set()
     ctx.stop.set()
-    for t in (task, stopper):
+    for t in (task, stopper, gone):
         if not t.done():
             # Its error, if any, is reported below (a failed loop sets ``stop`` before main raises it).
             with contextlib.suppress(Exception):
@@ -187,6 +191,9 @@ async def _serve(
                 except (TimeoutError, asyncio.CancelledError):
                     t.cancel()
     status = 0
+    if lost:
+        log.error("nats connection closed by the server", error=repr(nc.last_error))
+        status = 1
     if task.done() and not task.cancelled() and task.exception() is not None:
         log.error("service failed", exc_info=task.exception())
         status = 1

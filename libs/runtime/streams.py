@@ -119,6 +119,7 @@ async def declare(
             await js.update_stream(config)
     await js.create_key_value(bucket=subjects.IDS_BUCKET, history=1, replicas=replicas)
     await js.create_key_value(bucket=subjects.LEADER_BUCKET, history=1, replicas=replicas)
+    await js.create_key_value(bucket=subjects.REVOKED_BUCKET, history=1, replicas=replicas)
     await js.create_object_store(bucket=subjects.SNAPSHOT_BUCKET, replicas=replicas)
     for name, filters in (feed_readers or {}).items():
         await js.add_consumer(subjects.FEED_STREAM, feed_reader(name, filters))

@@ -15,7 +15,9 @@ import pytest
 from e2e_cli import Cli, user_env
 from test_e2e_supervision import Up, child_pid
 
+from corral.libs.runtime import tickets
 from corral.libs.runtime.credentials import read_credentials
+from corral.libs.runtime.nats_request import request
 from corral.libs.runtime.streams import connect
 from corral.schemas import subjects
 
@@ -42,6 +44,18 @@ def stream_replicas(state: Path) -> dict[str, int]:
     return asyncio.run(read())
 
 
+def ticket_login_on_every_server(state: Path) -> None:
+    """Each of the three servers hands a person's login to the auth callout, whichever server it is on."""
+    ticket = tickets.issue(tickets.read_keys(state / "auth" / "ticket.key"), "hauser", 4242)
+    for i in (1, 2, 3):
+        url = f"nats://127.0.0.1:{(state / f'nats-{i}' / 'port').read_text().strip()}"
+        subject = subjects.api_subject("nodes", "hauser")
+        reply = request(
+            url, subject, b"{}", user="hauser", password=ticket, inbox_prefix=subjects.inbox_prefix("hauser")
+        )
+        assert b"nodes" in reply.data, (i, reply.data)
+
+
 def test_losing_one_nats_server_mid_load_loses_nothing(tmp_path: Path) -> None:
     state = tmp_path / "state"
     env = user_env(state)
@@ -50,6 +64,7 @@ def test_losing_one_nats_server_mid_load_loses_nothing(tmp_path: Path) -> None:
     try:
         up.wait_line("is up")
         assert set(stream_replicas(state).values()) == {3}
+        ticket_login_on_every_server(state)
         accepted: list[int] = []
         refused: list[str] = []
 

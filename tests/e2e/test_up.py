@@ -77,7 +77,7 @@ def test_up_stops_cleanly_and_keeps_every_job(tmp_path: Path) -> None:
         assert proc.stdout is not None
         assert "Prometheus metrics" in proc.stdout.readline()
         urls = json.loads((state / "metrics.json").read_text())
-        assert sorted(urls) == ["accounting", "agent-node1", "feed", "gateway", "health", "scheduler"]
+        assert sorted(urls) == ["accounting", "agent-node1", "auth", "feed", "gateway", "health", "scheduler"]
         printed = dict(proc.stdout.readline().split() for _ in urls)
         assert printed == urls
         done = cli.sbatch("#!/bin/sh\necho done\n")

@@ -12,6 +12,7 @@ import yaml
 
 from corral.cli.deploy import main
 from corral.libs.config.cluster import load_config
+from corral.libs.runtime import nats_jwt
 from corral.libs.runtime.credentials import read_credentials
 
 pytestmark = pytest.mark.unit
@@ -52,6 +53,24 @@ def test_init_writes_a_whole_deployment(tmp_path: Path) -> None:
     unit = (target / "systemd" / "corral-scheduler.service").read_text()
     assert "ExecStart=/opt/corral/venv/bin/python -m corral.services.scheduler" in unit
     assert " ".join(compose["scheduler"]["command"][1:]) in unit  # the same command line
+
+
+def test_init_writes_the_identity_pieces(tmp_path: Path) -> None:
+    target = _init(tmp_path)
+    for secret in (target / "auth" / "ticket.key", target / "auth" / "issuer.nk"):
+        assert stat.S_IMODE(secret.stat().st_mode) == 0o600, secret
+    issuer = nats_jwt.public_key((target / "auth" / "issuer.nk").read_bytes().strip())
+    system = read_credentials(target / "credentials" / "roles" / "corral-system.json")
+    for conf in target.glob("nats/*.conf"):
+        text = conf.read_text()
+        assert f'issuer: "{issuer}"' in text and "system_account: SYS" in text, conf
+        assert system.password in text and '"corral-gateway"' in text.split("auth_users:")[1], conf
+    authd = (target / "systemd" / "corral-authd.service").read_text()
+    assert (
+        "User=root" in authd and "--socket /run/corral/authd.sock --key /etc/corral/auth/ticket.key" in authd
+    )
+    auth = (target / "systemd" / "corral-auth.service").read_text()
+    assert "User=root" in auth and "--ticket-key /etc/corral/auth/ticket.key" in auth
 
 
 def test_an_otlp_endpoint_adds_the_tracer(tmp_path: Path) -> None:

@@ -800,6 +800,7 @@ def test_no_cluster_line(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(CliError) as info:
         find_cluster({"CORRAL_STATE_DIR": "/nonexistent/state"})
     assert info.value.message == (
-        "no Corral cluster found (no /nonexistent/state/credentials/alice.json): start one with 'corral up', "
-        "or set CORRAL_NATS_URL and CORRAL_CREDENTIALS"
+        "no Corral cluster found (no /nonexistent/state/credentials/alice.json, no corral authd at "
+        "/run/corral/authd.sock): start one with 'corral up', or set CORRAL_AUTH_SOCKET, or CORRAL_NATS_URL "
+        "and CORRAL_CREDENTIALS"
     )
