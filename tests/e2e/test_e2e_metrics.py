@@ -84,7 +84,8 @@ def squeue_gpus(cli: Cli) -> dict[str, int]:
 
 def test_metrics_follow_the_jobs(cluster: tuple[Cli, dict[str, str]]) -> None:
     cli, urls = cluster
-    assert set(urls) == {"gateway", "scheduler", "accounting", "health", "auth", "agent-node1", "agent-node2"}
+    services = {"gateway", "scheduler", "accounting", "health", "auth", "feed"}
+    assert set(urls) == services | {"agent-node1", "agent-node2"}
     for url in urls.values():
         assert url.startswith("http://127.0.0.1:")
         scrape(url)  # each serves and parses
