@@ -182,7 +182,8 @@ async def _serve(
     # exit non-zero, for the supervisor (corral up, systemd) to start the service with its new credentials.
     lost = gone.done() and not ctx.stop.is_set()
     ctx.stop.set()
-    for t in (task, stopper, gone):
+    gone.cancel()  # (the connection is still open on a stop: nothing to wait for, it is drained below)
+    for t in (task, stopper):
         if not t.done():
             # Its error, if any, is reported below (a failed loop sets ``stop`` before main raises it).
             with contextlib.suppress(Exception):

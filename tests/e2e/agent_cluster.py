@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import nats.js.errors
 from e2e_cli import Cli, as_local, user_env
 
 from corral.cli.local_cluster import LocalCluster, ensure_resolvable
@@ -90,3 +91,19 @@ def republish(cluster: LocalCluster, node: str, data: bytes, msg_id: str) -> Non
             await nc.drain()
 
     asyncio.run(put())
+
+
+def last_seq(cluster: LocalCluster, subject: str) -> int:
+    """Sequence of the newest log entry on ``subject`` (0 if none)."""
+
+    async def read() -> int:
+        nc = await connect(read_credentials(cluster.role_credentials(roles.ADMIN)), name="test")
+        try:
+            msg = await nc.jetstream().get_last_msg(subjects.EVENTS_STREAM, subject)
+            return int(msg.seq or 0)
+        except nats.js.errors.NotFoundError:
+            return 0
+        finally:
+            await nc.drain()
+
+    return asyncio.run(read())

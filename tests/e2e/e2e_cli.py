@@ -101,6 +101,19 @@ def cli_as(cli: Cli, cluster: LocalCluster, credentials: Path) -> Cli:
 
 
 @contextmanager
+def guest_cluster(root: Path, nodes: int, guests: tuple[str, ...]) -> Iterator[LocalCluster]:
+    """A local cluster of our own (2 GPUs a node) whose ``guests`` have credentials files beside its user's
+    (``cli_as`` acts as one), started."""
+    cluster = LocalCluster(root / "state", getpass.getuser(), nodes=nodes, gpus_per_node=2, guests=guests)
+    cluster.prepare()
+    cluster.start(ready_timeout=90)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@contextmanager
 def own_cluster(root: Path, config: str, nodes: int, gpus_per_node: int) -> Iterator[Cli]:
     """A local cluster of our own with configuration ``config``, started; a Cli that submits from ``root``."""
     cluster = LocalCluster(root / "state", getpass.getuser(), nodes=nodes, gpus_per_node=gpus_per_node)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_cli import Cli, cli_as, user_env
+from e2e_cli import Cli, cli_as, guest_cluster, user_env
 
 from corral.cli.local_cluster import LocalCluster
 from corral.libs.infra import roles
@@ -32,14 +32,8 @@ SLEEPER = "#!/bin/bash\n#SBATCH -N 2 --gres=gpu:1 -o /dev/null\nsleep 600\n"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A 2-node cluster of our own (this module kills an agent), with a guest user."""
-    root = tmp_path_factory.mktemp("audit")
-    cluster = LocalCluster(root / "state", getpass.getuser(), nodes=2, gpus_per_node=2, guests=(GUEST,))
-    cluster.prepare()
-    cluster.start(ready_timeout=90)
-    try:
+    with guest_cluster(tmp_path_factory.mktemp("audit"), 2, (GUEST,)) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

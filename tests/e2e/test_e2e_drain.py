@@ -4,18 +4,14 @@ may drain (bad requests append nothing)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
-import nats.js.errors
 import pytest
-from agent_cluster import agent_cluster, wait_until
+from agent_cluster import agent_cluster, last_seq, wait_until
 from e2e_cli import Cli, admin_cli, alive
 
 from corral.cli.local_cluster import LocalCluster
 from corral.libs.infra import roles
-from corral.libs.runtime.credentials import read_credentials
-from corral.libs.runtime.streams import connect
 from corral.schemas import subjects
 
 pytestmark = pytest.mark.e2e
@@ -30,22 +26,6 @@ def drain_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lo
     """A 2-node cluster whose agents can be restarted without the nodes being marked down."""
     with agent_cluster(tmp_path_factory.mktemp("drain")) as pair:
         yield pair
-
-
-def last_seq(cluster: LocalCluster, subject: str) -> int:
-    """Sequence of the newest log entry on ``subject`` (0 if none)."""
-
-    async def read() -> int:
-        nc = await connect(read_credentials(cluster.role_credentials(roles.ADMIN)), name="test")
-        try:
-            msg = await nc.jetstream().get_last_msg(subjects.EVENTS_STREAM, subject)
-            return int(msg.seq or 0)
-        except nats.js.errors.NotFoundError:
-            return 0
-        finally:
-            await nc.drain()
-
-    return asyncio.run(read())
 
 
 def node_states(cli: Cli) -> dict[str, str]:

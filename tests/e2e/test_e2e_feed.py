@@ -7,7 +7,6 @@ refused by both the schema and the gateway."""
 from __future__ import annotations
 
 import asyncio
-import getpass
 import json
 import shutil
 import subprocess
@@ -18,7 +17,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from e2e_cli import BIN, Cli, cli_as, user_env
+from e2e_cli import BIN, Cli, cli_as, guest_cluster, user_env
 
 from corral.cli.local_cluster import LocalCluster
 from corral.libs.infra import roles
@@ -38,14 +37,8 @@ PASSING = "#!/bin/bash\n#SBATCH -o /dev/null\ntrue\n"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A 1-node cluster of our own with a guest user."""
-    root = tmp_path_factory.mktemp("feed")
-    cluster = LocalCluster(root / "state", getpass.getuser(), nodes=1, gpus_per_node=2, guests=(GUEST,))
-    cluster.prepare()
-    cluster.start(ready_timeout=90)
-    try:
+    with guest_cluster(tmp_path_factory.mktemp("feed"), 1, (GUEST,)) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

@@ -123,5 +123,5 @@ def test_a_job_rides_through_an_8s_nats_outage_and_no_node_goes_down(
     for log in sorted((local.state_dir / "logs").glob("*.log")):
         text = log.read_text()
         assert "Traceback" not in text, f"{log.name}: {text[-3000:]}"
-        if outage == "stopped":
+        if outage == "stopped" and log.name != "authd.log":  # (authd speaks to no server: no connection)
             assert '"event": "nats reconnected"' in text, log.name

@@ -23,9 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
-import nats.js.errors
 import pytest
-from agent_cluster import wait_until
+from agent_cluster import last_seq, wait_until
 from e2e_cli import BIN, Cli, admin_cli, as_local, cli_as, user_env
 from unix_users import open_directory
 
@@ -111,22 +110,6 @@ def ci_cli(cluster: LocalCluster, cli: Cli) -> Cli:
     ci = cli_as(cli, cluster, service_account_credentials(cluster.state_dir, "ci"))
     ci.env["CORRAL_ON_BEHALF_OF"] = OWNER
     return ci
-
-
-def last_seq(cluster: LocalCluster, subject: str) -> int:
-    """Sequence of the newest log entry on ``subject`` (0 if none)."""
-
-    async def read() -> int:
-        nc = await connect(read_credentials(cluster.role_credentials(roles.ADMIN)), name="test")
-        try:
-            msg = await nc.jetstream().get_last_msg(subjects.EVENTS_STREAM, subject)
-            return int(msg.seq or 0)
-        except nats.js.errors.NotFoundError:
-            return 0
-        finally:
-            await nc.drain()
-
-    return asyncio.run(read())
 
 
 def report_as_dcgm(cluster: LocalCluster, node: str, data: bytes, subject: str | None = None) -> None:

@@ -130,8 +130,14 @@ def test_commands_find_a_remote_cluster_through_the_environment(
     remote = Cli(env=env, workdir=cli.workdir)
     job = remote.sbatch("#!/bin/sh\necho remote\n")
     assert remote.wait_state(job, ("COMPLETED",)) == "COMPLETED|0:0"
-    # Without either, the command says how to find a cluster.
-    lost = Cli(env={k: v for k, v in env.items() if not k.startswith("CORRAL_NATS")}, workdir=cli.workdir)
+    # The credentials file alone names its cluster (its URL); without either, the command says how to find
+    # one.
+    alone = Cli(env={k: v for k, v in env.items() if k != "CORRAL_NATS_URL"}, workdir=cli.workdir)
+    assert alone("squeue").returncode == 0
+    lost = Cli(
+        env={k: v for k, v in env.items() if k not in ("CORRAL_NATS_URL", "CORRAL_CREDENTIALS")},
+        workdir=cli.workdir,
+    )
     out = lost("squeue")
     assert out.returncode == 1 and "corral up" in out.stderr and out.stderr.count("\n") == 1
 
