@@ -145,11 +145,15 @@ STEP_ROWS = [
 
 def step_pids(job: int) -> list[int]:
     """Live processes of the job's step tasks (they carry SLURM_STEP_ID)."""
-    return [
-        pid
-        for pid in job_pids(job)
-        if b"\0SLURM_STEP_ID=" in b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
-    ]
+    pids = []
+    for pid in job_pids(job):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue  # it ended since it was listed
+        if b"\0SLURM_STEP_ID=" in b"\0" + environ:
+            pids.append(pid)
+    return pids
 
 
 @pytest.mark.parametrize(("point", "supervisor"), STEP_ROWS, ids=[f"{p}-{s}" for p, s in STEP_ROWS])

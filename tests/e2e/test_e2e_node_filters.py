@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from e2e_cli import Cli
 
@@ -9,9 +11,14 @@ pytestmark = pytest.mark.e2e
 
 
 def test_squeue_nodelist_and_sinfo_nodes(cli: Cli) -> None:
-    job = cli.sbatch("#!/bin/sh\nsleep 30\n", "-w", "node2")
+    job = cli.sbatch("#!/bin/sh\nsleep 300\n", "-w", "node2")
     try:
-        cli.wait_state(job, ("RUNNING",))
+        # squeue, the scheduler's view: it needs the job running (sacct follows the log, and a busy run once
+        # projected the whole 30 s run in one batch, past a poll for RUNNING)
+        deadline = time.monotonic() + 60
+        while cli("squeue", "-h", "-j", str(job), "-o", "%T").stdout.strip() != "RUNNING":
+            assert time.monotonic() < deadline, cli("squeue", "-j", str(job)).stdout
+            time.sleep(0.3)
         on_node2 = cli("squeue", "-h", "-o", "%i %N", "-w", "node[2-3]").stdout.split("\n")
         assert f"{job} node2" in on_node2
         assert str(job) not in cli("squeue", "-h", "-o", "%i", "-w", "node1").stdout.split()

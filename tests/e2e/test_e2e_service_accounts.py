@@ -26,7 +26,7 @@ import msgspec
 import pytest
 from agent_cluster import last_seq, wait_until
 from e2e_cli import BIN, Cli, admin_cli, as_local, cli_as, user_env
-from unix_users import open_directory
+from unix_users import open_directory, unix_users
 
 from corral.cli.local_cluster import LocalCluster, ensure_resolvable, service_account_credentials
 from corral.libs.config.cluster import local_config_text
@@ -53,13 +53,12 @@ def cluster() -> Iterator[tuple[LocalCluster, Cli, Path]]:
     """2 nodes x 2 GPUs, the accounts ml-platform and physics, the service accounts ci and dcgm, and a
     health-check program run every second that fails on node2 once ``flag`` exists; in a directory OWNER
     may traverse to their jobs' scripts."""
-    with open_directory("corral-sacct-") as root:
+    with open_directory("corral-sacct-") as root, unix_users((OWNER,), f"{OWNER}-team"):
         yield from _cluster(root)
 
 
 def _cluster(root: Path) -> Iterator[tuple[LocalCluster, Cli, Path]]:
     """The cluster of ``cluster`` in ``root``."""
-    subprocess.run(["useradd", "-M", "-s", "/bin/sh", OWNER], capture_output=True, check=False)
     flag = root / "node2-fan-failed"
     check = root / "healthcheck.sh"
     check.write_text(
