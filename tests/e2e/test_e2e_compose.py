@@ -23,6 +23,7 @@ import pytest
 import yaml
 from e2e_cli import BIN, Cli, as_local, user_env
 
+from corral.cli import deploy_compose
 from corral.cli.local_cluster import ensure_resolvable
 from corral.libs.infra.managed import port_is_free
 from corral.libs.infra.nats_server import nats_server_binary
@@ -126,7 +127,9 @@ class Topology:
 def topology(tmp_path: Path) -> Iterator[tuple[Topology, Cli]]:
     deploy, work = tmp_path / "deploy", tmp_path / "work"
     work.mkdir()
-    nats, routes, metrics, pg = free_ports(3), free_ports(3), free_ports(8), free_ports(1)
+    # metrics: one port per service of deploy_compose.SERVICES and per agent, checked free
+    metrics = free_ports(len(deploy_compose.SERVICES) + 2)
+    nats, routes, pg = free_ports(3), free_ports(3), free_ports(1)
     hosts = ["corral-t-nats-1", "corral-t-nats-2", "corral-t-nats-3"]
     nodes = ["cnode1", "cnode2"]
     assert ensure_resolvable([*hosts, "corral-t-postgres", *nodes]) is None
