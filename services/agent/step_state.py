@@ -122,10 +122,16 @@ class LocalStep:
         return [pid for pid, ticks in self.pids.tasks.values() if stepdir.running((pid, ticks))]
 
     def signal_pids(self, sig: int) -> None:
-        """Send ``sig`` to the process group of each task still running."""
+        """Send ``sig`` to the process group of each task still running (to the task itself if it was
+        caught between its fork and its ``setsid``, before its group existed)."""
         for pgid in self.live_tasks():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
+            try:
                 os.killpg(pgid, sig)
+            except ProcessLookupError:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pgid, sig)
+            except PermissionError:
+                pass
 
 
 @dataclass

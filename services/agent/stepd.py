@@ -179,11 +179,20 @@ def main(argv: list[str]) -> int:
         text = f'{{"stepd": {me}, "tasks": {{{", ".join(pids)}}}}}'
         write_atomically(os.path.join(step_dir, PIDS_FILE), text)
 
+    def forked(pid: int) -> None:
+        # recorded before its exec: an agent that gives up on a supervisor stuck starting this task (an
+        # output file that blocks, say) kills it with the tasks already running
+        pids.append(f'"{task["task"]}": [{pid}, {procstat.start_ticks(pid) or 0}]')
+        record_pids()
+
     for task in spec["tasks"]:
         started[task["task"]] = time.time()
         try:
-            pid = taskstart.start_task(task, stdin_fd, procs_fd, sigreset, spec.get("run_as"), batch)
+            pid = taskstart.start_task(task, stdin_fd, procs_fd, sigreset, spec.get("run_as"), batch, forked)
         except OSError as exc:
+            if len(pids) > len(running):  # forked, then failed before its exec: it was reaped
+                pids.pop()
+                record_pids()
             at = started[task["task"]]
             write_atomically(
                 os.path.join(step_dir, f"{EXIT_PREFIX}{task['task']}"),
@@ -194,10 +203,6 @@ def main(argv: list[str]) -> int:
         groups.append(pid)
         if killing.started:
             os.killpg(pid, _signal.SIGTERM)  # asked to stop while it was starting the tasks
-        pids.append(f'"{task["task"]}": [{pid}, {procstat.start_ticks(pid) or 0}]')
-        # after each start: an agent that gives up on a supervisor stuck starting the next task (an
-        # output file that blocks, say) kills the tasks already running
-        record_pids()
     # Task 0 holds srun's stdin now: our copy would keep it from seeing end of file when the agent closes.
     for fd in (stdin_fd, procs_fd):
         if fd is not None:

@@ -16,6 +16,7 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import ModuleType
     from typing import Any
 
@@ -137,9 +138,12 @@ def start_task(
     sigreset: ModuleType,
     run_as: dict[str, Any] | None = None,
     batch: bool = False,
+    forked: Callable[[int], None] | None = None,
 ) -> int:
     """Start one task in its own session, as ``run_as`` if given; its pid. OSError (with Slurm's words) if
-    it cannot be."""
+    it cannot be. ``forked(pid)`` is called as soon as the child exists, before its exec: a child that
+    blocks before it (opening an output FIFO nobody reads, a hung file system) is then known and can be
+    killed by whoever gives up on the supervisor."""
     private: dict[str, int] = {}  # spool files of the step directory, which only the supervisor may open
     try:
         for name in ("stdout", "stderr"):
@@ -165,6 +169,8 @@ def start_task(
     finally:
         for fd in {*private.values(), report_w} | ({null} if null is not None else set()):
             os.close(fd)
+    if forked is not None:
+        forked(pid)
     with open(report_r, "rb") as report:
         failure = report.read()
     if failure:
