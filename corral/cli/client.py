@@ -34,6 +34,7 @@ from corral.cli import authd_client
 from corral.cli.errors import CliError
 from corral.libs.runtime import nats_request
 from corral.libs.runtime.credentials import Credentials, read_credentials
+from corral.libs.runtime.nats_errors import ServerUnreachable
 from corral.libs.runtime.nats_retry import RETRY_S, retrying
 from corral.libs.trace.spans import parse_traceparent
 from corral.schemas.api import ApiError, HistoryReply, HistoryRequest
@@ -59,6 +60,7 @@ class Cluster(msgspec.Struct):
     traceparent: str | None = None  # the caller's W3C trace context (TRACEPARENT), sent with each call
     auth_socket: str | None = None  # the authd the credentials came from (their password is a ticket)
     expires: float = 0.0  # when the ticket expires (Unix seconds), with ``auth_socket``
+    local_state: str | None = None  # the local cluster's state directory the credentials came from
 
     def login(self) -> Credentials:
         """The credentials for a new connection: with authd's, a new ticket when this one is near its end."""
@@ -99,23 +101,39 @@ class Cluster(msgspec.Struct):
         """One request on its own connection, retried as ``nats_retry`` says; raises the last
         ``NatsRequestError``."""
         user = self.credentials.user
-        return retrying(
-            lambda: nats_request.request(
-                self.url,
-                subject,
-                payload,
-                user=user,
-                password=self.login().password,
-                inbox_prefix=inbox_prefix(user),
-                headers=headers,
-                timeout=self.timeout,
-            ),
-            self.retry_s,
-        )
+
+        def attempt() -> nats_request.Reply:
+            try:
+                return nats_request.request(
+                    self.url,
+                    subject,
+                    payload,
+                    user=user,
+                    password=self.login().password,
+                    inbox_prefix=inbox_prefix(user),
+                    headers=headers,
+                    timeout=self.timeout,
+                )
+            except ServerUnreachable as exc:
+                if self.local_state is not None:
+                    from corral.cli import up_marker
+
+                    if up_marker.is_down(self.local_state):
+                        raise ClusterDown(
+                            f"{exc}: the local cluster in {self.local_state} is not running; "
+                            "start it with 'corral up'"
+                        ) from None
+                raise
+
+        return retrying(attempt, self.retry_s)
 
     def history(self, request: HistoryRequest) -> HistoryReply:
         """The log entries of a job, a node or a user's jobs (``corral audit``); CliError if refused."""
         return self.call("history", request, HistoryReply)
+
+
+class ClusterDown(nats_request.NatsRequestError):
+    """The local cluster the credentials belong to is not running: no retry can reach it."""
 
 
 class CallTimeout(CliError):
@@ -187,6 +205,7 @@ def find_cluster(environ: Mapping[str, str] | None = None) -> Cluster:
         traceparent=traceparent,
         auth_socket=auth_socket,
         expires=expires,
+        local_state=state if not path_text and not remote_url and auth_socket is None else None,
     )
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import msgspec
 
+from corral.cli import up_marker
 from corral.cli.local_auth import LocalAuth
 from corral.cli.local_nats import nats_servers
 from corral.libs.config import otlp, settings
@@ -208,6 +209,7 @@ class LocalCluster:
     def start(self, ready_timeout: float = 60.0) -> None:
         """Start servers, declare streams, start services and agents, wait until nodes registered."""
         config = self.config or self.prepare()
+        up_marker.mark_up(self.state_dir)
         users = self.nats_users()
         callout = self.callout()
         servers = nats_servers(self.state_dir, users, self.ha, callout)
@@ -431,6 +433,8 @@ class LocalCluster:
         running on the machine once ``corral up`` has exited. They are marked killed, so the next start
         reports them killed and the scheduler requeues them (a ``--no-requeue`` job ends NODE_FAIL).
         """
+        with contextlib.suppress(OSError):
+            up_marker.mark_stopped(self.state_dir)  # commands from now on say so at once
         ordered = sorted(self.processes, key=lambda p: 0 if p.name.startswith("agent-") else 1)
         for group in (
             [p for p in ordered if p.name.startswith("agent-")],

@@ -89,6 +89,12 @@ def test_up_stops_cleanly_and_keeps_every_job(tmp_path: Path) -> None:
     finally:
         stop_up(proc)
     assert processes_using(state) == [], "processes left running after corral up stopped"
+    # A command against the stopped cluster says so at once, instead of retrying for ten seconds.
+    began = time.monotonic()
+    down = cli("squeue")
+    assert down.returncode != 0
+    assert "is not running; start it with 'corral up'" in down.stderr, down.stderr
+    assert time.monotonic() - began < 5.0
     creds = state / "credentials"
     for path in creds.rglob("*.json"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
