@@ -136,7 +136,21 @@ def what_of(body: ev.Event) -> dict[str, str]:
         value = getattr(body, field.name)
         if field.name in _HIDDEN or value == field.default or value is None:
             continue
+        if isinstance(body, ev.StepExited) and field.name == "tasks":
+            out.update(_task_outcomes(body.tasks))
+            continue
         out[field.name] = _text(value)
+    return out
+
+
+def _task_outcomes(tasks: list[ev.TaskOutcome]) -> dict[str, str]:
+    """A step's tasks as ``rank@node=exit:signal`` (sacct's ExitCode; ``(oom)`` after one the OOM killer
+    ended), and the errors of those that have one apart (their pids and clocks are left to ``--json``)."""
+    shown = [f"{t.rank}@{t.node}={t.exit_code}:{t.signal}{'(oom)' if t.oom else ''}" for t in tasks]
+    out = {"tasks": ",".join(shown)}
+    errors = "; ".join(f"{t.rank}: {t.error}" for t in tasks if t.error)
+    if errors:
+        out["task_errors"] = errors
     return out
 
 

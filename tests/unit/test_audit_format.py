@@ -142,6 +142,23 @@ def test_what_leaves_out_defaults_and_the_job_id() -> None:
     }
 
 
+def test_a_steps_tasks_read_as_sacct_exit_codes_by_rank_and_node() -> None:
+    lost = ev.TaskOutcome(rank=0, node="node1", signal=9, error="node node1: the step supervisor vanished")
+    ended = ev.TaskOutcome(rank=1, node="node2", pid=7, started_at=T0, ended_at=T0 + 3, signal=15)
+    killed = ev.TaskOutcome(rank=2, node="node2", signal=9, oom=True)
+    body = ev.StepExited(job_id=1, attempt=0, step_id=0, node="node1", exit_code=0, signal=15,
+                         tasks=[lost, ended, killed])  # fmt: skip
+    assert what_of(body) == {
+        "attempt": "0",
+        "step_id": "0",
+        "node": "node1",
+        "exit_code": "0",
+        "signal": "15",
+        "tasks": "0@node1=0:9,1@node2=0:15,2@node2=0:9(oom)",
+        "task_errors": "0: node node1: the step supervisor vanished",
+    }
+
+
 @pytest.mark.parametrize(
     ("argv", "error"),
     [
