@@ -4,6 +4,9 @@
     corral trace 12 --json     # {"job_id": 12, "trace_id": ..., "spans": [SpanRecord, ...]}
     corral trace 12_3          # an array task: A_T, or its own job id (the JSON's job_id is its own id)
 
+In a terminal (or with ``COLUMNS`` set) the tree fits its width: the timeline narrows and the span events
+wrap; into a pipe it keeps its fixed layout (``libs/trace/render.py``).
+
 The spans are those the tracer exports (``libs/trace/derive.py``, same ids), so this works on a cluster with
 no tracing backend. The job's entries come from ``job_history.job_entries`` (the gateway's ``history`` verb:
 a user may trace their own jobs, the auditor and admin roles every job).
@@ -12,6 +15,7 @@ a user may trace their own jobs, the auditor and admin roles every job).
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 
@@ -44,7 +48,9 @@ def _trace(argv: list[str]) -> int:
         body = {"job_id": job_id, "trace_id": spans[0].trace_id, "spans": spans}
         sys.stdout.buffer.write(msgspec.json.encode(body) + b"\n")
         return 0
-    sys.stdout.write(render(job_id, spans, ns(max(last_at, time.time()))))
+    # COLUMNS, else the terminal's width; 0 (neither: a pipe) keeps the fixed layout
+    width = shutil.get_terminal_size((0, 0)).columns or None
+    sys.stdout.write(render(job_id, spans, ns(max(last_at, time.time())), width))
     return 0
 
 

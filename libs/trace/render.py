@@ -14,6 +14,7 @@ Pure: strings in, strings out.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 from corral.libs.trace.spans import AttrValue, SpanRecord
@@ -22,6 +23,10 @@ from corral.libs.trace.spans import AttrValue, SpanRecord
 BAR = 32
 #: Width of the tree column.
 NAME = 34
+#: The narrowest timeline bar of a ``width``-bound tree.
+MIN_BAR = 10
+#: The columns of a span's line besides its name and its bar: start, duration, spaces and the bar's ends.
+FIXED = 1 + 9 + 1 + 9 + 2 + 2
 
 
 def duration(ns: int) -> str:
@@ -37,15 +42,15 @@ def duration(ns: int) -> str:
     return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
-def _bar(start: int, end: int, origin: int, total: int) -> str:
-    """The span's place on the timeline (at least one cell)."""
+def _bar(start: int, end: int, origin: int, total: int, bar: int = BAR) -> str:
+    """The span's place on a timeline ``bar`` cells wide (at least one cell)."""
     if total <= 0:
-        return "▏" + " " * (BAR - 1)
-    first = min(BAR - 1, int((start - origin) * BAR / total))
-    last = max(first + 1, min(BAR, round((end - origin) * BAR / total)))
+        return "▏" + " " * (bar - 1)
+    first = min(bar - 1, int((start - origin) * bar / total))
+    last = max(first + 1, min(bar, round((end - origin) * bar / total)))
     if end == start:
-        return " " * first + "▏" + " " * (BAR - first - 1)
-    return " " * first + "█" * (last - first) + " " * (BAR - last)
+        return " " * first + "▏" + " " * (bar - first - 1)
+    return " " * first + "█" * (last - first) + " " * (bar - last)
 
 
 def _value(value: AttrValue) -> str:
@@ -62,8 +67,10 @@ def _event_attributes(attributes: dict[str, AttrValue]) -> str:
     return " ".join(f"{k}={_value(v)}" for k, v in shown.items())
 
 
-def render(job_id: int, spans: Sequence[SpanRecord], now_ns: int) -> str:
-    """The tree of ``spans`` (open spans run to ``now_ns``) as text lines, ending with a newline."""
+def render(job_id: int, spans: Sequence[SpanRecord], now_ns: int, width: int | None = None) -> str:
+    """The tree of ``spans`` (open spans run to ``now_ns``) as text lines, ending with a newline; ``width``
+    (a terminal's columns) narrows the tree column to its longest name, the timeline to what is left (at
+    least MIN_BAR cells) and wraps the span events' lines, None keeps the fixed layout (NAME, BAR)."""
     if not spans:
         return f"job {job_id}: no spans\n"
     ends = {s.span_id: s.end_ns if s.end_ns is not None else max(now_ns, s.start_ns) for s in spans}
@@ -74,35 +81,51 @@ def render(job_id: int, spans: Sequence[SpanRecord], now_ns: int) -> str:
     for span in spans:
         parent = span.parent_id if span.parent_id in ids else None
         children.setdefault(parent, []).append(span)
-    lines = [
-        f"job {job_id}: trace {spans[0].trace_id}, {len(spans)} spans",
-        f"{'span':<{NAME}} {'start':>9} {'duration':>9}  timeline",
-    ]
+    rows: list[tuple[str, SpanRecord | None, str]] = []  # (tree name, its span; or an event's indent, text)
 
     def walk(span: SpanRecord, prefix: str, last: bool, root: bool) -> None:
         branch = "" if root else ("└─ " if last else "├─ ")
-        end = ends[span.span_id]
-        open_mark = "…" if span.end_ns is None else ""
-        status = " ✗" if span.status == "error" else ""
-        name = f"{prefix}{branch}{span.name}{status}"
-        if len(name) > NAME:
-            name = name[: NAME - 1] + "…"
-        lines.append(
-            f"{name:<{NAME}} {'+' + duration(span.start_ns - origin):>9} "
-            f"{duration(end - span.start_ns) + open_mark:>9}  |{_bar(span.start_ns, end, origin, total)}|"
-        )
+        rows.append((f"{prefix}{branch}{span.name}{' ✗' if span.status == 'error' else ''}", span, ""))
         inner = prefix if root else prefix + ("   " if last else "│  ")
         kids = sorted(children.get(span.span_id, []), key=lambda s: (s.start_ns, s.name))
         pipe = "│  " if kids else "   "
         for event in span.events:
-            lines.append(
-                f"{inner}{pipe}· {event.name} +{duration(event.time_ns - origin)} "
-                f"{_event_attributes(event.attributes)}".rstrip()
-            )
+            text = f"· {event.name} +{duration(event.time_ns - origin)} {_event_attributes(event.attributes)}"
+            rows.append((f"{inner}{pipe}", None, text.rstrip()))
         for i, kid in enumerate(kids):
             walk(kid, inner, i == len(kids) - 1, False)
 
-    roots = sorted(children.get(None, []), key=lambda s: (s.start_ns, s.name))
-    for root in roots:
+    for root in sorted(children.get(None, []), key=lambda s: (s.start_ns, s.name)):
         walk(root, "", True, True)
+    name_width, bar = NAME, BAR
+    if width is not None:
+        name_width = min(NAME, max(len(name) for name, record, _ in rows if record is not None))
+        bar = max(MIN_BAR, width - name_width - FIXED)
+    lines = [
+        f"job {job_id}: trace {spans[0].trace_id}, {len(spans)} spans",
+        f"{'span':<{name_width}} {'start':>9} {'duration':>9}  timeline",
+    ]
+    for name, record, text in rows:
+        if record is None:
+            lines += _wrapped(name, text, width)
+            continue
+        if len(name) > name_width:
+            name = name[: name_width - 1] + "…"
+        end = ends[record.span_id]
+        open_mark = "…" if record.end_ns is None else ""
+        lines.append(
+            f"{name:<{name_width}} {'+' + duration(record.start_ns - origin):>9} "
+            f"{duration(end - record.start_ns) + open_mark:>9}  "
+            f"|{_bar(record.start_ns, end, origin, total, bar)}|"
+        )
     return "\n".join(lines) + "\n"
+
+
+def _wrapped(indent: str, text: str, width: int | None) -> list[str]:
+    """A span event's line under the tree's ``indent``; within ``width`` columns if given, its attributes
+    continued under the event's name."""
+    if width is None or len(indent) + len(text) <= width:
+        return [indent + text]
+    return textwrap.wrap(
+        text, width, initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False
+    )
