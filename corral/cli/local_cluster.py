@@ -84,6 +84,8 @@ class LocalCluster:
     #: job is root's; a configuration already there is kept as it is)
     allow_root_jobs: bool | None = None
     auth_socket: Path | None = None  # where authd listens (default <state>/authd.sock)
+    node_timeout: int = 6  # ``[cluster] node_timeout`` (s) of the configuration it writes (the demo's is 4)
+    backfill_resolution: int | None = None  # ``[scheduler] backfill_resolution`` it writes (None: default)
 
     @property
     def config_path(self) -> Path:
@@ -122,8 +124,8 @@ class LocalCluster:
             root = os.geteuid() == 0 if self.allow_root_jobs is None else self.allow_root_jobs
             if root:
                 print(
-                    f"corral: warning: root's jobs are allowed, and run as root ([cluster] allow_root_jobs = "
-                    f"true in {self.config_path}): this cluster was started by root",
+                    "corral: warning: started by root: root's jobs are allowed, and run as root\n"
+                    f"  ([cluster] allow_root_jobs = true in {self.config_path})",
                     file=sys.stderr,
                 )
             self.config_path.write_text(
@@ -135,6 +137,8 @@ class LocalCluster:
                     64 * 1024,
                     accounting_partitions=shared,
                     allow_root_jobs=root,
+                    node_timeout=self.node_timeout,
+                    backfill_resolution=self.backfill_resolution,
                 )
             )
         self.config = load_config(self.config_path)

@@ -262,21 +262,30 @@ def local_config_text(
     gpu_type: str = "sim",
     accounting_partitions: int = 1,
     allow_root_jobs: bool = False,
+    node_timeout: int = 6,
+    backfill_resolution: int | None = None,
 ) -> str:
     """The configuration ``corral up`` writes for a local cluster of simulated GPU nodes (and ``corral deploy
     init`` for real ones, with their ``gpu_type``); ``accounting_partitions`` > 1 shares the accounting
     projection among that many processes (``corral up --ha`` runs two); ``allow_root_jobs`` lets root submit
-    (``corral up`` started by root, whose every job is root's; never ``corral deploy init``)."""
+    (``corral up`` started by root, whose every job is root's; never ``corral deploy init``). ``corral demo``
+    shortens ``node_timeout`` (seconds) and plans backfill to the second (``backfill_resolution``; None
+    keeps the scheduler's default)."""
     names = hostlist.compress(nodes)
     accounting = (
         f"\n[accounting]\npartitions = {accounting_partitions}\n" if accounting_partitions > 1 else ""
     )
     root = "allow_root_jobs = true\n" if allow_root_jobs else ""
+    planner = (
+        f"\n[scheduler]\nbackfill_resolution = {backfill_resolution}\n"
+        if backfill_resolution is not None
+        else ""
+    )
     return (
-        f'[cluster]\nname = "{name}"\nheartbeat_interval = 1\nnode_timeout = 6\nkill_wait = 3\n'
+        f'[cluster]\nname = "{name}"\nheartbeat_interval = 1\nnode_timeout = {node_timeout}\nkill_wait = 3\n'
         "constrain_ram_space = true\n"
         f"{root}"
-        f"{accounting}\n"
+        f"{accounting}{planner}\n"
         f'[[nodes]]\nnames = "{names}"\ncpus = {cpus}\nmemory = "{mem_mb}M"\n'
         f'gpus = {gpus_per_node}\ngpu_type = "{gpu_type}"\n\n'
         f'[[partitions]]\nname = "gpu"\nnodes = "{names}"\ndefault = true\n'

@@ -11,6 +11,7 @@ from corral.libs.config.cluster import (
     ConfigError,
     NodeConfig,
     PartitionConfig,
+    SchedulerConfig,
     load_config,
     local_config_text,
     parse_config,
@@ -369,6 +370,14 @@ def test_local_config_text_round_trips(
     assert parse_config(
         local_config_text(name, nodes, gpus, cpus, mem_mb, allow_root_jobs=True)
     ).allow_root_jobs
+    assert config.scheduler.backfill_resolution_s == SchedulerConfig().backfill_resolution_s
+
+
+def test_local_config_text_takes_the_demos_node_timeout_and_backfill_resolution() -> None:
+    text = local_config_text("local", ["node1", "node2"], 4, 8, 16000, node_timeout=4, backfill_resolution=1)
+    config = parse_config(text)
+    assert (config.heartbeat_interval_s, config.node_timeout_s) == (1.0, 4.0)
+    assert config.scheduler.backfill_resolution_s == 1
 
 
 def test_scheduler_policy_keys() -> None:
