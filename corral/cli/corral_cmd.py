@@ -75,7 +75,8 @@ def _up(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from corral.cli.demo import run_demo
 
-    return run_demo(Path(args.state_dir) if args.state_dir else None)
+    only = 1 if args.fast else args.only
+    return run_demo(Path(args.state_dir) if args.state_dir else None, only)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,8 +139,19 @@ def main(argv: list[str] | None = None) -> int:
         help="where corral authd gives other local users a ticket (default <state>/authd.sock; "
         "/run/corral/authd.sock lets every user of the host in with no setup)",
     )
-    demo = sub.add_parser("demo", help="start a local cluster, run a showcase, stop")
+    demo = sub.add_parser(
+        "demo", help="start a local cluster, play four moments of a GPU cluster's life, stop (~1 min)"
+    )
     demo.add_argument("--state-dir", default=None, help="state directory (default: a fresh temporary one)")
+    chosen = demo.add_mutually_exclusive_group()
+    chosen.add_argument(
+        "--only",
+        type=int,
+        choices=range(1, 5),
+        metavar="N",
+        help="play moment N only: 1 multi-node training, 2 interactive srun, 3 backfill, 4 node failure",
+    )
+    chosen.add_argument("--fast", action="store_true", help="play the first moment only (--only 1)")
     sub.add_parser("sim", help="replay a workload trace or an event log in virtual time (corral sim -h)")
     sub.add_parser("log", help="export the event log for a what-if replay (corral log export -h)")
     sub.add_parser("trace", help="show a job's span tree, derived from the log (corral trace -h)")

@@ -86,3 +86,29 @@ def remove_run_cgroups(agents_dir: Path, wait: float = 3.0) -> None:
     for cgroup in cgroups:
         if cgroup and os.path.isdir(cgroup):
             memcg.remove(cgroup)
+
+
+def crash_runs(agent_dir: Path) -> int:
+    """What a node's power loss does to its jobs (``corral demo``'s node death): every step supervisor and
+    task process group recorded under one agent's directory (``jobs/*/pids``: batch steps, ``stepd/*/pids``:
+    srun's) is killed at once (SIGKILL), with no ``killed`` marker and no status written, so that the agent
+    started again finds its runs vanished; returns how many processes were killed."""
+    killed = 0
+    for pids in [*agent_dir.glob("jobs/*/pids"), *agent_dir.glob("stepd/*/pids")]:
+        try:
+            recorded = json.loads(pids.read_text())
+            stepd = (int(recorded["stepd"][0]), int(recorded["stepd"][1]))
+            tasks = [(int(pid), int(ticks)) for pid, ticks in recorded["tasks"].values()]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+            continue
+        # The supervisor first: it would report its tasks' deaths.
+        if procstat.is_running(*stepd):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(stepd[0], signal.SIGKILL)
+                killed += 1
+        for pid, ticks in tasks:
+            if procstat.is_running(pid, ticks):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+                    killed += 1
+    return killed
