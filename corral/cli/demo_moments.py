@@ -1,5 +1,6 @@
-"""The four moments of ``corral demo`` (``demo.py`` runs them): each submits real jobs with the real
-commands, waits for what it shows to happen, and ends with the commands that show it."""
+"""The four moments of ``corral demo`` (``demo.py`` plays them): each submits real jobs with the real
+commands (``demo_shell.py``), waits for what it shows to happen, and ends with the commands that show
+it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from corral.cli import demo_jobs
-from corral.cli.demo import WIDTH, Demo, DemoError, say, wait_until
+from corral.cli.demo_shell import WIDTH, Demo, DemoError, say, wait_until
 from corral.services.agent.stop_all import crash_runs
 
 #: The node moment 4 kills: the batch node of the run (rank 0, MASTER_ADDR, the checkpoint writer).
@@ -49,7 +50,8 @@ def training(demo: Demo) -> None:
 def interactive(demo: Demo) -> None:
     """Moment 2: ``srun --gres=gpu:N -l`` from the researcher's shell, a small distributed job."""
     # gloo rendezvous at the first node's name: it must resolve here (ensure_resolvable)
-    if demo.resolvable and importlib.util.find_spec("torch") is not None:
+    torch = importlib.util.find_spec("torch") is not None
+    if torch and demo.resolvable:
         (demo.work / "allreduce.py").write_text(demo_jobs.ALLREDUCE)
         command = ["python", "allreduce.py"]
         say(
@@ -60,10 +62,10 @@ def interactive(demo: Demo) -> None:
     else:
         (demo.work / "hello.sh").write_text(demo_jobs.HELLO)
         command = ["bash", "hello.sh"]
+        why = "the node names do not resolve here" if torch else "torch is not installed"
         say(
             "A researcher tries a distributed step from their shell: srun allocates 2 GPUs on each of 2 "
-            "nodes, runs 2 tasks and returns (a plain step: torch is not installed, or the node names do "
-            "not resolve here); -l labels each line with its task."
+            f"nodes, runs 2 tasks and returns (a plain step: {why}); -l labels each line with its task."
         )
     out = demo.shell.run("srun", "-N2", "-n2", "--gres=gpu:2", "-l", *command)
     if not re.search(r"^0: .*^1: |^1: .*^0: ", out, re.S | re.M):
