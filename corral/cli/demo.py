@@ -107,7 +107,10 @@ def run_demo(state_dir: Path | None, only: int | None = None) -> int:
         failed = False
         return 130
     finally:
+        stopping = time.monotonic()
         cmdclient.stop_servers(cmdclient.runtime_dir({"XDG_RUNTIME_DIR": str(runtime)}))
         cluster.stop()
+        if not failed:
+            say(f"Stopped in {time.monotonic() - stopping:.1f} s.")
         if temporary and not failed:  # a failed demo's logs stay for a look
             shutil.rmtree(state, ignore_errors=True)

@@ -195,7 +195,7 @@ def _metrics(demo: Demo) -> None:
 def closing(demo: Demo, total: float) -> None:
     """The end: what each moment took, and where to go from here."""
     print("\n" + "=" * WIDTH)
-    times = ", ".join(f"{what} {seconds:.1f} s" for what, seconds in demo.timings)
+    times = ", ".join(f"{what} {seconds:.1f}s" for what, seconds in demo.timings)
     say(f"Demo finished in {total:.1f} s ({times}); stopping the cluster.")
     say(
         "Keep a cluster running with 'corral up' (state in ~/.corral, every process's metrics URL in "

@@ -91,8 +91,9 @@ def remove_run_cgroups(agents_dir: Path, wait: float = 3.0) -> None:
 def crash_runs(agent_dir: Path) -> int:
     """What a node's power loss does to its jobs (``corral demo``'s node death): every step supervisor and
     task process group recorded under one agent's directory (``jobs/*/pids``: batch steps, ``stepd/*/pids``:
-    srun's) is killed at once (SIGKILL), with no ``killed`` marker and no status written, so that the agent
-    started again finds its runs vanished; returns how many processes were killed."""
+    srun's) is killed at once (SIGKILL), then whatever is left in its runs' memory cgroups, which go too (a
+    machine that lost power has none left). No ``killed`` marker, no status: the agent started again finds
+    its runs vanished. Returns how many recorded processes were killed."""
     killed = 0
     for pids in [*agent_dir.glob("jobs/*/pids"), *agent_dir.glob("stepd/*/pids")]:
         try:
@@ -102,13 +103,14 @@ def crash_runs(agent_dir: Path) -> int:
         except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
             continue
         # The supervisor first: it would report its tasks' deaths.
-        if procstat.is_running(*stepd):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(stepd[0], signal.SIGKILL)
-                killed += 1
-        for pid, ticks in tasks:
+        for pid, ticks, kill in [(*stepd, os.kill), *((p, t, os.killpg) for p, t in tasks)]:
             if procstat.is_running(pid, ticks):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
+                    kill(pid, signal.SIGKILL)
                     killed += 1
+    for marker in agent_dir.glob("jobs/*/cgroup"):
+        with contextlib.suppress(OSError):
+            cgroup = marker.read_text().strip()
+            if cgroup and os.path.isdir(cgroup):
+                memcg.remove(cgroup)
     return killed
