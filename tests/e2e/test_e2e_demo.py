@@ -71,7 +71,10 @@ def test_the_demo_plays_the_four_moments_and_shows_each_ones_evidence(tmp_path: 
     assert rows["eval"][1] <= planned.group(1), (rows, planned.group(1))
     assert rows["eval"][1] <= rows["train-big"][0] <= planned.group(1), (rows, planned.group(1))
 
-    # 4. The second attempt runs with SLURM_RESTART_COUNT=1, from the checkpoint the first one saved.
+    # 4. node1's agent and its job processes were killed; the second attempt runs with
+    # SLURM_RESTART_COUNT=1, from the checkpoint the first one saved.
+    killed = re.search(r"node1 is gone at step \d+ \((\d+) job processes killed", moment[4])
+    assert killed is not None and int(killed.group(1)) >= 2, moment[4]  # the batch step's and a task's
     resumed = re.search(r"SLURM_RESTART_COUNT=1: resumed from checkpoint step (\d+)", moment[4])
     assert resumed is not None, moment[4]
     step = int(resumed.group(1))
