@@ -49,7 +49,7 @@ from corral.services.gateway.nodes import NodeUpdates
 from corral.services.gateway.policy import check_policy
 from corral.services.gateway.reservations import Reservations
 from corral.services.gateway.submission import DEPENDENCY_PROBLEM as DEPENDENCY_PROBLEM  # re-exported
-from corral.services.gateway.submission import Submissions
+from corral.services.gateway.submission import RawBatch, Submissions
 from corral.services.gateway.validate import validate_spec
 
 #: Requests of one verb a gateway handles at once (a submission waits on JetStream most of its time).
@@ -90,7 +90,7 @@ class Gateway:
         """Every verb the gateway serves: its request type and handler; the writing verbs refuse auditors."""
         writers: dict[str, tuple[type[Any], Handler]] = {
             "submit": (api.SubmitRequest, self.submit),
-            "submit_batch": (api.SubmitBatchRequest, self.submit_batch),
+            "submit_batch": (RawBatch, self.submit_batch),
             "cancel": (api.CancelRequest, self.cancel),
             "hold": (api.HoldRequest, self.hold),
             "release": (api.ReleaseRequest, self.release),

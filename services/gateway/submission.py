@@ -10,7 +10,8 @@ One submission, in order:
    same token is the same entry, and its reply the original job id, read from that entry (the ids the retry
    reserved are skipped). The reply goes only once the log has stored the entry.
 
-A batch accepts each job on its own (a refused job gets its own ``ApiError``; the others go on), reserves the
+A batch accepts each job on its own (a refused job gets its own ``ApiError`` and the others go on; so does a
+job that does not decode: the gateway decodes the request as ``RawBatch``, each job separately), reserves the
 ids of all the accepted at once, and appends them concurrently: their publishes are pipelined on the
 gateway's connection (``libs/runtime/pipeline.py``). Each job's result is what ``submit`` would have replied
 for it. Authorisation is the same: every job's owner is the caller, or whom a service account names in that
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import msgspec
 
@@ -32,7 +34,8 @@ from corral.libs.runtime.id_blocks import split
 from corral.libs.runtime.ports import EventLog, JobIds
 from corral.schemas import api
 from corral.schemas import events as ev
-from corral.schemas.api_requests import MAX_TOKEN
+from corral.schemas.api_requests import MAX_BATCH, MAX_TOKEN
+from corral.schemas.codec import DecodeError, decode
 from corral.services.gateway.asks import SchedulerAsks
 from corral.services.gateway.behalf import owner_of
 from corral.services.gateway.lookup import JobLookup
@@ -53,6 +56,13 @@ DEPENDENCY_PROBLEM = "Job dependency problem"
 #: A batch entry asking for an estimate only.
 NO_TEST_ONLY = "test_only is not allowed in submit_batch: send it alone as a submit request"
 _tracer = telemetry.tracer(__name__)
+
+
+class RawBatch(msgspec.Struct, frozen=True, tag="submit_batch", kw_only=True):
+    """A ``submit_batch`` request as the gateway decodes it (``api.SubmitBatchRequest`` is its schema): each
+    job is decoded on its own, so that one that does not decode is refused alone, naming its field."""
+
+    jobs: Annotated[list[msgspec.Raw], msgspec.Meta(min_length=1, max_length=MAX_BATCH)]
 
 
 @dataclass(frozen=True)
@@ -111,12 +121,14 @@ class Submissions:
             return await self.asks.will_run(accepted.owner, accepted.spec)
         return await self._append(user, accepted, await self.ids.next_job_id(accepted.size))
 
-    async def submit_batch(self, user: str, req: api.SubmitBatchRequest) -> api.SubmitBatchReply:
+    async def submit_batch(self, user: str, req: RawBatch | api.SubmitBatchRequest) -> api.SubmitBatchReply:
         """Each job of the batch as ``submit`` would take it; one result per job, in order."""
         tally = Tally()
         checked: list[Accepted | api.ApiError] = []
-        for entry in req.jobs:
+        jobs: list[api.SubmitRequest | msgspec.Raw] = list(req.jobs)
+        for k, one in enumerate(jobs):
             try:
+                entry = one if isinstance(one, api.SubmitRequest) else _decoded(one, k)
                 if entry.test_only:
                     raise InvalidInput(NO_TEST_ONLY, field="test_only")
                 checked.append(await self._accept(user, entry, tally))
@@ -134,10 +146,10 @@ class Submissions:
                 *(self._append(user, a, start) for a, start in zip(accepted, starts, strict=True)),
                 return_exceptions=True,
             )
-            for one, outcome in zip(accepted, appended, strict=True):
-                results[id(one)] = _result(outcome)
+            for done, outcome in zip(accepted, appended, strict=True):
+                results[id(done)] = _result(outcome)
         return api.SubmitBatchReply(
-            results=[one if isinstance(one, api.ApiError) else results[id(one)] for one in checked]
+            results=[c if isinstance(c, api.ApiError) else results[id(c)] for c in checked]
         )
 
     async def _accept(self, caller: str, req: api.SubmitRequest, tally: Tally | None = None) -> Accepted:
@@ -211,6 +223,19 @@ class Submissions:
                     raise InvalidInput("token was already used for another request", field="token")
                 job_id = original.envelope.body.job_id
             return api.SubmitReply(job_id=job_id)
+
+
+def _decoded(raw: msgspec.Raw, k: int) -> api.SubmitRequest:
+    """Job ``k`` of a batch; InvalidInput naming its field (``jobs[k].spec.nodes``) if it does not decode."""
+    try:
+        request: api.SubmitRequest = decode(raw, api.SubmitRequest)
+    except DecodeError as exc:
+        message = str(exc)
+        path = message.split("at `$.", 1)[1].split("`", 1)[0] if "at `$." in message else ""
+        raise InvalidInput(
+            f"malformed job {k}: {message}", field=f"jobs[{k}]{'.' if path else ''}{path}"
+        ) from None
+    return request
 
 
 def _result(outcome: api.SubmitReply | BaseException) -> api.SubmitReply | api.ApiError:
