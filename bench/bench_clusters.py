@@ -24,12 +24,16 @@ from corral.libs.infra import roles
 
 @contextlib.contextmanager
 def code_of(tree: Path) -> Iterator[None]:
-    """``PYTHONPATH`` naming ``tree`` while processes are started in this block."""
-    before = os.environ.get("PYTHONPATH")
+    """``PYTHONPATH`` naming ``tree``, and ``tree`` the working directory, while processes are started in this
+    block: ``python -m`` puts its working directory first on ``sys.path``, before ``PYTHONPATH``, so a
+    service started from another checkout would import that one's code."""
+    before, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
     os.environ["PYTHONPATH"] = str(tree)
+    os.chdir(tree)
     try:
         yield
     finally:
+        os.chdir(cwd)
         if before is None:
             os.environ.pop("PYTHONPATH", None)
         else:
@@ -60,7 +64,8 @@ class BenchCluster:
             wait_started(self.cluster.state_dir / "logs" / f"{name}.log")
 
     def cpu(self) -> dict[str, float]:
-        """CPU seconds each process of the cluster has used so far (NATS included)."""
+        """CPU seconds each process of the cluster has used so far (NATS included), and what the children
+        each has waited for used (an agent's job supervisors and jobs: ``<name> children``)."""
         tick = os.sysconf("SC_CLK_TCK")
         pids = {p.name: p.proc.pid for p in self.cluster.processes if p.proc is not None}
         if self.cluster.nats is not None and self.cluster.nats.pid is not None:
@@ -70,6 +75,9 @@ class BenchCluster:
             with contextlib.suppress(OSError):
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
                 used[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+                children = (int(fields[13]) + int(fields[14])) / tick  # cutime, cstime
+                if children:
+                    used[f"{name} children"] = children
         return used
 
 
