@@ -5,8 +5,8 @@ local cluster (``--nodes`` x 4 GPUs; with ``--before``, a second one running the
 turn with this one) and, on each:
 
 1. **API client**: submits ``--jobs`` one-CPU jobs that run ``true``, from the concurrent API client of
-   ``api_load.py`` (``submit_batch`` of 100 jobs, 4 requests in flight, one process), and waits until the
-   queue is empty;
+   ``api_load.py`` (one process: ``submit`` requests, 64 in flight; with ``--batch N``, ``submit_batch``
+   requests of N jobs, 4 in flight), and waits until the queue is empty;
 2. **sbatch loop**: submits ``--sbatch`` such jobs from a shell loop (``for i in ...; do sbatch --wrap=true;
    done``, each ``sbatch`` a process served by the user's command server, as a user's script does), and
    waits until the queue is empty.
@@ -140,7 +140,9 @@ def sbatch_loop(bench: BenchCluster, jobs: int, work: Path) -> set[int]:
     return {int(line) for line in out.stdout.split()}
 
 
-def measure(bench: BenchCluster, name: str, jobs: int, timeout: float) -> tuple[Phase, dict[str, float]]:
+def measure(
+    bench: BenchCluster, name: str, jobs: int, batch: int, timeout: float
+) -> tuple[Phase, dict[str, float]]:
     """One phase on one cluster: submit, wait for the queue to empty and for accounting."""
     creds = read_credentials(bench.cluster.user_credentials)
     cluster = Cluster(url=creds.url, credentials=creds)
@@ -150,7 +152,7 @@ def measure(bench: BenchCluster, name: str, jobs: int, timeout: float) -> tuple[
     if name == "API client":
         result = run_load(
             bench.cluster.user_credentials,
-            Load(jobs=jobs, clients=1, in_flight=4, batch=100, held=False, workdir=str(work)),
+            Load(jobs=jobs, in_flight=4 if batch else 64, batch=batch, held=False, workdir=str(work)),
         )
         ids = set(result.ids)
     else:
@@ -169,6 +171,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2000, help="jobs from the API client")
     parser.add_argument("--sbatch", type=int, default=300, help="jobs from the sbatch loop (0: none)")
     parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=0, help="jobs per submit_batch request (0: submit)")
     parser.add_argument("--before", type=Path, help="a checkout whose services run on a second cluster")
     parser.add_argument("--timeout", type=float, default=900.0)
     args = parser.parse_args()
@@ -184,7 +187,7 @@ def main() -> int:
     with clusters(trees, nodes=args.nodes) as benches:
         for k, (name, jobs) in enumerate(phases):
             for bench in benches if k % 2 == 0 else list(reversed(benches)):
-                phase, cpu = measure(bench, name, jobs, args.timeout)
+                phase, cpu = measure(bench, name, jobs, args.batch, args.timeout)
                 lines.append(phase.row(bench.name, cpu))
                 print(lines[-1], flush=True)
                 used = sorted(cpu.items(), key=lambda kv: -kv[1])
