@@ -30,6 +30,7 @@ from corral.schemas.api_replies import (
     ReservationReply,
     ReservationsReply,
     SharesReply,
+    SubmitBatchReply,
     SubmitReply,
     WillRunReply,
 )
@@ -61,6 +62,7 @@ from corral.schemas.api_requests import (
     ReservationsRequest,
     SharesRequest,
     SignalRequest,
+    SubmitBatchRequest,
     SubmitRequest,
     UpdateRequest,
     WillRunRequest,
@@ -146,6 +148,8 @@ __all__ = [
     "SignalOrder",
     "SignalRequest",
     "SignalScope",
+    "SubmitBatchReply",
+    "SubmitBatchRequest",
     "SubmitReply",
     "SubmitRequest",
     "TresCapacity",
@@ -164,6 +168,7 @@ JobState = Literal[lifecycle.JobState, "REQUEUED"]
 #: API verbs and the service that answers each.
 VERBS: dict[str, str] = {
     "submit": "gateway",
+    "submit_batch": "gateway",
     "cancel": "gateway",
     "hold": "gateway",
     "release": "gateway",

@@ -37,6 +37,13 @@ class SubmitReply(msgspec.Struct, frozen=True, tag="submitted", kw_only=True):
     job_id: int  # the new job's id
 
 
+class SubmitBatchReply(msgspec.Struct, frozen=True, tag="submitted_batch", kw_only=True):
+    """The outcome of each job of a submit_batch request, in the request's order: the job's id, or why it was
+    refused (nothing appended for it). A retryable error's job may be sent again with the same token."""
+
+    results: list[SubmitReply | ApiError]  # one per job of the request
+
+
 class WillRunReply(msgspec.Struct, frozen=True, tag="will_run_reply", kw_only=True):
     """The estimate for a job that was validated but not submitted (``sbatch --test-only``)."""
 

@@ -26,6 +26,9 @@ MAX_PRIORITY = 0xFFFFFFFD
 MAX_CANCEL = 10_000
 #: A list of job ids of a control request.
 JobIds = Annotated[list[int], msgspec.Meta(max_length=MAX_CANCEL)]
+#: The most jobs one submit_batch request may carry (the whole message is bounded too, as every API message:
+#: 4 MiB, ``codec.MAX_MESSAGE_BYTES``).
+MAX_BATCH = 1000
 
 # --- submit (sbatch, sbatch --test-only) ----------------------------------------------------------------
 
@@ -43,6 +46,13 @@ class SubmitRequest(msgspec.Struct, frozen=True, tag="submit", kw_only=True):
     # A service account's submission for this user (sbatch: CORRAL_ON_BEHALF_OF); the gateway accepts it
     # only when the caller is a service account whose scope covers the user or the account.
     on_behalf_of: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
+
+
+class SubmitBatchRequest(msgspec.Struct, frozen=True, tag="submit_batch", kw_only=True):
+    """Many jobs in one request (a CI system, a sweep tool): each is a submit request of its own, with its own
+    token and its own result, accepted or refused as ``submit`` would (``test_only`` is refused here)."""
+
+    jobs: Annotated[list[SubmitRequest], msgspec.Meta(min_length=1, max_length=MAX_BATCH)]  # in order
 
 
 class WillRunRequest(msgspec.Struct, frozen=True, tag="will_run", kw_only=True):
@@ -251,6 +261,7 @@ class NodeUpdateRequest(msgspec.Struct, frozen=True, tag="update_node", kw_only=
 #: Every request of the API (its JSON Schema is schemas/jsonschema/api-request.json).
 Request = (
     SubmitRequest
+    | SubmitBatchRequest
     | WillRunRequest
     | CancelRequest
     | JobsRequest

@@ -22,6 +22,7 @@ DOCUMENTS: dict[str, Any] = {
     "envelope.json": events.Envelope,
     "api-request.json": api.Request,
     "api-reply.json": api.SubmitReply
+    | api.SubmitBatchReply
     | api.WillRunReply
     | api.CancelReply
     | api.JobsReply

@@ -18,6 +18,11 @@ answer, is dead-lettered (``corral.dlq.<service>``, the reason in ``Corral-Reaso
 
 Each request's time and, for an ``ApiError`` reply, its code are recorded in the process's metrics
 (``metrics.current``), when it has any.
+
+A verb served with ``concurrency`` N > 1 handles up to N requests at once, each in a task of its own (the
+gateway's: a submission spends most of its time waiting for JetStream, and the others go on meanwhile); the
+N+1th waits in the subscription's queue until one ends. With 1 (the default) requests are handled one at a
+time, in order, as nats-py delivers them.
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ EVERY_SUBSCRIBER = ""
 #: Seconds such a subscriber holds back an answer that says it could not answer (an internal or retryable
 #: error), so that another's real answer comes first; a deterministic refusal (bad input) goes at once.
 ERROR_GRACE_S = 1.0
-#: Answers being held back (kept referenced until sent).
+#: Answers being held back, and requests being handled concurrently (kept referenced until done).
 _held: set[asyncio.Task[None]] = set()
 
 
@@ -73,9 +78,11 @@ async def serve(
     handler: Callable[[str, Req], Awaitable[Any]],
     *,
     queue: str,
+    concurrency: int = 1,
 ) -> Subscription:
     """Answer ``verb`` requests from any user with ``handler(user, request)``, as one of the queue group
-    ``queue`` (each request to one of its members), or with ``EVERY_SUBSCRIBER`` along with all others."""
+    ``queue`` (each request to one of its members), or with ``EVERY_SUBSCRIBER`` along with all others;
+    up to ``concurrency`` requests at once."""
     log = logger(verb=verb)
     metrics = metricsmod.current.get()
 
@@ -109,7 +116,27 @@ async def serve(
             code = reply.code if isinstance(reply, ApiError) else None
             metrics.served(verb, time.perf_counter() - started, code)
 
-    return await nc.subscribe(subjects.api_subject(verb, "*"), queue=queue, cb=on_request)
+    if concurrency <= 1:
+        return await nc.subscribe(subjects.api_subject(verb, "*"), queue=queue, cb=on_request)
+    slots = asyncio.Semaphore(concurrency)
+
+    async def handle(msg: Msg) -> None:
+        try:
+            await on_request(msg)
+        except Exception:  # nats-py would have logged a callback's error; a task's would be lost
+            log.exception("request failed")
+        finally:
+            slots.release()
+
+    async def dispatch(msg: Msg) -> None:
+        # Waiting for a slot holds the subscription's delivery back: the requests beyond ``concurrency`` queue
+        # in nats-py's pending messages, not in tasks.
+        await slots.acquire()
+        task = asyncio.create_task(handle(msg))
+        _held.add(task)
+        task.add_done_callback(_held.discard)
+
+    return await nc.subscribe(subjects.api_subject(verb, "*"), queue=queue, cb=dispatch)
 
 
 async def _respond_later(msg: Msg, data: bytes) -> None:

@@ -3,7 +3,9 @@
 - ``append`` publishes one envelope with ``Nats-Msg-Id`` (retries are deduplicated by the server)
   and, when asked, ``Nats-Expected-Last-Subject-Sequence`` over a wildcard subject (optimistic
   concurrency per job: two writers cannot both win). An append with the job's ``traceparent`` is a
-  short span (``append <tag>``) in the job's trace.
+  short span (``append <tag>``) in the job's trace. Appends are asynchronous JetStream publishes: the
+  concurrent appends of a process (a gateway's submissions) are pipelined on its connection, at most
+  ``APPEND_IN_FLIGHT`` awaiting their acknowledgement (more wait for a slot), each for ``APPEND_TIMEOUT_S``.
 - ``read`` replays the log in order from a sequence, with the decoded envelope or the decode
   error of each entry (a malformed entry never stops a reader); ``entries`` reads the entries of a few
   subjects at once (one job's or node's history) with the server doing the filtering.
@@ -14,7 +16,7 @@
   records its durable consumer's lag every ``LAG_POLL_S``.
 
 ``Bus`` is the real adapter of the ``EventLog`` and ``JobIds`` ports (``ports.py``), ``NatsApi`` that of
-``ApiClient``; their in-memory fakes are in ``memlog.py``.
+``ApiClient`` (``nats_api.py``); their in-memory fakes are in ``memlog.py``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 
-import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
@@ -33,8 +34,11 @@ from nats.js.errors import APIError, NotFoundError
 
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.errors import AppendConflict, InvalidInput, TransientError
+from corral.libs.runtime.id_blocks import GroupedIds
 from corral.libs.runtime.job_ids import UNAVAILABLE, NatsJobIds
 from corral.libs.runtime.metrics import REJECTED, SKIPPED_ENTRY, Metrics
+from corral.libs.runtime.nats_api import NatsApi as NatsApi  # re-exported: the services' ApiClient
+from corral.libs.runtime.pipeline import Pipeline
 from corral.libs.runtime.ports import Appended, decode_entry
 
 # Re-exported: the services that read the log name its entries from here.
@@ -60,7 +64,10 @@ class Bus:
     def __init__(self, nc: Client, actor: str, metrics: Metrics | None = None) -> None:
         self.nc = nc
         self.js = nc.jetstream(timeout=10.0)
-        self.job_ids = NatsJobIds(self.js)  # the job id counter
+        self.pipeline = Pipeline(nc)  # the appends, published asynchronously
+        counter = NatsJobIds(self.js)
+        # the job id counter, one compare-and-set for the demands of every concurrent submission
+        self.job_ids = GroupedIds(counter.next_job_id, counter.last_job_id)
         self.actor = actor
         self.metrics = metrics  # counts appends, dead letters and consumer lag (None: no metrics)
 
@@ -116,12 +123,13 @@ class Bus:
             if expect_subject is not None:
                 headers["Nats-Expected-Last-Subject-Sequence-Subject"] = expect_subject
         try:
-            ack = await self.js.publish(subject, encode(env), headers=headers)
+            ack = await self.pipeline.publish(subject, encode(env), headers)
         except APIError as exc:
             if exc.err_code == _WRONG_LAST_SEQUENCE:
                 raise AppendConflict(expect_subject or subject, expect_last_seq or 0) from None
             raise TransientError(f"append to {subject} failed: {exc}") from exc
         except (TimeoutError, *UNAVAILABLE) as exc:
+            # No acknowledgement: the entry may or may not be stored; a retry with its message id is safe.
             raise TransientError(f"append to {subject} failed: {exc!r}") from exc
         if self.metrics is not None and not ack.duplicate:
             self.metrics.appended(str(type(env.body).__struct_config__.tag))
@@ -366,22 +374,6 @@ class Bus:
             return
         for msg in msgs:
             await msg.ack()
-
-
-class NatsApi:
-    """API verbs called over NATS request/reply as ``user`` (the last token of the request subject)."""
-
-    def __init__(self, nc: Client, user: str) -> None:
-        self.nc = nc
-        self.user = user
-
-    async def request(self, verb: str, data: bytes, timeout: float) -> bytes:
-        """The reply to ``data`` on ``verb``; TimeoutError if nobody answers in time (or serves it)."""
-        try:
-            msg = await self.nc.request(subjects.api_subject(verb, self.user), data, timeout=timeout)
-        except nats.errors.NoRespondersError:
-            raise TimeoutError(f"nobody serves {verb}") from None
-        return bytes(msg.data)
 
 
 def entry_of(msg: Msg) -> LogEntry:

@@ -1,6 +1,11 @@
-"""The gateway: accepts job requests (submit, cancel, hold, release, update), admins' reservation requests
-(``reservations.py``) and node drain/resume requests (``nodes.py``); appends the accepted as intents. It also
-answers ``history`` (``corral audit``, ``history.py``) from the log.
+"""The gateway: accepts job requests (submit and submit_batch in ``submission.py``; cancel, hold, release,
+update, requeue, signal here), admins' reservation requests (``reservations.py``) and node drain/resume
+requests (``nodes.py``); appends the accepted as intents. It also answers ``history`` (``corral audit``,
+``history.py``) from the log.
+
+Each verb handles up to ``CONCURRENCY`` requests at once (``api_server.serve``): a request waits on JetStream
+most of its time (its reads, its append), and the others go on meanwhile, their appends pipelined on the
+gateway's connection. Several gateways share the requests (the ``gateway`` queue group).
 
 A service account submits on behalf of a user of its scope (``behalf.py``): the job is the user's.
 
@@ -27,7 +32,6 @@ from typing import Any
 import msgspec
 
 from corral.libs.config.cluster import ClusterConfig
-from corral.libs.runtime import telemetry
 from corral.libs.runtime.api_server import serve
 from corral.libs.runtime.bus import NatsApi
 from corral.libs.runtime.clock import SystemClock
@@ -36,27 +40,20 @@ from corral.libs.runtime.ports import ApiClient, Clock, EventLog, JobIds
 from corral.libs.runtime.service import Context
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
-from corral.schemas.api_requests import MAX_PRIORITY, MAX_SIGNAL, MAX_TOKEN
+from corral.schemas.api_requests import MAX_PRIORITY, MAX_SIGNAL
 from corral.services.gateway import control
 from corral.services.gateway.asks import SchedulerAsks
-from corral.services.gateway.behalf import owner_of
 from corral.services.gateway.history import History
 from corral.services.gateway.lookup import Found, JobLookup
 from corral.services.gateway.nodes import NodeUpdates
-from corral.services.gateway.policy import (
-    check_account,
-    check_policy,
-    check_submit_count,
-    check_submitter,
-    resolve_qos,
-    submit_limits,
-)
+from corral.services.gateway.policy import check_policy
 from corral.services.gateway.reservations import Reservations
-from corral.services.gateway.validate import array_size, validate_spec
+from corral.services.gateway.submission import DEPENDENCY_PROBLEM as DEPENDENCY_PROBLEM  # re-exported
+from corral.services.gateway.submission import RawBatch, Submissions
+from corral.services.gateway.validate import validate_spec
 
-#: Slurm's reply to a dependency on a job that does not exist.
-DEPENDENCY_PROBLEM = "Job dependency problem"
-_tracer = telemetry.tracer(__name__)
+#: Requests of one verb a gateway handles at once (a submission waits on JetStream most of its time).
+CONCURRENCY = 256
 #: A verb's handler: (caller, request) -> reply.
 Handler = Callable[[str, Any], Awaitable[Any]]
 
@@ -83,6 +80,9 @@ class Gateway:
         self.auditors = auditors - admins  # an admin named auditor too keeps the admin's rights
         self.lookup = JobLookup(events, ids)
         self.reservations = Reservations(events, config, admins, clock)
+        self.submissions = Submissions(events, ids, self.asks, config, admins, self.lookup, self.reservations)
+        self.submit = self.submissions.submit
+        self.submit_batch = self.submissions.submit_batch
         self.node_updates = NodeUpdates(events, config, admins, clock)
         self.history = History(events, self.lookup, admins, self.auditors)
 
@@ -90,6 +90,7 @@ class Gateway:
         """Every verb the gateway serves: its request type and handler; the writing verbs refuse auditors."""
         writers: dict[str, tuple[type[Any], Handler]] = {
             "submit": (api.SubmitRequest, self.submit),
+            "submit_batch": (RawBatch, self.submit_batch),
             "cancel": (api.CancelRequest, self.cancel),
             "hold": (api.HoldRequest, self.hold),
             "release": (api.ReleaseRequest, self.release),
@@ -116,67 +117,6 @@ class Gateway:
             return await handler(user, request)
 
         return guarded
-
-    async def submit(self, user: str, req: api.SubmitRequest) -> api.SubmitReply | api.WillRunReply:
-        """Validate and append JobSubmitted; a retry with the same token returns the same job id.
-
-        A job array is one entry: its block of ids is reserved with one compare-and-set on the counter,
-        and the reply is the first id (the array's id). With ``test_only`` (sbatch --test-only) the job is
-        validated the same way, nothing is appended, and the reply is the scheduler's estimate of its start.
-        """
-        if not req.token or len(req.token) > MAX_TOKEN:
-            raise InvalidInput(f"token must be 1-{MAX_TOKEN} characters", field="token")
-        caller = user
-        # From here ``user`` is the job's owner: the caller, or the user a service account submits for.
-        user, service_account = owner_of(caller, req, self.config)
-        check_submitter(user, self.config)
-        validate_spec(req.spec, self.config)
-        if req.spec.account is not None:
-            check_account(req.spec.account, user, self.config)
-        # The log records what the job really gets: the default partition, account and QOS are resolved here.
-        spec = msgspec.structs.replace(
-            req.spec,
-            partition=req.spec.partition or self.config.default_partition.name,
-            account=req.spec.account or self.config.default_account(user),
-        )
-        spec = msgspec.structs.replace(spec, qos=resolve_qos(spec, self.config))
-        # An admin's privileges (a negative nice) are the caller's: a service account never has them, whoever
-        # it submits for.
-        check_policy(spec, user, self.config, admin=caller in self.admins)
-        await self._check_dependencies(req.spec)
-        limits = submit_limits(spec, user, self.config)
-        if limits:
-            check_submit_count(limits, await self.asks.live_jobs(user), array_size(spec))
-        await self.reservations.check_job(user, spec)
-        if req.test_only:
-            return await self.asks.will_run(user, spec)
-        with _tracer.start_as_current_span("submit", attributes={"enduser.id": user}) as span:
-            job_id = await self.ids.next_job_id(array_size(spec))
-            span.set_attribute("corral.job.id", job_id)
-            traceparent = telemetry.inject()
-            with telemetry.about_job(job_id, traceparent):
-                appended = await self.events.append(
-                    ev.JobSubmitted(
-                        job_id=ev.JobId(job_id), user=user, spec=spec, service_account=service_account
-                    ),
-                    msg_id=f"submit:{caller}:{req.token}",
-                    correlation_id=str(job_id),
-                    traceparent=traceparent,
-                )
-            if appended.duplicate:
-                original = await self.events.entry(appended.seq)
-                if original.envelope is None or not isinstance(original.envelope.body, ev.JobSubmitted):
-                    raise InvalidInput("token was already used for another request", field="token")
-                job_id = original.envelope.body.job_id
-            return api.SubmitReply(job_id=job_id)
-
-    async def _check_dependencies(self, spec: ev.JobSpec) -> None:
-        """Refuse dependencies on jobs that were never submitted, as Slurm does."""
-        if spec.dependencies is None:
-            return
-        for job_id in sorted({d.job_id for d in spec.dependencies.items if d.type != "singleton"}):
-            if await self.lookup.find(job_id) is None:
-                raise InvalidInput(DEPENDENCY_PROBLEM, field="dependencies")
 
     async def hold(self, user: str, req: api.HoldRequest) -> api.ControlReply:
         """Append JobHoldRequested for each pending job the caller may hold."""
@@ -393,7 +333,7 @@ async def main(ctx: Context) -> None:
         auditors=frozenset(ctx.args.auditor or []),
     )
     subs = [
-        await serve(ctx.nc, verb, kind, handler, queue="gateway")
+        await serve(ctx.nc, verb, kind, handler, queue="gateway", concurrency=CONCURRENCY)
         for verb, (kind, handler) in gateway.handlers().items()
     ]
     await ctx.stop.wait()

@@ -25,6 +25,7 @@ them, plus this submission's jobs (an array's every task) would exceed one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corral.libs.config.cluster import ClusterConfig, PartitionConfig
@@ -193,8 +194,15 @@ def submit_limits(spec: JobSpec, user: str, config: ClusterConfig) -> list[Submi
     return out
 
 
-def check_submit_count(limits: list[SubmitLimit], live: list[api.JobInfo], adding: int) -> None:
-    """Refuse ``adding`` more jobs when the user's live jobs (pending and running) would exceed a limit."""
+def check_submit_count(
+    limits: list[SubmitLimit],
+    live: list[api.JobInfo],
+    adding: int,
+    earlier: Sequence[tuple[str | None, str | None, int]] = (),
+) -> None:
+    """Refuse ``adding`` more jobs when the user's live jobs (pending and running) would exceed a limit.
+    ``earlier``: (QOS, account, jobs) of the user's submissions accepted before this one in the same batch,
+    which the scheduler has not seen yet."""
     for lim in limits:
         count = sum(
             1
@@ -202,6 +210,11 @@ def check_submit_count(limits: list[SubmitLimit], live: list[api.JobInfo], addin
             if info.state in ("PENDING", "RUNNING")
             and (lim.qos is None or info.qos == lim.qos)
             and (lim.account is None or info.account == lim.account)
+        )
+        count += sum(
+            jobs
+            for qos, account, jobs in earlier
+            if (lim.qos is None or qos == lim.qos) and (lim.account is None or account == lim.account)
         )
         if count + adding > lim.limit:
             raise InvalidInput(

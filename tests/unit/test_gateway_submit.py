@@ -111,7 +111,7 @@ async def test_a_job_of_root_is_refused_naming_the_setting_unless_the_cluster_al
     assert "root may not submit jobs here" in str(refused.value)
     assert "set [cluster] allow_root_jobs = true" in str(refused.value)
     assert rig.log.bodies() == []
-    rig.gateway.config = dataclasses.replace(rig.gateway.config, allow_root_jobs=True)
+    rig.gateway.submissions.config = dataclasses.replace(rig.gateway.config, allow_root_jobs=True)
     [submitted] = rig.appended(await rig.submit(user="root"))
     assert isinstance(submitted, ev.JobSubmitted) and submitted.user == "root"
 

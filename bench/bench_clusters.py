@@ -1,0 +1,118 @@
+"""Local clusters for the throughput benchmarks, each running the code of a given checkout.
+
+A before/after comparison runs two clusters at once on this machine, one whose services import Corral from
+another checkout (``--before DIR``: e.g. ``git archive main | tar -x -C DIR``) and one from this one, and
+alternates the measurements between them, so both see the same machine load. The services are started
+with ``PYTHONPATH`` set to their checkout (``LocalCluster`` passes its environment on to them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.cli.local_cluster import LocalCluster, ensure_resolvable
+from corral.libs.infra import roles
+
+
+@contextlib.contextmanager
+def code_of(tree: Path) -> Iterator[None]:
+    """``PYTHONPATH`` naming ``tree``, and ``tree`` the working directory, while processes are started in this
+    block: ``python -m`` puts its working directory first on ``sys.path``, before ``PYTHONPATH``, so a
+    service started from another checkout would import that one's code."""
+    before, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
+    os.environ["PYTHONPATH"] = str(tree)
+    os.chdir(tree)
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
+@dataclass
+class BenchCluster:
+    """One local cluster and the checkout its services run."""
+
+    name: str  # "before" or "after"
+    tree: Path  # the checkout (holds the ``corral`` package)
+    cluster: LocalCluster  # the cluster
+    gateways: int = 1  # gateway processes running
+
+    def add_gateways(self, total: int) -> None:
+        """Start gateways until ``total`` run (more replicas of the queue group), and wait for each."""
+        while self.gateways < total:
+            self.gateways += 1
+            name = f"gateway-{self.gateways}"
+            with code_of(self.tree):
+                self.cluster._spawn(  # the bench adds replicas as --ha does
+                    name,
+                    roles.GATEWAY,
+                    "corral.services.gateway",
+                    ["--admin", roles.ADMIN, "--auditor", roles.AUDITOR],
+                )
+            wait_started(self.cluster.state_dir / "logs" / f"{name}.log")
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds each process of the cluster has used so far (NATS included), and what the children
+        each has waited for used (an agent's job supervisors and jobs: ``<name> children``)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        pids = {p.name: p.proc.pid for p in self.cluster.processes if p.proc is not None}
+        if self.cluster.nats is not None and self.cluster.nats.pid is not None:
+            pids["nats-server"] = self.cluster.nats.pid
+        used = {}
+        for name, pid in pids.items():
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                used[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+                children = (int(fields[13]) + int(fields[14])) / tick  # cutime, cstime
+                if children:
+                    used[f"{name} children"] = children
+        return used
+
+
+def wait_started(log: Path, timeout: float = 30.0) -> None:
+    """Wait until a service's log says it started."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and '"started"' in log.read_text():
+            time.sleep(0.5)  # its subscriptions follow the line by a moment
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{log} never said started")
+
+
+@contextlib.contextmanager
+def clusters(
+    trees: dict[str, Path], nodes: int = 2, gpus_per_node: int = 4, metrics: bool = False
+) -> Iterator[list[BenchCluster]]:
+    """One started cluster per named checkout, in temporary state directories; stopped and removed on exit."""
+    root = Path(tempfile.mkdtemp(prefix="corral-thru-"))
+    started: list[BenchCluster] = []
+    try:
+        for name, tree in trees.items():
+            cluster = LocalCluster(
+                root / name, getpass.getuser(), nodes=nodes, gpus_per_node=gpus_per_node, metrics=metrics
+            )
+            config = cluster.prepare()
+            ensure_resolvable([n.name for n in config.nodes])
+            bench = BenchCluster(name, tree, cluster)
+            started.append(bench)
+            with code_of(tree):
+                cluster.start()
+        yield started
+    finally:
+        for bench in started:
+            with contextlib.suppress(Exception):
+                bench.cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
