@@ -30,6 +30,7 @@ these preferences order the nodes within a block; a reservation obeys the same r
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 
 import msgspec
@@ -322,6 +323,7 @@ class Planner:
         for node in sorted(picked, key=lambda n: n.free.name):
             self._changed(node)
             before = node.key()
+            node.free = copy.copy(node.free)  # it may be the cycles' shared one (``capacity.py``)
             alloc = take(node.free, req)
             if not node.held():
                 after = node.key()

@@ -3,7 +3,8 @@
 ``placement.free_capacity`` builds a ``Free`` for every node in every cycle, most of them unchanged since
 the last one (a cycle follows a few events: a submission, an exit, an allocation). ``CapacityCache`` keeps
 the ``Free`` it built for each node with everything it was built from, and builds again only the nodes
-whose registration, health or usage changed since; the cycle gets copies, which it may change.
+whose registration, health or usage changed since. The cycle gets the kept ones themselves: whatever
+changes one in a cycle replaces it with a copy first (``Planner._take``, ``plan._capacity``'s exits).
 
 What it was built from is compared by value (the node's lists too), not by identity or by a version the
 fold would have to keep: whatever changes a node, and however, its ``Free`` is built again. Equal to
@@ -12,8 +13,6 @@ without it).
 """
 
 from __future__ import annotations
-
-import copy
 
 from corral.libs.core.placement import Free, free_capacity
 from corral.libs.core.state import Node
@@ -48,7 +47,7 @@ class CapacityCache:
         self._built: dict[str, tuple[Basis, Free | None]] = {}  # node -> (basis, Free or None: not up)
 
     def free_capacity(self, nodes: dict[str, Node]) -> dict[str, Free]:
-        """``placement.free_capacity(nodes)``, reusing what is unchanged (fresh copies, by name)."""
+        """``placement.free_capacity(nodes)``, reusing what is unchanged (by name; copy one to change it)."""
         built = self._built
         if len(built) > 2 * len(nodes) + 16:
             built.clear()  # nodes removed (or another state's): forget them
@@ -62,5 +61,5 @@ class CapacityCache:
                 kept = (*basis[:-3], list(node.used_gpus), list(node.partitions), list(node.features))
                 entry = built[name] = (kept, free)
             if entry[1] is not None:
-                out[name] = copy.copy(entry[1])
+                out[name] = entry[1]
         return out

@@ -44,6 +44,7 @@ The per-node work the state still needs (launches, kills, signals) is derived ap
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -342,8 +343,10 @@ def _capacity(
         # Only on the nodes whose agents reported the run's processes gone: the others stay held (fold).
         if job.state == "RUNNING" and job.run_exit is not None:
             for alloc in job.allocations:
-                if alloc.node in job.exited_nodes:
-                    give_back(free.get(alloc.node), alloc)
+                node = free.get(alloc.node)
+                if node is not None and alloc.node in job.exited_nodes:
+                    free[alloc.node] = node = copy.copy(node)  # it may be shared (``capacity.py``)
+                    give_back(node, alloc)
     planner = Planner(free, now, policy.blocks, policy.backfill_resolution_s)
     for job_id in state.active:
         job = state.jobs[job_id]
