@@ -187,21 +187,19 @@ def _cgroup_root(cluster: dict[str, Any]) -> str:
 
 def _health_check_program(cluster: dict[str, Any]) -> str:
     """``cluster.health_check_program``: an absolute path (agents run it as root, so never a PATH lookup)."""
-    value = str(cv.optional(cluster, "health_check_program", "cluster", str, ""))
-    if value and not value.startswith("/"):
-        raise ConfigError(
-            f"cluster.health_check_program: {value!r} is not an absolute path; give the program's full path"
-        )
-    return value
+    return _absolute_path(cluster, "health_check_program", "", "give the program's full path")
 
 
 def _tmpdir_base(cluster: dict[str, Any]) -> str:
     """``cluster.tmpdir_base``: an absolute path (each agent makes its runs' TMPDIRs under it), or ""."""
-    value = str(cv.optional(cluster, "tmpdir_base", "cluster", str, "/tmp"))
+    return _absolute_path(cluster, "tmpdir_base", "/tmp", 'give one (e.g. "/tmp"), or "" for none')
+
+
+def _absolute_path(cluster: dict[str, Any], key: str, default: str, fix: str) -> str:
+    """``cluster.<key>``: "" or an absolute path; ConfigError naming the key and ``fix`` otherwise."""
+    value = str(cv.optional(cluster, key, "cluster", str, default))
     if value and not value.startswith("/"):
-        raise ConfigError(
-            f'cluster.tmpdir_base: {value!r} is not an absolute path; give one (e.g. "/tmp"), or "" for none'
-        )
+        raise ConfigError(f"cluster.{key}: {value!r} is not an absolute path; {fix}")
     return value
 
 
