@@ -35,14 +35,20 @@ This module is imported by every command process (``launch``): only builtins and
 and nothing of the server's side.
 """
 
-from __future__ import annotations
-
+# No "from __future__ import annotations" (the __future__ module is one more to load): the annotations that
+# name a module loaded only for the type checker are quoted.
 # _socket is the C module under socket: socket.py costs a command ~5 ms to load (libs/runtime/nats_request.py)
 import _socket
 import marshal
 import os
 import sys
-from collections.abc import Mapping
+
+# typing.TYPE_CHECKING without typing, and collections.abc only for the type checker: each costs a command's
+# process a module or more to load
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import NoReturn
 
 #: Version of the exchange above; a server refuses another.
 PROTOCOL = 1
@@ -61,7 +67,7 @@ class NotServed(Exception):
 # --- where the server listens -------------------------------------------------------------------------------
 
 
-def runtime_dir(environ: Mapping[str, str]) -> str:
+def runtime_dir(environ: "Mapping[str, str]") -> str:
     """The user's private directory for servers: ``$XDG_RUNTIME_DIR/corral`` or ``/tmp/corral-<uid>``."""
     runtime = environ.get("XDG_RUNTIME_DIR", "")
     if runtime and os.path.isabs(runtime):
@@ -79,16 +85,18 @@ def private_dir(path: str) -> str:
     return path
 
 
-def identity(environ: Mapping[str, str]) -> str:
+def identity(environ: "Mapping[str, str]") -> str:
     """What a server must share with its clients: the interpreter, this installation and the module path."""
     return "\0".join((sys.executable, sys.version, __file__, environ.get("PYTHONPATH", "")))
 
 
 def socket_path(directory: str, ident: str) -> str:
-    """The socket of the server for ``ident`` in ``directory``."""
-    import binascii
-
-    return os.path.join(directory, f"cmd-{binascii.crc32(ident.encode()):08x}.sock")
+    """The socket of the server for ``ident`` in ``directory``, named by a 32-bit FNV-1a hash of ``ident``
+    (binascii's crc32 would cost a command a shared library to load)."""
+    digest = 0x811C9DC5
+    for byte in ident.encode():
+        digest = ((digest ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return os.path.join(directory, f"cmd-{digest:08x}.sock")
 
 
 # --- framing ------------------------------------------------------------------------------------------------
@@ -147,6 +155,17 @@ def served(command: str) -> int | None:
             print(f"{command}: error: not served by a command server: {exc}", file=sys.stderr)
             return 1
         return None
+
+
+def leave(status: int) -> "NoReturn":
+    """End this process with the served command's status: its streams flushed, without the interpreter's
+    teardown (nothing of the command ran here; the child flushed its own output)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:  # noqa: SIM105 (contextlib is a module more to load)
+            stream.flush()
+        except (OSError, ValueError, AttributeError):  # closed, or None
+            pass
+    os._exit(status & 0xFF)
 
 
 def _call(command: str) -> int:
@@ -225,7 +244,8 @@ def _handshake(sock: _socket.socket, command: str, ident: str) -> int:
 def _wait(sock: _socket.socket, command: str, pid: int) -> int:
     """Tell the child to go and wait for its exit status, forwarding the terminating signals we get to it
     (from before "go": a Ctrl-C can no longer stop this process while the child runs on)."""
-    import signal
+    # _signal, the C module under signal (no stub): signal.py builds its enums with enum (~2-4 ms here)
+    import _signal  # type: ignore[import-not-found]
 
     forwarded: list[int] = []
 
@@ -238,8 +258,8 @@ def _wait(sock: _socket.socket, command: str, pid: int) -> int:
 
     previous = {}
     for name in FORWARDED:
-        signum = getattr(signal, name)
-        previous[signum] = signal.signal(signum, forward)
+        signum = getattr(_signal, name)
+        previous[signum] = _signal.signal(signum, forward)
     try:
         try:
             sock.sendall(frame("go"))
@@ -250,13 +270,13 @@ def _wait(sock: _socket.socket, command: str, pid: int) -> int:
         answer = None
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            _signal.signal(signum, handler)
     if isinstance(answer, tuple) and len(answer) == 2 and answer[0] == "exit":
         return int(answer[1])
     if forwarded:
         # the child died of the signal we passed on: die of it too, as the command would have
         signum = forwarded[-1]
-        signal.signal(signum, signal.SIG_DFL)
+        _signal.signal(signum, _signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return 128 + signum
     print(

@@ -8,6 +8,7 @@ loaded changed on disk.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -91,12 +92,19 @@ class _Server:
 
 
 def serve(path: str, ident: str, idle: float) -> int:
-    """Run a server on ``path`` until it has been idle for ``idle`` seconds, is stopped or goes stale."""
-    import contextlib
+    """Run a server on ``path`` until it has been idle for ``idle`` seconds, is stopped or goes stale.
+
+    The server itself accepts no connection: one child forked ahead (the spare) waits for the next command,
+    so that neither the fork nor the child's setup is on the command's way. A spare that takes a connection
+    tells the server, which forks the next one at once; a command that comes meanwhile waits in the listen
+    queue. Each spare holds the read end of a pipe whose only writer is the server, so it ends with the
+    server however that ends (its socket then refuses or is gone: clients run their commands by themselves).
+    """
     import fcntl
     import gc
     import select
     import signal
+    import time
 
     private_dir(os.path.dirname(path))
     lock = open(path.removesuffix(".sock") + ".lock", "a+")  # noqa: SIM115 (held for the server's life)
@@ -121,6 +129,7 @@ def serve(path: str, ident: str, idle: float) -> int:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     bound = None
+    alive = os.pipe()  # the server holds the write end alone: EOF in a spare means the server is gone
     try:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # a crashed server's socket (we hold the lock, so no live server owns it)
@@ -128,23 +137,23 @@ def serve(path: str, ident: str, idle: float) -> int:
         os.chmod(path, 0o600)
         bound = os.stat(path).st_ino
         listener.listen(128)
+        listener.setblocking(False)  # the spare waits in select, which also watches for the server's end
         while True:
-            readable, _, _ = select.select([listener], [], [], idle)
-            if not readable:
-                return 0
+            taken, tell = os.pipe()  # the spare writes a byte when it took a connection
             try:
-                conn, _ = listener.accept()
-            except OSError:
-                continue
-            try:
-                if peer_uid(conn) != os.getuid():
-                    continue
                 if os.fork() == 0:
-                    _in_child(listener, lock, conn, server)
-            except OSError:
-                continue
+                    os.close(taken)
+                    _in_spare(_Spare(listener, lock, alive, tell, os.getppid()), server)
             finally:
-                conn.close()
+                os.close(tell)
+            try:
+                ready, _, _ = select.select([taken], [], [], idle)
+                if not ready:
+                    return 0  # idle: the spare ends with the server
+                if not os.read(taken, 1):
+                    time.sleep(0.1)  # it ended without a command (killed): no fork loop if that repeats
+            finally:
+                os.close(taken)
     finally:
         listener.close()
         try:
@@ -154,13 +163,33 @@ def serve(path: str, ident: str, idle: float) -> int:
             pass
 
 
-def _in_child(listener: socket.socket, lock: IO[str], conn: socket.socket, server: _Server) -> NoReturn:
-    """The forked child's life: never back into the server's loop (whose cleanup would remove its socket)."""
+class _Spare:
+    """What a spare child holds of the server's: to close, or to wait on."""
+
+    def __init__(
+        self, listener: socket.socket, lock: IO[str], alive: tuple[int, int], tell: int, server_pid: int
+    ) -> None:
+        self.listener = listener
+        self.lock = lock
+        self.alive = alive
+        self.tell = tell
+        self.server_pid = server_pid
+
+
+def _in_spare(spare: _Spare, server: _Server) -> NoReturn:
+    """A spare child's life: never back into the server's loop (whose cleanup would remove its socket)."""
     status = 1
     try:
-        listener.close()
-        lock.close()  # a child outliving the server must not keep the next one from starting
-        status = _child(conn, server)
+        spare.lock.close()  # a child outliving the server must not keep the next one from starting
+        os.close(spare.alive[1])
+        _prepare_child()
+        conn = _accept(spare)
+        if conn is None:
+            status = 0
+        else:
+            os.write(spare.tell, b".")
+            os.close(spare.tell)
+            status = _child(conn, server, spare.server_pid)
     except BaseException:  # reported, and the child ends all the same
         try:
             import traceback
@@ -172,17 +201,44 @@ def _in_child(listener: socket.socket, lock: IO[str], conn: socket.socket, serve
         os._exit(status)
 
 
-def _child(conn: socket.socket, server: _Server) -> int:
-    """In the forked child: take the request, become the client's command and run it; the child's status."""
+def _prepare_child() -> None:
+    """A child's signals: the defaults again, with Ctrl-C held until its command runs.
+
+    Held, not ignored: a Ctrl-C the client forwards before "go" or before the command's handler is in place
+    then stops the command at its start (it was lost, and the command ran on).
+    """
     import signal
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    # held until the command runs, not ignored: a Ctrl-C the client forwards before "go" or before the
-    # command's handler is in place then stops the command at its start (it was lost, and the command ran on)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _accept(spare: _Spare) -> socket.socket | None:
+    """The next connection of this user (closing the listener then), or None once the server is gone."""
+    import select
+
+    while True:
+        ready, _, _ = select.select([spare.listener.fileno(), spare.alive[0]], [], [])
+        if spare.alive[0] in ready:
+            return None
+        try:
+            conn, _ = spare.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            continue
+        if peer_uid(conn) == os.getuid():
+            spare.listener.close()
+            os.close(spare.alive[0])
+            return conn
+        conn.close()
+
+
+def _child(conn: socket.socket, server: _Server, server_pid: int) -> int:
+    """In the spare that took ``conn``: take the request, become the client's command, run it; its status."""
+    import signal
+
     fds: list[int] = []
     try:
         conn.settimeout(HANDSHAKE_TIMEOUT)
@@ -198,8 +254,8 @@ def _child(conn: socket.socket, server: _Server) -> int:
             refusal = f"{len(fds)} file descriptors instead of {FDS}"
         if refusal is not None:
             conn.sendall(frame(("refused", refusal)))
-            if refusal.endswith(("changed", "is gone")):
-                os.kill(os.getppid(), signal.SIGTERM)  # stale: let the next command start a fresh server
+            if refusal.endswith(("changed", "is gone")) and os.getppid() == server_pid:
+                os.kill(server_pid, signal.SIGTERM)  # stale: let the next command start a fresh server
             return 0
         conn.sendall(frame(("started", os.getpid())))
         conn.settimeout(GO_TIMEOUT)
@@ -237,8 +293,12 @@ def _become(
     os.fchdir(cwd)
     os.close(cwd)
     os.umask(umask)
-    os.environ.clear()
-    os.environ.update(environ)
+    # the client's environment: what differs from the server's only (the server started with a client's)
+    for key in [key for key in os.environ if key not in environ]:
+        del os.environ[key]
+    for key, value in environ.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
     time.tzset()  # TZ is the client's now
     sys.argv = list(argv)
     made = []
@@ -284,6 +344,11 @@ def _run(command: str) -> int:
             stream.flush()
         except (OSError, ValueError):
             status = status or 120  # as Python does when it cannot flush at exit
+    # let go of the caller's streams before the status goes back: a caller reading the output to its end (a
+    # pipe, as subprocess.run has it) waits for every copy, and the client exits as soon as it has the status
+    for fd in (0, 1, 2):
+        with contextlib.suppress(OSError):
+            os.close(fd)
     return int(status)
 
 
