@@ -258,14 +258,16 @@ def _child(conn: socket.socket, server: _Server, server_pid: int) -> int:
                 os.kill(server_pid, signal.SIGTERM)  # stale: let the next command start a fresh server
             return 0
         conn.sendall(frame(("started", os.getpid())))
+        assert isinstance(request, tuple)
+        _, _, command, argv, environ, umask, _, streams = request
+        # while "go" travels: becoming the client's process touches nothing but this one (its fds, directory,
+        # umask, environment); without "go" it ends all the same, having run nothing and read nothing
+        _become(fds, argv, environ, umask, streams)
         conn.settimeout(GO_TIMEOUT)
         if recv_frame(conn) != "go":
             return 0
     except (OSError, EOFError, ValueError, TypeError):
         return 1
-    assert isinstance(request, tuple)
-    _, _, command, argv, environ, umask, _, streams = request
-    _become(fds, argv, environ, umask, streams)
     status = _run(command)
     try:
         conn.settimeout(HANDSHAKE_TIMEOUT)
