@@ -29,6 +29,9 @@ from corral.cli.cmdclient import (
 GO_TIMEOUT = 60.0
 #: Seconds a server waits for a request before it exits.
 DEFAULT_IDLE = 600.0
+#: Seconds at most between a spare taking a command and the next spare's fork (sooner when the command ends or
+#: another client waits).
+NEXT_SPARE_S = 0.05
 #: Modules a server loads besides the served commands: what they import inside functions.
 PRELOAD = (
     "corral.cli.client",
@@ -96,9 +99,10 @@ def serve(path: str, ident: str, idle: float) -> int:
 
     The server itself accepts no connection: one child forked ahead (the spare) waits for the next command,
     so that neither the fork nor the child's setup is on the command's way. A spare that takes a connection
-    tells the server, which forks the next one at once; a command that comes meanwhile waits in the listen
-    queue. Each spare holds the read end of a pipe whose only writer is the server, so it ends with the
-    server however that ends (its socket then refuses or is gone: clients run their commands by themselves).
+    tells the server, which forks the next one when that command has ended, or at once when another client
+    waits (within ``NEXT_SPARE_S`` in any case); a command that comes meanwhile waits in the listen queue.
+    Each spare holds the read end of a pipe whose only writer is the server, so it ends with the server
+    however that ends (its socket then refuses or is gone: clients run their commands by themselves).
     """
     import fcntl
     import gc
@@ -139,7 +143,8 @@ def serve(path: str, ident: str, idle: float) -> int:
         listener.listen(128)
         listener.setblocking(False)  # the spare waits in select, which also watches for the server's end
         while True:
-            taken, tell = os.pipe()  # the spare writes a byte when it took a connection
+            # the spare writes a byte when it took a connection, and holds the pipe until it ends
+            taken, tell = os.pipe()
             try:
                 if os.fork() == 0:
                     os.close(taken)
@@ -150,7 +155,11 @@ def serve(path: str, ident: str, idle: float) -> int:
                 ready, _, _ = select.select([taken], [], [], idle)
                 if not ready:
                     return 0  # idle: the spare ends with the server
-                if not os.read(taken, 1):
+                if os.read(taken, 1):
+                    # the next spare once this command ended, or another client waits, or after a while: a
+                    # fork at once would take a CPU from the command that has just started
+                    select.select([taken, listener.fileno()], [], [], NEXT_SPARE_S)
+                else:
                     time.sleep(0.1)  # it ended without a command (killed): no fork loop if that repeats
             finally:
                 os.close(taken)
@@ -187,8 +196,7 @@ def _in_spare(spare: _Spare, server: _Server) -> NoReturn:
         if conn is None:
             status = 0
         else:
-            os.write(spare.tell, b".")
-            os.close(spare.tell)
+            os.write(spare.tell, b".")  # and it stays open until this process ends (see serve)
             status = _child(conn, server, spare.server_pid)
     except BaseException:  # reported, and the child ends all the same
         try:

@@ -63,7 +63,7 @@ def test_a_command_is_handed_to_the_child_forked_before_it(
         sock, child = hand_over(path, ident, ["sbatch", "--version"], null, null)
         with sock:
             assert child == spare
-            assert _spare(proc.pid, other_than=child) != child  # the next one is forked at once
+            assert _spare(proc.pid, other_than=child) != child  # the next one, while this one waits
             sock.sendall(cmdclient.frame("go"))
             assert cmdclient.recv_frame(sock) == ("exit", 0)
     finally:
