@@ -1,5 +1,6 @@
 """The command server (``cmdclient.py`` has the why and the exchange): one per user and installation, it loads
-every served command once, then forks a child per request that becomes the client's command and runs it.
+every served command once, then keeps a child forked ahead for the next request, which becomes the client's
+command and runs it (``cmdchild.py``).
 
 ``python -m corral.cli.cmdserver SOCKET IDENTITY-IN-HEX`` is what the client's ``start_server`` runs. It
 exits after ``CORRAL_CMD_SERVER_IDLE`` seconds without a request (600), on SIGTERM, and once a module it
@@ -14,19 +15,9 @@ import socket
 import sys
 from typing import IO, NoReturn
 
-from corral.cli.cmdclient import (
-    FDS,
-    HANDSHAKE_TIMEOUT,
-    PROTOCOL,
-    frame,
-    mount_namespace,
-    peer_uid,
-    private_dir,
-    recv_frame,
-)
+from corral.cli import cmdchild
+from corral.cli.cmdclient import PROTOCOL, mount_namespace, peer_uid, private_dir
 
-#: Seconds a child waits for "go": long, since a client that sent it no longer runs the command itself.
-GO_TIMEOUT = 60.0
 #: Seconds a server waits for a request before it exits.
 DEFAULT_IDLE = 600.0
 #: Seconds at most between a spare taking a command and the next spare's fork (sooner when the command ends or
@@ -191,13 +182,13 @@ def _in_spare(spare: _Spare, server: _Server) -> NoReturn:
     try:
         spare.lock.close()  # a child outliving the server must not keep the next one from starting
         os.close(spare.alive[1])
-        _prepare_child()
+        cmdchild.prepare()
         conn = _accept(spare)
         if conn is None:
             status = 0
         else:
             os.write(spare.tell, b".")  # and it stays open until this process ends (see serve)
-            status = _child(conn, server, spare.server_pid)
+            status = cmdchild.run_request(conn, server.refusal, spare.server_pid)
     except BaseException:  # reported, and the child ends all the same
         try:
             import traceback
@@ -207,21 +198,6 @@ def _in_spare(spare: _Spare, server: _Server) -> NoReturn:
             pass
     finally:
         os._exit(status)
-
-
-def _prepare_child() -> None:
-    """A child's signals: the defaults again, with Ctrl-C held until its command runs.
-
-    Held, not ignored: a Ctrl-C the client forwards before "go" or before the command's handler is in place
-    then stops the command at its start (it was lost, and the command ran on).
-    """
-    import signal
-
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _accept(spare: _Spare) -> socket.socket | None:
@@ -241,125 +217,6 @@ def _accept(spare: _Spare) -> socket.socket | None:
             os.close(spare.alive[0])
             return conn
         conn.close()
-
-
-def _child(conn: socket.socket, server: _Server, server_pid: int) -> int:
-    """In the spare that took ``conn``: take the request, become the client's command, run it; its status."""
-    import signal
-
-    fds: list[int] = []
-    try:
-        conn.settimeout(HANDSHAKE_TIMEOUT)
-        data, ancillary, _, _ = conn.recvmsg(1 << 16, socket.CMSG_SPACE(4 * FDS))
-        for level, kind, payload in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds += [int.from_bytes(payload[i : i + 4], sys.byteorder) for i in range(0, len(payload), 4)]
-        if not data:
-            return 1
-        request = recv_frame(conn, data)
-        refusal = server.refusal(request)
-        if refusal is None and len(fds) != FDS:
-            refusal = f"{len(fds)} file descriptors instead of {FDS}"
-        if refusal is not None:
-            conn.sendall(frame(("refused", refusal)))
-            if refusal.endswith(("changed", "is gone")) and os.getppid() == server_pid:
-                os.kill(server_pid, signal.SIGTERM)  # stale: let the next command start a fresh server
-            return 0
-        conn.sendall(frame(("started", os.getpid())))
-        assert isinstance(request, tuple)
-        _, _, command, argv, environ, umask, _, streams = request
-        # while "go" travels: becoming the client's process touches nothing but this one (its fds, directory,
-        # umask, environment); without "go" it ends all the same, having run nothing and read nothing
-        _become(fds, argv, environ, umask, streams)
-        conn.settimeout(GO_TIMEOUT)
-        if recv_frame(conn) != "go":
-            return 0
-    except (OSError, EOFError, ValueError, TypeError):
-        return 1
-    status = _run(command)
-    try:
-        conn.settimeout(HANDSHAKE_TIMEOUT)
-        conn.sendall(frame(("exit", status)))
-    except OSError:
-        pass
-    return status
-
-
-def _become(
-    fds: list[int],
-    argv: list[str],
-    environ: dict[str, str],
-    umask: int,
-    streams: list[tuple[str, str, bool, bool]],
-) -> None:
-    """Take the client's streams, directory, umask, environment and argv."""
-    import io
-    import time
-
-    stdin, stdout, stderr, cwd = fds
-    for target, fd in ((0, stdin), (1, stdout), (2, stderr)):
-        os.dup2(fd, target)
-        os.close(fd)
-    os.fchdir(cwd)
-    os.close(cwd)
-    os.umask(umask)
-    # the client's environment: what differs from the server's only (the server started with a client's)
-    for key in [key for key in os.environ if key not in environ]:
-        del os.environ[key]
-    for key, value in environ.items():
-        if os.environ.get(key) != value:
-            os.environ[key] = value
-    time.tzset()  # TZ is the client's now
-    sys.argv = list(argv)
-    made = []
-    for fd, mode, (encoding, errors, line_buffering, write_through) in zip(
-        (0, 1, 2), ("rb", "wb", "wb"), streams, strict=True
-    ):
-        raw = io.FileIO(fd, mode, closefd=False)
-        buffered = io.BufferedReader(raw) if mode == "rb" else io.BufferedWriter(raw)
-        made.append(
-            io.TextIOWrapper(
-                buffered,
-                encoding=encoding,
-                errors=errors,
-                line_buffering=line_buffering,
-                write_through=write_through,
-            )
-        )
-    sys.stdin, sys.stdout, sys.stderr = made
-
-
-def _run(command: str) -> int:
-    """Run the command's ``main`` as its own process would: its status, with exit and flush semantics kept."""
-    import signal
-
-    from corral.cli import launch
-
-    try:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a held Ctrl-C is raised here
-        status = launch.load(command)()
-    except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            status = exc.code or 0
-        else:
-            print(exc.code, file=sys.stderr)
-            status = 1
-    except KeyboardInterrupt:
-        status = 130
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-        status = 1
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            status = status or 120  # as Python does when it cannot flush at exit
-    # let go of the caller's streams before the status goes back: a caller reading the output to its end (a
-    # pipe, as subprocess.run has it) waits for every copy, and the client exits as soon as it has the status
-    for fd in (0, 1, 2):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    return int(status)
 
 
 def main(argv: list[str] | None = None) -> int:
