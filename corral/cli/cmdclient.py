@@ -4,17 +4,18 @@ Why: submitit and dask start ``sbatch``, ``squeue`` and ``sacct`` by the thousan
 command's wall time is Python loading msgspec, the schemas and the command's own modules (~50 ms of ~80 ms
 here), not the request to the cluster (a few ms). So the first command a user runs starts a server in the
 background, one per user and installation, that loads every served command once; each later command is a thin
-client that hands the server its argv, environment, working directory, umask and standard streams, and the
-server forks a child that runs the command as that process would have. ``bench/RESULTS.md`` has the numbers.
+client that hands the server its argv, environment, working directory, umask and standard streams, and a
+child the server forked ahead (``cmdchild.py``) runs the command as that process would have.
+``bench/RESULTS.md`` has the numbers.
 
 One exchange, over a Unix socket in a directory only the user can enter::
 
     client -> server   request: protocol, identity, command, argv, environment, umask, mount namespace, how
                        its streams are encoded; with its fds 0, 1, 2 and its working directory (SCM_RIGHTS)
-    server             accepts, checks the peer is the same user, forks; the child does the rest
+    server's child     accepts (forked before), checks the peer is the same user, and does the rest
     child -> client    ("started", pid)    or ("refused", reason): the client runs the command itself
     client -> child    "go"                (without it the child ends without running anything)
-    child -> client    ("exit", status)    after the command ran and its streams were flushed
+    child -> client    ("exit", status)    after the command ran and its streams were flushed and closed
 
 Nothing is lost or run twice: until "go" the command has not started, and the client runs it itself on any
 failure up to there (no server, a stale one, a wrong identity, a timeout); after "go" only the child runs it.
