@@ -140,6 +140,10 @@ def serve(path: str, ident: str, idle: float) -> int:
                 if os.fork() == 0:
                     os.close(taken)
                     _in_spare(_Spare(listener, lock, alive, tell, os.getppid()), server)
+            except OSError:  # no process to be had now (a limit): clients run by themselves meanwhile
+                os.close(taken)
+                time.sleep(0.1)
+                continue
             finally:
                 os.close(tell)
             try:
@@ -210,8 +214,8 @@ def _accept(spare: _Spare) -> socket.socket | None:
             return None
         try:
             conn, _ = spare.listener.accept()
-        except (BlockingIOError, InterruptedError):
-            continue
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            continue  # taken by no one after all, or gone before we took it
         if peer_uid(conn) == os.getuid():
             spare.listener.close()
             os.close(spare.alive[0])
