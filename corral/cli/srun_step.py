@@ -164,12 +164,22 @@ class StepSession:
         # Where the cluster sees srun (the tasks' SLURM_LAUNCH_NODE_IPADDR, SLURM_SRUN_COMM_HOST and _PORT).
         host, port = conn.local_address()
         self.launch = msgspec.structs.replace(self.launch, srun_host=host, srun_port=port)
+        data = msgspec.json.encode(self.launch)
+        deadline = time.monotonic() + self.cluster.retry_s + self.cluster.timeout
+
+        def ask() -> nats_request.Reply:
+            # No answer in time: the agent may have started the step and restarted before replying. It
+            # answers a launch with a key it knows with that step, so asking again starts nothing twice.
+            while True:
+                try:
+                    return conn.request(subject, data, timeout=self.cluster.timeout)
+                except nats_request.RequestTimeout:
+                    if time.monotonic() + self.cluster.timeout > deadline:
+                        raise
+
         try:
             # No responders: the agent is not subscribed (yet), so the request reached no one (nats_retry).
-            msg = retrying(
-                lambda: conn.request(subject, msgspec.json.encode(self.launch), timeout=self.cluster.timeout),
-                self.cluster.retry_s,
-            )
+            msg = retrying(ask, self.cluster.retry_s)
         except nats_request.NoResponders:
             raise CliError(f"the agent of node {self.batch_node} is not answering") from None
         except nats_request.NatsRequestError as exc:

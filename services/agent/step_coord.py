@@ -113,7 +113,17 @@ class StepCoord:
 
     # 1 -------------------------------------------------------------------------------------------
     async def launch(self, order: LaunchOrder, launch: StepLaunch) -> StepLaunched:
-        """Number and lay out a step of the order's run, start its tasks on every node, then watch it."""
+        """Number and lay out a step of the order's run, start its tasks on every node, then watch it.
+
+        A launch whose key (srun's random token) this node already coordinates is answered with that step:
+        srun asks again when its answer was lost (this agent restarted between starting the step and
+        replying), and the step must not start twice."""
+        for known in self.table.coordinated.values():
+            if known.launch.key == launch.key and (known.order.job_id, known.order.attempt) == (
+                order.job_id,
+                order.attempt,
+            ):
+                return StepLaunched(step_id=known.step_id, tasks=known.places)
         try:
             places = steplayout.layout(
                 list(order.allocations),

@@ -87,10 +87,17 @@ def test_srun_outside_an_allocation_allocates_runs_and_releases(cli: Cli) -> Non
     assert sorted(result.stdout.splitlines()) == ["0: hi 0", "1: hi 1"]
     failed = cli("srun", "sh", "-c", "echo out; exit 7")
     assert failed.returncode == 7 and failed.stdout == "out\n", failed.stderr
-    jobs = cli("sacct", "-P", "-n", "-X", "-o", "JobID,JobName,State,ExitCode").stdout.splitlines()
-    mine = [line for line in jobs if "|bash|" in line or "|sh|" in line]
-    assert any(line.endswith("|COMPLETED|0:0") and "|bash|" in line for line in mine), jobs
-    assert any(line.endswith("|FAILED|7:0") and "|sh|" in line for line in mine), jobs
+    # srun is back once its step ended; the job's end reaches accounting's projection a little later.
+    deadline = time.monotonic() + 30
+    while True:
+        jobs = cli("sacct", "-P", "-n", "-X", "-o", "JobID,JobName,State,ExitCode").stdout.splitlines()
+        mine = [line for line in jobs if "|bash|" in line or "|sh|" in line]
+        done = any(line.endswith("|COMPLETED|0:0") and "|bash|" in line for line in mine)
+        failed_7 = any(line.endswith("|FAILED|7:0") and "|sh|" in line for line in mine)
+        if (done and failed_7) or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert done and failed_7, mine
 
 
 @pytest.mark.parametrize(
