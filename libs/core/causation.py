@@ -34,6 +34,8 @@ reason is in the body; the actor is the user).
 
 from __future__ import annotations
 
+from typing import Any
+
 from corral.libs.core.state import Job, State, array_tasks
 from corral.schemas import events as ev
 
@@ -66,7 +68,9 @@ _PREEMPTED = _tag(ev.JobPreempted)
 
 def record(state: State, env: ev.Envelope) -> None:
     """Keep the event id of an entry the fold applied where a later decision will look for its cause."""
-    body, event_id = env.body, env.meta.event_id
+    # (Any: the kind, looked up by type, says which event it is, as the isinstance checks it replaces did.)
+    body: Any = env.body
+    event_id = env.meta.event_id
     kind = _KINDS.get(type(body)) or _kind_of(type(body))
     if kind == _NODE_DOWN:
         node = state.nodes.get(body.node)
@@ -114,7 +118,8 @@ def record(state: State, env: ev.Envelope) -> None:
 # What ``record`` does with an entry, by the body's type: decided once per type (by the rules above, in
 # their order) and kept, instead of a chain of isinstance checks per entry.
 _NODE_DOWN, _RESV_REQUEST, _RESV_ANSWER, _NO_CAUSE = "node_down", "resv_request", "resv_answer", "none"
-_CANCEL_REQUEST, _SUBMITTED, _QUEUED, _BY_TAG_KIND, _OTHER = "cancel", "submitted", "queued", "by_tag", "other"
+_CANCEL_REQUEST, _SUBMITTED, _QUEUED = "cancel", "submitted", "queued"
+_BY_TAG_KIND, _OTHER = "by_tag", "other"
 _KINDS: dict[type, str] = {}
 
 

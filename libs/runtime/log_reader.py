@@ -64,10 +64,17 @@ class BulkReadError(Exception):
 class BulkReader:
     """Reads ranges of one stream (the log by default) through ephemeral pull consumers."""
 
-    def __init__(self, nc: Client, stream: str = subjects.EVENTS_STREAM, batch: int = BATCH) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        stream: str = subjects.EVENTS_STREAM,
+        batch: int = BATCH,
+        filter_subject: str | None = None,
+    ) -> None:
         self.nc = nc  # the connection whose server and user this reader uses (and which creates consumers)
         self.stream = stream  # the stream read
         self.batch = batch  # entries per pull request
+        self.filter_subject = filter_subject  # only the entries on this subject (None: all)
 
     async def read(self, from_seq: int, to_seq: int) -> AsyncIterator[list[RawEntry]]:
         """The entries from ``from_seq`` to ``to_seq`` (both included; missing sequences are skipped), in
@@ -81,6 +88,7 @@ class BulkReader:
             deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=from_seq,
             ack_policy=api.AckPolicy.NONE,
+            filter_subject=self.filter_subject,
             inactive_threshold=60.0,
             mem_storage=True,
             num_replicas=1,
