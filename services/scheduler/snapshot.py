@@ -29,6 +29,7 @@ import io
 import struct
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
 from nats.js.errors import NotFoundError, ObjectNotFoundError
@@ -119,9 +120,10 @@ def _inflate(frame: memoryview) -> bytes:
         raise msgspec.DecodeError(f"not a compressed snapshot frame ({exc})") from None
 
 
-async def decode(data: bytes | memoryview) -> Snapshot:
+def decode(data: bytes | memoryview) -> Snapshot:
     """A stored snapshot's content (msgspec.DecodeError if it is not one). Each job segment is inflated in
-    a worker thread while the one before it is decoded."""
+    a worker thread while the one before it is decoded (a plain thread pool: an asyncio task would keep, and
+    its repr format, megabytes of result)."""
     frames = list(_frames(data))
     if not frames:
         raise msgspec.DecodeError("an empty snapshot")
@@ -130,20 +132,14 @@ async def decode(data: bytes | memoryview) -> Snapshot:
     if len(segments) != header.segments:
         raise msgspec.DecodeError(f"{len(segments)} job segments, the header says {header.segments}")
     jobs: dict[int, Job] = {}
-    ahead: asyncio.Future[bytes] | None = None
-    try:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot-inflate") as pool:
+        ahead = [pool.submit(_inflate, segment) for segment in segments[:1]]
         for k in range(len(segments)):
-            raw = await ahead if ahead is not None else _inflate(segments[k])
-            ahead = (
-                asyncio.ensure_future(asyncio.to_thread(_inflate, segments[k + 1]))
-                if k + 1 < len(segments)
-                else None
-            )
+            raw = ahead.pop().result()
+            if k + 1 < len(segments):
+                ahead.append(pool.submit(_inflate, segments[k + 1]))
             for job in _jobs.decode(raw):
                 jobs[job.job_id] = job
-    finally:
-        if ahead is not None:
-            ahead.cancel()
     header.state.jobs = jobs
     return Snapshot(format=header.format, event_id=header.event_id, state=header.state)
 
@@ -197,7 +193,7 @@ async def load(bus: Bus) -> tuple[State | None, str]:
     except msgspec.DecodeError as exc:
         return None, f"snapshot does not read whole ({exc}): full replay"
     try:
-        snap = await decode(data)
+        snap = decode(data)
     except msgspec.DecodeError as exc:
         return None, f"snapshot does not decode ({exc}): full replay"
     if snap.format != FORMAT:
