@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -49,6 +50,10 @@ REQUEST_EXPIRES_S = 5.0
 TIMEOUT_S = 10.0
 #: Bytes asked of the socket at a time.
 READ_SIZE = 1 << 20
+
+#: HMSG <subject> <sid> $JS.ACK.<stream>.<consumer>.<delivered>.<seq>.<consumer seq>.<time>.<pending>
+#: <header bytes> <total bytes>: the subject, the sequence, the pending count and the two sizes.
+_FRAME = re.compile(rb"HMSG (\S+) \S+ \$JS\.ACK\.[^. ]+\.[^. ]+\.\d+\.(\d+)\.\d+\.\d+\.(\d+) (\d+) (\d+)\r\n")
 
 #: The statuses that end a pull request with ``max_bytes`` normally (408 Request Timeout too: it expired).
 _REQUEST_ENDS = (b"NATS/1.0 409 Batch Completed", b"NATS/1.0 409 Message Size Exceeds MaxBytes")
@@ -208,10 +213,25 @@ class _Link:
         last one pending) is in, and how many requests ended."""
         buf, pos = self.buf, self.pos
         view = memoryview(buf)
-        find = buf.find
+        find, frame = buf.find, _FRAME.match
         ended = 0
         try:
             while True:
+                # The common frame, a stored message with headers and a v1 ack subject, in one match.
+                m = frame(buf, pos)
+                if m is not None:
+                    start = m.end()
+                    end = start + int(m[5])
+                    if end + 2 > len(buf):
+                        return False, ended
+                    pos = end + 2
+                    seq = int(m[2])
+                    if seq > to_seq:
+                        return True, ended
+                    entries.append((seq, m[1].decode(), view[start + int(m[4]) : end]))
+                    if seq == to_seq or m[3] == b"0":
+                        return True, ended
+                    continue
                 eol = find(b"\r\n", pos)
                 if eol < 0:
                     return False, ended
