@@ -168,16 +168,18 @@ class Scheduler(QueryVerbs):
         # The state is millions of small acyclic objects: the cyclic GC would rescan them all, again
         # and again, while they are built. Pause it, then freeze what was built out of its way.
         with gc_paused(freeze=True):
-            source = await self._load(use_snapshot)
+            source, bulk = await self._load(use_snapshot)
         self.log.info(
             "state rebuilt",
             source=source,
+            bulk_read=bulk,
             last_seq=self.state.last_seq,
             jobs=len(self.state.jobs),
             seconds=round(time.monotonic() - started, 3),
         )
 
-    async def _load(self, use_snapshot: bool) -> str:
+    async def _load(self, use_snapshot: bool) -> tuple[str, int]:
+        """Where the state came from, and how many entries the bulk reader gave."""
         source = "full replay"
         if use_snapshot:
             loaded, source = await snapshot.load(self.bus)
@@ -188,17 +190,18 @@ class Scheduler(QueryVerbs):
                 self.snapshot_seq = loaded.last_seq
         # What the log holds now, in bulk; what comes meanwhile (or all of it, if the bulk read cannot be
         # done here), entry by entry.
-        end = await self.bus.last_seq()
+        end, first = await self.bus.last_seq(), self.state.last_seq
         try:
             await replay(self.bulk, self.state, end, self.apply, self.poisoned)
         except BulkReadError as exc:
             self.log.warning(
                 "bulk read stopped: reading on entry by entry", error=str(exc), seq=self.state.last_seq
             )
+        bulk = self.state.last_seq - first
         async for entry in self.bus.read(self.state.last_seq + 1):
             self.apply(entry)
         await self.report_poison()
-        return source
+        return source, bulk
 
     async def maybe_snapshot(self) -> None:
         """Snapshot every ``snapshot_every`` entries (a failed snapshot only costs a longer restart)."""
