@@ -11,7 +11,7 @@ and leaves their defaults, ``""`` and ``{}``.
 What the slim decoder accepts: every entry the full decoder accepts, with the same values but for those two
 fields, plus the submissions whose script or environment alone are malformed (the gateway, which validates
 both with ``JobSpec``, never writes one; only the admin role could). The scheduler holds to the slim
-decoder's verdict on every path (``services/scheduler/entries.py``), so a rebuild and the live fold agree.
+decoder's verdict on every path (``services/scheduler/replay.py``), so a rebuild and the live fold agree.
 
 Every other consumer (accounting, audit, the feed, the tracer, the gateway) keeps the full decode.
 """
