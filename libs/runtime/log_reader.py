@@ -19,8 +19,8 @@ that user's own inbox prefix (every role may use the consumer API and its inbox)
 
 It only reads what was in the log when asked (``read(from_seq, to_seq)``); a caller goes on from the last
 sequence it got with the ordinary reader (``Bus.read``), which also covers what this one cannot do:
-``BulkReadError`` (a TLS-only server, a refused connection or permission, a timeout) says that nothing more
-can be read this way, and everything handed out before it is valid.
+``BulkReadError`` (a connection over TLS, a refused connection or permission, a timeout) says that nothing
+more can be read this way, and everything handed out before it is valid.
 """
 
 from __future__ import annotations
@@ -130,6 +130,9 @@ class _Link:
         options: dict[str, Any] = getattr(nc, "options", {})
         if url is None or url.hostname is None:
             raise BulkReadError("the connection is not connected")
+        if url.scheme != "nats" or options.get("tls") is not None:
+            # This plain socket would send the password in the clear where nats-py's connection does not.
+            raise BulkReadError("the connection uses TLS, which the bulk reader does not")
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(url.hostname, url.port or 4222), TIMEOUT_S
