@@ -9,7 +9,14 @@ in a temporary state directory, then:
 2. times ``sbatch``, ``squeue``, ``sacct -j`` and ``scontrol show job`` as a user runs them
    (fresh process each time), served by the user's command server (``corral.cli.cmdserver``, the default)
    and, alternately, in a process of their own (``CORRAL_CMD_SERVER=off``), and ``srun -N2 -n4 true``
-   inside a 2-node job and ``srun true`` outside one (allocation included).
+   inside a 2-node job and ``srun true`` outside one (allocation included);
+3. in the same loop, the interpreter's own start (``python -c pass``, and ``-S`` without ``site``): the floor
+   under any command written in Python.
+
+``--before DIR`` compares with another version in the same run: DIR is a copy of that version's tree (for
+example ``git archive COMMIT | tar -x -C DIR``), whose served commands are timed alternately with this
+checkout's, started from ``--before-bin`` (default: this environment's ``bin``) with ``PYTHONPATH=DIR``; each
+version has its own command server.
 
 Bytecode: an installed Corral (a wheel) has its modules compiled at install time, but this checkout is an
 editable install and the machine sets ``PYTHONDONTWRITEBYTECODE=1``, so every command would recompile
@@ -52,11 +59,13 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
 
 
-def run(argv: list[str], env: dict[str, str], cwd: Path, stdin: str | None = None) -> tuple[float, str]:
-    """Run a command; (wall seconds, stdout)."""
+def run(
+    argv: list[str], env: dict[str, str], cwd: Path, stdin: str | None = None, bin_dir: Path = BIN
+) -> tuple[float, str]:
+    """Run a command of ``bin_dir``; (wall seconds, stdout)."""
     started = time.perf_counter()
     out = subprocess.run(
-        [str(BIN / argv[0]), *argv[1:]],
+        [str(bin_dir / argv[0]), *argv[1:]],
         env=env,
         cwd=cwd,
         input=stdin,
@@ -106,6 +115,19 @@ def srun_in_job(env: dict[str, str], work: Path, runs: int) -> list[float]:
     return [int(line.split()[1]) / 1e6 for line in text.splitlines() if line.startswith("step ")]
 
 
+def _until_served(env: dict[str, str], work: Path, bin_dir: Path) -> None:
+    """Wait for the command server of ``env``'s version to serve (the first command started it)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            run(["squeue"], {**env, "CORRAL_CMD_SERVER": "require"}, work, bin_dir=bin_dir)
+            return
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def main() -> int:
     """Run the benchmark and print the results."""
     parser = argparse.ArgumentParser()
@@ -114,6 +136,9 @@ def main() -> int:
     parser.add_argument(
         "--source-only", action="store_true", help="no bytecode cache for the commands (see the docstring)"
     )
+    parser.add_argument("--before", type=Path, help="a tree of another version to compare with (docstring)")
+    parser.add_argument("--before-bin", type=Path, default=BIN, help="where that version's commands are")
+    parser.add_argument("--no-srun", action="store_true", help="leave out the srun timings")
     args = parser.parse_args()
     state = Path(tempfile.mkdtemp(prefix="corral-bench-"))
     cluster = LocalCluster(state, getpass.getuser(), nodes=2, gpus_per_node=4)
@@ -145,7 +170,13 @@ def main() -> int:
         lat = asyncio.run(latencies(cluster, ids))
         for warm in (["squeue"], ["scontrol", "show", "job", str(ids[-1])], ["srun", "--version"]):
             run(warm, direct, work)  # the bytecode of every command's modules, before timing
-        run(["squeue"], {**env, "CORRAL_CMD_SERVER": "require"}, work)  # the server is up (fails if not)
+        # each version's server is up (the first command starts it; "require" fails if it is not serving)
+        versions = {"": (env, BIN)}
+        if args.before is not None:
+            versions[" (before)"] = ({**env, "PYTHONPATH": str(args.before.resolve())}, args.before_bin)
+        for version_env, bin_dir in versions.values():
+            run(["squeue"], version_env, work, bin_dir=bin_dir)
+            _until_served(version_env, work, bin_dir)
         commands = {
             "sbatch": (["sbatch", "--parsable", "--gres=gpu:1"], SCRIPT),
             "squeue": (["squeue"], None),
@@ -154,15 +185,26 @@ def main() -> int:
         }
         timings: dict[str, list[float]] = {}
         for name in commands:
-            timings[name] = []
+            for suffix in versions:
+                timings[name + suffix] = []
             timings[f"{name} (in its own process)"] = []
+        floors = {"python -c pass": ["-c", "pass"], "python -S -c pass": ["-S", "-c", "pass"]}
+        for name in floors:
+            timings[name] = []
+        load = [os.getloadavg()[0]]
         for _ in range(args.runs):
-            for name, (argv, stdin) in commands.items():  # served and not, alternately
-                timings[name].append(run(argv, env, work, stdin=stdin)[0])
+            for name, (argv, stdin) in commands.items():  # served (each version) and not, alternately
+                for suffix, (version_env, bin_dir) in versions.items():
+                    timings[name + suffix].append(run(argv, version_env, work, stdin, bin_dir)[0])
                 timings[f"{name} (in its own process)"].append(run(argv, direct, work, stdin=stdin)[0])
-        timings["srun -N2 -n4 true (in a job)"] = srun_in_job(env, work, args.runs)
-        allocating = [run(["srun", "true"], env, work)[0] for _ in range(args.runs // 3)]
-        timings["srun true (allocates)"] = allocating
+            for name, flags in floors.items():
+                timings[name].append(run(["python3", *flags], env, work)[0])
+        load.append(os.getloadavg()[0])
+        if not args.no_srun:
+            timings["srun -N2 -n4 true (in a job)"] = srun_in_job(env, work, args.runs)
+            allocating = [run(["srun", "true"], env, work)[0] for _ in range(args.runs // 3)]
+            timings["srun true (allocates)"] = allocating
+        print(f"load average (1 min) when the command timings began and ended: {load[0]:.2f}, {load[1]:.2f}")
         print("| metric | n | p50 | p95 | p99 |\n|---|---|---|---|---|")
         ms = [x * 1000 for x in lat]
         print(

@@ -158,3 +158,7 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     wckey: str | None = None  # --wckey: workload characterization key, recorded with the job; None = none
     command: str | None = None  # the script's absolute path (scontrol's Command=); None = stdin or --wrap
     interactive: bool = False  # an salloc/srun allocation, not a batch job of the user's (BatchFlag=0)
+    # The job has a task count of its own: -n, or --ntasks-per-node (ntasks = nodes x it), as Slurm's sbatch
+    # sets one; its batch shell then has SLURM_NTASKS. False: ntasks is sbatch's default, one task per node,
+    # and Slurm sets no SLURM_NTASKS. True for a spec from before this field (which always had it).
+    ntasks_set: bool = True

@@ -40,6 +40,10 @@ class StepLaunch(msgspec.Struct, frozen=True, tag="step_launch", kw_only=True):
     stderr: str | None = None  # -e pattern; None = to srun (or with -o's file)
     open_mode: OpenMode = "truncate"  # --open-mode of -o/-e files
     stdin: bool = True  # forward srun's stdin to task 0 (else /dev/null)
+    # srun's end of its connection to the cluster, as the cluster sees it (Slurm's srun address and port:
+    # SLURM_LAUNCH_NODE_IPADDR, SLURM_SRUN_COMM_HOST and _PORT); "" and 0: not known (an older srun)
+    srun_host: str = ""
+    srun_port: int = 0
 
 
 class TaskPlace(msgspec.Struct, frozen=True, kw_only=True):

@@ -4,17 +4,18 @@ Why: submitit and dask start ``sbatch``, ``squeue`` and ``sacct`` by the thousan
 command's wall time is Python loading msgspec, the schemas and the command's own modules (~50 ms of ~80 ms
 here), not the request to the cluster (a few ms). So the first command a user runs starts a server in the
 background, one per user and installation, that loads every served command once; each later command is a thin
-client that hands the server its argv, environment, working directory, umask and standard streams, and the
-server forks a child that runs the command as that process would have. ``bench/RESULTS.md`` has the numbers.
+client that hands the server its argv, environment, working directory, umask and standard streams, and a
+child the server forked ahead (``cmdchild.py``) runs the command as that process would have.
+``bench/RESULTS.md`` has the numbers.
 
 One exchange, over a Unix socket in a directory only the user can enter::
 
     client -> server   request: protocol, identity, command, argv, environment, umask, mount namespace, how
                        its streams are encoded; with its fds 0, 1, 2 and its working directory (SCM_RIGHTS)
-    server             accepts, checks the peer is the same user, forks; the child does the rest
+    server's child     accepts (forked before), checks the peer is the same user, and does the rest
     child -> client    ("started", pid)    or ("refused", reason): the client runs the command itself
     client -> child    "go"                (without it the child ends without running anything)
-    child -> client    ("exit", status)    after the command ran and its streams were flushed
+    child -> client    ("exit", status)    after the command ran and its streams were flushed and closed
 
 Nothing is lost or run twice: until "go" the command has not started, and the client runs it itself on any
 failure up to there (no server, a stale one, a wrong identity, a timeout); after "go" only the child runs it.
@@ -35,14 +36,20 @@ This module is imported by every command process (``launch``): only builtins and
 and nothing of the server's side.
 """
 
-from __future__ import annotations
-
+# No "from __future__ import annotations" (the __future__ module is one more to load): the annotations that
+# name a module loaded only for the type checker are quoted.
 # _socket is the C module under socket: socket.py costs a command ~5 ms to load (libs/runtime/nats_request.py)
 import _socket
 import marshal
 import os
 import sys
-from collections.abc import Mapping
+
+# typing.TYPE_CHECKING without typing, and collections.abc only for the type checker: each costs a command's
+# process a module or more to load
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import NoReturn
 
 #: Version of the exchange above; a server refuses another.
 PROTOCOL = 1
@@ -61,7 +68,7 @@ class NotServed(Exception):
 # --- where the server listens -------------------------------------------------------------------------------
 
 
-def runtime_dir(environ: Mapping[str, str]) -> str:
+def runtime_dir(environ: "Mapping[str, str]") -> str:
     """The user's private directory for servers: ``$XDG_RUNTIME_DIR/corral`` or ``/tmp/corral-<uid>``."""
     runtime = environ.get("XDG_RUNTIME_DIR", "")
     if runtime and os.path.isabs(runtime):
@@ -79,16 +86,18 @@ def private_dir(path: str) -> str:
     return path
 
 
-def identity(environ: Mapping[str, str]) -> str:
+def identity(environ: "Mapping[str, str]") -> str:
     """What a server must share with its clients: the interpreter, this installation and the module path."""
     return "\0".join((sys.executable, sys.version, __file__, environ.get("PYTHONPATH", "")))
 
 
 def socket_path(directory: str, ident: str) -> str:
-    """The socket of the server for ``ident`` in ``directory``."""
-    import binascii
-
-    return os.path.join(directory, f"cmd-{binascii.crc32(ident.encode()):08x}.sock")
+    """The socket of the server for ``ident`` in ``directory``, named by a 32-bit FNV-1a hash of ``ident``
+    (binascii's crc32 would cost a command a shared library to load)."""
+    digest = 0x811C9DC5
+    for byte in ident.encode():
+        digest = ((digest ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return os.path.join(directory, f"cmd-{digest:08x}.sock")
 
 
 # --- framing ------------------------------------------------------------------------------------------------
@@ -149,6 +158,17 @@ def served(command: str) -> int | None:
         return None
 
 
+def leave(status: int) -> "NoReturn":
+    """End this process with the served command's status: its streams flushed, without the interpreter's
+    teardown (nothing of the command ran here; the child flushed its own output)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:  # noqa: SIM105 (contextlib is a module more to load)
+            stream.flush()
+        except (OSError, ValueError, AttributeError):  # closed, or None
+            pass
+    os._exit(status & 0xFF)
+
+
 def _call(command: str) -> int:
     environ = os.environ
     ident = identity(environ)
@@ -156,6 +176,13 @@ def _call(command: str) -> int:
         path = socket_path(private_dir(runtime_dir(environ)), ident)
     except OSError as exc:
         raise NotServed(str(exc)) from None
+    # all made before connecting, so that the request follows the connection at once: the child that takes the
+    # connection finds it there instead of waiting (one wake-up less on a busy machine)
+    data = frame(_request(command, ident))
+    try:
+        cwd = os.open(".", os.O_PATH | os.O_DIRECTORY)
+    except OSError as exc:
+        raise NotServed(f"cannot open the working directory: {exc.strerror}") from None
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.settimeout(HANDSHAKE_TIMEOUT)
@@ -164,17 +191,25 @@ def _call(command: str) -> int:
         except OSError as exc:
             start_server(path, ident)
             raise NotServed(f"no server at {path} ({exc.strerror}); starting one") from None
-        pid = _handshake(sock, command, ident)
+        pid = _handshake(sock, data, cwd)
+        os.close(cwd)
+        cwd = -1
         sock.settimeout(None)
         return _wait(sock, command, pid)
     finally:
         sock.close()
+        if cwd >= 0:
+            os.close(cwd)
 
 
-def _handshake(sock: _socket.socket, command: str, ident: str) -> int:
-    """Send the request; the pid of the child that waits for "go"."""
+def _request(command: str, ident: str) -> tuple[object, ...]:
+    """The request for ``command``: this process's argv, environment, umask and how its streams encode."""
     streams = []
-    for stream in (sys.stdin, sys.stdout, sys.stderr):
+    for fd, stream in enumerate((sys.stdin, sys.stdout, sys.stderr)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            stream = None
         if stream is None:
             raise NotServed("a standard stream is closed")
         streams.append(
@@ -187,7 +222,7 @@ def _handshake(sock: _socket.socket, command: str, ident: str) -> int:
         )
     umask = os.umask(0o022)
     os.umask(umask)
-    request = (
+    return (
         PROTOCOL,
         ident,
         command,
@@ -197,17 +232,14 @@ def _handshake(sock: _socket.socket, command: str, ident: str) -> int:
         mount_namespace(),
         streams,
     )
+
+
+def _handshake(sock: _socket.socket, data: bytes, cwd: int) -> int:
+    """Send the request with fds 0-2 and ``cwd``; the pid of the child that waits for "go"."""
     try:
-        cwd = os.open(".", os.O_PATH | os.O_DIRECTORY)
-    except OSError as exc:
-        raise NotServed(f"cannot open the working directory: {exc.strerror}") from None
-    try:
-        for fd in (0, 1, 2):
-            os.fstat(fd)
         if peer_uid(sock) != os.getuid():
             raise NotServed("the server runs as another user")
         fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, cwd))
-        data = frame(request)
         sent = sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
         sock.sendall(data[sent:])
         answer = recv_frame(sock)
@@ -218,14 +250,13 @@ def _handshake(sock: _socket.socket, command: str, ident: str) -> int:
         return answer[1]
     except (OSError, EOFError, ValueError, TypeError) as exc:
         raise NotServed(f"the server did not answer ({exc})") from None
-    finally:
-        os.close(cwd)
 
 
 def _wait(sock: _socket.socket, command: str, pid: int) -> int:
     """Tell the child to go and wait for its exit status, forwarding the terminating signals we get to it
     (from before "go": a Ctrl-C can no longer stop this process while the child runs on)."""
-    import signal
+    # _signal, the C module under signal (no stub): signal.py builds its enums with enum (~2-4 ms here)
+    import _signal  # type: ignore[import-not-found]
 
     forwarded: list[int] = []
 
@@ -238,8 +269,8 @@ def _wait(sock: _socket.socket, command: str, pid: int) -> int:
 
     previous = {}
     for name in FORWARDED:
-        signum = getattr(signal, name)
-        previous[signum] = signal.signal(signum, forward)
+        signum = getattr(_signal, name)
+        previous[signum] = _signal.signal(signum, forward)
     try:
         try:
             sock.sendall(frame("go"))
@@ -250,13 +281,13 @@ def _wait(sock: _socket.socket, command: str, pid: int) -> int:
         answer = None
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            _signal.signal(signum, handler)
     if isinstance(answer, tuple) and len(answer) == 2 and answer[0] == "exit":
         return int(answer[1])
     if forwarded:
         # the child died of the signal we passed on: die of it too, as the command would have
         signum = forwarded[-1]
-        signal.signal(signum, signal.SIG_DFL)
+        _signal.signal(signum, _signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return 128 + signum
     print(

@@ -12,10 +12,12 @@ Only here, in the commands' own processes: ``corral`` and the services load Open
 typing_extensions. A process that has loaded it already (a test importing ``main``) keeps it.
 """
 
-from __future__ import annotations
-
 import sys
-from collections.abc import Callable
+
+# typing's TYPE_CHECKING without loading typing (nor collections, nor __future__): see cmdclient
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 #: The commands started here: each is the module ``corral.cli.<name>`` with a ``main() -> int``.
 COMMANDS = (
@@ -33,7 +35,7 @@ COMMANDS = (
 )
 
 
-def load(command: str) -> Callable[[], int]:
+def load(command: str) -> "Callable[[], int]":
     """Import ``corral.cli.<command>`` with typing_extensions blocked; its ``main``."""
     sys.modules.setdefault("typing_extensions", None)  # type: ignore[arg-type]
     module = f"corral.cli.{command}"
@@ -53,7 +55,7 @@ def _run(command: str) -> int:
 
         status = cmdclient.served(command)
         if status is not None:
-            return status
+            cmdclient.leave(status)
     return int(load(command)())
 
 

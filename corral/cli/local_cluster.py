@@ -22,9 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -35,6 +33,8 @@ import msgspec
 from corral.cli import up_marker
 from corral.cli.local_auth import LocalAuth
 from corral.cli.local_nats import nats_servers
+from corral.cli.local_processes import Process, Supervised
+from corral.cli.local_ready import wait_ready
 from corral.libs.config import otlp, settings
 from corral.libs.config.cluster import ClusterConfig, load_config, local_config_text
 from corral.libs.infra import NatsServer, NatsUser, PostgresServer, roles
@@ -51,17 +51,7 @@ ACCOUNTING_REPLICAS = ("accounting", "accounting-2")
 
 
 @dataclass
-class Process:
-    """One service process of the cluster."""
-
-    name: str  # service name (agent-<node> for agents)
-    argv: list[str]  # command line
-    proc: subprocess.Popen[bytes] | None = None  # the running process
-    secrets: dict[str, str] = field(default_factory=dict)  # environment it gets, never on its command line
-
-
-@dataclass
-class LocalCluster:
+class LocalCluster(Supervised):
     """A local cluster in ``state_dir``."""
 
     state_dir: Path  # everything lives here
@@ -326,65 +316,10 @@ class LocalCluster:
         secrets = secrets or {}
         self.processes.append(Process(name, argv, self._popen(name, argv, secrets), secrets))
 
-    def _popen(
-        self, name: str, argv: list[str], secrets: dict[str, str] | None = None
-    ) -> subprocess.Popen[bytes]:
-        # Services log JSON lines to their own file; they never inherit a job's identity or a remote URL.
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
-        env["CORRAL_STATE_DIR"] = str(self.state_dir)
-        env.update(secrets or {})
-        with open(self.state_dir / "logs" / f"{name}.log", "ab") as log:
-            return subprocess.Popen(
-                argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
-
     def wait_ready(self, timeout: float) -> None:
         """Wait until every configured node is registered and idle or busy in sinfo's view, and the gateway
-        and accounting answer too (the scheduler answers ``nodes``): a command run right after this returns
-        finds every service it may call."""
-        from corral.libs.runtime.nats_request import NatsRequestError, request
-        from corral.schemas import api, subjects
-        from corral.schemas.codec import decode, encode
-
-        creds = read_credentials(self.user_credentials)
-
-        def call(verb: str, body: msgspec.Struct) -> bytes:
-            return request(
-                creds.url,
-                subjects.api_subject(verb, creds.user),
-                encode(body),
-                user=creds.user,
-                password=creds.password,
-                inbox_prefix=subjects.inbox_prefix(creds.user),
-                timeout=2.0,
-            ).data
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.check_alive()
-            if not self.auth.socket.exists():
-                time.sleep(0.1)
-                continue
-            try:
-                nodes = decode(call("nodes", api.NodesRequest()), api.NodesReply | api.ApiError)
-                if isinstance(nodes, api.NodesReply) and all(
-                    n.state not in ("unknown", "down") for n in nodes.nodes
-                ):
-                    # any answer will do (a job that does not exist): what matters is that one comes
-                    call("cancel", api.CancelRequest(job_ids=[]))
-                    call("acct", api.AcctRequest(job_ids=[0], limit=1))
-                    return
-            except NatsRequestError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(
-            f"the local cluster did not become ready in {timeout:.0f}s; see {self.state_dir}/logs"
-        )
+        and accounting answer too (``local_ready.py``)."""
+        wait_ready(self, timeout)
 
     def spawn_scheduler(self, name: str) -> str:
         """Start one more scheduler, named ``name`` in the lease and in ``scontrol ping`` (a standby while
@@ -392,42 +327,6 @@ class LocalCluster:
         process = f"scheduler-{name}"
         self._spawn(process, roles.SCHEDULER, "corral.services.scheduler", ["--name", name])
         return process
-
-    def check_alive(self) -> None:
-        """Raise if a service process died."""
-        for p in self.processes:
-            if p.proc is not None and p.proc.poll() is not None:
-                raise RuntimeError(
-                    f"{p.name} exited with status {p.proc.returncode}; see {self.state_dir}/logs/{p.name}.log"
-                )
-
-    def process(self, name: str) -> Process:
-        """The process called ``name``."""
-        return next(p for p in self.processes if p.name == name)
-
-    def kill(self, name: str) -> None:
-        """Kill a service process hard (SIGKILL), as a crash would (for failure tests)."""
-        p = self.process(name)
-        assert p.proc is not None
-        p.proc.kill()
-        p.proc.wait()
-
-    def terminate(self, name: str, timeout: float = 15.0) -> None:
-        """Stop a service process cleanly (SIGTERM) and wait for it; an agent leaves its jobs running."""
-        p = self.process(name)
-        assert p.proc is not None
-        p.proc.terminate()
-        p.proc.wait(timeout)
-
-    def revive(self, name: str) -> None:
-        """Start a killed service process again with the same command line."""
-        p = self.process(name)
-        p.proc = self._popen(name, p.argv, p.secrets)
-
-    def restart(self, name: str) -> None:
-        """Kill a service process hard and start it again."""
-        self.kill(name)
-        self.revive(name)
 
     def stop(self, kill_jobs: bool = True) -> None:
         """Stop agents first, then services, then the servers.
@@ -439,25 +338,13 @@ class LocalCluster:
         """
         with contextlib.suppress(OSError):
             up_marker.mark_stopped(self.state_dir)  # commands from now on say so at once
-        ordered = sorted(self.processes, key=lambda p: 0 if p.name.startswith("agent-") else 1)
-        for group in (
-            [p for p in ordered if p.name.startswith("agent-")],
-            [p for p in ordered if not p.name.startswith("agent-")],
-        ):
-            for p in group:
-                if p.proc is not None and p.proc.poll() is None:
-                    p.proc.send_signal(signal.SIGTERM)
-            for p in group:
-                if p.proc is None:
-                    continue
-                try:
-                    p.proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.proc.kill()
-                    p.proc.wait()
-            if kill_jobs and group and group[0].name.startswith("agent-"):
-                kill_wait = self.config.kill_wait_s if self.config else 5.0
+        kill_wait = self.config.kill_wait_s if self.config else 5.0
+
+        def after_agents() -> None:
+            if kill_jobs:
                 kill_runs(self.state_dir / "agents", kill_wait)
+
+        self.stop_processes(after_agents)
         self.processes.clear()
         self.metrics_urls.clear()
         if self.postgres is not None:

@@ -226,6 +226,7 @@ def build_submission(
         command=None
         if wrap is not None or not invocation.script_path
         else _absolute(invocation.script_path, cwd),
+        ntasks_set=options.given("ntasks") or ntasks_per_node is not None,
     )
     return Submission(
         spec=spec,

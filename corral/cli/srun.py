@@ -8,8 +8,9 @@ Ctrl-C to the tasks (twice within a second kills the step), and exits with the w
 
 Outside an allocation it submits a job whose batch script only waits (``ALLOCATION_SCRIPT``), waits for
 it to run, runs the step as above and releases the allocation with the step's exit code, so the job ends
-COMPLETED (or FAILED with that code). ``-n -N -c --ntasks-per-node`` and ``SLURM_NTASKS``/``SLURM_NNODES``
-(Slurm's input variables) size the step.
+COMPLETED (or FAILED with that code). ``-n -N -c --ntasks-per-node`` and ``SLURM_NTASKS``/``SLURM_NNODES``/
+``SLURM_NTASKS_PER_NODE`` (Slurm's input variables) size the step. The tasks learn where srun is
+(``StepLaunch.srun_host``/``srun_port``: its connection's address) and get its umask (``SLURM_UMASK``).
 
 srun uses the synchronous NATS client like the other commands (``srun_step``: subscriptions, publish
 and a ``select`` loop), not nats-py and asyncio, whose import alone would double its start-up.
@@ -170,9 +171,12 @@ def open_mode(option: str | None, variable: str | None) -> OpenMode:
 
 
 def step_launch(args: SrunArgs, environ: Mapping[str, str], cwd: str, inside: bool) -> StepLaunch:
-    """The step request of a command line; inside a job ``SLURM_NTASKS``/``SLURM_NNODES`` are the
-    defaults of ``-n``/``-N`` (Slurm's input variables), unless -N or --ntasks-per-node is given."""
-    per_node = _count(args, "ntasks-per-node", environ)
+    """The step request of a command line; inside a job ``SLURM_NTASKS``/``SLURM_NNODES`` and
+    ``SLURM_NTASKS_PER_NODE`` are the defaults of ``-n``/``-N`` and ``--ntasks-per-node`` (Slurm's input
+    variables), SLURM_NTASKS unless -N or --ntasks-per-node is given. The tasks get srun's environment
+    with ``SLURM_UMASK`` (srun's umask) and ``SRUN_DEBUG`` (3, one more per -v, one less per -Q) added
+    unless set, as Slurm's srun adds them."""
+    per_node = _count(args, "ntasks-per-node", environ, "SLURM_NTASKS_PER_NODE" if inside else None)
     nodes = _count(args, "nodes", environ, "SLURM_NNODES" if inside else None)
     sized = args.options.given("nodes") or per_node is not None
     ntasks = _count(args, "ntasks", environ, "SLURM_NTASKS" if inside and not sized else None)
@@ -185,7 +189,7 @@ def step_launch(args: SrunArgs, environ: Mapping[str, str], cwd: str, inside: bo
         key=os.urandom(8).hex(),
         argv=args.argv,
         cwd=workdir if posixpath.isabs(workdir) else posixpath.join(cwd, workdir),
-        environment=dict(environ),
+        environment=_with_srun_variables(environ, args),
         name=args.value("job-name") or posixpath.basename(args.argv[0]),
         ntasks=ntasks,
         nodes=nodes,
@@ -197,6 +201,17 @@ def step_launch(args: SrunArgs, environ: Mapping[str, str], cwd: str, inside: bo
         open_mode=mode,
         stdin=True,
     )
+
+
+def _with_srun_variables(environ: Mapping[str, str], args: SrunArgs) -> dict[str, str]:
+    """srun's environment plus what Slurm's srun adds to it unless set: SLURM_UMASK, SRUN_DEBUG."""
+    env = dict(environ)
+    mask = os.umask(0)
+    os.umask(mask)
+    env.setdefault("SLURM_UMASK", f"0{(mask >> 6) & 7}{(mask >> 3) & 7}{mask & 7}")
+    verbosity = len(args.options.all("verbose")) - len(args.options.all("quiet"))
+    env.setdefault("SRUN_DEBUG", str(3 + verbosity))
+    return env
 
 
 def allocation_argv(args: SrunArgs, launch: StepLaunch) -> list[str]:

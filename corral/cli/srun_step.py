@@ -161,6 +161,9 @@ class StepSession:
 
     def _launch(self, conn: nats_request.Connection) -> StepLaunched:
         subject = step_subject(self.batch_node, self.cluster.user)
+        # Where the cluster sees srun (the tasks' SLURM_LAUNCH_NODE_IPADDR, SLURM_SRUN_COMM_HOST and _PORT).
+        host, port = conn.local_address()
+        self.launch = msgspec.structs.replace(self.launch, srun_host=host, srun_port=port)
         try:
             # No responders: the agent is not subscribed (yet), so the request reached no one (nats_retry).
             msg = retrying(

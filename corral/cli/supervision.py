@@ -19,7 +19,8 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from corral.cli.local_cluster import LocalCluster, Process
+from corral.cli.local_cluster import LocalCluster
+from corral.cli.local_processes import Process
 from corral.libs.infra.managed import ManagedServer, ServerStartError
 
 #: First delay before starting a dead process again (seconds).

@@ -10,6 +10,7 @@ Example (``docs/configuration.md`` documents every key)::
     constrain_ram_space = true      # cgroup.conf's ConstrainRAMSpace: each run in a memory cgroup
     cgroup_root = "corral"          # where run cgroups go, under the memory controller's hierarchy
     allow_root_jobs = false         # Slurm's DisableRootJobs inverted: root's jobs are refused at submit
+    tmpdir_base = "/tmp"            # each run's private TMPDIR is made under it, on each node
 
     [[nodes]]
     names = "gpu[01-04]"            # a Slurm hostlist
@@ -113,6 +114,9 @@ class ClusterConfig:
     # (Corral's default: one partition per job, so ANY is ALL); NO accepts it, and it pends with Slurm's
     # PartitionNodeLimit, PartitionTimeLimit or PartitionConfig (Slurm's default).
     enforce_part_limits: str = "ALL"
+    # Where each agent makes every run's private TMPDIR (job_container/tmpfs's BasePath, Slurm's TmpFS):
+    # ``<base>/corral-<cluster>-<hash>-<node>/<job>.<attempt>``; "" = none (the job's own TMPDIR, or /tmp)
+    tmpdir_base: str = "/tmp"
 
     def service_account(self, name: str) -> ServiceAccount | None:
         """The service account called ``name``, or None."""
@@ -183,11 +187,19 @@ def _cgroup_root(cluster: dict[str, Any]) -> str:
 
 def _health_check_program(cluster: dict[str, Any]) -> str:
     """``cluster.health_check_program``: an absolute path (agents run it as root, so never a PATH lookup)."""
-    value = str(cv.optional(cluster, "health_check_program", "cluster", str, ""))
+    return _absolute_path(cluster, "health_check_program", "", "give the program's full path")
+
+
+def _tmpdir_base(cluster: dict[str, Any]) -> str:
+    """``cluster.tmpdir_base``: an absolute path (each agent makes its runs' TMPDIRs under it), or ""."""
+    return _absolute_path(cluster, "tmpdir_base", "/tmp", 'give one (e.g. "/tmp"), or "" for none')
+
+
+def _absolute_path(cluster: dict[str, Any], key: str, default: str, fix: str) -> str:
+    """``cluster.<key>``: "" or an absolute path; ConfigError naming the key and ``fix`` otherwise."""
+    value = str(cv.optional(cluster, key, "cluster", str, default))
     if value and not value.startswith("/"):
-        raise ConfigError(
-            f"cluster.health_check_program: {value!r} is not an absolute path; give the program's full path"
-        )
+        raise ConfigError(f"cluster.{key}: {value!r} is not an absolute path; {fix}")
     return value
 
 
@@ -234,6 +246,7 @@ def parse_config(
             cluster, "health_failure_action", FAILURE_ACTIONS, "cluster"
         ),
         enforce_part_limits=cv.choice(cluster, "enforce_part_limits", ENFORCE_PART_LIMITS, "cluster"),
+        tmpdir_base=_tmpdir_base(cluster),
     )
     check_qos_references(config)
     if config.heartbeat_interval_s >= config.node_timeout_s:

@@ -93,6 +93,7 @@ KEYS = {
         "health_check_interval",
         "health_failure_action",
         "enforce_part_limits",
+        "tmpdir_base",
     },
     "nodes": {"names", "cpus", "memory", "gpus", "gpu_type", "features"},
     "partitions": {

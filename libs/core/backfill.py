@@ -30,8 +30,8 @@ these preferences order the nodes within a block; a reservation obeys the same r
 from __future__ import annotations
 
 import bisect
+import copy
 import math
-from dataclasses import dataclass, field
 
 import msgspec
 
@@ -62,14 +62,14 @@ class Hold(msgspec.Struct, frozen=True, gc=False):
     resv: str | None = None  # the advance reservation (its members do not see it); None: a planned start
 
 
-@dataclass
-class NodePlan:
-    """One node's capacity over time during a planning cycle."""
+class NodePlan(msgspec.Struct, gc=False):
+    """One node's capacity over time during a planning cycle (a struct: one is made per node and cycle)."""
 
     free: Free  # capacity free now (GPU indices included)
-    releases: list[Release] = field(default_factory=list)  # sorted by time
-    holds: list[Hold] = field(default_factory=list)  # the planned starts of jobs with a reservation
-    resv: list[Hold] = field(default_factory=list)  # advance reservations: held from all but their members
+    releases: list[Release] = []  # sorted by time
+    holds: list[Hold] = []  # the planned starts of jobs with a reservation
+    resv: list[Hold] = []  # advance reservations: held from all but their members
+    sig: tuple[object, ...] | None = None  # ``_state`` of the node, until it changes (None: not known)
 
     def _holds(self, exempt: str | None) -> list[Hold]:
         """The holds a job sees: every backfill hold, and the advance reservations but ``exempt``."""
@@ -138,6 +138,7 @@ class NodePlan:
 
     def release(self, when: float, alloc: NodeAllocation) -> None:
         """Record that ``alloc`` gives its resources back at ``when``."""
+        self.sig = None
         if when < INF:
             bisect.insort(self.releases, Release(when, alloc.cpus, len(alloc.gpus), alloc.mem_mb))
 
@@ -150,6 +151,17 @@ class _Index:
     def __init__(self, nodes: list[NodePlan]) -> None:
         self.keys = sorted(n.key() for n in nodes if not n.held())
         self.held = {n.free.name: n for n in nodes if n.held()}
+        self.groups: list[list[NodePlan]] | None = None  # ``held`` by ``_state``, built on first use
+
+    def held_groups(self) -> list[list[NodePlan]]:
+        """The held nodes in groups of the same capacity, releases and holds: the checks of a request
+        without ``-x`` give every node of a group the same answer (only their names differ)."""
+        if self.groups is None:
+            groups: dict[tuple[object, ...], list[NodePlan]] = {}
+            for node in self.held.values():
+                groups.setdefault(_state(node), []).append(node)
+            self.groups = list(groups.values())
+        return self.groups
 
     def remove(self, key: tuple[int, int, str]) -> None:
         """Take a key out of the best-fit order."""
@@ -186,6 +198,7 @@ class Planner:
         self._blocked: dict[tuple[str, Request], list[tuple[float, int]]] = {}
         self._member_gpus: dict[tuple[str, str], int] = {}  # (reservation, node) -> GPUs its members took
         self._index: dict[str, _Index] = {}  # partition -> its nodes for start_now (built on first use)
+        self._partition_groups: dict[str, list[list[NodePlan]]] = {}  # partition -> ``_groups``
 
     def running(self, allocation: list[NodeAllocation], end: float) -> None:
         """A run that holds ``allocation`` until ``end`` (INF if unlimited)."""
@@ -270,11 +283,12 @@ class Planner:
         fillers: list[tuple[tuple[int, int, str], NodePlan]] = []  # held nodes it fits, filling a hole
         others: list[tuple[tuple[int, int, str], NodePlan]] = []  # held nodes it fits, not filling one
         fit_now = 0  # nodes it fits now, whatever the holds say
-        for node in index.held.values():
+        for group in [[n] for n in index.held.values()] if req.exclude else index.held_groups():
+            node = group[0]
             if node_fits(node.free, req):
-                fit_now += 1
+                fit_now += len(group)
                 if node.fits_during(req, self.now, end):
-                    (fillers if node.fills_hole(end) else others).append((node.key(), node))
+                    (fillers if node.fills_hole(end) else others).extend((n.key(), n) for n in group)
         fillers.sort(key=lambda r: r[0])
         others.sort(key=lambda r: r[0])
         chosen = [n for _, n in fillers[: req.nodes]]
@@ -307,7 +321,9 @@ class Planner:
         """Allocate ``req`` on the picked nodes now, until ``end``."""
         out = []
         for node in sorted(picked, key=lambda n: n.free.name):
+            self._changed(node)
             before = node.key()
+            node.free = copy.copy(node.free)  # it may be the cycles' shared one (``capacity.py``)
             alloc = take(node.free, req)
             if not node.held():
                 after = node.key()
@@ -350,6 +366,7 @@ class Planner:
         if caps is not None:
             for alloc in out:
                 node = self.nodes[alloc.node]
+                self._changed(node)
                 key = (resv, alloc.node)
                 self._member_gpus[key] = self._member_gpus.get(key, 0) + len(alloc.gpus)
                 node.resv = [
@@ -359,18 +376,43 @@ class Planner:
         return out
 
     def reserve(self, partition: str, req: Request, limit: float, window: float) -> float | None:
-        """Reserve the earliest start of ``req`` within ``window``; its time, or None if none is found."""
-        nodes = [n for n in self.members(partition) if eligible(n.free, req)]
-        starts = sorted(
-            (t, n.free.name, n) for n in nodes if (t := n.earliest(req, self.now, limit)) <= self.now + window
-        )
-        if len(starts) < req.nodes:
-            return None
-        for t in sorted({t for t, _, _ in starts[req.nodes - 1 :]}):
-            able = [n for s, _, n in starts if s <= t and n.fits_during(req, t, t + limit)]
-            # Busy-now nodes first: what is free now stays for backfill.
-            able.sort(key=lambda n: (node_fits(n.free, req), n.free.name))
-            picked = choose(able, req, self.topology, _free)
+        """Reserve the earliest start of ``req`` within ``window``; its time, or None if none is found.
+
+        The nodes are tried by (busy now first, name) at each candidate time, a group of nodes in the same
+        state at a time (``_groups``: the checks give each of its nodes the same answer). A node without
+        holds needs no check beyond its earliest start: its free capacity only grows with time, so it fits
+        over any window from that start on, and it fits now only if its earliest start is now.
+        """
+        now = self.now
+        horizon = now + window
+        starts: list[tuple[float, list[NodePlan]]] = []  # (earliest start, the group's nodes)
+        for nodes in self._groups(partition, req):
+            first = nodes[0]
+            if eligible(first.free, req):
+                t = first.earliest(req, now, limit)
+                if t <= horizon:
+                    starts.append((t, nodes))
+        starts.sort(key=_first)
+        times, count = set(), 0  # the times at which at least ``req.nodes`` nodes could start
+        for t, nodes in starts:
+            count += len(nodes)
+            if count >= req.nodes:
+                times.add(t)
+        for t in sorted(times):
+            busy: list[NodePlan] = []  # busy now: first, so that what is free now stays for backfill
+            idle: list[NodePlan] = []
+            for s, nodes in starts:
+                if s > t:
+                    break
+                first = nodes[0]
+                if first.held():
+                    if first.fits_during(req, t, t + limit):
+                        (idle if node_fits(first.free, req) else busy).extend(nodes)
+                else:
+                    (idle if s == now and node_fits(first.free, req) else busy).extend(nodes)
+            busy.sort(key=_name)
+            idle.sort(key=_name)
+            picked = choose(busy + idle, req, self.topology, _free)
             if picked is not None:
                 for node in picked:
                     if not node.held():
@@ -378,10 +420,33 @@ class Planner:
                             if name in node.free.partitions:
                                 index.remove(node.key())
                                 index.held[node.free.name] = node
+                    self._changed(node)
                     want = need(node.free, req)
                     node.holds.append(Hold(t, t + limit, want.cpus, want.gpus, want.mem_mb))
                 return t
         return None
+
+    def _groups(self, partition: str, req: Request) -> list[list[NodePlan]]:
+        """The partition's nodes in groups of the same state (``_state``; each node alone for a request
+        with ``-x``, whose eligibility depends on the name), kept until one of them changes."""
+        if req.exclude:
+            return [[n] for n in self.members(partition)]
+        groups = self._partition_groups.get(partition)
+        if groups is None:
+            by_state: dict[tuple[object, ...], list[NodePlan]] = {}
+            for node in self.members(partition):
+                by_state.setdefault(_state(node), []).append(node)
+            groups = self._partition_groups[partition] = list(by_state.values())
+        return groups
+
+    def _changed(self, node: NodePlan) -> None:
+        """A node's capacity or holds are about to change: its state and the groups of its partitions go."""
+        node.sig = None
+        for name, index in self._index.items():
+            if name in node.free.partitions:
+                index.groups = None
+        for name in node.free.partitions:
+            self._partition_groups.pop(name, None)
 
 
 class Totals(msgspec.Struct, gc=False):
@@ -393,3 +458,34 @@ class Totals(msgspec.Struct, gc=False):
 
 def _free(node: NodePlan) -> Free:
     return node.free
+
+
+def _first(entry: tuple[float, list[NodePlan]]) -> float:
+    return entry[0]
+
+
+def _name(node: NodePlan) -> str:
+    return node.free.name
+
+
+def _state(node: NodePlan) -> tuple[object, ...]:
+    """Everything the checks of a request without ``-x`` read of a node, but its name and GPU indices
+    (kept in ``node.sig`` until the node changes)."""
+    if node.sig is not None:
+        return node.sig
+    f = node.free
+    node.sig = (
+        f.cpus,
+        len(f.gpus),
+        f.mem_mb,
+        f.idle,
+        f.gpu_type,
+        f.features,
+        f.total_cpus,
+        f.total_gpus,
+        f.total_mem_mb,
+        tuple(node.releases),
+        tuple(node.holds),
+        tuple(node.resv),
+    )
+    return node.sig

@@ -14,7 +14,6 @@ required features; every node of ``-w`` is part of the selection, the rest chose
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
 import msgspec
@@ -26,9 +25,8 @@ from corral.schemas.events import JobSpec, NodeAllocation
 T = TypeVar("T")
 
 
-@dataclass
-class Free:
-    """Free capacity of one node during a planning cycle."""
+class Free(msgspec.Struct, gc=False):
+    """Free capacity of one node during a planning cycle (a struct: one is made per node and cycle)."""
 
     name: str  # node name
     gpus: list[int]  # free GPU indices, ascending
@@ -53,21 +51,26 @@ def free_capacity(nodes: dict[str, Node]) -> dict[str, Free]:
     out: dict[str, Free] = {}
     for name in sorted(nodes):
         node = nodes[name]
-        if not node.up or drained(node):
+        if not node.up or node.drain or node.admin_drain is not None:  # ``state.drained``, inlined
             continue
-        used = set(node.used_gpus)
+        used = node.used_gpus
+        if used:
+            held = set(used)
+            gpus = [g for g in range(node.gpus) if g not in held]
+        else:
+            gpus = list(range(node.gpus))
         out[name] = Free(
-            name=name,
-            gpus=[g for g in range(node.gpus) if g not in used],
-            cpus=node.cpus - node.alloc_cpus,
-            mem_mb=node.mem_mb - node.alloc_mem_mb,
-            total_mem_mb=node.mem_mb,
-            gpu_type=node.gpu_type,
-            partitions=tuple(node.partitions),
-            idle=not node.jobs and not node.used_gpus and node.alloc_cpus == 0 and node.alloc_mem_mb == 0,
-            features=tuple(node.features),
-            total_cpus=node.cpus,
-            total_gpus=node.gpus,
+            name,
+            gpus,
+            node.cpus - node.alloc_cpus,
+            node.mem_mb - node.alloc_mem_mb,
+            node.mem_mb,
+            node.gpu_type,
+            tuple(node.partitions),
+            not node.jobs and not used and node.alloc_cpus == 0 and node.alloc_mem_mb == 0,
+            tuple(node.features),
+            node.cpus,
+            node.gpus,
         )
     return out
 

@@ -44,6 +44,7 @@ The per-node work the state still needs (launches, kills, signals) is derived ap
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -51,6 +52,7 @@ import msgspec
 
 from corral.libs.core import preempt, reservations
 from corral.libs.core.backfill import INF, Planner
+from corral.libs.core.capacity import CapacityCache
 from corral.libs.core.conclude import answer_change, answer_control, conclusion_of
 from corral.libs.core.eligibility import Singletons, needs_check, pending_reason
 from corral.libs.core.limits import Limits, concluded_runs
@@ -86,13 +88,16 @@ class Plan:
         return text(self.reasons.get(job_id, default), self.details.get(job_id, ""))
 
 
-def plan(state: State, now: float, policy: Policy, epoch: int = 0) -> Plan:
-    """Decide what happens next. Deterministic in (state, now, policy, epoch)."""
+def plan(
+    state: State, now: float, policy: Policy, epoch: int = 0, cache: CapacityCache | None = None
+) -> Plan:
+    """Decide what happens next. Deterministic in (state, now, policy, epoch); ``cache``, kept by the caller
+    from one cycle to the next, only saves building the capacity of the nodes that did not change."""
     out = Plan(at=now)
     pending = _conclude(state, out)
     if state.resv_requests:
         out.decisions.extend(reservations.answer_requests(state, now, policy.default_partition))
-    cycle = Cycle(state, now, policy, out, epoch)
+    cycle = Cycle(state, now, policy, out, epoch, cache)
     for job, priority in queue_order(state, now, policy, pending):
         cycle.consider(job, priority)
     # Every decision carries the leader's epoch (the folds' fence, ``lifecycle.DECISIONS``), stamped once.
@@ -126,10 +131,18 @@ class Cycle:
     Built after the conclusions and answers are in ``out``: they free resources and spare their jobs.
     """
 
-    def __init__(self, state: State, now: float, policy: Policy, out: Plan, epoch: int) -> None:
+    def __init__(
+        self,
+        state: State,
+        now: float,
+        policy: Policy,
+        out: Plan,
+        epoch: int,
+        cache: CapacityCache | None = None,
+    ) -> None:
         self.state, self.now, self.policy, self.out, self.epoch = state, now, policy, out, epoch
         live = reservations.live(state, now) if state.reservations else []
-        self.planner = _capacity(state, now, policy, live)  # every node's capacity now and over time
+        self.planner = _capacity(state, now, policy, live, cache)  # every node's capacity now and over time
         self.maint = reservations.maint_nodes(live, now)  # nodes a MAINT reservation holds now
         self.window = INF if policy.backfill_window_s is None else float(policy.backfill_window_s)
         self.depth = DEPTH[policy.backfill]  # reservations per partition (None: every blocked job)
@@ -313,10 +326,16 @@ class Cycle:
 DEPTH: dict[Backfill, int | None] = {"fifo": 0, "easy": 1, "conservative": None}
 
 
-def _capacity(state: State, now: float, policy: Policy, live: list[ev.ReservationCreated]) -> Planner:
+def _capacity(
+    state: State,
+    now: float,
+    policy: Policy,
+    live: list[ev.ReservationCreated],
+    cache: CapacityCache | None = None,
+) -> Planner:
     """Step 3: the planner over the nodes that are up, with what is free now, when each run gives its
     resources back, and the holds of the live advance reservations."""
-    free = free_capacity(state.nodes)
+    free = free_capacity(state.nodes) if cache is None else cache.free_capacity(state.nodes)
     for job_id in state.active:
         job = state.jobs[job_id]
         # A run whose exit is concluded in this cycle frees its resources now: the conclusion is
@@ -324,8 +343,10 @@ def _capacity(state: State, now: float, policy: Policy, live: list[ev.Reservatio
         # Only on the nodes whose agents reported the run's processes gone: the others stay held (fold).
         if job.state == "RUNNING" and job.run_exit is not None:
             for alloc in job.allocations:
-                if alloc.node in job.exited_nodes:
-                    give_back(free.get(alloc.node), alloc)
+                node = free.get(alloc.node)
+                if node is not None and alloc.node in job.exited_nodes:
+                    free[alloc.node] = node = copy.copy(node)  # it may be shared (``capacity.py``)
+                    give_back(node, alloc)
     planner = Planner(free, now, policy.blocks, policy.backfill_resolution_s)
     for job_id in state.active:
         job = state.jobs[job_id]

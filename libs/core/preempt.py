@@ -28,7 +28,6 @@ the cycle after the last victim's exit.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -230,7 +229,7 @@ def _candidates(
 
 def _without(nodes: dict[str, Free], gone: Iterable[Job]) -> dict[str, Free]:
     """A copy of ``nodes`` with the resources of ``gone`` given back (a node left with nothing is idle)."""
-    trial = {name: dataclasses.replace(f, gpus=list(f.gpus)) for name, f in nodes.items()}
+    trial = {name: msgspec.structs.replace(f, gpus=list(f.gpus)) for name, f in nodes.items()}
     for victim in gone:
         for alloc in victim.allocations:
             give_back(trial.get(alloc.node), alloc)

@@ -331,6 +331,11 @@ class Connection:
         ``next_message(0)`` until it returns None before waiting (messages may be buffered already)."""
         return self._sock.fileno()
 
+    def local_address(self) -> tuple[str, int]:
+        """This end of the connection: (IP address, port), as the server sees it connect."""
+        address = self._sock.getsockname()
+        return str(address[0]), int(address[1])
+
     def _keep(self, args: list[bytes], body: bytes) -> None:
         """Queue a message of a subscription (not the inbox); other sids are dropped."""
         if args[2] not in self._subjects:

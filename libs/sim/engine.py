@@ -46,6 +46,7 @@ import msgspec
 
 from corral.libs.config.cluster import ClusterConfig
 from corral.libs.config.policy import policy_of, usage_policy_of
+from corral.libs.core.capacity import CapacityCache
 from corral.libs.core.causation import cause_of
 from corral.libs.core.eligibility import needs_check
 from corral.libs.core.fold import apply, slim_spec
@@ -165,6 +166,7 @@ class _Run:
         self.state = State() if cluster.usage is None else State(usage_policy=cluster.usage)
         self.seq = 0
         self.cycles = 0
+        self.capacity = CapacityCache()  # the nodes' capacity, kept from cycle to cycle
         self.ends: list[tuple[float, int, int]] = []  # heap of (run end, job id, attempt)
         self.wake: float | None = None  # the last plan's wake_at, if still to come
         # The gateway's default account: the first account listing the user (else the user's own).
@@ -255,7 +257,7 @@ class _Run:
         state, policy = self.state, self.policy
         while True:
             self.cycles += 1
-            outcome = plan(state, now, policy)
+            outcome = plan(state, now, policy, cache=self.capacity)
             wake = outcome.wake_at
             self.wake = wake if wake is not None and wake > now else None
             decisions = outcome.decisions

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from corral.libs.config.settings import environment
 from corral.libs.runtime import telemetry
@@ -32,10 +33,12 @@ from corral.services.agent.background import Background
 from corral.services.agent.crashpoints import CrashPoints
 from corral.services.agent.healthcheck import health_checks
 from corral.services.agent.identity import Identities
+from corral.services.agent.jobenv import NodeEnv, topology_address
 from corral.services.agent.metrics import AgentMetrics
 from corral.services.agent.registration import Registration
 from corral.services.agent.reporting import Reporter
 from corral.services.agent.runs import Runs
+from corral.services.agent.runtmp import RunTmp
 from corral.services.agent.step_cgroups import StepCgroups
 from corral.services.agent.step_coord import StepCoord
 from corral.services.agent.step_local import StepLocal
@@ -46,6 +49,16 @@ from corral.services.agent.steps import Steps
 from corral.services.agent.work import Work
 
 
+def run_tmp(ctx: Context, name: str, runs: Runs, log: Any) -> RunTmp:
+    """Each run's TMPDIR on this node, and the rest of what the node adds to its jobs' environments: the
+    cluster's configuration file (SLURM_CONF) and the node's topology address."""
+    config = ctx.config
+    conf = os.path.abspath(config.source) if os.path.isfile(config.source) else None
+    env = NodeEnv(conf=conf, topology=topology_address(name, config.block_map()))
+    base = Path(config.tmpdir_base) if config.tmpdir_base else None
+    return RunTmp(base, runs.cgroups.tag, name, runs.records, log, env)
+
+
 def build_steps(
     ctx: Context,
     name: str,
@@ -54,6 +67,7 @@ def build_steps(
     reporter: Reporter,
     crash: CrashPoints,
     identities: Identities,
+    tmp: RunTmp,
 ) -> Steps:
     """The node's step parts, each handed what it needs of the others and of the runs table."""
     nc, kill_wait = ctx.bus.nc, ctx.config.kill_wait_s
@@ -64,7 +78,7 @@ def build_steps(
         run_cgroup=runs.run_cgroup, create=runs.create_cgroup, remove=runs.remove_peer_cgroup
     )
     output = StepOutput(nc, name, table, cgroups, background)
-    local = StepLocal(nc, name, root, kill_wait, table, cgroups, output, crash, background, identities)
+    local = StepLocal(nc, name, root, kill_wait, table, cgroups, output, crash, background, identities, tmp)
     coord = StepCoord(
         nc, name, root, state_dir / "steps", kill_wait, runs, reporter, table, local, background
     )
@@ -93,9 +107,19 @@ async def main(ctx: Context) -> None:
         )
     metrics = AgentMetrics(ctx.metrics.registry, node.name) if ctx.metrics is not None else None
     reporter = Reporter(ctx.bus, node.name, runs.records, log, metrics)
-    steps = build_steps(ctx, name, state_dir, runs, reporter, crash, identities)
+    tmp = run_tmp(ctx, name, runs, log)
+    steps = build_steps(ctx, name, state_dir, runs, reporter, crash, identities, tmp)
     work = Work(
-        node.name, ctx.config, runs, reporter, steps, environment(), crash, log, identities=identities
+        node.name,
+        ctx.config,
+        runs,
+        reporter,
+        steps,
+        environment(),
+        crash,
+        log,
+        identities=identities,
+        tmp=tmp,
     )
     registration = Registration(ctx.bus, ctx.config, node, inventory.nvml_gpus, log)
     await registration.register()

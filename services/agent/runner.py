@@ -34,7 +34,7 @@ from corral.libs.runtime.ports import Clock
 from corral.schemas.api import LaunchOrder
 from corral.services.agent import killseq, memcg, procstat, stepd, taskstart
 from corral.services.agent.identity import JobUser
-from corral.services.agent.jobenv import job_environment, output_paths
+from corral.services.agent.jobenv import NodeEnv, job_environment, output_paths
 from corral.services.agent.records import Record, Records
 from corral.services.agent.stepdir import BATCH_STEP, OutputTarget, StepDir, StepSpec, TaskSpec
 
@@ -301,11 +301,13 @@ async def start(
     clock: Clock | None = None,
     *,
     owner: JobUser,
+    node: NodeEnv | None = None,
 ) -> Run:
     """Start the batch script under its supervisor (in the memory cgroup ``cgroup``, if any: see
     confine.py), as the job's ``owner``, and record it; LaunchError says why it could not be.
 
-    ``base_env`` is the owner's login basics (``jobenv.base_environment``). The script is the owner's
+    ``base_env`` is the owner's login basics (``jobenv.base_environment``), ``node`` what the node adds to
+    the job's environment (its TMPDIR, made already: ``runtmp.py``). The script is the owner's
     (0700) in a run directory others may only traverse (0711), so the owner can execute it and nobody else
     read it; its output files are opened by the script's process, as the owner, so a file or directory
     the owner may not write is a launch error naming it (``taskstart.OUTPUT_ERROR``)."""
@@ -320,7 +322,7 @@ async def start(
         os.fchmod(fh.fileno(), 0o700)
         if owner.switch:
             os.fchown(fh.fileno(), owner.uid, owner.gid)
-    env = job_environment(order, base_env, owner.uid, owner.gid)
+    env = job_environment(order, base_env, owner.uid, owner.gid, node)
     sdir = StepDir.batch(run_dir, order.job_id, order.attempt)
     sdir.write_spec(batch_spec(order, run_dir, env, cgroup, owner))
     log = os.open(run_dir / "stepd.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

@@ -30,7 +30,8 @@ from corral.schemas.steps import StepLaunch, TaskPlace, io_subject
 from corral.services.agent import killseq, memcg, stepd, steplayout
 from corral.services.agent.background import Background
 from corral.services.agent.identity import Identities, JobUser, UnknownIdentity
-from corral.services.agent.jobenv import job_environment
+from corral.services.agent.jobenv import NodeEnv, job_environment
+from corral.services.agent.runtmp import RunTmp
 from corral.services.agent.step_cgroups import StepCgroups
 from corral.services.agent.step_output import StepOutput, listen
 from corral.services.agent.step_state import CrashPoint, LocalStep, StepKey, StepTable, vanished
@@ -55,6 +56,7 @@ class StepLocal:
         crash: CrashPoint,
         background: Background,
         identities: Identities,
+        tmp: RunTmp | None = None,
     ) -> None:
         self.nc = nc
         self.node = node
@@ -66,6 +68,7 @@ class StepLocal:
         self.crash = crash  # a crash point of a step's launch (failure tests: crashpoints.py)
         self.background = background  # where each step is followed
         self.identities = identities  # who the job runs as here (its owner)
+        self.tmp = tmp  # each run's TMPDIR here, and what else the node adds to the tasks' environment
         self.log = telemetry.logger(node=node)
 
     async def start(
@@ -77,19 +80,19 @@ class StepLocal:
         if not mine or key in self.table.local:
             return
         node_order = msgspec.structs.replace(order, node=self.node)
-        alloc = next(a for a in order.allocations if a.node == self.node)
         try:
             owner: JobUser | None = await asyncio.to_thread(self.identities.of, order.user)
             refused = None
         except UnknownIdentity as exc:
             owner, refused = None, str(exc)  # the tasks fail to start, saying why; nothing runs
         uid, gid = (owner.uid, owner.gid) if owner is not None else (-1, -1)
-        job_env = job_environment(node_order, launch.environment, uid, gid)
-        # The job's variables of this node (job_environment describes the batch node).
-        gpus = ",".join(str(g) for g in alloc.gpus)
-        job_env.update({"SLURM_CPUS_ON_NODE": str(alloc.cpus), "SLURM_GPUS_ON_NODE": str(len(alloc.gpus))})
-        if gpus:
-            job_env.update({"SLURM_JOB_GPUS": gpus, "CUDA_VISIBLE_DEVICES": gpus})
+        # The run's TMPDIR here is made by its first step on a node that runs no batch script of it.
+        node_env = NodeEnv()
+        if self.tmp is not None:
+            node_env = self.tmp.env
+            if owner is not None and self.tmp.root is not None:
+                node_env = await asyncio.to_thread(self.tmp.node_env, order.job_id, order.attempt, owner)
+        job_env = job_environment(node_order, launch.environment, uid, gid, node_env)
         sdir = StepDir(self.root, key)
         sdir.create()
         cgroup = await self.cgroups.acquire(node_order, self.node)

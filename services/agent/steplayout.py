@@ -13,7 +13,7 @@ from corral.libs.slurm import hostlist
 from corral.schemas.api import LaunchOrder
 from corral.schemas.events import NodeAllocation
 from corral.schemas.steps import StepLaunch, TaskPlace
-from corral.services.agent.jobenv import NO_ARRAY_INDEX, compress_counts, expand
+from corral.services.agent.jobenv import NO_ARRAY_INDEX, compress_counts, expand, set_gpus
 
 
 class StepLayoutError(Exception):
@@ -90,13 +90,20 @@ def step_nodes(places: list[TaskPlace]) -> list[str]:
     return list(dict.fromkeys(p.node for p in places))
 
 
+#: What a step's tasks take from srun's environment as it is, as Slurm's do (slurmstepd sets these for a batch
+#: shell only, or for no step): inside a batch job the batch shell's values on every node (its HOSTNAME,
+#: ``ENVIRONMENT=BATCH``, its SLURM_JOB_GPUS), none from srun outside a job; and srun's SLURM_UMASK.
+FROM_SRUN = ("HOSTNAME", "ENVIRONMENT", "SLURM_JOB_GPUS", "SLURM_UMASK")
+
+
 def task_environment(
     job_env: dict[str, str], place: TaskPlace, places: list[TaskPlace], step_id: int, launch: StepLaunch
 ) -> dict[str, str]:
     """One task's environment: the job's environment on its node (``jobenv.job_environment``) plus
-    the step's and the task's own variables."""
+    the step's and the task's own variables (SLURM_TASK_PID is set as it starts: ``taskstart.py``)."""
     nodes = step_nodes(places)
     counts = [sum(1 for p in places if p.node == n) for n in nodes]
+    here = [p for p in places if p.node == place.node]
     step_list = hostlist.compress(nodes)
     env = dict(job_env)
     env.update(
@@ -112,24 +119,35 @@ def task_environment(
             "SLURM_NTASKS": str(len(places)),
             "SLURM_NPROCS": str(len(places)),
             "SLURM_TASKS_PER_NODE": compress_counts(counts),
-            "SLURM_NTASKS_PER_NODE": str(counts[0]),
             "SLURM_PROCID": str(place.task),
             "SLURM_LOCALID": str(place.local_id),
             "SLURM_NODEID": str(place.node_index),
+            "SLURM_GTIDS": ",".join(str(p.task) for p in here),
             "SLURMD_NODENAME": place.node,
+            # srun's default distribution (-m): cyclic when every node has one task at most, else block
+            "SLURM_DISTRIBUTION": "cyclic" if len(places) <= len(nodes) else "block",
         }
     )
-    env.pop("ENVIRONMENT", None)  # BATCH is the batch shell's
+    for name in FROM_SRUN:
+        if name in launch.environment:
+            env[name] = launch.environment[name]
+        else:
+            env.pop(name, None)
+    if launch.srun_host:
+        env["SLURM_LAUNCH_NODE_IPADDR"] = env["SLURM_SRUN_COMM_HOST"] = launch.srun_host
+    if launch.srun_port:
+        env["SLURM_SRUN_COMM_PORT"] = env["SLURM_STEP_LAUNCHER_PORT"] = str(launch.srun_port)
+    # srun's --ntasks-per-node (whose default is the job's, SLURM_NTASKS_PER_NODE): none without one
+    if launch.ntasks_per_node is not None:
+        env["SLURM_NTASKS_PER_NODE"] = str(launch.ntasks_per_node)
+    else:
+        env.pop("SLURM_NTASKS_PER_NODE", None)
     if launch.cpus_per_task > 1:
         env["SLURM_CPUS_PER_TASK"] = str(launch.cpus_per_task)
     if launch.gpus_per_task is not None:
         env["SLURM_GPUS_PER_TASK"] = str(launch.gpus_per_task)
-    if place.gpus:
-        gpus = ",".join(str(g) for g in place.gpus)
-        env["CUDA_VISIBLE_DEVICES"] = gpus
-        env["SLURM_STEP_GPUS"] = gpus
-    else:
-        env.pop("CUDA_VISIBLE_DEVICES", None)
+    # Each task its own GPUs; SLURM_GPUS_ON_NODE counts the step's on the node.
+    set_gpus(env, "SLURM_STEP_GPUS", list(place.gpus), len({g for p in here for g in p.gpus}))
     return env
 
 

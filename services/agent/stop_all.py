@@ -14,7 +14,7 @@ import signal
 import time
 from pathlib import Path
 
-from corral.services.agent import killseq, memcg, procstat
+from corral.services.agent import killseq, memcg, procstat, runtmp
 
 
 def kill_runs(agents_dir: Path, kill_wait: float) -> int:
@@ -25,6 +25,7 @@ def kill_runs(agents_dir: Path, kill_wait: float) -> int:
     file written first tells the agent to report the run killed. SIGCONT + SIGTERM to each job's process
     group, SIGKILL to what is left after KillWait. Then no run's memory cgroup (named in ``cgroup``) is left:
     its supervisor removes it as the script ends; one still there a moment later is emptied and removed.
+    Last, each agent's directory of run TMPDIRs (``runtmp.py``) goes.
     """
     groups = []
     for pids in agents_dir.glob("*/jobs/*/pids"):
@@ -55,6 +56,8 @@ def kill_runs(agents_dir: Path, kill_wait: float) -> int:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
     remove_run_cgroups(agents_dir)
+    for marker in agents_dir.glob(f"*/{runtmp.MARKER}"):
+        runtmp.remove_all(marker.parent)  # the runs' TMPDIRs, with what the killed jobs left there
     return len(groups)
 
 

@@ -1,6 +1,8 @@
-"""How a step's supervisor (``stepd.py``) starts one task: fork, then in the child the cgroup, a session, the
-signals at their defaults, the job owner's identity, the output files opened as them, the working
-directory, exec. Stdlib-only and imported by file path, as the supervisor's other modules.
+"""How a step's supervisor (``stepd.py``) starts one task: fork, then in the child a session, its
+``SLURM_TASK_PID`` (its own pid, which its exec keeps) and a step task's umask (srun's ``SLURM_UMASK``, as
+slurmstepd applies it), the cgroup, the signals at their defaults, the job owner's identity, the output
+files opened as them, the working directory, exec. Stdlib-only and imported by file path, as the
+supervisor's other modules.
 
 The identity goes in the only order that works, for good: supplementary groups and gid while still root,
 the uid last. The ``-o/-e`` files are opened after it, as the owner (Slurm's slurmstepd opens them as the
@@ -55,6 +57,15 @@ def start_error(phase: str, err: int, task: dict[str, Any], run_as: dict[str, An
     return f"execve(): {task['argv'][0]}: {why}"
 
 
+def set_umask(text: str) -> None:
+    """A step's tasks run with srun's umask (its SLURM_UMASK, octal), as slurmstepd applies it; a value that
+    is not one leaves the supervisor's."""
+    try:  # noqa: SIM105 (contextlib is an import too many here)
+        os.umask(int(text, 8) & 0o777)
+    except ValueError:
+        pass
+
+
 def become(run_as: dict[str, Any]) -> None:
     """Take the job owner's identity for good, in the order that works: supplementary groups and gid while
     still root, the uid last (after it nothing can be changed back)."""
@@ -99,6 +110,10 @@ def exec_task(
     phase = "exec"
     try:
         os.setsid()
+        env = task["env"]  # this process's copy: the task's own variables go in it
+        env["SLURM_TASK_PID"] = str(os.getpid())
+        if not batch:
+            set_umask(env.get("SLURM_UMASK", ""))
         if procs_fd is not None:
             # Its memory is the run's from its first instruction; a task starts even if it cannot join.
             try:  # noqa: SIM105 (contextlib is an import too many here)
@@ -121,7 +136,7 @@ def exec_task(
         phase = "chdir"
         os.chdir(task["cwd"])
         phase = "exec"
-        execute(task["argv"], task["env"])
+        execute(task["argv"], env)
     except OSError as exc:
         why = exc.strerror if phase == "open" else start_error(phase, exc.errno or 0, task, run_as)
         os.write(report, f"{exc.errno or 0}:{why}".encode())

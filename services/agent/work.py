@@ -5,8 +5,10 @@ start, supervised until their exit is reported.
   runs under a detached supervisor (runner.py, stepd.py) that outlives the agent, so a run still alive
   is supervised again (time limit included) and one that ended meanwhile is reported with its exit status;
 - a launch starts the batch script (at most once per (job, attempt): the local record makes a redelivery a
-  no-op; a launch older than an attempt already seen is refused and reported);
-- a kill starts the kill sequence of the run's script and its steps' tasks here, at once;
+  no-op; a launch older than an attempt already seen is refused and reported), the run's private TMPDIR
+  made first (``runtmp.py``) and removed once the run ended here, before its exit is reported;
+- a kill starts the kill sequence of the run's script and its steps' tasks here, at once (on a node that
+  runs no script of the run, the run's TMPDIR there goes once they are gone);
 - a signal reaches the run's steps' tasks here and/or its batch shell (``scancel -s``).
 """
 
@@ -35,6 +37,7 @@ from corral.services.agent.jobenv import base_environment
 from corral.services.agent.records import Record
 from corral.services.agent.reporting import Reporter
 from corral.services.agent.runs import Runs
+from corral.services.agent.runtmp import RunTmp
 from corral.services.agent.step_state import CrashPoint
 
 _tracer = telemetry.tracer(__name__)
@@ -77,6 +80,7 @@ class Work:
         log: Any,
         clock: Clock | None = None,
         identities: Identities | None = None,
+        tmp: RunTmp | None = None,
     ) -> None:
         self.node = node  # this node's name
         self.config = config  # the cluster (KillWait)
@@ -90,12 +94,17 @@ class Work:
         self.log = log
         self.clock = clock or SystemClock()  # the runs' time limits and warnings (a FakeClock in unit tests)
         self.background = Background()  # the runs' supervision (cancelled at shutdown)
+        # each run's TMPDIR here (none without one), and the rest of what the node adds to a job's environment
+        self.tmp = tmp or RunTmp(None, "", node, runs.records, log)
 
     async def reconcile(self) -> None:
         """Re-adopt the runs a previous agent process launched and never reported: a run whose supervisor is
         alive is supervised again (time limit included); one that ended while the agent was down is
         reported with its exit status; one whose supervisor vanished without a status is reported killed."""
         records = self.runs.records
+        # TMPDIRs of runs that ended here (an agent that died before removing one) go now.
+        if self.tmp.root is not None:
+            await asyncio.to_thread(self.tmp.sweep, self.runs.dir)
         unfinished = records.unfinished()
         # Cgroups of runs already reported (an agent that died while removing one) go now; those of runs
         # still running here, or that steps' tasks (which outlive the agent) joined, stay.
@@ -191,6 +200,9 @@ class Work:
             await self._launch_failed(order, run_dir, str(exc))
             return
         cgroup = await asyncio.to_thread(self.runs.create_cgroup, order)
+        node_env = self.tmp.env  # the run's TMPDIR, if runs have one, is made first
+        if self.tmp.root is not None:
+            node_env = await asyncio.to_thread(self.tmp.node_env, order.job_id, order.attempt, owner)
         try:
             run = await runner.start(
                 order,
@@ -203,6 +215,7 @@ class Work:
                 self._signal_steps_everywhere,
                 self.clock,
                 owner=owner,
+                node=node_env,
             )
         except runner.LaunchError as exc:
             await self._launch_failed(order, run_dir, str(exc))
@@ -219,6 +232,7 @@ class Work:
         """A launch that could not start the script: its cgroup goes, its exit says why (the job's Reason)."""
         self.log.warning("launch failed", job_id=order.job_id, error=why)
         await asyncio.to_thread(confine.release, run_dir)
+        await self._remove_tmp(order.job_id, order.attempt)
         await self.reporter.report_exit(order.job_id, order.attempt, runner.Outcome(1, 0, False, False), why)
 
     def _supervise_in_background(self, run: runner.Run) -> None:
@@ -252,6 +266,7 @@ class Work:
     async def _end_here(self, job_id: int, attempt: int, grace: float) -> None:
         """A run this node runs no script of: its tasks here end, then the run is reported gone here."""
         await self.steps.end_run(job_id, attempt, grace)
+        await self._remove_tmp(job_id, attempt)
         await self.reporter.report_exit(job_id, attempt, runner.Outcome(0, signal.SIGTERM, False, True))
 
     def signal(self, order: api.SignalOrder) -> None:
@@ -283,12 +298,18 @@ class Work:
         # Its supervisor removes the run's cgroup; one that vanished (killed) leaves it to us.
         if not await asyncio.to_thread(confine.release, run.run_dir):
             self.log.warning("run cgroup not removed", job_id=job_id, attempt=attempt)
+        await self._remove_tmp(job_id, attempt)  # nothing of the run is left to use it
         if not outcome.oom and self.steps.had_oom(job_id, attempt):
             # A step's task was OOM-killed on a node of the run: the job ends OUT_OF_MEMORY, as when it
             # happens in the batch node's run cgroup.
             outcome = dataclasses.replace(outcome, oom=True)
         self.log.info("run exited", job_id=job_id, exit_code=outcome.exit_code, signal=outcome.signal)
         await self.reporter.report_exit(job_id, attempt, outcome)
+
+    async def _remove_tmp(self, job_id: int, attempt: int) -> None:
+        """Remove the run's TMPDIR here, if runs have one (in a thread: it may hold many files)."""
+        if self.tmp.path(job_id, attempt) is not None:
+            await asyncio.to_thread(self.tmp.remove, job_id, attempt)
 
     def _signal_steps_everywhere(self, job_id: int, attempt: int, sig: int) -> None:
         """The ``--signal`` warning of a run of this (batch) node: to its steps' tasks on every node."""

@@ -46,6 +46,7 @@ import msgspec
 from corral.libs.config.cluster import ClusterConfig
 from corral.libs.config.policy import policy_of, usage_policy_of
 from corral.libs.core import plan as planner
+from corral.libs.core.capacity import CapacityCache
 from corral.libs.core.causation import cause_of
 from corral.libs.core.fold import apply, skip
 from corral.libs.core.orders import orders
@@ -87,6 +88,7 @@ class Scheduler(QueryVerbs):
         leader: Leadership | None = None,
     ) -> None:
         self.metrics = metrics  # the queue, GPUs, cycles and waits (None: no metrics)
+        self.capacity = CapacityCache()  # the nodes' free capacity, kept from one plan to the next
         self.snapshot_every = config.scheduler.snapshot_every
         self.snapshot_seq = 0  # last_seq of the newest snapshot this process knows of
         self.bus = bus
@@ -251,7 +253,7 @@ class Scheduler(QueryVerbs):
                 return
             started = time.perf_counter()
             began_ns = time.time_ns()
-            decided = plan_paused(self.state, time.time(), self.policy, self.epoch)
+            decided = plan_paused(self.state, time.time(), self.policy, self.epoch, self.capacity)
             changes = reason_changes(self.state, decided.reasons, decided.details, self.epoch)
             if decided.wake_at != self.outlook.wake_at:
                 self.rearm.set()

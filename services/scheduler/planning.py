@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from opentelemetry import trace
 
 from corral.libs.core import plan as planner
+from corral.libs.core.capacity import CapacityCache
 from corral.libs.core.policy import Policy
 from corral.libs.core.state import State
 from corral.libs.runtime import telemetry
@@ -39,10 +40,12 @@ def gc_paused(freeze: bool = False) -> Iterator[None]:
             gc.enable()
 
 
-def plan_paused(state: State, now: float, policy: Policy, epoch: int) -> planner.Plan:
-    """``plan()`` with the cyclic GC paused."""
+def plan_paused(
+    state: State, now: float, policy: Policy, epoch: int, cache: CapacityCache | None = None
+) -> planner.Plan:
+    """``plan()`` with the cyclic GC paused (``cache``: the nodes' capacity kept from the last cycle)."""
     with gc_paused():
-        return planner.plan(state, now, policy, epoch)
+        return planner.plan(state, now, policy, epoch, cache)
 
 
 def cycle_span(

@@ -9,6 +9,7 @@ import time
 
 from corral.libs.config.cluster import ClusterConfig
 from corral.libs.core import plan as planner
+from corral.libs.core.capacity import CapacityCache
 from corral.libs.core.policy import Policy
 from corral.libs.core.state import State
 from corral.libs.core.will_run import will_run
@@ -29,6 +30,7 @@ class QueryVerbs:
     policy: Policy
     will_run_policy: Policy
     outlook: planner.Plan
+    capacity: CapacityCache
     leader: Leadership | None
     _standby_view: tuple[int, int, planner.Plan] | None
 
@@ -47,7 +49,7 @@ class QueryVerbs:
             return self.outlook
         key = (self.state.last_seq, int(now))
         if self._standby_view is None or self._standby_view[:2] != key:
-            self._standby_view = (*key, plan_paused(self.state, now, self.policy, self.epoch))
+            self._standby_view = (*key, plan_paused(self.state, now, self.policy, self.epoch, self.capacity))
         return self._standby_view[2]
 
     async def jobs(self, user: str, req: api.JobsRequest) -> api.JobsReply:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cmdserver_proc import children, holders
 from e2e_cli import BIN, Cli
 
 from corral.cli import cmdclient, cmdserver
@@ -28,19 +29,6 @@ def _env(cli: Cli, **extra: str) -> dict[str, str]:
 def _servers(env: dict[str, str]) -> list[int]:
     """The servers running in the runtime directory of ``env``."""
     return cmdclient.live_servers(cmdclient.runtime_dir(env))
-
-
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid``."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
 
 
 @pytest.fixture
@@ -143,7 +131,9 @@ def test_signals_reach_the_served_command(cli: Cli, runtime: str, sent: signal.S
     )
     try:
         deadline = time.monotonic() + 15
-        while not (child := _children(server)):
+        assert proc.stdin is not None
+        # the server's child that holds our pipe (a spare waits beside it)
+        while not (child := holders(proc.stdin.fileno(), children(server))):
             assert time.monotonic() < deadline, "the command was not handed to the server"
             time.sleep(0.02)
         proc.send_signal(sent)

@@ -4,18 +4,16 @@ root's jobs refused by default, and a user the nodes do not know running nothing
 
 from __future__ import annotations
 
-import dataclasses
 import getpass
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from e2e_cli import Cli, cli_as, user_env
-from unix_users import UnixUser, as_user, open_directory, python_path, unix_users, user_commands
+from unix_users import UnixUser, UserCli, open_directory, unix_users, user_cli, user_commands
 
 from corral.cli.local_cluster import LocalCluster, ensure_resolvable
 
@@ -37,20 +35,6 @@ echo "pwd=$(pwd)"
 cat {secret} >/dev/null 2>&1 && echo "secret=read" || echo "secret=refused"
 """
 SLEEPER = "#!/bin/bash\n#SBATCH -o /dev/null\nsleep 300\n"
-
-
-@dataclasses.dataclass
-class UserCli(Cli):
-    """The commands run by a real Unix user (their uid, gid and groups), with their own copy of their
-    credentials (the guests' files are root's)."""
-
-    user: UnixUser | None = None  # who runs them
-
-    def __call__(
-        self, *argv: str, stdin: str | None = None, cwd: Path | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        assert self.user is not None
-        return as_user(self.user, list(argv), self.env, cwd or self.workdir, stdin)
 
 
 @pytest.fixture(scope="module")
@@ -84,26 +68,7 @@ def cluster(users: dict[str, UnixUser]) -> Iterator[LocalCluster]:
 def clis(cluster: LocalCluster, users: dict[str, UnixUser]) -> Iterator[dict[str, UserCli]]:
     """Each user's commands, run as them from their home directory."""
     with user_commands(users[ALICE]) as commands:
-        out = {}
-        for name, user in users.items():
-            creds = user.home / ".corral-credentials.json"
-            shutil.copyfile(cluster.credentials_of(name), creds)
-            os.chown(creds, user.uid, user.gid)
-            creds.chmod(0o600)
-            assert cluster.nats is not None
-            env = {
-                "PATH": f"{commands}:/usr/local/bin:/usr/bin:/bin",
-                "HOME": str(user.home),
-                "USER": name,
-                "LOGNAME": name,
-                "PYTHONPATH": python_path(),
-                "CORRAL_STATE_DIR": str(cluster.state_dir),
-                "CORRAL_CREDENTIALS": str(creds),
-                "CORRAL_NATS_URL": cluster.nats.url,
-                "CORRAL_CMD_SERVER": "off",
-            }
-            out[name] = UserCli(env=env, workdir=user.home, user=user)
-        yield out
+        yield {name: user_cli(cluster, user, commands) for name, user in users.items()}
 
 
 def output_of(user: UnixUser, job: int) -> str:

@@ -152,9 +152,10 @@ def doc_example(cluster: LocalCluster) -> str:
     """The Python example of docs/integrations.md ("Reporting a failing GPU"), reading the dcgm service
     account's credentials file."""
     text = (Path(__file__).parents[2] / "docs" / "integrations.md").read_text()
-    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    blocks = [part.split("```", 1)[0] for part in text.split("```python\n")[1:]]
+    code = next((b for b in blocks if "/run/secrets/corral-dcgm.json" in b), "")
+    assert code, "docs/integrations.md has no Python example reading corral-dcgm.json"
     creds = str(service_account_credentials(cluster.state_dir, "dcgm"))
-    assert "/run/secrets/corral-dcgm.json" in code
     return code.replace("/run/secrets/corral-dcgm.json", creds)
 
 

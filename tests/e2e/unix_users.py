@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from e2e_cli import Cli
 
 import corral
+from corral.cli.local_cluster import LocalCluster
 
 #: Where the commands are installed.
 BIN = Path(sys.executable).parent
@@ -153,3 +155,39 @@ def as_user(
         group=user.gid,
         extra_groups=os.getgrouplist(user.name, user.gid),
     )
+
+
+@dataclass
+class UserCli(Cli):
+    """The commands run by a real Unix user (their uid, gid and groups), with their own copy of their
+    credentials (the guests' files are root's)."""
+
+    user: UnixUser | None = None  # who runs them
+
+    def __call__(
+        self, *argv: str, stdin: str | None = None, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        assert self.user is not None
+        return as_user(self.user, list(argv), self.env, cwd or self.workdir, stdin)
+
+
+def user_cli(cluster: LocalCluster, user: UnixUser, commands: Path) -> UserCli:
+    """``user``'s commands (those in ``commands``, from ``user_commands``) against ``cluster``, of which
+    they are a guest, run as them from their home directory with their own copy of their credentials."""
+    creds = user.home / ".corral-credentials.json"
+    shutil.copyfile(cluster.credentials_of(user.name), creds)
+    os.chown(creds, user.uid, user.gid)
+    creds.chmod(0o600)
+    assert cluster.nats is not None
+    env = {
+        "PATH": f"{commands}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(user.home),
+        "USER": user.name,
+        "LOGNAME": user.name,
+        "PYTHONPATH": python_path(),
+        "CORRAL_STATE_DIR": str(cluster.state_dir),
+        "CORRAL_CREDENTIALS": str(creds),
+        "CORRAL_NATS_URL": cluster.nats.url,
+        "CORRAL_CMD_SERVER": "off",
+    }
+    return UserCli(env=env, workdir=user.home, user=user)

@@ -277,5 +277,10 @@ def semantic(state: State) -> bytes:
 
 def place(free: dict[str, Free], partition: str, req: Request) -> list[ev.NodeAllocation] | None:
     """Start ``req`` in ``partition`` now, as the planner does with nothing reserved (an unlimited run);
-    the capacity it takes comes off ``free``. None if it does not fit."""
-    return Planner(free, 0.0).start_now(partition, req, INF)
+    the capacity it takes comes off ``free`` (the planner changes copies: they replace the nodes it took
+    from). None if it does not fit."""
+    planner = Planner(free, 0.0)
+    out = planner.start_now(partition, req, INF)
+    for alloc in out or ():
+        free[alloc.node] = planner.nodes[alloc.node].free
+    return out

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +88,16 @@ def test_a_served_command_loads_neither_msgspec_nor_typing() -> None:
     assert "corral.cli.cmdserver" not in loaded  # the server side stays out of a command
     assert [name for name in loaded if name.split(".")[0] in ("msgspec", "typing", "corral.schemas")] == []
     assert not any(name.startswith(("corral.schemas", "corral.libs")) for name in loaded)
+
+
+def test_each_command_is_installed_from_its_script_file() -> None:
+    # not a console script: pip's wrapper for one imports re, a third of a served command's own process
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    assert sorted(project["tool"]["setuptools"]["script-files"]) == sorted(f"bin/{c}" for c in COMMANDS)
+    assert not set(project["project"]["scripts"]) & set(COMMANDS)
+    for command in COMMANDS:
+        lines = (root / "bin" / command).read_text().splitlines()
+        code = [line for line in lines[1:] if line and not line.startswith("#")]
+        assert lines[0] == "#!python"  # the installer writes its interpreter here
+        assert code == ["import sys", f"from corral.cli.launch import {command}", f"sys.exit({command}())"]

@@ -121,10 +121,11 @@ def test_task_environment_is_the_jobs_plus_the_tasks() -> None:
     assert (env["SLURM_STEP_ID"], env["SLURM_STEPID"], env["SLURM_STEP_NUM_TASKS"]) == ("2", "2", "4")
     assert env["SLURM_NTASKS"] == "4" and env["SLURM_STEP_NODELIST"] == "gpu[01-02]"
     assert env["SLURM_JOB_NODELIST"] == "gpu[01-02]" and env["SLURM_JOB_ID"] == "4242"
-    assert env["SLURM_STEP_TASKS_PER_NODE"] == "2(x2)" and env["SLURM_NTASKS_PER_NODE"] == "2"
+    # no --ntasks-per-node, srun's nor the job's: Slurm sets no SLURM_NTASKS_PER_NODE
+    assert env["SLURM_STEP_TASKS_PER_NODE"] == "2(x2)" and "SLURM_NTASKS_PER_NODE" not in env
     assert env["CUDA_VISIBLE_DEVICES"] == "2" and env["SLURM_STEP_GPUS"] == "2"
     assert env["SLURMD_NODENAME"] == "gpu02" and env["SLURM_GPUS_PER_TASK"] == "1"
-    assert "ENVIRONMENT" not in env
+    assert "ENVIRONMENT" not in env  # srun's environment (here: none) has no ENVIRONMENT=BATCH
 
 
 @pytest.mark.parametrize(

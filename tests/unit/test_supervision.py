@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.cli.local_cluster import LocalCluster, Process
+from corral.cli.local_cluster import LocalCluster
+from corral.cli.local_processes import Process
 from corral.cli.supervision import BURST, Backoff, Supervisor
 
 pytestmark = pytest.mark.unit

@@ -1,0 +1,93 @@
+"""``CapacityCache``: the nodes' free capacity kept from cycle to cycle equals ``free_capacity`` built anew,
+whatever changed a node and however (a list changed in place too), and no cycle changes what it keeps."""
+
+from __future__ import annotations
+
+import random
+
+from builders import Log, cluster, exited, job, policy, submitted
+
+from corral.libs.core.capacity import CapacityCache
+from corral.libs.core.placement import free_capacity
+from corral.libs.core.plan import plan
+from corral.libs.core.state import AdminDrain, Node
+from corral.schemas import events as ev
+
+
+def _nodes() -> dict[str, Node]:
+    return {
+        f"n{i}": Node(
+            name=f"n{i}", cpus=16, mem_mb=64_000, gpus=4, gpu_type="h100", partitions=["gpu"], features=[]
+        )
+        for i in range(6)
+    }
+
+
+def _change(rng: random.Random, node: Node) -> None:
+    """One of the ways the fold changes a node (new lists, or a list changed in place)."""
+    what = rng.randrange(8)
+    if what == 0:
+        free = [g for g in range(node.gpus) if g not in node.used_gpus]
+        if free:
+            node.used_gpus = sorted([*node.used_gpus, rng.choice(free)])
+    elif what == 1 and node.used_gpus:
+        node.used_gpus.pop(rng.randrange(len(node.used_gpus)))  # in place
+    elif what == 2:
+        node.alloc_cpus = rng.randrange(node.cpus + 1)
+    elif what == 3:
+        node.alloc_mem_mb = rng.randrange(0, node.mem_mb + 1, 1000)
+    elif what == 4:
+        node.up = not node.up
+    elif what == 5:
+        node.admin_drain = None if node.admin_drain else AdminDrain(reason="r", by="root", at=1.0)
+    elif what == 6:
+        node.features.append(f"f{rng.randrange(3)}")  # in place
+    elif node.jobs:
+        node.jobs.clear()  # in place
+    else:
+        node.jobs.append(rng.randrange(100))  # in place
+
+
+def test_the_cache_equals_free_capacity_through_random_changes() -> None:
+    rng = random.Random(7)
+    nodes = _nodes()
+    cache = CapacityCache()
+    for _ in range(2000):
+        for _ in range(rng.randrange(3)):
+            _change(rng, rng.choice(list(nodes.values())))
+        if rng.random() < 0.02:
+            name = f"n{rng.randrange(9)}"  # a node registered, or gone
+            if name in nodes and rng.random() < 0.5:
+                del nodes[name]
+            else:
+                nodes[name] = Node(
+                    name=name, cpus=8, mem_mb=1000, gpus=2, gpu_type=None, partitions=["cpu"], features=[]
+                )
+        assert cache.free_capacity(nodes) == free_capacity(nodes)
+
+
+def test_cycles_with_the_cache_decide_as_without_and_leave_it_as_built() -> None:
+    """A run of cycles (starts, exits, requeues on a down node) with one cache: each plan equals a plan made
+    without it, and what the cache keeps still equals ``free_capacity`` after each (no cycle changed it)."""
+    rng = random.Random(3)
+    log = Log(*cluster(nodes=4, gpus=4))
+    cache = CapacityCache()
+    pol = policy()
+    for job_id in range(1, 40):
+        log.add(submitted(job_id, job(gpus=rng.choice([1, 2, 4]), nodes=rng.choice([1, 1, 2]), time_s=600)))
+        for running in [j for j in log.state.jobs.values() if j.state == "RUNNING"]:
+            if rng.random() < 0.4:
+                log.add(
+                    *(
+                        exited(running.job_id, a.node, attempt=running.restart_count)
+                        for a in running.allocations
+                    )
+                )
+        if job_id == 20:
+            log.add(ev.NodeDown(node="gpu02", reason="test"))
+        fresh = plan(log.state, log.at, pol)
+        cached = plan(log.state, log.at, pol, cache=cache)
+        assert cached == fresh
+        assert cache.free_capacity(log.state.nodes) == free_capacity(log.state.nodes)
+        log.decide(cached.decisions)
+    assert any(isinstance(d, ev.JobAllocated) for _, e in log.entries for d in [e.body])
