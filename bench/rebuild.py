@@ -1,22 +1,24 @@
 """Benchmark: rebuilding the scheduler's state from 1,000,000 log entries, with and without a snapshot.
 
-    python bench/rebuild.py [--small] [--profile] [--child-timeout 600]
+    python bench/rebuild.py [--small] [--before DIR] [--profile] [--child-timeout 600]
 
 The log is 10,000 node registrations and 990,000 submissions of jobs that stay pending
 (``--small``: 1,000 + 99,000), built by ``backfill_pass.py``'s builders (a ~350-byte script and a
-16-variable exported environment per job; each entry ~1.4 KB of JSON), with deterministic ids and
-times. Steps:
+16-variable exported environment per job; each entry ~1.3 KB of JSON), with deterministic ids and
+times. Steps, each measured on its own:
 
-(a) the fold alone: decode every entry (``decode_envelope``) and fold the envelopes
-    (``state.fold``), each with and without the cyclic GC, and the resident memory of the result;
-(b) ``encode_state`` / ``decode_state`` of that state: snapshot size and time;
+(a), (b) in this process (``rebuild_steps.py``): the full and the slim decode, the fold, the snapshot's
+    encode and decode;
 (c) a real nats-server (JetStream, file storage) in a temporary directory: append the whole log
-    (``publish_async`` with ``Nats-Msg-Id``, pipelined), then start fresh scheduler processes as a
-    restart would: one runs ``Scheduler.rebuild(use_snapshot=False)`` (from the log) and then
-    ``snapshot.save``, the next ``Scheduler.rebuild()`` (from that snapshot); between them one
-    only reads and decodes the snapshot object linearly, for comparison. Each reports its wall
-    time and peak RSS (VmHWM) -- the scheduler's memory with every job pending. A start that runs
-    past ``--child-timeout`` is stopped and reported as such.
+    (``publish_async`` with ``Nats-Msg-Id``, pipelined), read it without folding three ways
+    (``rebuild_steps.read_steps``), then start fresh scheduler processes as a restart would: one runs
+    ``Scheduler.rebuild(use_snapshot=False)`` (from the log) and then ``snapshot.save``, the next
+    ``Scheduler.rebuild()`` (from that snapshot); between them one only reads and decodes the snapshot
+    object, for comparison. Each reports its wall time and peak RSS (VmHWM). With ``--before DIR`` (a
+    checkout of the code before, e.g. ``git archive main | tar -x -C DIR``) every start runs twice, the
+    before's (its services import Corral from DIR) right before the after's, on the same log and server
+    (each format keeps its own snapshot name). A start that runs past ``--child-timeout`` is stopped and
+    reported as such.
 
 Issue targets: rebuild from 1,000,000 events <= 10 s from the log, <= 1 s from a snapshot; scheduler RSS
 with 1,000,000 pending jobs <= 2 GiB. ``--profile`` profiles the rebuild from the log (cProfile, top
@@ -29,6 +31,7 @@ import argparse
 import asyncio
 import cProfile
 import gc
+import inspect
 import io
 import json
 import os
@@ -43,11 +46,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from backfill_pass import (
-    machine,
-    profile_text,
-    row,
-)
+from backfill_pass import machine, profile_text
 from cluster_workload import (
     DAY,
     NOW,
@@ -59,15 +58,13 @@ from cluster_workload import (
 )
 
 from corral.libs.config.cluster import parse_config
-from corral.libs.core.fold import fold
-from corral.libs.core.state import State, decode_state, encode_state
 from corral.libs.infra import NatsServer, roles
 from corral.libs.runtime.bus import Bus
 from corral.libs.runtime.credentials import Credentials
 from corral.libs.runtime.streams import connect, declare
 from corral.schemas import events as ev
 from corral.schemas import subjects
-from corral.schemas.codec import decode_envelope, encode
+from corral.schemas.codec import encode
 from corral.services.scheduler import snapshot
 from corral.services.scheduler.app import Scheduler
 
@@ -104,88 +101,6 @@ def log_entries(n_events: int, n_nodes: int, seed: int = 2) -> Iterator[Entry]:
         yield subjects.event_subject(submitted), env.meta.event_id, encode(env)
 
 
-def rss_mib(field: str = "VmRSS") -> float:
-    """Current resident set size (MiB); ``VmHWM``: its peak since this program was exec'd.
-
-    (``getrusage``'s ru_maxrss of a child process also counts its parent's size at fork.)
-    """
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def timed(label: str, fn: Any, *args: Any) -> tuple[Any, float]:
-    """(fn(*args), wall seconds); prints progress to stderr."""
-    started = time.perf_counter()
-    out = fn(*args)
-    wall = time.perf_counter() - started
-    print(f"  {label}: {wall:.2f} s, rss {rss_mib():,.0f} MiB", file=sys.stderr, flush=True)
-    return out, wall
-
-
-def decode_all(entries: list[Entry]) -> list[tuple[int, ev.Envelope]]:
-    """Decode every entry, numbered from 1 as the log numbers them."""
-    return [(seq, decode_envelope(data)) for seq, (_, _, data) in enumerate(entries, 1)]
-
-
-def fold_steps(entries: list[Entry], rows: list[str]) -> None:
-    """(a) decode and fold in memory; (b) snapshot encode/decode."""
-    n = len(entries)
-    base = rss_mib()
-    decoded, wall = timed("decode", decode_all, entries)
-    nbytes = sum(len(e[2]) for e in entries)
-    note = f"{n:,} entries, {nbytes / MIB:,.0f} MiB of JSON ({nbytes / n:,.0f} B each)"
-    note += f"; envelopes +{rss_mib() - base:,.0f} MiB"
-    rows.append(row("(a) decode_envelope", f"{wall:.2f}", f"{n / wall:,.0f} events/s", note))
-    del decoded
-    gc.collect()
-    gc.disable()
-    try:
-        decoded, wall = timed("decode, gc disabled", decode_all, entries)
-    finally:
-        gc.enable()
-    note = "same entries, cyclic GC off during the decode"
-    rows.append(row("(a) decode_envelope, gc disabled", f"{wall:.2f}", f"{n / wall:,.0f} events/s", note))
-
-    gc.collect()
-    before = rss_mib()
-    state, wall = timed("fold", fold, decoded)
-    note = f"{len(state.jobs):,} jobs, {len(state.nodes):,} nodes"
-    note += f"; fold's own objects +{rss_mib() - before:,.0f} MiB"
-    rows.append(row("(a) fold", f"{wall:.2f}", f"{n / wall:,.0f} events/s", note))
-
-    del state
-    gc.collect()
-    gc.disable()
-    try:
-        state, wall = timed("fold, gc disabled", fold, decoded)
-    finally:
-        gc.enable()
-    note = "same envelopes, cyclic GC off during the fold"
-    rows.append(row("(a) fold, gc disabled", f"{wall:.2f}", f"{n / wall:,.0f} events/s", note))
-
-    profiler = cProfile.Profile()
-    sample = decoded[: min(n, 100_000)]
-    profiler.runcall(fold, sample)
-    fold_profile = profile_text(profiler, "tottime", 8)
-
-    del decoded, sample
-    gc.collect()
-    note = "after dropping the envelopes (the specs stay, shared with the jobs)"
-    rows.append(row("(a) state resident", "", "", f"{rss_mib() - base:,.0f} MiB above the start; {note}"))
-
-    data, wall = timed("encode_state", encode_state, state)
-    note = f"snapshot {len(data) / MIB:,.0f} MiB"
-    rows.append(row("(b) encode_state", f"{wall:.2f}", f"{len(data) / MIB / wall:,.0f} MiB/s", note))
-    copy, wall = timed("decode_state", decode_state, data)
-    assert isinstance(copy, State) and len(copy.jobs) == len(state.jobs)
-    rows.append(row("(b) decode_state", f"{wall:.2f}", f"{len(data) / MIB / wall:,.0f} MiB/s", ""))
-    del state, copy, data
-    gc.collect()
-    print(f"\nfold profile (first {min(n, 100_000):,} entries, by own time):\n\n```\n{fold_profile}\n```\n")
-
-
 async def append_log(creds: Credentials, entries: list[Entry], window: int = 10_000) -> float:
     """Declare the streams and append every entry, pipelined; the wall time."""
     nc = await connect(creds, name="bench-append")
@@ -214,6 +129,17 @@ async def _acked(batch: list[asyncio.Future[Any]]) -> None:
     assert duplicates == 0, f"{duplicates} appends were duplicates"
 
 
+def rss_mib(field: str = "VmRSS") -> float:
+    """Current resident set size (MiB); ``VmHWM``: its peak since this program was exec'd.
+
+    (``getrusage``'s ru_maxrss of a child process also counts its parent's size at fork.)
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 async def child(mode: str, url: str, n_nodes: int, profile: bool) -> dict[str, Any]:
     """One scheduler start in a fresh process.
 
@@ -229,7 +155,7 @@ async def child(mode: str, url: str, n_nodes: int, profile: bool) -> dict[str, A
         scheduler = Scheduler(bus, parse_config(config_text(n_nodes)))
         out: dict[str, Any] = {}
         profiler = cProfile.Profile() if profile else None
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         if profiler is not None:
             profiler.enable()
         await scheduler.rebuild(use_snapshot=mode == "snapshot")
@@ -238,6 +164,7 @@ async def child(mode: str, url: str, n_nodes: int, profile: bool) -> dict[str, A
             out["profile"] = profile_text(profiler, "tottime", 12)
             out["profile_cum"] = profile_text(profiler, "cumulative", 12)
         out["wall"] = time.perf_counter() - started
+        out["cpu"] = time.process_time() - cpu
         out["peak_rss_mib"] = rss_mib("VmHWM")
         out["rss_mib"] = rss_mib()
         out["last_seq"] = scheduler.state.last_seq
@@ -253,24 +180,35 @@ async def child(mode: str, url: str, n_nodes: int, profile: bool) -> dict[str, A
 
 
 async def snapshot_parts(bus: Bus) -> dict[str, Any]:
-    """Time the parts of a snapshot load: the object read (linear, via ``writeinto``) and the decode."""
+    """Time the parts of a snapshot load: reading the object and decoding it (either format's code), with
+    the cyclic GC paused as a rebuild runs."""
+    gc.disable()
     started = time.perf_counter()
-    store = await bus.js.object_store(subjects.SNAPSHOT_BUCKET)
-    buffer = io.BytesIO()
-    await store.get(snapshot.NAME, writeinto=buffer)
+    if hasattr(snapshot, "read"):  # format 4: the bulk reader, then an async decode
+        data: Any = await snapshot.read(bus)
+    else:
+        store = await bus.js.object_store(subjects.SNAPSHOT_BUCKET)
+        buffer = io.BytesIO()
+        await store.get(snapshot.NAME, writeinto=buffer)
+        data = buffer.getbuffer()
     read = time.perf_counter() - started
     started = time.perf_counter()
-    snap = snapshot.decode(buffer.getbuffer())
+    snap = snapshot.decode(data)
+    if inspect.isawaitable(snap):
+        snap = await snap
     decode = time.perf_counter() - started
-    return {"read": read, "decode": decode, "bytes": buffer.tell(), "jobs": len(snap.state.jobs)}
+    return {"read": read, "decode": decode, "bytes": len(data), "jobs": len(snap.state.jobs)}
 
 
 def run_child(
-    mode: str, url: str, password: str, n_nodes: int, profile: bool, timeout: float
+    mode: str, url: str, password: str, n_nodes: int, profile: bool, timeout: float, checkout: str | None
 ) -> dict[str, Any]:
-    """Run ``child`` in a fresh interpreter; its result, or {"error": ...}."""
+    """Run ``child`` in a fresh interpreter (importing Corral from ``checkout``, if given); its result, or
+    {"error": ...}."""
     argv = [sys.executable, __file__, "--child", mode, "--url", url, "--nodes", str(n_nodes)]
     env = {**os.environ, PASSWORD_ENV: password}
+    if checkout is not None:
+        env["PYTHONPATH"] = checkout
     try:
         proc = subprocess.run(
             [*argv, *(["--profile"] if profile else [])],
@@ -289,48 +227,70 @@ def run_child(
 
 
 def server_steps(
-    entries: list[Entry], n_nodes: int, rows: list[str], profile: bool, timeout: float
-) -> dict[str, Any]:
-    """(c) append to a real log, then restart from it and from a snapshot; the log rebuild's result."""
+    entries: list[Entry], n_nodes: int, args: argparse.Namespace
+) -> tuple[list[Any], dict[str, Any]]:
+    """(c) append to a real log, read it, then restart from it and from a snapshot (before and after);
+    the rows and the after's log rebuild's result."""
+    from rebuild_steps import load, read_steps, server_cpu
+
     password = secrets.token_hex(16)
     tmp = Path(tempfile.mkdtemp(prefix="corral-bench-rebuild-"))
     server = NatsServer(tmp / "nats", [roles.service_user(roles.ADMIN, password)])
     n = len(entries)
+    rows: list[Any] = []
     from_log: dict[str, Any] = {}
+    runs = [("before", args.before), ("after", None)] if args.before else [("after", None)]
     try:
         server.start()
+        assert server.pid is not None
         creds = Credentials(url=server.url, user=roles.ADMIN, password=password)
         print("  appending", file=sys.stderr, flush=True)
         wall = asyncio.run(append_log(creds, entries))
-        rows.append(row("(c) append to the log", f"{wall:.2f}", f"{n / wall:,.0f} events/s", "publish_async"))
+        rows.append(("(c) append to the log", wall, f"{n / wall:,.0f}/s", -1, f"publish_async; {load()}"))
         store = sum(f.stat().st_size for f in (tmp / "nats").rglob("*") if f.is_file())
+        rows += asyncio.run(read_steps(creds, n, server.pid))
         for mode in ("log", "snapshot-parts", "snapshot"):
-            print(f"  child {mode}", file=sys.stderr, flush=True)
-            res = run_child(mode, server.url, password, n_nodes, profile and mode == "log", timeout)
-            step = f"(c) rebuild from the {mode}"
-            if "error" in res:
-                rows.append(row(step, "stopped", "", res["error"].replace("\n", " ")[-300:], -1.0))
-                break
-            if mode == "snapshot-parts":
-                note = (
-                    f"read with writeinto=BytesIO {res['read']:.2f} s + Snapshot decode {res['decode']:.2f} s"
-                    f" ({res['bytes'] / MIB:,.0f} MiB): a linear load, for comparison"
+            # The after's first save deletes the snapshots of older formats: it saves first.
+            for label, checkout in reversed(runs) if mode == "log" else runs:
+                print(f"  child {mode} ({label})", file=sys.stderr, flush=True)
+                cpu = server_cpu(server.pid)
+                res = run_child(
+                    mode,
+                    server.url,
+                    password,
+                    n_nodes,
+                    args.profile and mode == "log" and label == "after",
+                    args.child_timeout,
+                    checkout,
                 )
-                rows.append(row("(c) snapshot parts", f"{res['read'] + res['decode']:.2f}", "", note, -1.0))
-                continue
-            note = (
-                f"fresh process: resident after {res['rss_mib']:,.0f} MiB ({res['jobs']:,} jobs,"
-                f" last_seq {res['last_seq']:,}, snapshot seq {res['from_snapshot']:,})"
-            )
-            if mode == "log":
-                from_log = res
-                note += f"; JetStream store {store / MIB:,.0f} MiB"
-            rate = f"{n / res['wall']:,.0f} events/s"
-            rows.append(row(step, f"{res['wall']:.2f}", rate, note, res["peak_rss_mib"]))
-            if mode == "log":
-                size = res["snapshot_bytes"] / MIB
-                rows.append(row("(c) snapshot.save", f"{res['save_wall']:.2f}", "", f"{size:,.0f} MiB", -1.0))
-        return from_log
+                cpu = server_cpu(server.pid) - cpu
+                step = f"(c) {label}: rebuild from the {mode}"
+                if "error" in res:
+                    rows.append((step, -1, "stopped", -1, res["error"].replace("\n", " ")[-300:]))
+                    continue
+                if mode == "snapshot-parts":
+                    note = (
+                        f"read {res['read']:.2f} s + decode {res['decode']:.2f} s"
+                        f" ({res['bytes'] / MIB:,.0f} MiB); {load()}"
+                    )
+                    rows.append((f"(c) {label}: snapshot parts", res["read"] + res["decode"], "", -1, note))
+                    continue
+                note = (
+                    f"fresh process: resident after {res['rss_mib']:,.0f} MiB ({res['jobs']:,} jobs,"
+                    f" last_seq {res['last_seq']:,}, snapshot seq {res['from_snapshot']:,});"
+                    f" CPU: the scheduler {res['cpu']:.2f} s, nats-server {cpu:.2f} s"
+                )
+                if mode == "log":
+                    note += f"; JetStream store {store / MIB:,.0f} MiB"
+                rows.append(
+                    (step, res["wall"], f"{n / res['wall']:,.0f}/s", res["peak_rss_mib"], f"{note}; {load()}")
+                )
+                if mode == "log":
+                    if label == "after":
+                        from_log = res
+                    size = res["snapshot_bytes"] / MIB
+                    rows.append((f"(c) {label}: snapshot.save", res["save_wall"], "", -1, f"{size:,.0f} MiB"))
+        return rows, from_log
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -340,6 +300,7 @@ def main() -> int:
     """Run the benchmark (or, with --child, one scheduler start) and print the results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="100,000 events (1,000 nodes)")
+    parser.add_argument("--before", help="a checkout of the code before, to start schedulers from as well")
     parser.add_argument("--profile", action="store_true", help="profile the rebuild from the log")
     parser.add_argument(
         "--child-timeout", type=float, default=600.0, help="seconds before a scheduler start is stopped"
@@ -352,20 +313,27 @@ def main() -> int:
         result = asyncio.run(child(args.child, args.url, args.nodes, args.profile))
         print("RESULT " + json.dumps(result), flush=True)
         return 0
+    from rebuild_steps import fold_steps, load
 
     n_events, n_nodes = (100_000, 1_000) if args.small else (1_000_000, 10_000)
-    # Peak RSS: of this process so far; of the fresh scheduler process for a rebuild; -: not measured.
-    rows = ["| step | wall s | rate | peak RSS MiB | notes |", "|---|---|---|---|---|"]
     print(f"## rebuild: {n_events:,} events ({n_nodes:,} nodes, {n_events - n_nodes:,} pending jobs)\n")
-    print(f"Machine: {machine()}\n")
-    entries, wall = timed("build", lambda: list(log_entries(n_events, n_nodes)))
-    rows.append(row("build + encode the log", f"{wall:.2f}", f"{n_events / wall:,.0f} events/s", ""))
-    fold_steps(entries, rows)
-    from_log = server_steps(entries, n_nodes, rows, args.profile, args.child_timeout)
-    print("\n".join(rows))
+    print(f"Machine: {machine()}; {load()} at the start\n")
+    started = time.perf_counter()
+    entries = list(log_entries(n_events, n_nodes))
+    wall = time.perf_counter() - started
+    rows: list[Any] = [("build + encode the log", wall, f"{n_events / wall:,.0f}/s", -1, "")]
+    rows += fold_steps(entries)
+    more, from_log = server_steps(entries, n_nodes, args)
+    rows += more
+    print("| step | wall s | rate | peak RSS MiB | notes |\n|---|---|---|---|---|")
+    for step, wall, rate, rss, note in rows:
+        print(
+            f"| {step} | {'-' if wall < 0 else f'{wall:.2f}'} | {rate}"
+            f" | {'-' if rss < 0 else f'{rss:,.0f}'} | {note} |"
+        )
     print(
-        "\nTargets at 1,000,000 events: rebuild from the log <= 10 s, from a snapshot <= 1 s;"
-        " scheduler RSS with 1,000,000 pending jobs <= 2 GiB."
+        f"\nTargets at 1,000,000 events: rebuild from the log <= 10 s, from a snapshot <= 1 s;"
+        f" scheduler RSS with 1,000,000 pending jobs <= 2 GiB. {load()} at the end."
     )
     if "profile" in from_log:
         print(f"\ncProfile of the rebuild from the log, by own time:\n\n```\n{from_log['profile']}\n```")

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from corral.schemas.events import Envelope, Event, Meta
+from corral.schemas.slim import SlimEnvelope
 
 T = TypeVar("T")
 
@@ -17,6 +18,7 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 _encoder = msgspec.json.Encoder()
 _envelope_decoder = msgspec.json.Decoder(Envelope)
+_slim_decoder = msgspec.json.Decoder(SlimEnvelope)
 
 
 class DecodeError(ValueError):
@@ -34,6 +36,17 @@ def decode_envelope(data: bytes) -> Envelope:
         raise DecodeError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
     try:
         return _envelope_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(str(exc)) from None
+
+
+def decode_slim_envelope(data: bytes | memoryview) -> Envelope:
+    """Decode one log entry as the scheduler folds it: a submission without its script and environment
+    (``slim.py``, which says what else it accepts); DecodeError names the bad field."""
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise DecodeError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
+    try:
+        return _slim_decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise DecodeError(str(exc)) from None
 

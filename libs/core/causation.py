@@ -34,6 +34,8 @@ reason is in the body; the actor is the user).
 
 from __future__ import annotations
 
+from typing import Any
+
 from corral.libs.core.state import Job, State, array_tasks
 from corral.schemas import events as ev
 
@@ -66,24 +68,27 @@ _PREEMPTED = _tag(ev.JobPreempted)
 
 def record(state: State, env: ev.Envelope) -> None:
     """Keep the event id of an entry the fold applied where a later decision will look for its cause."""
-    body, event_id = env.body, env.meta.event_id
-    if isinstance(body, ev.NodeDown):
+    # (Any: the kind, looked up by type, says which event it is, as the isinstance checks it replaces did.)
+    body: Any = env.body
+    event_id = env.meta.event_id
+    kind = _KINDS.get(type(body)) or _kind_of(type(body))
+    if kind == _NODE_DOWN:
         node = state.nodes.get(body.node)
         if node is not None:
             node.down_id = event_id
         return
-    if isinstance(body, ev.ReservationCreateRequested | ev.ReservationDeleteRequested):
+    if kind == _RESV_REQUEST:
         state.resv_causes[body.name] = event_id
         return
-    if isinstance(body, ev.ReservationCreated | ev.ReservationRejected | ev.ReservationDeleted):
+    if kind == _RESV_ANSWER:
         state.resv_causes.pop(body.name, None)  # answered
         return
-    if isinstance(body, ev.NodeEvent | ev.ReservationEvent | ev.StepStarted | ev.StepExited):
+    if kind == _NO_CAUSE:
         return
     job = state.jobs.get(body.job_id)
     if job is None:
         return
-    if isinstance(body, ev.JobCancelRequested):
+    if kind == _CANCEL_REQUEST:
         # The first cancel that marked a job is the one it is cancelled by (``fold._cancel_requested``).
         targets = array_tasks(state, job.job_id) if body.whole_array else [job]
         for target in targets:
@@ -91,20 +96,49 @@ def record(state: State, env: ev.Envelope) -> None:
                 target.causes.setdefault(_CANCEL, event_id)
     elif job.state not in ("PENDING", "RUNNING"):
         job.causes = {}  # an ended job decides nothing more
-    elif isinstance(body, ev.JobSubmitted):
+    elif kind == _SUBMITTED:
+        if not job.array_job_id:
+            job.causes = {QUEUED: event_id}
+            return
         for task in array_tasks(state, job.job_id) or [job]:
             task.causes = {QUEUED: event_id}
-    elif isinstance(body, _QUEUEING):
+    elif kind == _QUEUED:
         job.causes[QUEUED] = event_id
-    elif isinstance(body, ev.JobAllocated):
+    elif kind == ALLOCATED:
         # A new run: what the previous one's conclusion was caused by is of no use any more.
         queued = job.causes.get(QUEUED)
         job.causes = {ALLOCATED: event_id} if queued is None else {QUEUED: queued, ALLOCATED: event_id}
-    elif isinstance(body, ev.RunExited):
+    elif kind == _RUN_EXITED:
         if job.allocations and body.node == job.allocations[0].node and body.attempt == job.restart_count:
             job.causes[_RUN_EXITED] = event_id
-    elif isinstance(body, _BY_TAG):
+    elif kind == _BY_TAG_KIND:
         job.causes[_tag(type(body))] = event_id
+
+
+# What ``record`` does with an entry, by the body's type: decided once per type (by the rules above, in
+# their order) and kept, instead of a chain of isinstance checks per entry.
+_NODE_DOWN, _RESV_REQUEST, _RESV_ANSWER, _NO_CAUSE = "node_down", "resv_request", "resv_answer", "none"
+_CANCEL_REQUEST, _SUBMITTED, _QUEUED = "cancel", "submitted", "queued"
+_BY_TAG_KIND, _OTHER = "by_tag", "other"
+_KINDS: dict[type, str] = {}
+
+
+def _kind_of(kind: type) -> str:
+    rules: tuple[tuple[type | tuple[type, ...], str], ...] = (
+        (ev.NodeDown, _NODE_DOWN),
+        ((ev.ReservationCreateRequested, ev.ReservationDeleteRequested), _RESV_REQUEST),
+        ((ev.ReservationCreated, ev.ReservationRejected, ev.ReservationDeleted), _RESV_ANSWER),
+        ((*ev.NODE_EVENTS, *ev.RESERVATION_EVENTS, ev.StepStarted, ev.StepExited), _NO_CAUSE),
+        (ev.JobCancelRequested, _CANCEL_REQUEST),
+        (ev.JobSubmitted, _SUBMITTED),
+        (_QUEUEING, _QUEUED),
+        (ev.JobAllocated, ALLOCATED),
+        (ev.RunExited, _RUN_EXITED),
+        (_BY_TAG, _BY_TAG_KIND),
+    )
+    found = next((name for types, name in rules if issubclass(kind, types)), _OTHER)
+    _KINDS[kind] = found
+    return found
 
 
 def cause_of(state: State, decision: ev.Event) -> str | None:

@@ -48,6 +48,7 @@ from corral.libs.slurm.array import array_indices
 from corral.libs.slurm.errors import FormatError
 from corral.schemas import events as ev
 from corral.schemas import lifecycle, subjects
+from corral.schemas.slim import SlimJobSpec
 
 #: A fold handler: (state, sequence, occurred_at, body) -> what it did.
 Handler = Callable[[State, int, float, Any], Outcome]
@@ -133,6 +134,22 @@ def _current_epoch(state: State, seq: int, body: Any) -> bool:
 
 def _submitted(state: State, seq: int, at: float, body: ev.JobSubmitted, traceparent: str | None) -> Outcome:
     array = body.spec.array
+    if array is None:
+        # (A single job, most submissions: the loop below for one id, without its lists.)
+        if body.job_id in state.jobs:
+            return ignored("duplicate")
+        state.active[body.job_id] = True
+        state.jobs[body.job_id] = Job(
+            job_id=body.job_id,
+            user=body.user,
+            spec=slim_spec(body.spec),
+            submit_time=at,
+            last_seq=seq,
+            traceparent=traceparent,
+            held="user" if body.spec.held else "",
+            submit_seq=seq,
+        )
+        return APPLIED
     try:
         indices: list[int | None] = [None] if array is None else list(array_indices(array))
     except FormatError:
@@ -162,11 +179,18 @@ def _submitted(state: State, seq: int, at: float, body: ev.JobSubmitted, tracepa
     return APPLIED
 
 
-def slim_spec(spec: ev.JobSpec) -> ev.JobSpec:
-    """A submission's spec as the state keeps it: without the script and the exported environment."""
-    if not spec.script and not spec.environment:
-        return spec
-    return msgspec.structs.replace(spec, script="", environment={})
+def slim_spec(spec: ev.JobSpec) -> SlimJobSpec:
+    """A submission's spec as the state keeps it: without the script and the exported environment, always a
+    ``SlimJobSpec`` (so that a spec decoded slim from the log and one slimmed here are equal, and encode
+    alike). One decoded slim is kept as it is; any other is copied field by field, unchecked (as a
+    constructor does: one built in Python is taken as it is)."""
+    if type(spec) is SlimJobSpec:
+        if not spec.script and not spec.environment:
+            return spec
+        return msgspec.structs.replace(spec, script="", environment={})
+    fields = msgspec.structs.asdict(spec)
+    del fields["script"], fields["environment"]
+    return SlimJobSpec(**fields)
 
 
 def _cancel_requested(state: State, seq: int, at: float, body: ev.JobCancelRequested) -> Outcome:

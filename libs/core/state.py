@@ -24,6 +24,7 @@ from corral.libs.core.fair_share import TresWeights, Usage
 from corral.libs.slurm.array import array_indices
 from corral.schemas import events as ev
 from corral.schemas.lifecycle import JobState
+from corral.schemas.slim import SlimJobSpec
 
 
 class RunExit(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -84,7 +85,7 @@ class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     job_id: int  # id
     user: str  # owner
-    spec: ev.JobSpec  # as submitted, without the script and the environment (``fold.slim_spec``)
+    spec: SlimJobSpec  # as submitted, without the script and the environment (``fold.slim_spec``)
     submit_time: float  # when it was submitted (from the event)
     state: JobState = "PENDING"  # PENDING | RUNNING | a terminal state (``schemas.lifecycle``)
     restart_count: int = 0  # runs before the current one = number of the next/current attempt

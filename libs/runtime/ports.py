@@ -19,7 +19,7 @@ body claims another subject than its own, reads the same from either.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,6 +46,7 @@ class LogEntry:
     envelope: Envelope | None  # decoded entry, None if it failed to decode
     error: str | None = None  # why it failed to decode
     pending: int = 0  # entries after this one that the reader has not seen yet
+    data: bytes = b""  # the stored bytes of an entry that failed to decode (b"" for one that decoded)
 
 
 class Clock(Protocol):
@@ -127,17 +128,37 @@ class ApiClient(Protocol):
         ...
 
 
-def decode_entry(seq: int, subject: str, data: bytes, pending: int = 0) -> LogEntry:
-    """The entry stored as ``data`` on ``subject``: decoded, or with the reason it is unreadable."""
+def decode_entry(
+    seq: int,
+    subject: str,
+    data: bytes,
+    pending: int = 0,
+    decode: Callable[[bytes], Envelope] = decode_envelope,
+) -> LogEntry:
+    """The entry stored as ``data`` on ``subject``: decoded (by ``decode``: the full decoder unless a reader
+    says otherwise, ``codec.decode_slim_envelope``), or with the reason it is unreadable and its bytes."""
     try:
-        env = decode_envelope(data)
+        env = decode(data)
     except DecodeError as exc:
-        return LogEntry(seq=seq, subject=subject, envelope=None, error=str(exc), pending=pending)
-    expected = subjects.event_subject(env.body)
-    if subject and subject.startswith("corral.evt.") and expected != subject:
+        return LogEntry(seq=seq, subject=subject, envelope=None, error=str(exc), pending=pending, data=data)
+    expected = misplaced(env, subject)
+    if expected is not None:
         # A writer may only publish where its permissions allow: the subject is the authenticated
         # part, so a body that claims another job or node than its subject is rejected.
         return LogEntry(
-            seq=seq, subject=subject, envelope=None, error=f"body belongs on {expected}", pending=pending
+            seq=seq,
+            subject=subject,
+            envelope=None,
+            error=f"body belongs on {expected}",
+            pending=pending,
+            data=data,
         )
     return LogEntry(seq=seq, subject=subject, envelope=env, pending=pending)
+
+
+def misplaced(env: Envelope, subject: str) -> str | None:
+    """The subject ``env`` belongs on if that is not the log subject ``subject`` it was read from, or None."""
+    if not subject.startswith("corral.evt."):
+        return None
+    expected = subjects.event_subject(env.body)
+    return None if expected == subject else expected

@@ -49,7 +49,7 @@ from corral.libs.config.policy import policy_of, usage_policy_of
 from corral.libs.core.capacity import CapacityCache
 from corral.libs.core.causation import cause_of
 from corral.libs.core.eligibility import needs_check
-from corral.libs.core.fold import apply
+from corral.libs.core.fold import apply, slim_spec
 from corral.libs.core.placement import Request, free_capacity, request_of
 from corral.libs.core.plan import plan
 from corral.libs.core.policy import Backfill, PartitionPolicy, Policy
@@ -59,6 +59,7 @@ from corral.libs.sim.reactions import REACTIONS
 from corral.libs.sim.workload import SimJob
 from corral.schemas import events as ev
 from corral.schemas.codec import envelope
+from corral.schemas.slim import SlimJobSpec
 
 #: Partition of a cluster of identical units (``--units N``).
 UNIT_PARTITION = "sim"
@@ -137,13 +138,13 @@ def config_cluster(config: ClusterConfig) -> SimCluster:
     return SimCluster(nodes, policy.partitions, gpus or len(nodes), blocks, policy, usage_policy_of(config))
 
 
-def job_spec(job: SimJob) -> ev.JobSpec:
+def job_spec(job: SimJob) -> SlimJobSpec:
     """The submission of a simulated job: its own spec when it has one (a replayed log), else one task
-    with 1 CPU on each node."""
+    with 1 CPU on each node; slim, as the state keeps it (a simulated job has no script to run)."""
     if job.spec is not None:
-        return job.spec
+        return slim_spec(job.spec)
     nodes = job.node_count
-    return ev.JobSpec(
+    return SlimJobSpec(
         name=f"sim-{job.id}",
         script="",
         workdir="/",
@@ -207,7 +208,7 @@ class _Run:
                     f"can never run in partition {key[0]!r} of this cluster"
                 )
 
-    def spec_of(self, sim_job: SimJob) -> ev.JobSpec:
+    def spec_of(self, sim_job: SimJob) -> SlimJobSpec:
         """The job's submission as the gateway records it (its default account resolved)."""
         spec = job_spec(sim_job)
         if self.accounts and spec.account is None and sim_job.user in self.accounts:

@@ -55,6 +55,7 @@ from corral.libs.core.state import State
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.bus import Bus, LogEntry
 from corral.libs.runtime.errors import AppendConflict, TransientError
+from corral.libs.runtime.log_reader import BulkReader, BulkReadError
 from corral.libs.runtime.service import either
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
@@ -65,6 +66,7 @@ from corral.services.scheduler.leadership import Leadership
 from corral.services.scheduler.metrics import SchedulerMetrics
 from corral.services.scheduler.planning import cycle_span, gc_paused, plan_paused
 from corral.services.scheduler.queries import QueryVerbs
+from corral.services.scheduler.replay import replay, slim_verdict
 
 #: Full specs of this many recent submissions are kept for their launch orders.
 RECENT_SPECS = 4096
@@ -109,6 +111,7 @@ class Scheduler(QueryVerbs):
         self.caught_up = asyncio.Event()
         self.rearm = asyncio.Event()  # set when a cycle moved the next begin time: the ticker re-times
         self.poison: list[tuple[LogEntry, str]] = []  # entries the fold skipped, with the reason, to report
+        self.bulk = BulkReader(bus.nc)  # reads the log in bulk for a rebuild
 
     @property
     def epoch(self) -> int:
@@ -121,20 +124,27 @@ class Scheduler(QueryVerbs):
 
     # 1 + 2 -------------------------------------------------------------------------------------
     def apply(self, entry: LogEntry) -> None:
-        """Fold one entry; one that failed to decode (or does not belong on its subject) and one a fold
-        handler failed on are skipped by the fold and kept for ``report_poison``."""
+        """Fold one entry, with the slim decoder's verdict (``replay.py``); one that failed to decode (or does
+        not belong on its subject) and one a fold handler failed on are skipped by the fold and kept for
+        ``report_poison``."""
+        entry = slim_verdict(entry)
         if entry.envelope is None:
             if skip(self.state, entry.seq, entry.subject).reason == "undecodable":
                 self.poison.append((entry, f"not a valid event for its subject: {entry.error}"))
             return
         body = entry.envelope.body
-        if isinstance(body, ev.JobSubmitted) and self.caught_up.is_set():
+        if type(body) is ev.JobSubmitted and self.caught_up.is_set():
+            # (Decoded in full; one the full decoder refused, decoded slim, has no full spec to keep.)
             self.recent_specs[entry.seq] = body.spec
             if len(self.recent_specs) > RECENT_SPECS:
                 self.recent_specs.popitem(last=False)
         outcome = apply(self.state, entry.seq, entry.envelope)
         if outcome.reason == "handler_failed":
-            self.poison.append((entry, f"a fold handler failed: {outcome.error}"))
+            self.poisoned(entry, f"a fold handler failed: {outcome.error}")
+
+    def poisoned(self, entry: LogEntry, reason: str) -> None:
+        """Keep an entry the fold skipped, for ``report_poison``."""
+        self.poison.append((entry, reason))
 
     async def report_poison(self) -> None:
         """Dead-letter the entries the fold skipped, each once, and log each once (a replay that meets an
@@ -160,16 +170,18 @@ class Scheduler(QueryVerbs):
         # The state is millions of small acyclic objects: the cyclic GC would rescan them all, again
         # and again, while they are built. Pause it, then freeze what was built out of its way.
         with gc_paused(freeze=True):
-            source = await self._load(use_snapshot)
+            source, bulk = await self._load(use_snapshot)
         self.log.info(
             "state rebuilt",
             source=source,
+            bulk_read=bulk,
             last_seq=self.state.last_seq,
             jobs=len(self.state.jobs),
             seconds=round(time.monotonic() - started, 3),
         )
 
-    async def _load(self, use_snapshot: bool) -> str:
+    async def _load(self, use_snapshot: bool) -> tuple[str, int]:
+        """Where the state came from, and how many entries the bulk reader gave."""
         source = "full replay"
         if use_snapshot:
             loaded, source = await snapshot.load(self.bus)
@@ -178,10 +190,20 @@ class Scheduler(QueryVerbs):
             if loaded is not None:
                 self.state = loaded
                 self.snapshot_seq = loaded.last_seq
+        # What the log holds now, in bulk; what comes meanwhile (or all of it, if the bulk read cannot be
+        # done here), entry by entry.
+        end, first = await self.bus.last_seq(), self.state.last_seq
+        try:
+            await replay(self.bulk, self.state, end, self.apply, self.poisoned)
+        except BulkReadError as exc:
+            self.log.warning(
+                "bulk read stopped: reading on entry by entry", error=str(exc), seq=self.state.last_seq
+            )
+        bulk = self.state.last_seq - first
         async for entry in self.bus.read(self.state.last_seq + 1):
             self.apply(entry)
         await self.report_poison()
-        return source
+        return source, bulk
 
     async def maybe_snapshot(self) -> None:
         """Snapshot every ``snapshot_every`` entries (a failed snapshot only costs a longer restart)."""
@@ -313,20 +335,41 @@ class Scheduler(QueryVerbs):
             if msg_id in self.sent:
                 continue
             if isinstance(order, api.LaunchOrder):
-                order = msgspec.structs.replace(order, spec=await self.full_spec(order.job_id))
+                spec = await self.full_spec(order.job_id)
+                if spec is None:
+                    await self.fail_launch(order)
+                    continue
+                order = msgspec.structs.replace(order, spec=spec)
             await self.bus.publish_order(subjects.work_subject(order.node), encode(order), msg_id)
             self.sent.add(msg_id)
 
-    async def full_spec(self, job_id: int) -> ev.JobSpec:
-        """The job's spec as submitted, script and environment included (from its log entry)."""
+    async def full_spec(self, job_id: int) -> ev.JobSpec | None:
+        """The job's spec as submitted, script and environment included (from its log entry); None if that
+        entry's script or environment does not decode (the slim decoder accepted it: ``replay.py``)."""
         seq = self.state.jobs[job_id].submit_seq
         spec = self.recent_specs.get(seq)  # (kept: every task of an array shares its submission)
         if spec is not None:
             return spec
         entry = await self.bus.entry(seq)
+        if entry.envelope is None and slim_verdict(entry).envelope is not None:
+            return None
         if entry.envelope is None or not isinstance(entry.envelope.body, ev.JobSubmitted):
             raise TransientError(f"job {job_id}: the log entry {seq} is not its submission")
         return entry.envelope.body.spec
+
+    async def fail_launch(self, order: api.LaunchOrder) -> None:
+        """End a job whose submission has no script or environment to launch with (LaunchFailed), as a
+        launch error on its node would."""
+        message = "its submission's script or environment does not decode"
+        self.log.error("job cannot be launched", job_id=order.job_id, reason=message)
+        failed = ev.JobFailed(
+            job_id=order.job_id,
+            attempt=order.attempt,
+            reason="LaunchFailed",
+            message=message,
+            epoch=self.epoch,
+        )
+        await self.publish(failed)
 
     async def ticker(self, stop: asyncio.Event) -> None:
         """A full pass every FULL_PASS_S even when no event arrives, and at the next begin time."""

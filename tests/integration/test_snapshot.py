@@ -83,7 +83,7 @@ async def test_a_corrupt_or_foreign_snapshot_falls_back_to_a_full_replay(bus: Bu
     loaded, why = await snapshot.load(bus)
     assert loaded is None and "does not decode" in why
     # Compressed, but not a snapshot inside.
-    await store.put(snapshot.NAME, snapshot.compress(b"\x93not a snapshot"))
+    await store.put(snapshot.NAME, snapshot.compress([b"\x93not a snapshot"]))
     loaded, why = await snapshot.load(bus)
     assert loaded is None and "does not decode" in why
 
@@ -91,6 +91,6 @@ async def test_a_corrupt_or_foreign_snapshot_falls_back_to_a_full_replay(bus: Bu
     replayed = Scheduler(bus, parse_config(CONFIG))
     await replayed.rebuild(use_snapshot=False)
     foreign = snapshot.Snapshot(format=snapshot.FORMAT, event_id="not-this-log", state=replayed.state)
-    await store.put(snapshot.NAME, snapshot.compress(snapshot._encoder.encode(foreign)))
+    await store.put(snapshot.NAME, snapshot.compress(snapshot.encode(foreign)))
     loaded, why = await snapshot.load(bus)
     assert loaded is None and "another log" in why

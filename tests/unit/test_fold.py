@@ -22,6 +22,7 @@ from corral.libs.core.fold import apply, fold
 from corral.libs.core.reasons import end_text
 from corral.libs.core.state import Orphan, RunExit, decode_state, encode_state
 from corral.schemas import events as ev
+from corral.schemas.slim import SlimJobSpec
 
 pytestmark = pytest.mark.unit
 
@@ -43,7 +44,8 @@ def test_submit_makes_a_pending_job() -> None:
     j = state.jobs[7]
     assert (j.state, j.user, j.restart_count, j.submit_time) == ("PENDING", "bob", 0, log.at)
     # The state keeps the spec without the script and environment; the submission's entry has them.
-    assert j.spec == msgspec.structs.replace(job(gpus=4, nodes=2), script="", environment={})
+    slim = msgspec.structs.asdict(job(gpus=4, nodes=2)) | {"script": "", "environment": {}}
+    assert msgspec.structs.asdict(j.spec) == slim and type(j.spec) is SlimJobSpec
     assert j.submit_seq == 1
 
 

@@ -1,0 +1,315 @@
+"""A bulk reader of the log: a pull consumer with large batches on a connection of its own, with no Python
+callback per entry.
+
+Why: a scheduler's rebuild reads the whole log. Through nats-py every entry is a message object, an
+asyncio queue hop and a parse of its JetStream metadata (25-35k entries/s here); a million entries took
+30 s before a single one was decoded. This reader creates an ephemeral pull consumer (no acks, in memory,
+from the first sequence wanted), asks it for ``BATCH`` entries at a time over one plain socket of its own,
+and cuts the messages out of large reads itself: each gives its stream sequence and the number still
+pending after it in its reply subject, its subject and payload in the frame. It hands out whole batches of
+``(seq, subject, data)``, and keeps two requests open, so the server sends while the caller folds.
+
+Why not batched direct gets (``$JS.API.DIRECT.GET`` with ``batch``, nats-server 2.11+): measured here, the
+server spends 12.5 us of CPU per entry answering them, against 5 us delivering to a pull consumer, and on
+two cores the server's share bounds the read (``bench/RESULTS.md``).
+
+It connects to the server the given nats-py connection is connected to, as the same user; replies come to
+that user's own inbox prefix (every role may use the consumer API and its inbox). ``data`` is a
+``memoryview`` into the read buffer: decode it, or copy it to keep it.
+
+It only reads what was in the log when asked (``read(from_seq, to_seq)``); a caller goes on from the last
+sequence it got with the ordinary reader (``Bus.read``), which also covers what this one cannot do:
+``BulkReadError`` (a connection over TLS, a refused connection or permission, a timeout) says that nothing
+more can be read this way, and everything handed out before it is valid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client
+from nats.js import api
+
+from corral.libs.runtime.nats_wire import error_text, parse_info
+from corral.schemas import subjects
+
+#: Most entries one pull request asks for.
+BATCH = 8192
+#: Most bytes one pull request asks for (an entry is at most ``codec.MAX_MESSAGE_BYTES``).
+MAX_BYTES = 16 * 1024 * 1024
+#: Seconds a pull request waits on the server for entries (one that ends unfilled is simply dropped).
+REQUEST_EXPIRES_S = 5.0
+#: Seconds without a byte from the server before the read gives up (a request expires sooner, and ends with
+#: a status of its own).
+TIMEOUT_S = 10.0
+#: Bytes asked of the socket at a time.
+READ_SIZE = 1 << 20
+
+#: HMSG <subject> <sid> $JS.ACK.<stream>.<consumer>.<delivered>.<seq>.<consumer seq>.<time>.<pending>
+#: <header bytes> <total bytes>: the subject, the sequence, the pending count and the two sizes.
+_FRAME = re.compile(rb"HMSG (\S+) \S+ \$JS\.ACK\.[^. ]+\.[^. ]+\.\d+\.(\d+)\.\d+\.\d+\.(\d+) (\d+) (\d+)\r\n")
+
+#: The statuses that end a pull request with ``max_bytes`` normally (408 Request Timeout too: it expired).
+_REQUEST_ENDS = (b"NATS/1.0 409 Batch Completed", b"NATS/1.0 409 Message Size Exceeds MaxBytes")
+
+#: One entry: (stream sequence, subject, the stored message's payload).
+RawEntry = tuple[int, str, memoryview]
+
+
+class BulkReadError(Exception):
+    """The bulk read cannot go on (the reason is the message); what it handed out before is valid."""
+
+
+class BulkReader:
+    """Reads ranges of one stream (the log by default) through ephemeral pull consumers."""
+
+    def __init__(
+        self,
+        nc: Client,
+        stream: str = subjects.EVENTS_STREAM,
+        batch: int = BATCH,
+        filter_subject: str | None = None,
+    ) -> None:
+        self.nc = nc  # the connection whose server and user this reader uses (and which creates consumers)
+        self.stream = stream  # the stream read
+        self.batch = batch  # entries per pull request
+        self.filter_subject = filter_subject  # only the entries on this subject (None: all)
+
+    async def read(self, from_seq: int, to_seq: int) -> AsyncIterator[list[RawEntry]]:
+        """The entries from ``from_seq`` to ``to_seq`` (both included; missing sequences are skipped), in
+        order, in batches; BulkReadError if it has to stop before ``to_seq``."""
+        if to_seq < from_seq:
+            return
+        js = self.nc.jetstream(timeout=TIMEOUT_S)
+        name = f"bulk-{uuid.uuid4().hex}"
+        config = api.ConsumerConfig(
+            name=name,
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=from_seq,
+            ack_policy=api.AckPolicy.NONE,
+            filter_subject=self.filter_subject,
+            inactive_threshold=60.0,
+            mem_storage=True,
+            num_replicas=1,
+        )
+        try:
+            await js.add_consumer(self.stream, config)
+        except Exception as exc:
+            raise BulkReadError(f"cannot create a pull consumer: {exc!r}") from None
+        try:
+            link = await _Link.open(self.nc)
+            try:
+                async for batch in link.pull(f"{self.stream}.{name}", self.batch, to_seq):
+                    yield batch
+            finally:
+                await link.close()
+        finally:
+            with contextlib.suppress(Exception):
+                await js.delete_consumer(self.stream, name)
+
+
+class _Link:
+    """One plain NATS connection: CONNECT, one inbox subscription, requests, and the replies cut out."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, inbox: str) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.inbox = inbox  # where the replies come
+        self.buf = b""  # bytes read and not yet consumed, from ``pos``
+        self.pos = 0
+
+    @classmethod
+    async def open(cls, nc: Client) -> _Link:
+        url = nc.connected_url
+        options: dict[str, Any] = getattr(nc, "options", {})
+        if url is None or url.hostname is None:
+            raise BulkReadError("the connection is not connected")
+        if url.scheme != "nats" or options.get("tls") is not None:
+            # This plain socket would send the password in the clear where nats-py's connection does not.
+            raise BulkReadError("the connection uses TLS, which the bulk reader does not")
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(url.hostname, url.port or 4222), TIMEOUT_S
+            )
+        except (OSError, TimeoutError) as exc:
+            raise BulkReadError(f"cannot connect to {url.hostname}:{url.port}: {exc!r}") from None
+        user = options.get("user")
+        inbox = f"{subjects.inbox_prefix(user or 'anonymous')}.bulk.{uuid.uuid4().hex}"
+        link = cls(reader, writer, inbox)
+        try:
+            await link._handshake(user, options.get("password"))
+        except BaseException:
+            await link.close()
+            raise
+        return link
+
+    async def _handshake(self, user: str | None, password: str | None) -> None:
+        line = await self._line()
+        if not line.startswith(b"INFO "):
+            raise BulkReadError(f"not a NATS server: {line[:80]!r}")
+        try:
+            info = parse_info(line)
+        except ValueError as exc:
+            raise BulkReadError(str(exc)) from None
+        if info.get("tls_required"):
+            raise BulkReadError("the server requires TLS")
+        connect: dict[str, Any] = {
+            "verbose": False,
+            "pedantic": False,
+            "headers": True,
+            "no_responders": True,
+            "protocol": 1,
+            "name": "corral-bulk-reader",
+            "lang": "python",
+            "version": "corral",
+        }
+        if user is not None:
+            connect["user"], connect["pass"] = user, password or ""
+        self.writer.write(b"CONNECT " + msgspec.json.encode(connect) + b"\r\nPING\r\n")
+        self.writer.write(f"SUB {self.inbox} 1\r\nPING\r\n".encode())
+        await self.writer.drain()
+        pongs = 0
+        while pongs < 2:
+            line = await self._line()
+            if line.startswith(b"-ERR"):
+                raise BulkReadError(f"the server refused: {error_text(line)}")
+            if line == b"PING":
+                self.writer.write(b"PONG\r\n")
+            elif line == b"PONG":
+                pongs += 1
+
+    async def pull(self, consumer: str, batch: int, to_seq: int) -> AsyncIterator[list[RawEntry]]:
+        """Entries of ``consumer`` (``<stream>.<name>``) up to ``to_seq`` or the last one pending.
+
+        Two requests are kept open: the server sends while the caller folds, and what it buffers for this
+        client (two requests' max_bytes) stays under its max_pending (64 MiB by default). A request with
+        ``max_bytes`` always ends with a status of its own (batch completed, max bytes reached, expired),
+        which is when the next one is sent."""
+        body = msgspec.json.encode(
+            {"batch": batch, "max_bytes": MAX_BYTES, "expires": int(REQUEST_EXPIRES_S * 1e9)}
+        )
+        ask = (
+            f"PUB $JS.API.CONSUMER.MSG.NEXT.{consumer} {self.inbox} {len(body)}\r\n".encode() + body + b"\r\n"
+        )
+        self.writer.write(ask + ask)
+        await self.writer.drain()
+        while True:
+            entries: list[RawEntry] = []
+            done, ended = self._cut(entries, to_seq)
+            if ended and not done:
+                self.writer.write(ask * ended)
+            if entries:
+                yield entries
+            if done:
+                return
+            if not await self._fill():
+                raise BulkReadError(f"no entry in {TIMEOUT_S:.0f} s")
+
+    def _cut(self, entries: list[RawEntry], to_seq: int) -> tuple[bool, int]:
+        """Cut the whole messages in the buffer into ``entries``: whether the entry at ``to_seq`` (or the
+        last one pending) is in, and how many requests ended."""
+        buf, pos = self.buf, self.pos
+        view = memoryview(buf)
+        find, frame = buf.find, _FRAME.match
+        ended = 0
+        try:
+            while True:
+                # The common frame, a stored message with headers and a v1 ack subject, in one match.
+                m = frame(buf, pos)
+                if m is not None:
+                    start = m.end()
+                    end = start + int(m[5])
+                    if end + 2 > len(buf):
+                        return False, ended
+                    pos = end + 2
+                    seq = int(m[2])
+                    if seq > to_seq:
+                        return True, ended
+                    entries.append((seq, m[1].decode(), view[start + int(m[4]) : end]))
+                    if seq == to_seq or m[3] == b"0":
+                        return True, ended
+                    continue
+                eol = find(b"\r\n", pos)
+                if eol < 0:
+                    return False, ended
+                if not buf.startswith(b"HMSG ", pos) and not buf.startswith(b"MSG ", pos):
+                    self._control(buf[pos:eol])
+                    pos = eol + 2
+                    continue
+                # [H]MSG <subject> <sid> [<reply>] [<header bytes>] <total bytes>
+                args = buf[pos:eol].split()
+                headed = args[0] == b"HMSG"
+                total = int(args[-1])
+                start = eol + 2
+                end = start + total
+                if end + 2 > len(buf):
+                    return False, ended
+                pos = end + 2
+                if len(args) != (6 if headed else 5):
+                    # No reply subject: a status, the end of a request.
+                    self._status(buf[start : start + (int(args[-2]) if headed else 0)])
+                    ended += 1
+                    continue
+                # $JS.ACK.<stream>.<consumer>.<delivered>.<seq>.<consumer seq>.<time>.<pending>, or the v2
+                # form with a domain and an account hash in front and a token at the end.
+                acks = args[3].split(b".")
+                at = 5 if len(acks) == 9 else 7
+                seq, pending = int(acks[at]), int(acks[at + 3])
+                body = start + (int(args[4]) if headed else 0)
+                if seq > to_seq:
+                    return True, ended
+                entries.append((seq, args[1].decode(), view[body:end]))
+                if seq == to_seq or pending == 0:
+                    return True, ended
+        finally:
+            self.pos = pos
+
+    @staticmethod
+    def _status(block: bytes) -> None:
+        """Accept the statuses that end a request normally; BulkReadError for any other."""
+        line = block.split(b"\r\n", 1)[0]
+        if line.startswith(b"NATS/1.0 408") or line in _REQUEST_ENDS:
+            return
+        raise BulkReadError(f"the consumer answered {line.decode('utf-8', 'replace')}")
+
+    def _control(self, line: bytes) -> None:
+        if line == b"PING":
+            self.writer.write(b"PONG\r\n")
+        elif line.startswith(b"-ERR"):
+            raise BulkReadError(f"the server refused: {error_text(line)}")
+
+    async def _fill(self, timeout: float = TIMEOUT_S) -> bool:
+        """Read more bytes; False if none came in ``timeout`` seconds."""
+        try:
+            chunk = await asyncio.wait_for(self.reader.read(READ_SIZE), timeout)
+        except TimeoutError:
+            return False
+        except OSError as exc:
+            raise BulkReadError(f"connection lost: {exc!r}") from None
+        if not chunk:
+            raise BulkReadError("the server closed the connection")
+        # The entries handed out keep views of the old buffer, which stays theirs: build a new one.
+        self.buf = self.buf[self.pos :] + chunk
+        self.pos = 0
+        return True
+
+    async def _line(self) -> bytes:
+        while True:
+            eol = self.buf.find(b"\r\n", self.pos)
+            if eol >= 0:
+                line = self.buf[self.pos : eol]
+                self.pos = eol + 2
+                return line
+            if not await self._fill():
+                raise BulkReadError(f"no reply in {TIMEOUT_S:.0f} s")
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(Exception):
+            await self.writer.wait_closed()
