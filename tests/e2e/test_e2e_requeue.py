@@ -99,7 +99,9 @@ def test_requeuehold_requeues_the_job_held(cli: Cli) -> None:
     assert squeue == "PENDING JobHeldUser", squeue
     assert cli("scontrol", "release", str(job)).returncode == 0
     cli.wait_state(job, ("RUNNING",))
-    assert wait_for_line(cli.workdir / f"rqh-{job}.out", "run") == "run 1"
+    # RUNNING from its allocation on: the first attempt's "run 0" stays in the file until the second one's
+    # launch truncates it, then writes its own line.
+    assert wait_for_line(cli.workdir / f"rqh-{job}.out", "run 1") == "run 1"
     assert cli("scancel", str(job)).returncode == 0
 
 
