@@ -87,8 +87,11 @@ def private_dir(path: str) -> str:
 
 
 def identity(environ: "Mapping[str, str]") -> str:
-    """What a server must share with its clients: the interpreter, this installation and the module path."""
-    return "\0".join((sys.executable, sys.version, __file__, environ.get("PYTHONPATH", "")))
+    """What a server must share with its clients: the interpreter, this installation and the module path.
+    The installation is this file's real path: an editable install reaches it through ``src/corral``, a
+    symbolic link, and a process started in the checkout through ``corral``; both are the same code."""
+    here = os.path.realpath(__file__)
+    return "\0".join((sys.executable, sys.version, here, environ.get("PYTHONPATH", "")))
 
 
 def socket_path(directory: str, ident: str) -> str:
