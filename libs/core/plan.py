@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from corral.libs.core import preempt, reservations
-from corral.libs.core.backfill import INF, Planner
+from corral.libs.core.backfill import Planner
 from corral.libs.core.capacity import CapacityCache
 from corral.libs.core.conclude import answer_change, answer_control, conclusion_of
 from corral.libs.core.eligibility import Singletons, needs_check, pending_reason
@@ -61,6 +61,7 @@ from corral.libs.core.policy import Backfill, Policy
 from corral.libs.core.priority import queue_order
 from corral.libs.core.reasons import MAINTENANCE, PendingReason, text, unavailable
 from corral.libs.core.state import Job, State, array_throttle
+from corral.libs.core.timeline import INF
 from corral.libs.core.topology import in_force, switch_deadline
 from corral.libs.slurm import hostlist
 from corral.schemas import events as ev

@@ -34,11 +34,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from corral.libs.core.backfill import INF, Hold, Planner
+from corral.libs.core.backfill import Planner
 from corral.libs.core.outcome import APPLIED, Outcome, ignored
 from corral.libs.core.placement import Request
 from corral.libs.core.reasons import PendingReason
 from corral.libs.core.state import Job, Node, State, drained
+from corral.libs.core.timeline import INF, Hold
 from corral.schemas import events as ev
 
 #: Slurm's answers to a reservation request that cannot be carried out.

@@ -10,12 +10,13 @@ import hashlib
 from typing import Any
 
 from corral.libs.config.cluster import ClusterConfig, parse_config
-from corral.libs.core.backfill import INF, Planner
+from corral.libs.core.backfill import Planner
 from corral.libs.core.causation import cause_of
 from corral.libs.core.fold import apply
 from corral.libs.core.placement import Free, Request
 from corral.libs.core.policy import PartitionPolicy, Policy
 from corral.libs.core.state import State, decode_state, encode_state
+from corral.libs.core.timeline import INF
 from corral.schemas import codec
 from corral.schemas import events as ev
 

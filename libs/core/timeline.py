@@ -1,0 +1,139 @@
+"""One node's capacity over time during a planning cycle (``NodePlan``): what is free now, what running jobs
+give back and when (``Release``), and what is held (``Hold``: planned starts and advance reservations).
+The planner (``backfill.py``) keeps one per node and groups nodes by ``node_state``."""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+import msgspec
+
+from corral.libs.core.placement import Amount, Free, Request, need
+from corral.schemas.events import NodeAllocation
+
+INF = math.inf
+
+
+class Release(msgspec.Struct, frozen=True, gc=False, order=True):
+    """What a run gives back on one node, and when (its start + time limit); ordered by time first."""
+
+    when: float  # when it is given back
+    cpus: int  # CPUs
+    gpus: int  # GPUs (a count)
+    mem_mb: int  # memory MiB
+
+
+class Hold(msgspec.Struct, frozen=True, gc=False):
+    """Capacity held on one node over ``[start, end)``: a job's planned start, or an advance reservation."""
+
+    start: float  # from
+    end: float  # until (excluded)
+    cpus: int  # CPUs
+    gpus: int  # GPUs (a count)
+    mem_mb: int  # memory MiB
+    resv: str | None = None  # the advance reservation (its members do not see it); None: a planned start
+
+
+class NodePlan(msgspec.Struct, gc=False):
+    """One node's capacity over time during a planning cycle (a struct: one is made per node and cycle)."""
+
+    free: Free  # capacity free now (GPU indices included)
+    releases: list[Release] = []  # sorted by time
+    holds: list[Hold] = []  # the planned starts of jobs with a reservation
+    resv: list[Hold] = []  # advance reservations: held from all but their members
+    sig: tuple[object, ...] | None = None  # ``node_state`` of the node, until it changes (None: not known)
+
+    def _holds(self, exempt: str | None) -> list[Hold]:
+        """The holds a job sees: every backfill hold, and the advance reservations but ``exempt``."""
+        if not self.resv:
+            return self.holds
+        return self.holds + [h for h in self.resv if h.resv != exempt]
+
+    def free_at(self, t: float, exempt: str | None = None) -> Amount:
+        """What is free at time ``t`` after releases and holds."""
+        cpus, gpus, mem = self.free.cpus, len(self.free.gpus), self.free.mem_mb
+        for r in self.releases:
+            if r.when > t:
+                break
+            cpus, gpus, mem = cpus + r.cpus, gpus + r.gpus, mem + r.mem_mb
+        for h in self._holds(exempt):
+            if h.start <= t < h.end:
+                cpus, gpus, mem = cpus - h.cpus, gpus - h.gpus, mem - h.mem_mb
+        return Amount(cpus, gpus, mem)
+
+    def fits_during(self, req: Request, a: float, b: float, exempt: str | None = None) -> bool:
+        """Whether one node of ``req`` fits over ``[a, b)``: free capacity only drops where a hold starts."""
+        want = need(self.free, req)
+        points = [a, *(h.start for h in self._holds(exempt) if a < h.start < b)]
+        for p in points:
+            have = self.free_at(p, exempt)
+            if have.cpus < want.cpus or have.gpus < want.gpus or have.mem_mb < want.mem_mb:
+                return False
+        return True
+
+    def earliest(self, req: Request, now: float, limit: float) -> float:
+        """The earliest time from ``now`` this node can host one node of ``req`` for ``limit`` seconds."""
+        if not self.holds and not self.resv:
+            # Without holds free capacity only grows: walk the releases once.
+            want = need(self.free, req)
+            cpus, gpus, mem = self.free.cpus, len(self.free.gpus), self.free.mem_mb
+            if cpus >= want.cpus and gpus >= want.gpus and mem >= want.mem_mb:
+                return now
+            for r in self.releases:
+                cpus, gpus, mem = cpus + r.cpus, gpus + r.gpus, mem + r.mem_mb
+                if cpus >= want.cpus and gpus >= want.gpus and mem >= want.mem_mb:
+                    return max(r.when, now)
+            return INF
+        candidates = sorted(
+            {
+                now,
+                *(r.when for r in self.releases if r.when > now),
+                *(h.end for h in self._holds(None) if now < h.end < INF),
+            }
+        )
+        for t in candidates:
+            if self.fits_during(req, t, t + limit):
+                return t
+        return INF
+
+    def fills_hole(self, end: float) -> bool:
+        """A job ending at ``end`` uses capacity reserved after it (rather than unreserved capacity)."""
+        return any(h.start >= end for h in self._holds(None))
+
+    def key(self) -> tuple[int, int, str]:
+        """The node's place in best-fit order: free GPUs, free CPUs, name."""
+        return (len(self.free.gpus), self.free.cpus, self.free.name)
+
+    def held(self) -> bool:
+        """Whether something is reserved on the node (its future is more than its releases)."""
+        return bool(self.holds or self.resv)
+
+    def release(self, when: float, alloc: NodeAllocation) -> None:
+        """Record that ``alloc`` gives its resources back at ``when``."""
+        self.sig = None
+        if when < INF:
+            bisect.insort(self.releases, Release(when, alloc.cpus, len(alloc.gpus), alloc.mem_mb))
+
+
+def node_state(node: NodePlan) -> tuple[object, ...]:
+    """Everything the checks of a request without ``-x`` read of a node, but its name and GPU indices
+    (kept in ``node.sig`` until the node changes)."""
+    if node.sig is not None:
+        return node.sig
+    f = node.free
+    node.sig = (
+        f.cpus,
+        len(f.gpus),
+        f.mem_mb,
+        f.idle,
+        f.gpu_type,
+        f.features,
+        f.total_cpus,
+        f.total_gpus,
+        f.total_mem_mb,
+        tuple(node.releases),
+        tuple(node.holds),
+        tuple(node.resv),
+    )
+    return node.sig
