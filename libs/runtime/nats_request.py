@@ -17,7 +17,8 @@ One exchange on the wire::
     S: HMSG <inbox>.<n> 1 <hdr_len> <total_len> / <headers><payload>    (and PONG, in either order)
 
 The errors (``NatsRequestError`` and its subclasses, with their hierarchy) are in ``nats_errors.py`` and the
-protocol's pieces (URL, socket, header blocks, op reader) in ``nats_wire.py``; this module is the client.
+protocol's pieces (URL, socket, header blocks, op reader, the reply and message records) in ``nats_wire.py``;
+this module is the client.
 
 TLS is not supported yet: ``tls://`` URLs and servers that require TLS raise NatsConnectError.
 """
@@ -43,7 +44,9 @@ from corral.libs.runtime.nats_errors import (
     ServerUnreachable,
 )
 from corral.libs.runtime.nats_wire import (
+    Message,
     Reader,
+    Reply,
     ServerAddress,
     check_subject,
     decode_headers,
@@ -68,38 +71,6 @@ __all__ = [
 
 # The only subscription of a connection; every reply arrives on it.
 _SID = b"1"
-
-
-class Reply:
-    """One reply message."""
-
-    __slots__ = ("data", "headers", "status")
-
-    def __init__(self, data: bytes, headers: dict[str, str], status: int | None = None) -> None:
-        # The payload.
-        self.data = data
-        # The reply's headers; for a key sent more than once, the first value.
-        self.headers = headers
-        # The status code of the header line ("NATS/1.0 404"), None when it has none.
-        self.status = status
-
-    def __repr__(self) -> str:
-        return f"Reply(data=<{len(self.data)} bytes>, headers={self.headers!r}, status={self.status!r})"
-
-
-class Message:
-    """One message of a subscription (``Connection.subscribe``)."""
-
-    __slots__ = ("data", "subject")
-
-    def __init__(self, subject: str, data: bytes) -> None:
-        # The subject it was published to.
-        self.subject = subject
-        # The payload (headers, if any, dropped).
-        self.data = data
-
-    def __repr__(self) -> str:
-        return f"Message(subject={self.subject!r}, data=<{len(self.data)} bytes>)"
 
 
 class Connection:

@@ -1,6 +1,6 @@
 """The NATS text protocol as the synchronous client (``nats_request``) speaks it: the server's URL, the TCP
 connection, subjects and header blocks, and a reader that hands out whole server ops (INFO, PING, MSG, HMSG,
--ERR ...) from one blocking socket.
+-ERR ...) from one blocking socket, and the records it hands out (``Reply``, ``Message``).
 """
 
 from __future__ import annotations
@@ -183,3 +183,35 @@ class Reader:
         if not chunk:
             raise ConnectionError("the server closed the connection")
         self._buf += chunk
+
+
+class Reply:
+    """One reply message."""
+
+    __slots__ = ("data", "headers", "status")
+
+    def __init__(self, data: bytes, headers: dict[str, str], status: int | None = None) -> None:
+        # The payload.
+        self.data = data
+        # The reply's headers; for a key sent more than once, the first value.
+        self.headers = headers
+        # The status code of the header line ("NATS/1.0 404"), None when it has none.
+        self.status = status
+
+    def __repr__(self) -> str:
+        return f"Reply(data=<{len(self.data)} bytes>, headers={self.headers!r}, status={self.status!r})"
+
+
+class Message:
+    """One message of a subscription (``Connection.subscribe``)."""
+
+    __slots__ = ("data", "subject")
+
+    def __init__(self, subject: str, data: bytes) -> None:
+        # The subject it was published to.
+        self.subject = subject
+        # The payload (headers, if any, dropped).
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"Message(subject={self.subject!r}, data=<{len(self.data)} bytes>)"
