@@ -138,9 +138,15 @@ def test_lost_task_exits_end_in_the_steps_recorded_end(cli: Cli, monkeypatch: py
     from corral.libs.runtime import nats_request
     from corral.schemas.steps import StepLaunch
 
-    job = cli.sbatch("#!/bin/sh\nsleep 60\n", "-N1")
+    started_file = cli.workdir / f"lost-exits-{os.urandom(4).hex()}.started"
+    job = cli.sbatch(f"#!/bin/sh\ntouch {started_file}\nsleep 60\n", "-N1")
     try:
-        cli.wait_state(job, ("RUNNING",))
+        # The script's own mark, not sacct's RUNNING: RUNNING is the allocation, and until the batch node's
+        # agent has launched the run it refuses a step as "not running on" it (CI saw that window).
+        deadline = time.monotonic() + 60
+        while not started_file.exists():
+            assert time.monotonic() < deadline, f"job {job}'s script did not start"
+            time.sleep(0.05)
         key = os.urandom(8).hex()
         subscribe = nats_request.Connection.subscribe
 
