@@ -202,8 +202,8 @@ class Submissions:
     async def _append(self, caller: str, accepted: Accepted, job_id: int) -> api.SubmitReply:
         """Append the accepted submission under ``job_id``; the job's id (the original one for a retry)."""
         owner = accepted.owner
-        with _tracer.start_as_current_span("submit", attributes={"enduser.id": owner}) as span:
-            span.set_attribute("corral.job.id", job_id)
+        submit = _tracer.start_span("submit", attributes={"enduser.id": owner, "corral.job.id": job_id})
+        with telemetry.current(submit):
             traceparent = telemetry.inject()
             with telemetry.about_job(job_id, traceparent):
                 appended = await self.events.append(

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import weakref
 
 import msgspec
 
-from corral.libs.config.cluster import ClusterConfig
-from corral.libs.core.placement import Free, has_features, node_fits, request_of_spec
+from corral.libs.config.cluster import ClusterConfig, PartitionConfig
+from corral.libs.core.placement import Free, Request, has_features, node_fits, request_of_spec
 from corral.libs.core.topology import block_sizes, fits_idle
 from corral.libs.runtime.errors import InvalidInput
 from corral.libs.slurm.array import array_indices
@@ -194,6 +195,46 @@ def _validate_topology(spec: JobSpec) -> None:
         )
 
 
+#: Whether a request fits a partition's idle nodes, per configuration (by identity: a reload makes a new one)
+#: and (partition, request): most submissions of a sweep ask the same, and the check builds every node's
+#: capacity. At most ``_FITS_KEPT`` answers are kept.
+_fits: dict[int, tuple[weakref.ref[ClusterConfig], dict[tuple[str, Request], bool]]] = {}
+_FITS_KEPT = 4096
+
+
+def _fits_when_idle(config: ClusterConfig, part: PartitionConfig, req: Request) -> bool:
+    """Whether ``req`` fits the idle nodes of ``part`` and their blocks (``topology.fits_idle``)."""
+    kept = _fits.get(id(config))
+    if kept is None or kept[0]() is not config:
+        _fits.clear()  # an earlier configuration's answers (the gateway holds one configuration at a time)
+        kept = _fits[id(config)] = (weakref.ref(config), {})
+    answers = kept[1]
+    key = (part.name, req)
+    answer = answers.get(key)
+    if answer is None:
+        if len(answers) >= _FITS_KEPT:
+            answers.clear()
+        answer = answers[key] = fits_idle(_idle(config, part), req, config.block_map())
+    return answer
+
+
+def _idle(config: ClusterConfig, part: PartitionConfig) -> list[Free]:
+    """The capacity of every node of ``part`` when it is idle."""
+    return [
+        Free(
+            n.name,
+            list(range(n.gpus)),
+            n.cpus,
+            n.mem_mb,
+            n.mem_mb,
+            n.gpu_type,
+            (part.name,),
+            features=n.features,
+        )
+        for n in (config.node(name) for name in part.nodes)
+    ]
+
+
 def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
     part = config.partition(spec.partition) if spec.partition else config.default_partition
     if part is None:
@@ -213,26 +254,14 @@ def _validate_partition(spec: JobSpec, config: ClusterConfig) -> None:
             f"time limit {spec.time_limit_s}s exceeds partition {part.name} MaxTime {part.max_time_s}s",
             field="time_limit_s",
         )
-    all_members = [config.node(name) for name in part.nodes]
     req = request_of_spec(spec)
-    cpus = req.cpus
-    idle = [
-        Free(
-            n.name,
-            list(range(n.gpus)),
-            n.cpus,
-            n.mem_mb,
-            n.mem_mb,
-            n.gpu_type,
-            (part.name,),
-            features=n.features,
-        )
-        for n in all_members
-    ]
     # --switches may be dropped after its wait, so only --segment can keep a job from ever running.
-    blocks = config.block_map()
-    if fits_idle(idle, msgspec.structs.replace(req, switches=None), blocks):
+    if _fits_when_idle(config, part, msgspec.structs.replace(req, switches=None)):
         return
+    all_members = [config.node(name) for name in part.nodes]
+    cpus = req.cpus
+    idle = _idle(config, part)
+    blocks = config.block_map()
     # Name the first field that rules nodes out, then the first dimension no node can satisfy.
     member_names = {n.name for n in all_members}
     missing = [h for h in spec.nodelist if h not in member_names]

@@ -18,6 +18,7 @@ TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 def _line() -> dict[str, Any]:
     """What the configured pipeline adds to a log line now (contextvars, then the live span's ids)."""
     event = structlog.contextvars.merge_contextvars(None, "info", {"event": "x"})
+    event = telemetry.add_job_fields(None, "info", event)
     return dict(telemetry.add_trace_ids(None, "info", event))
 
 
@@ -61,3 +62,47 @@ def test_a_process_that_exports_records_the_spans_of_a_job_whose_trace_was_not_s
     with telemetry.attached(unsampled), tracer.start_as_current_span("launch") as span:
         assert span.is_recording()
         assert format(span.get_span_context().trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
+
+
+def test_an_inner_job_block_names_its_own_job_until_it_ends_and_a_line_keeps_its_own_fields() -> None:
+    with telemetry.about_job(1, None):
+        with telemetry.about_job(2, TRACEPARENT):
+            assert _line()["job_id"] == 2
+        assert _line() == {"event": "x", "job_id": 1}
+        named = telemetry.add_job_fields(None, "info", {"event": "x", "job_id": 7})
+        assert named == {"event": "x", "job_id": 7}
+    assert _line() == {"event": "x"}
+
+
+async def test_job_blocks_of_concurrent_tasks_do_not_mix() -> None:
+    import asyncio
+
+    async def one(job: int) -> int:
+        with telemetry.about_job(job, None):
+            await asyncio.sleep(0.01 * (3 - job))
+            return int(_line()["job_id"])
+
+    assert await asyncio.gather(one(1), one(2)) == [1, 2]
+
+
+def test_current_makes_the_span_current_ends_it_and_records_an_error() -> None:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = telemetry.provider("test", None)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+    with telemetry.current(tracer.start_span("ok")) as span:
+        assert trace.get_current_span() is span
+    assert trace.get_current_span() is not span
+    with pytest.raises(ValueError), telemetry.current(tracer.start_span("fails")):
+        raise ValueError("no such partition")
+    telemetry.ended(tracer.start_span("never current"), None)
+    ok, failed, plain = exporter.get_finished_spans()
+    assert (ok.name, failed.name, plain.name) == ("ok", "fails", "never current")
+    assert ok.status.status_code == trace.StatusCode.UNSET
+    assert failed.status.status_code == trace.StatusCode.ERROR
+    assert failed.status.description == "ValueError: no such partition"
+    assert [e.name for e in failed.events] == ["exception"]

@@ -214,3 +214,18 @@ def test_a_name_with_a_control_character_is_refused_on_one_line(spec: JobSpec, f
         validate_spec(spec, CONFIG)
     assert refused.value.field == field
     assert "control character" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_reloaded_configuration_gets_its_own_answer_whatever_an_earlier_one_said() -> None:
+    """Whether a job fits the idle partition is kept per configuration and request: a configuration with
+    bigger nodes accepts what the earlier one refused, and the earlier one still refuses it."""
+    wide = job(gpus=16, nodes=1)
+    small, big = cluster_config(nodes=4, gpus=8), cluster_config(nodes=4, gpus=16)
+    for _ in range(2):
+        with pytest.raises(InvalidInput) as refused:
+            validate_spec(wide, small)
+        assert refused.value.field == "gpus_per_node"
+        validate_spec(wide, big)
+        validate_spec(job(gpus=8, nodes=4), small)
+        with pytest.raises(InvalidInput, match="5 nodes requested"):
+            validate_spec(job(gpus=8, nodes=5), small)
