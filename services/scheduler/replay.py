@@ -9,7 +9,7 @@
   (``slim_verdict``); a rebuild decodes slim, and gives one the slim decoder refused to the full one
   (``rebuilt_entry``).
 - A rebuild replays what the log held when it started with the bulk reader (``log_reader.BulkReader``: a
-  pull consumer, large batches, no callback per entry), folding each batch in one loop (``replay``), and
+  pull consumer, large batches, no callback per entry), folding each batch in one loop (``fold_batch``), and
   reads the rest with ``Bus.read`` as before (also all of it, if the bulk read cannot go on).
 """
 
