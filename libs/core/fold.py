@@ -67,7 +67,9 @@ def apply(state: State, seq: int, env: ev.Envelope) -> Outcome:
     if seq <= state.last_seq:
         return ignored("replayed")
     state.last_seq = seq
-    clock, state.now = state.now, max(state.now, env.meta.occurred_at)
+    clock, at = state.now, env.meta.occurred_at
+    if at > clock:  # (max(), without the call: this runs for every entry of a rebuild)
+        state.now = at
     if state.reservations:
         expire_reservations(state)
     body = env.body

@@ -23,6 +23,7 @@ from corral.libs.config.policy import usage_policy_of
 from corral.libs.core.fold import HANDLERS, IGNORED, apply, skip
 from corral.libs.core.state import State, encode_state
 from corral.libs.infra import NatsServer, roles
+from corral.libs.runtime import log_reader
 from corral.libs.runtime.bus import Bus, LogEntry
 from corral.libs.runtime.credentials import Credentials
 from corral.libs.runtime.log_reader import BulkReader
@@ -221,6 +222,27 @@ async def test_the_bulk_slim_rebuild_gives_the_entry_by_entry_state(buses: tuple
     # The two entries that are no event were dead-lettered, once however often the log is replayed.
     dead = await admin.js.stream_info(subjects.DLQ_STREAM)
     assert dead.state.messages == 2
+
+
+async def test_a_receive_buffer_smaller_than_one_entry_gives_the_same_state(
+    buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus, admin = buses
+    await append_history(admin)
+    old = await entry_by_entry(bus)
+    # Every frame (a submission is ~1 KB) is larger than the buffer, which grows; reading pauses whenever the
+    # room left is under READ_MIN and goes on once the bytes consumed are moved over.
+    monkeypatch.setattr(log_reader, "BUFFER", 512)
+    monkeypatch.setattr(log_reader, "READ_MIN", 256)
+    state = State(usage_policy=usage_policy_of(CONFIG))
+    end = await bus.last_seq()
+
+    def undecodable(entry: LogEntry) -> None:
+        skip(state, entry.seq, entry.subject)
+
+    count = await replay(BulkReader(bus.nc, batch=7), state, end, undecodable, lambda entry, why: None)
+    assert count == end
+    assert encode_state(state) == encode_state(old)
 
 
 async def test_a_snapshot_of_several_segments_plus_the_tail_gives_the_full_replay(
