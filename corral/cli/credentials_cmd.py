@@ -36,6 +36,8 @@ from corral.schemas import subjects
 
 #: Seconds to collect the answers of every server to a system request sent to all of them.
 GATHER_S = 1.0
+#: Seconds a connection is tried again before the command gives up.
+CONNECT_S = 10.0
 
 
 async def _each_server(nc: Client, verb: str, body: dict[str, object]) -> list[dict[str, Any]]:
@@ -55,9 +57,25 @@ async def _each_server(nc: Client, verb: str, body: dict[str, object]) -> list[d
     return answers
 
 
+async def connected(creds: Credentials, refused_too: bool = False, budget_s: float = CONNECT_S) -> Client:
+    """A connection with ``creds``, tried again for ``budget_s`` seconds when it fails (a server restarting,
+    reloading or too busy to finish the handshake: CI saw a connection reset during CONNECT); the last
+    error after that. Refused credentials are an error at once, unless ``refused_too`` (a password the
+    servers are about to load)."""
+    deadline = time.monotonic() + budget_s
+    while True:
+        try:
+            return await connect(creds, name="corral-credentials", allow_reconnect=False)
+        except (OSError, nats.errors.Error) as exc:
+            refused = "Authorization Violation" in str(exc)
+            if (refused and not refused_too) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
 async def kick(system: Credentials, user: str) -> int:
     """Close every connection of ``user`` on every server; how many were closed."""
-    nc = await connect(system, name="corral-credentials")
+    nc = await connected(system)
     closed = 0
     try:
         for answer in await _each_server(nc, "CONNZ", {"user": user, "limit": 100000}):
@@ -73,7 +91,7 @@ async def kick(system: Credentials, user: str) -> int:
 async def reload_servers(old: Credentials, new: Credentials) -> int:
     """Have every server re-read its configuration, asked with the system user's ``old`` password (which the
     reload retires, closing this connection before any answer); how many answer to the ``new`` one."""
-    nc = await connect(old, name="corral-credentials")
+    nc = await connected(old)
     try:
         ids = [answer["server"]["id"] for answer in await _each_server(nc, "STATSZ", {})]
         inbox = nc.new_inbox()  # a server ignores a reload request without a reply subject
@@ -85,17 +103,7 @@ async def reload_servers(old: Credentials, new: Credentials) -> int:
     finally:
         with contextlib.suppress(nats.errors.Error):
             await nc.close()
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            nc = await nats.connect(
-                new.url.split(","), user=new.user, password=new.password, allow_reconnect=False
-            )
-            break
-        except nats.errors.Error:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)
+    nc = await connected(new, refused_too=True)  # refused until the servers have reloaded
     try:
         return len(await _each_server(nc, "STATSZ", {}))
     finally:
@@ -104,7 +112,7 @@ async def reload_servers(old: Credentials, new: Credentials) -> int:
 
 async def revoke(admin: Credentials, system: Credentials, user: str, undo: bool = False) -> int:
     """Revoke (or restore) ``user``; the number of connections closed."""
-    nc = await connect(admin, name="corral-credentials")
+    nc = await connected(admin)
     try:
         kv = await nc.jetstream().key_value(subjects.REVOKED_BUCKET)
         if undo:

@@ -23,6 +23,9 @@ A verb served with ``concurrency`` N > 1 handles up to N requests at once, each 
 gateway's: a submission spends most of its time waiting for JetStream, and the others go on meanwhile); the
 N+1th waits in the subscription's queue until one ends. With 1 (the default) requests are handled one at a
 time, in order, as nats-py delivers them.
+
+``serve`` returns once the server has the verb's subscription (a flush after it), so a request sent from
+another connection right after finds it; a connection that is away at that moment returns at once.
 """
 
 from __future__ import annotations
@@ -71,6 +74,10 @@ ERROR_GRACE_S = 1.0
 _held: set[asyncio.Task[None]] = set()
 
 
+#: Seconds ``serve`` waits for the server to confirm a verb's subscription.
+SUBSCRIBED_S = 2.0
+
+
 async def serve(
     nc: Client,
     verb: str,
@@ -117,7 +124,7 @@ async def serve(
             metrics.served(verb, time.perf_counter() - started, code)
 
     if concurrency <= 1:
-        return await nc.subscribe(subjects.api_subject(verb, "*"), queue=queue, cb=on_request)
+        return await _subscribed(nc, subjects.api_subject(verb, "*"), queue, on_request)
     slots = asyncio.Semaphore(concurrency)
 
     async def handle(msg: Msg) -> None:
@@ -136,7 +143,20 @@ async def serve(
         _held.add(task)
         task.add_done_callback(_held.discard)
 
-    return await nc.subscribe(subjects.api_subject(verb, "*"), queue=queue, cb=dispatch)
+    return await _subscribed(nc, subjects.api_subject(verb, "*"), queue, dispatch)
+
+
+async def _subscribed(
+    nc: Client, subject: str, queue: str, cb: Callable[[Msg], Awaitable[None]]
+) -> Subscription:
+    """Subscribe, and return once the server has the subscription (a PING answered after the SUB), so that
+    a service ready after serving its verbs is heard by the next request from any connection. A connection
+    that is away returns at once: nats-py sends its subscriptions again when it is back."""
+    sub = await nc.subscribe(subject, queue=queue, cb=cb)
+    if nc.is_connected:
+        with contextlib.suppress(Exception):  # lost meanwhile, or slow: the same as away
+            await nc.flush(timeout=SUBSCRIBED_S)
+    return sub
 
 
 async def _respond_later(msg: Msg, data: bytes) -> None:

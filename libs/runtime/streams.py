@@ -12,10 +12,10 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import nats
 from nats.aio.client import Client
 from nats.js import JetStreamContext, api
 from nats.js.errors import APIError
@@ -135,20 +135,26 @@ async def connect(creds: Credentials, name: str, link: Link | None = None, **opt
     ``link`` (a new one when not given) gets the connection's error, disconnection, reconnection and
     close callbacks."""
     link = link or Link(name)
-    nc = await nats.connect(
-        [url.strip() for url in creds.url.split(",") if url.strip()],
-        user=creds.user,
-        password=creds.password,
-        name=name,
-        inbox_prefix=subjects.inbox_prefix(creds.user),
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=0.5,
-        error_cb=link.error,
-        disconnected_cb=link.disconnected,
-        reconnected_cb=link.reconnected,
-        closed_cb=link.closed,
-        **options,
-    )
+    nc = Client()
+    try:
+        await nc.connect(
+            [url.strip() for url in creds.url.split(",") if url.strip()],
+            user=creds.user,
+            password=creds.password,
+            name=name,
+            inbox_prefix=subjects.inbox_prefix(creds.user),
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            error_cb=link.error,
+            disconnected_cb=link.disconnected,
+            reconnected_cb=link.reconnected,
+            closed_cb=link.closed,
+            **options,
+        )
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await nc.close()  # a failed first connection leaves its socket open otherwise (nats-py)
+        raise
     link.url = lambda: _shown(nc)
     return nc
 

@@ -1,0 +1,56 @@
+"""``corral credentials`` connects on a real nats-server as a short command should: a server that is not
+there yet (or resets the handshake) is tried again within the budget, refused credentials are an error at
+once, and a password the servers are about to load is tried until the budget is spent."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import nats
+import pytest
+
+from corral.cli.credentials_cmd import connected
+from corral.libs.infra import roles
+from corral.libs.infra.nats_server import NatsServer
+from corral.libs.runtime.credentials import Credentials
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[NatsServer]:
+    with NatsServer(tmp_path / "nats", [roles.service_user(roles.ADMIN, "right")]) as nats_server:
+        yield nats_server
+
+
+async def test_refused_credentials_fail_at_once(server: NatsServer) -> None:
+    started = time.monotonic()
+    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+        await connected(Credentials(url=server.url, user=roles.ADMIN, password="wrong"))
+    assert time.monotonic() - started < 2
+
+
+async def test_a_password_about_to_be_loaded_is_tried_for_the_budget(server: NatsServer) -> None:
+    started = time.monotonic()
+    creds = Credentials(url=server.url, user=roles.ADMIN, password="wrong")
+    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+        await connected(creds, refused_too=True, budget_s=1.0)
+    assert 1.0 <= time.monotonic() - started < 5
+
+
+async def test_a_server_that_comes_back_within_the_budget_is_connected_to(server: NatsServer) -> None:
+    creds = Credentials(url=server.url, user=roles.ADMIN, password="right")
+    server.stop()
+
+    async def restart() -> None:
+        await asyncio.sleep(0.8)
+        await asyncio.to_thread(server.start)
+
+    back = asyncio.create_task(restart())
+    nc = await connected(creds, budget_s=30)
+    await back
+    assert nc.is_connected
+    await nc.close()
