@@ -75,7 +75,7 @@ _held: set[asyncio.Task[None]] = set()
 
 
 #: Seconds ``serve`` waits for the server to confirm a verb's subscription.
-SUBSCRIBED_S = 2.0
+SUBSCRIBED_S = 2
 
 
 async def serve(

@@ -136,6 +136,8 @@ async def connect(creds: Credentials, name: str, link: Link | None = None, **opt
     close callbacks."""
     link = link or Link(name)
     nc = Client()
+    # (nats-py's Client.connect annotates reconnect_time_wait as int; it takes seconds as a float)
+    waits: dict[str, Any] = {"reconnect_time_wait": 0.5}
     try:
         await nc.connect(
             [url.strip() for url in creds.url.split(",") if url.strip()],
@@ -144,11 +146,11 @@ async def connect(creds: Credentials, name: str, link: Link | None = None, **opt
             name=name,
             inbox_prefix=subjects.inbox_prefix(creds.user),
             max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
             error_cb=link.error,
             disconnected_cb=link.disconnected,
             reconnected_cb=link.reconnected,
             closed_cb=link.closed,
+            **waits,
             **options,
         )
     except BaseException:
