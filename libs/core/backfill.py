@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import bisect
 import copy
-import math
 
 import msgspec
 
 from corral.libs.core.placement import Free, Request, eligible, need, node_fits, take
-from corral.libs.core.timeline import INF, Hold, NodePlan, node_state
+from corral.libs.core.timeline import Hold, NodePlan, Release, Signature, node_state, release_at, span
 from corral.libs.core.topology import Blocks, Topology, choose
 from corral.schemas.events import NodeAllocation
 
@@ -78,12 +77,23 @@ class Planner:
     """
 
     def __init__(
-        self, free: dict[str, Free], now: float, blocks: Blocks | None = None, resolution: int = 0
+        self,
+        free: dict[str, Free],
+        now: float,
+        blocks: Blocks | None = None,
+        resolution: int = 0,
+        nodes: dict[str, NodePlan] | None = None,
+        undo: bool = False,
     ) -> None:
         self.now = now
         self.resolution = resolution  # bf_resolution: ends are planned on this grid from ``now`` (0: exact)
         self.topology = Topology.of(blocks or {})  # node -> block (``topology.py``)
-        self.nodes = {name: NodePlan(f) for name, f in free.items()}
+        # Each node's plan: given (``capacity.CapacityCache.node_plans``), or built from ``free`` with no
+        # releases. With ``undo`` (plans kept across cycles) the cycle's changes to them are undone by
+        # ``restore``: what each node was before its first change is kept, by name.
+        self.nodes = nodes if nodes is not None else {name: NodePlan(f) for name, f in free.items()}
+        self._undo = undo
+        self._saved: dict[str, tuple[NodePlan, Free, list[Release], list[Hold], list[Hold], Signature]] = {}
         self._members: dict[str, list[NodePlan]] = {}
         self._totals: dict[str, Totals] = {}  # partition -> its free CPUs and GPUs now
         # (partition, per-node shape) -> how many nodes could host it when last counted. Free capacity
@@ -100,19 +110,16 @@ class Planner:
 
     def running(self, allocation: list[NodeAllocation], end: float) -> None:
         """A run that holds ``allocation`` until ``end`` (INF if unlimited)."""
-        when = self.now + self.span(end - self.now) if end > self.now else self.now
+        when = release_at(end, self.now, self.resolution)
         for alloc in allocation:
             node = self.nodes.get(alloc.node)
             if node is not None:
+                self._changed(node)
                 node.release(when, alloc)
 
     def span(self, seconds: float) -> float:
-        """A duration as the plan counts it: rounded up to the resolution (so that every planned end,
-        ``now`` + a span, falls on one grid and fewer distinct times need checking)."""
-        res = self.resolution
-        if res <= 0 or seconds == INF:
-            return seconds
-        return math.ceil(seconds / res) * res
+        """A duration as the plan counts it (``timeline.span``: rounded up to the resolution)."""
+        return span(seconds, self.resolution)
 
     def members(self, partition: str) -> list[NodePlan]:
         """Nodes of a partition that are up, by name."""
@@ -191,9 +198,10 @@ class Planner:
         others.sort(key=lambda r: r[0])
         chosen = [n for _, n in fillers[: req.nodes]]
         # The plain nodes (no holds: fitting now means fitting throughout) merge with ``others`` in
-        # best-fit order; nodes with fewer free GPUs than the request come first and cannot fit.
+        # best-fit order; nodes with fewer free GPUs than the request, or as many and fewer free CPUs,
+        # come first and cannot fit.
         keys, nodes, j = index.keys, self.nodes, 0
-        i = bisect.bisect_left(keys, (req.gpus,))
+        i = bisect.bisect_left(keys, (req.gpus, req.cpus))
         while len(chosen) < req.nodes and i < len(keys):
             node = nodes[keys[i][2]]
             i += 1
@@ -337,8 +345,23 @@ class Planner:
             groups = self._partition_groups[partition] = list(by_state.values())
         return groups
 
+    def changing(self, node: NodePlan) -> None:
+        """A node's capacity, releases or holds are about to change (``reservations.hold`` too): what it
+        was is kept for ``restore`` and it gets lists of its own; its state and its partitions' groups go."""
+        self._changed(node)
+
+    def restore(self) -> None:
+        """Undo every change of the cycle to the nodes' plans (they are the ones kept across cycles)."""
+        for node, free, releases, holds, resv, sig in self._saved.values():
+            node.free, node.releases, node.holds, node.resv, node.sig = free, releases, holds, resv, sig
+        self._saved.clear()
+
     def _changed(self, node: NodePlan) -> None:
-        """A node's capacity or holds are about to change: its state and the groups of its partitions go."""
+        """``changing``."""
+        name = node.free.name
+        if self._undo and name not in self._saved:
+            self._saved[name] = (node, node.free, node.releases, node.holds, node.resv, node.sig)
+            node.releases, node.holds, node.resv = list(node.releases), list(node.holds), list(node.resv)
         node.sig = None
         for name, index in self._index.items():
             if name in node.free.partitions:

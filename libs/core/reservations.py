@@ -290,7 +290,7 @@ def hold(planner: Planner, state: State, reservations: list[ev.ReservationCreate
             if node is None:
                 continue
             start, end, free = resv.start_time, resv.end_time, node.free
-            node.sig = None  # its holds change
+            planner.changing(node)  # its holds change
             if resv.gpus:
                 gpus = max(resv.gpus[index] - used.get(name, 0), 0)
                 node.resv.append(Hold(start, end, 0, gpus, 0, resv=resv.name))

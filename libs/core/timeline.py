@@ -13,6 +13,8 @@ from corral.libs.core.placement import Amount, Free, Request, need
 from corral.schemas.events import NodeAllocation
 
 INF = math.inf
+#: ``node_state`` of a node (None: not known).
+Signature = tuple[object, ...] | None
 
 
 class Release(msgspec.Struct, frozen=True, gc=False, order=True):
@@ -36,13 +38,14 @@ class Hold(msgspec.Struct, frozen=True, gc=False):
 
 
 class NodePlan(msgspec.Struct, gc=False):
-    """One node's capacity over time during a planning cycle (a struct: one is made per node and cycle)."""
+    """One node's capacity over time during a planning cycle (kept across cycles by ``capacity.py``; the
+    planner undoes its cycle's changes, ``Planner.restore``)."""
 
     free: Free  # capacity free now (GPU indices included)
     releases: list[Release] = []  # sorted by time
     holds: list[Hold] = []  # the planned starts of jobs with a reservation
     resv: list[Hold] = []  # advance reservations: held from all but their members
-    sig: tuple[object, ...] | None = None  # ``node_state`` of the node, until it changes (None: not known)
+    sig: Signature = None  # ``node_state`` of the node, until it changes (None: not known)
 
     def _holds(self, exempt: str | None) -> list[Hold]:
         """The holds a job sees: every backfill hold, and the advance reservations but ``exempt``."""
@@ -116,13 +119,27 @@ class NodePlan(msgspec.Struct, gc=False):
             bisect.insort(self.releases, Release(when, alloc.cpus, len(alloc.gpus), alloc.mem_mb))
 
 
+def span(seconds: float, resolution: int) -> float:
+    """A duration as the plan counts it: rounded up to the resolution (so that every planned end, ``now`` + a
+    span, falls on one grid and fewer distinct times need checking); ``resolution`` 0 keeps it exact."""
+    if resolution <= 0 or seconds == INF:
+        return seconds
+    return math.ceil(seconds / resolution) * resolution
+
+
+def release_at(end: float, now: float, resolution: int) -> float:
+    """When the plan has a run ending at ``end`` (INF: unlimited) give its resources back: ``now`` if that
+    is past, else ``now`` + the span to it."""
+    return now + span(end - now, resolution) if end > now else now
+
+
 def node_state(node: NodePlan) -> tuple[object, ...]:
     """Everything the checks of a request without ``-x`` read of a node, but its name and GPU indices
     (kept in ``node.sig`` until the node changes)."""
     if node.sig is not None:
         return node.sig
     f = node.free
-    node.sig = (
+    sig = node.sig = (
         f.cpus,
         len(f.gpus),
         f.mem_mb,
@@ -136,4 +153,4 @@ def node_state(node: NodePlan) -> tuple[object, ...]:
         tuple(node.holds),
         tuple(node.resv),
     )
-    return node.sig
+    return sig
