@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from corral.libs.core.eligibility import spec_needs_check
 from corral.libs.core.placement import Request, request_of
 from corral.libs.core.reasons import PendingReason
 from corral.libs.core.state import Job, array_throttle
@@ -33,6 +34,9 @@ class Facts(msgspec.Struct, gc=False):
     partition: str  # the partition it runs in (``Policy.partition_of``)
     over_partition: PendingReason | None  # the partition limit it is over (``partition_limits``), or None
     throttle: int  # its array's ``%P`` (``state.array_throttle``; 0: none)
+    # No gate but a hold, a limit and FIFO's ``behind_blocked`` can stop it: no dependency or begin time,
+    # within its partition's limits, no ``%P``, no ``-w`` (``Cycle.consider`` skips the others' calls).
+    plain: bool
     req: Request | None = None  # what one node of it needs (``request_of``; ``--switches`` as asked)
     limit_s: int | None = None  # its effective time limit (``Policy.time_limit``), once ``req`` is set
 
@@ -45,8 +49,10 @@ class Facts(msgspec.Struct, gc=False):
 
 def facts_of(job: Job, policy: Policy) -> Facts:
     """A job's ``Facts`` under ``policy``, computed."""
-    partition = policy.partition_of(job)
-    return Facts(job.spec, partition, partition_limits(policy, job, partition), array_throttle(job))
+    spec, partition = job.spec, policy.partition_of(job)
+    over, throttle = partition_limits(policy, job, partition), array_throttle(job)
+    plain = not spec_needs_check(spec) and over is None and not throttle and not spec.nodelist
+    return Facts(spec, partition, over, throttle, plain)
 
 
 def partition_limits(policy: Policy, job: Job, partition: str) -> PendingReason | None:

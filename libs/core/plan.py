@@ -122,6 +122,8 @@ def _conclude(state: State, out: Plan) -> list[Job]:
                 out.decisions.append(conclusion)
         elif job.cancel_by is not None:
             out.decisions.append(ev.JobCancelled(job_id=job.job_id, attempt=-1, by=job.cancel_by, signal=0))
+        elif job.control is None and job.change is None:
+            pending.append(job)  # no request to answer (the common case, without the two calls)
         elif (answer := answer_control(job) or answer_change(job)) is not None:
             out.decisions.append(answer)
         else:
@@ -169,14 +171,17 @@ class Cycle:
         self.out.priorities[job.job_id] = 0 if job.held else priority
         facts = self.facts.of(job, self.policy)  # what depends on its spec alone (``job_facts.py``)
         partition = facts.partition
-        reason = (
-            self.ineligible(job)
-            or facts.over_partition  # its partition's limits (``job_facts.partition_limits``)
-            or self.array_task_limit(job, facts.throttle)
-            or self.held_back(job)
-            or self.named_nodes_down(job)
-            or self.behind_blocked(job, partition)
-        )
+        if facts.plain and not job.held and self.limits is None:
+            reason = self.behind_blocked(job, partition)  # every other gate lets a plain job through
+        else:
+            reason = (
+                self.ineligible(job)
+                or facts.over_partition  # its partition's limits (``job_facts.partition_limits``)
+                or self.array_task_limit(job, facts.throttle)
+                or self.held_back(job)
+                or self.named_nodes_down(job)
+                or self.behind_blocked(job, partition)
+            )
         if reason is not None:
             self.out.reasons[job.job_id] = reason
             return
