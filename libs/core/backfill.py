@@ -35,40 +35,24 @@ import copy
 import msgspec
 
 from corral.libs.core.placement import Free, Request, eligible, need, node_fits, take
-from corral.libs.core.timeline import Hold, NodePlan, Release, Signature, node_state, release_at, span
+from corral.libs.core.timeline import (
+    BestFit,
+    Hold,
+    NodePlan,
+    Release,
+    Signature,
+    node_state,
+    release_at,
+    span,
+)
 from corral.libs.core.topology import Blocks, Topology, choose
 from corral.schemas.events import NodeAllocation
-
-
-class _Index:
-    """The nodes of one partition as ``start_now`` scans them: those without holds in best-fit order
-    (free GPUs, free CPUs, name: the ones that can fit a request follow its GPU count), the few with
-    holds apart (they need the full check)."""
-
-    def __init__(self, nodes: list[NodePlan]) -> None:
-        self.keys = sorted(n.key() for n in nodes if not n.held())
-        self.held = {n.free.name: n for n in nodes if n.held()}
-        self.groups: list[list[NodePlan]] | None = None  # ``held`` by ``node_state``, built on first use
-
-    def held_groups(self) -> list[list[NodePlan]]:
-        """The held nodes in groups of the same capacity, releases and holds: the checks of a request
-        without ``-x`` give every node of a group the same answer (only their names differ)."""
-        if self.groups is None:
-            groups: dict[tuple[object, ...], list[NodePlan]] = {}
-            for node in self.held.values():
-                groups.setdefault(node_state(node), []).append(node)
-            self.groups = list(groups.values())
-        return self.groups
-
-    def remove(self, key: tuple[int, int, str]) -> None:
-        """Take a key out of the best-fit order."""
-        del self.keys[bisect.bisect_left(self.keys, key)]
 
 
 class Planner:
     """Capacity of every node over time, for one cycle.
 
-    ``start_now`` finds nodes through a per-partition index (``_Index``) instead of checking every node:
+    ``start_now`` finds nodes through a per-partition index (``BestFit``) instead of checking every node:
     the nodes without holds in best-fit order, scanned from the request's GPU count up and stopped once
     enough fit, and the nodes with holds checked in full. The nodes it picks are the ones a full scan,
     sorted by (fills a hole, free GPUs, free CPUs, name), would pick. Holds are added by ``reserve`` (which
@@ -105,7 +89,7 @@ class Planner:
         # shape ending no earlier and wanting no fewer nodes cannot fit either.
         self._blocked: dict[tuple[str, Request], list[tuple[float, int]]] = {}
         self._member_gpus: dict[tuple[str, str], int] = {}  # (reservation, node) -> GPUs its members took
-        self._index: dict[str, _Index] = {}  # partition -> its nodes for start_now (built on first use)
+        self._index: dict[str, BestFit] = {}  # partition -> its nodes for start_now (built on first use)
         self._partition_groups: dict[str, list[list[NodePlan]]] = {}  # partition -> ``_groups``
 
     def running(self, allocation: list[NodeAllocation], end: float) -> None:
@@ -175,9 +159,9 @@ class Planner:
             and (req.switches is None or req.switches >= req.nodes)
         )
 
-    def _index_of(self, partition: str) -> _Index:
+    def _index_of(self, partition: str) -> BestFit:
         if partition not in self._index:
-            self._index[partition] = _Index(self.members(partition))
+            self._index[partition] = BestFit(self.members(partition))
         return self._index[partition]
 
     def _start_indexed(
@@ -320,17 +304,30 @@ class Planner:
             idle.sort(key=_name)
             picked = choose(busy + idle, req, self.topology, _free)
             if picked is not None:
-                for node in picked:
-                    if not node.held():
-                        for name, index in self._index.items():
-                            if name in node.free.partitions:
-                                index.remove(node.key())
-                                index.held[node.free.name] = node
-                    self._changed(node)
-                    want = need(node.free, req)
-                    node.holds.append(Hold(t, t + limit, want.cpus, want.gpus, want.mem_mb))
+                self._hold(picked, req, t, t + limit)
                 return t
         return None
+
+    def _hold(self, picked: list[NodePlan], req: Request, start: float, end: float) -> None:
+        """Hold what one node of ``req`` needs on each picked node over ``[start, end)``."""
+        holds: dict[Signature, Hold] = {}  # by the node's state: nodes in the same one need the same
+        partitions: set[tuple[str, ...]] = set()
+        for node in picked:
+            sig = node_state(node)
+            hold = holds.get(sig)
+            if hold is None:
+                want = need(node.free, req)
+                hold = holds[sig] = Hold(start, end, want.cpus, want.gpus, want.mem_mb)
+            if not node.held():
+                for name, index in self._index.items():
+                    if name in node.free.partitions:
+                        index.remove(node.key())
+                        index.held[node.free.name] = node
+            self._save(node)
+            node.holds = [*node.holds, hold]
+            partitions.add(node.free.partitions)
+        for names in partitions:
+            self._invalidate(names)
 
     def _groups(self, partition: str, req: Request) -> list[list[NodePlan]]:
         """The partition's nodes in groups of the same state (``node_state``; each node alone for a request
@@ -347,7 +344,7 @@ class Planner:
 
     def changing(self, node: NodePlan) -> None:
         """A node's capacity, releases or holds are about to change (``reservations.hold`` too): what it
-        was is kept for ``restore`` and it gets lists of its own; its state and its partitions' groups go."""
+        was is kept for ``restore``; its state and its partitions' groups go."""
         self._changed(node)
 
     def restore(self) -> None:
@@ -358,15 +355,23 @@ class Planner:
 
     def _changed(self, node: NodePlan) -> None:
         """``changing``."""
+        self._save(node)
+        self._invalidate(node.free.partitions)
+
+    def _save(self, node: NodePlan) -> None:
+        """Keep what the node is for ``restore`` (once per cycle) and forget its state. Whatever changes a
+        node's plan then replaces its lists rather than change them in place, so keeping them is enough."""
         name = node.free.name
         if self._undo and name not in self._saved:
             self._saved[name] = (node, node.free, node.releases, node.holds, node.resv, node.sig)
-            node.releases, node.holds, node.resv = list(node.releases), list(node.holds), list(node.resv)
         node.sig = None
+
+    def _invalidate(self, partitions: tuple[str, ...]) -> None:
+        """A node of these partitions changed: their groups of nodes in the same state go."""
         for name, index in self._index.items():
-            if name in node.free.partitions:
+            if name in partitions:
                 index.groups = None
-        for name in node.free.partitions:
+        for name in partitions:
             self._partition_groups.pop(name, None)
 
 

@@ -1,6 +1,7 @@
 """One node's capacity over time during a planning cycle (``NodePlan``): what is free now, what running jobs
 give back and when (``Release``), and what is held (``Hold``: planned starts and advance reservations).
-The planner (``backfill.py``) keeps one per node and groups nodes by ``node_state``."""
+The planner (``backfill.py``) keeps one per node, groups nodes by ``node_state`` and scans a partition's nodes
+through a ``BestFit`` index."""
 
 from __future__ import annotations
 
@@ -116,7 +117,41 @@ class NodePlan(msgspec.Struct, gc=False):
         """Record that ``alloc`` gives its resources back at ``when``."""
         self.sig = None
         if when < INF:
-            bisect.insort(self.releases, Release(when, alloc.cpus, len(alloc.gpus), alloc.mem_mb))
+            # A new list: the old one may be kept for the planner's ``restore``.
+            releases = list(self.releases)
+            bisect.insort(releases, Release(when, alloc.cpus, len(alloc.gpus), alloc.mem_mb))
+            self.releases = releases
+
+
+class BestFit:
+    """The nodes of one partition as ``Planner.start_now`` scans them: those without holds in best-fit order
+    (free GPUs, free CPUs, name: the ones that can fit a request follow its GPU and CPU counts), the few
+    with holds apart (they need the full check)."""
+
+    def __init__(self, nodes: list[NodePlan]) -> None:
+        self.keys: list[tuple[int, int, str]] = []  # the nodes without holds, sorted
+        self.held: dict[str, NodePlan] = {}  # the nodes with holds, by name
+        for n in nodes:
+            if n.held():
+                self.held[n.free.name] = n
+            else:
+                self.keys.append(n.key())
+        self.keys.sort()
+        self.groups: list[list[NodePlan]] | None = None  # ``held`` by ``node_state``, built on first use
+
+    def held_groups(self) -> list[list[NodePlan]]:
+        """The held nodes in groups of the same capacity, releases and holds: the checks of a request
+        without ``-x`` give every node of a group the same answer (only their names differ)."""
+        if self.groups is None:
+            groups: dict[tuple[object, ...], list[NodePlan]] = {}
+            for node in self.held.values():
+                groups.setdefault(node_state(node), []).append(node)
+            self.groups = list(groups.values())
+        return self.groups
+
+    def remove(self, key: tuple[int, int, str]) -> None:
+        """Take a key out of the best-fit order."""
+        del self.keys[bisect.bisect_left(self.keys, key)]
 
 
 def span(seconds: float, resolution: int) -> float:
