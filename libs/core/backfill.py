@@ -309,23 +309,28 @@ class Planner:
         return None
 
     def _hold(self, picked: list[NodePlan], req: Request, start: float, end: float) -> None:
-        """Hold what one node of ``req`` needs on each picked node over ``[start, end)``."""
-        holds: dict[Signature, Hold] = {}  # by the node's state: nodes in the same one need the same
-        partitions: set[tuple[str, ...]] = set()
+        """Hold what one node of ``req`` needs on each picked node over ``[start, end)``: the nodes in the
+        same state (``node_state``) need the same, and are either all held already or none is."""
+        by_state: dict[Signature, list[NodePlan]] = {}
         for node in picked:
-            sig = node_state(node)
-            hold = holds.get(sig)
-            if hold is None:
-                want = need(node.free, req)
-                hold = holds[sig] = Hold(start, end, want.cpus, want.gpus, want.mem_mb)
-            if not node.held():
-                for name, index in self._index.items():
-                    if name in node.free.partitions:
-                        index.remove(node.key())
-                        index.held[node.free.name] = node
-            self._save(node)
-            node.holds = [*node.holds, hold]
-            partitions.add(node.free.partitions)
+            by_state.setdefault(node.sig or node_state(node), []).append(node)
+        partitions: set[tuple[str, ...]] = set()
+        indexes = self._index.items()
+        for nodes in by_state.values():
+            first = nodes[0]
+            want = need(first.free, req)
+            hold = Hold(start, end, want.cpus, want.gpus, want.mem_mb)
+            plain = not first.held()
+            for node in nodes:
+                free = node.free
+                if plain:
+                    for name, index in indexes:
+                        if name in free.partitions:
+                            index.remove(node.key())
+                            index.held[free.name] = node
+                self._save(node)
+                node.holds = [*node.holds, hold]
+                partitions.add(free.partitions)
         for names in partitions:
             self._invalidate(names)
 
@@ -338,7 +343,7 @@ class Planner:
         if groups is None:
             by_state: dict[tuple[object, ...], list[NodePlan]] = {}
             for node in self.members(partition):
-                by_state.setdefault(node_state(node), []).append(node)
+                by_state.setdefault(node.sig or node_state(node), []).append(node)
             groups = self._partition_groups[partition] = list(by_state.values())
         return groups
 

@@ -145,7 +145,7 @@ class BestFit:
         if self.groups is None:
             groups: dict[tuple[object, ...], list[NodePlan]] = {}
             for node in self.held.values():
-                groups.setdefault(node_state(node), []).append(node)
+                groups.setdefault(node.sig or node_state(node), []).append(node)
             self.groups = list(groups.values())
         return self.groups
 
