@@ -53,7 +53,7 @@ class Planner:
     """Capacity of every node over time, for one cycle.
 
     ``start_now`` finds nodes through a per-partition index (``BestFit``) instead of checking every node:
-    the nodes without holds in best-fit order, scanned from the request's GPU count up and stopped once
+    the nodes without holds in best-fit order, scanned from the request's (GPUs, CPUs) up and stopped once
     enough fit, and the nodes with holds checked in full. The nodes it picks are the ones a full scan,
     sorted by (fills a hole, free GPUs, free CPUs, name), would pick. Holds are added by ``reserve`` (which
     moves the node to the held part of the index) or, for advance reservations, before the first

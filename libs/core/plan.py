@@ -11,9 +11,13 @@ come back through the log and ``state.apply`` folds them. One cycle (``plan``), 
 2. answer advance reservation requests (``reservations.answer_requests``);
 3. ``_capacity``: every node's capacity now (runs concluded in step 1 give theirs back) and over time:
    each run gives its resources back at its start + time limit (a run being preempted at the end of its
-   grace time), and a live advance reservation holds its nodes (or GPUs) from outsiders over its window;
+   grace time), and a live advance reservation holds its nodes (or GPUs) from outsiders over its window
+   (with a ``CapacityCache``, from the nodes' plans it keeps across cycles: ``capacity.py``; what the
+   cycle changes in them is undone at its end, ``Planner.restore``);
 4. ``Cycle.consider`` each pending job in queue order (``priority.queue_order``): first the gates, each
-   stopping the job with its reason; a job a gate stops blocks nobody and gets no reservation:
+   stopping the job with its reason; a job a gate stops blocks nobody and gets no reservation (what
+   depends on a job's spec alone, its partition's limits among it, is asked once per spec:
+   ``job_facts.py``):
 
    - ``ineligible``: held, a dependency not met, its begin time not come (``eligibility.py``);
      ``Plan.wake_at`` is the next begin time, for the shell to plan again then;
