@@ -31,46 +31,29 @@ from __future__ import annotations
 
 import bisect
 import copy
-import math
 
 import msgspec
 
 from corral.libs.core.placement import Free, Request, eligible, need, node_fits, take
-from corral.libs.core.timeline import INF, Hold, NodePlan, node_state
+from corral.libs.core.timeline import (
+    BestFit,
+    Hold,
+    NodePlan,
+    Release,
+    Signature,
+    node_state,
+    release_at,
+    span,
+)
 from corral.libs.core.topology import Blocks, Topology, choose
 from corral.schemas.events import NodeAllocation
-
-
-class _Index:
-    """The nodes of one partition as ``start_now`` scans them: those without holds in best-fit order
-    (free GPUs, free CPUs, name: the ones that can fit a request follow its GPU count), the few with
-    holds apart (they need the full check)."""
-
-    def __init__(self, nodes: list[NodePlan]) -> None:
-        self.keys = sorted(n.key() for n in nodes if not n.held())
-        self.held = {n.free.name: n for n in nodes if n.held()}
-        self.groups: list[list[NodePlan]] | None = None  # ``held`` by ``node_state``, built on first use
-
-    def held_groups(self) -> list[list[NodePlan]]:
-        """The held nodes in groups of the same capacity, releases and holds: the checks of a request
-        without ``-x`` give every node of a group the same answer (only their names differ)."""
-        if self.groups is None:
-            groups: dict[tuple[object, ...], list[NodePlan]] = {}
-            for node in self.held.values():
-                groups.setdefault(node_state(node), []).append(node)
-            self.groups = list(groups.values())
-        return self.groups
-
-    def remove(self, key: tuple[int, int, str]) -> None:
-        """Take a key out of the best-fit order."""
-        del self.keys[bisect.bisect_left(self.keys, key)]
 
 
 class Planner:
     """Capacity of every node over time, for one cycle.
 
-    ``start_now`` finds nodes through a per-partition index (``_Index``) instead of checking every node:
-    the nodes without holds in best-fit order, scanned from the request's GPU count up and stopped once
+    ``start_now`` finds nodes through a per-partition index (``BestFit``) instead of checking every node:
+    the nodes without holds in best-fit order, scanned from the request's (GPUs, CPUs) up and stopped once
     enough fit, and the nodes with holds checked in full. The nodes it picks are the ones a full scan,
     sorted by (fills a hole, free GPUs, free CPUs, name), would pick. Holds are added by ``reserve`` (which
     moves the node to the held part of the index) or, for advance reservations, before the first
@@ -78,12 +61,23 @@ class Planner:
     """
 
     def __init__(
-        self, free: dict[str, Free], now: float, blocks: Blocks | None = None, resolution: int = 0
+        self,
+        free: dict[str, Free],
+        now: float,
+        blocks: Blocks | None = None,
+        resolution: int = 0,
+        nodes: dict[str, NodePlan] | None = None,
+        undo: bool = False,
     ) -> None:
         self.now = now
         self.resolution = resolution  # bf_resolution: ends are planned on this grid from ``now`` (0: exact)
         self.topology = Topology.of(blocks or {})  # node -> block (``topology.py``)
-        self.nodes = {name: NodePlan(f) for name, f in free.items()}
+        # Each node's plan: given (``capacity.CapacityCache.node_plans``), or built from ``free`` with no
+        # releases. With ``undo`` (plans kept across cycles) the cycle's changes to them are undone by
+        # ``restore``: what each node was before its first change is kept, by name.
+        self.nodes = nodes if nodes is not None else {name: NodePlan(f) for name, f in free.items()}
+        self._undo = undo
+        self._saved: dict[str, tuple[NodePlan, Free, list[Release], list[Hold], list[Hold], Signature]] = {}
         self._members: dict[str, list[NodePlan]] = {}
         self._totals: dict[str, Totals] = {}  # partition -> its free CPUs and GPUs now
         # (partition, per-node shape) -> how many nodes could host it when last counted. Free capacity
@@ -95,24 +89,21 @@ class Planner:
         # shape ending no earlier and wanting no fewer nodes cannot fit either.
         self._blocked: dict[tuple[str, Request], list[tuple[float, int]]] = {}
         self._member_gpus: dict[tuple[str, str], int] = {}  # (reservation, node) -> GPUs its members took
-        self._index: dict[str, _Index] = {}  # partition -> its nodes for start_now (built on first use)
+        self._index: dict[str, BestFit] = {}  # partition -> its nodes for start_now (built on first use)
         self._partition_groups: dict[str, list[list[NodePlan]]] = {}  # partition -> ``_groups``
 
     def running(self, allocation: list[NodeAllocation], end: float) -> None:
         """A run that holds ``allocation`` until ``end`` (INF if unlimited)."""
-        when = self.now + self.span(end - self.now) if end > self.now else self.now
+        when = release_at(end, self.now, self.resolution)
         for alloc in allocation:
             node = self.nodes.get(alloc.node)
             if node is not None:
+                self._changed(node)
                 node.release(when, alloc)
 
     def span(self, seconds: float) -> float:
-        """A duration as the plan counts it: rounded up to the resolution (so that every planned end,
-        ``now`` + a span, falls on one grid and fewer distinct times need checking)."""
-        res = self.resolution
-        if res <= 0 or seconds == INF:
-            return seconds
-        return math.ceil(seconds / res) * res
+        """A duration as the plan counts it (``timeline.span``: rounded up to the resolution)."""
+        return span(seconds, self.resolution)
 
     def members(self, partition: str) -> list[NodePlan]:
         """Nodes of a partition that are up, by name."""
@@ -168,9 +159,9 @@ class Planner:
             and (req.switches is None or req.switches >= req.nodes)
         )
 
-    def _index_of(self, partition: str) -> _Index:
+    def _index_of(self, partition: str) -> BestFit:
         if partition not in self._index:
-            self._index[partition] = _Index(self.members(partition))
+            self._index[partition] = BestFit(self.members(partition))
         return self._index[partition]
 
     def _start_indexed(
@@ -191,9 +182,10 @@ class Planner:
         others.sort(key=lambda r: r[0])
         chosen = [n for _, n in fillers[: req.nodes]]
         # The plain nodes (no holds: fitting now means fitting throughout) merge with ``others`` in
-        # best-fit order; nodes with fewer free GPUs than the request come first and cannot fit.
+        # best-fit order; nodes with fewer free GPUs than the request, or as many and fewer free CPUs,
+        # come first and cannot fit.
         keys, nodes, j = index.keys, self.nodes, 0
-        i = bisect.bisect_left(keys, (req.gpus,))
+        i = bisect.bisect_left(keys, (req.gpus, req.cpus))
         while len(chosen) < req.nodes and i < len(keys):
             node = nodes[keys[i][2]]
             i += 1
@@ -312,17 +304,35 @@ class Planner:
             idle.sort(key=_name)
             picked = choose(busy + idle, req, self.topology, _free)
             if picked is not None:
-                for node in picked:
-                    if not node.held():
-                        for name, index in self._index.items():
-                            if name in node.free.partitions:
-                                index.remove(node.key())
-                                index.held[node.free.name] = node
-                    self._changed(node)
-                    want = need(node.free, req)
-                    node.holds.append(Hold(t, t + limit, want.cpus, want.gpus, want.mem_mb))
+                self._hold(picked, req, t, t + limit)
                 return t
         return None
+
+    def _hold(self, picked: list[NodePlan], req: Request, start: float, end: float) -> None:
+        """Hold what one node of ``req`` needs on each picked node over ``[start, end)``: the nodes in the
+        same state (``node_state``) need the same, and are either all held already or none is."""
+        by_state: dict[Signature, list[NodePlan]] = {}
+        for node in picked:
+            by_state.setdefault(node.sig or node_state(node), []).append(node)
+        partitions: set[tuple[str, ...]] = set()
+        indexes = self._index.items()
+        for nodes in by_state.values():
+            first = nodes[0]
+            want = need(first.free, req)
+            hold = Hold(start, end, want.cpus, want.gpus, want.mem_mb)
+            plain = not first.held()
+            for node in nodes:
+                free = node.free
+                if plain:
+                    for name, index in indexes:
+                        if name in free.partitions:
+                            index.remove(node.key())
+                            index.held[free.name] = node
+                self._save(node)
+                node.holds = [*node.holds, hold]
+                partitions.add(free.partitions)
+        for names in partitions:
+            self._invalidate(names)
 
     def _groups(self, partition: str, req: Request) -> list[list[NodePlan]]:
         """The partition's nodes in groups of the same state (``node_state``; each node alone for a request
@@ -333,17 +343,40 @@ class Planner:
         if groups is None:
             by_state: dict[tuple[object, ...], list[NodePlan]] = {}
             for node in self.members(partition):
-                by_state.setdefault(node_state(node), []).append(node)
+                by_state.setdefault(node.sig or node_state(node), []).append(node)
             groups = self._partition_groups[partition] = list(by_state.values())
         return groups
 
+    def changing(self, node: NodePlan) -> None:
+        """A node's capacity, releases or holds are about to change (``reservations.hold`` too): what it
+        was is kept for ``restore``; its state and its partitions' groups go."""
+        self._changed(node)
+
+    def restore(self) -> None:
+        """Undo every change of the cycle to the nodes' plans (they are the ones kept across cycles)."""
+        for node, free, releases, holds, resv, sig in self._saved.values():
+            node.free, node.releases, node.holds, node.resv, node.sig = free, releases, holds, resv, sig
+        self._saved.clear()
+
     def _changed(self, node: NodePlan) -> None:
-        """A node's capacity or holds are about to change: its state and the groups of its partitions go."""
+        """``changing``."""
+        self._save(node)
+        self._invalidate(node.free.partitions)
+
+    def _save(self, node: NodePlan) -> None:
+        """Keep what the node is for ``restore`` (once per cycle) and forget its state. Whatever changes a
+        node's plan then replaces its lists rather than change them in place, so keeping them is enough."""
+        name = node.free.name
+        if self._undo and name not in self._saved:
+            self._saved[name] = (node, node.free, node.releases, node.holds, node.resv, node.sig)
         node.sig = None
+
+    def _invalidate(self, partitions: tuple[str, ...]) -> None:
+        """A node of these partitions changed: their groups of nodes in the same state go."""
         for name, index in self._index.items():
-            if name in node.free.partitions:
+            if name in partitions:
                 index.groups = None
-        for name in node.free.partitions:
+        for name in partitions:
             self._partition_groups.pop(name, None)
 
 

@@ -44,7 +44,7 @@ from corral.libs.core.reasons import PendingReason, held_reason
 from corral.libs.core.state import Job, State, array_tasks, is_array
 from corral.libs.slurm.dependency import format_item
 from corral.schemas.api import TERMINAL_STATES
-from corral.schemas.events import Dependency
+from corral.schemas.events import Dependency, JobSpec
 
 #: Where one dependency item, or a whole list, stands.
 Status = Literal["met", "waiting", "never"]
@@ -52,8 +52,12 @@ Status = Literal["met", "waiting", "never"]
 
 def needs_check(job: Job) -> bool:
     """False for the common job with no hold, dependency or begin time (no further work)."""
-    spec = job.spec
-    return bool(job.held) or spec.dependencies is not None or spec.begin_time is not None
+    return bool(job.held) or spec_needs_check(job.spec)
+
+
+def spec_needs_check(spec: JobSpec) -> bool:
+    """Whether the spec alone asks for a check (a dependency or a begin time)."""
+    return spec.dependencies is not None or spec.begin_time is not None
 
 
 class Singletons:

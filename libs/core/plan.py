@@ -11,9 +11,13 @@ come back through the log and ``state.apply`` folds them. One cycle (``plan``), 
 2. answer advance reservation requests (``reservations.answer_requests``);
 3. ``_capacity``: every node's capacity now (runs concluded in step 1 give theirs back) and over time:
    each run gives its resources back at its start + time limit (a run being preempted at the end of its
-   grace time), and a live advance reservation holds its nodes (or GPUs) from outsiders over its window;
+   grace time), and a live advance reservation holds its nodes (or GPUs) from outsiders over its window
+   (with a ``CapacityCache``, from the nodes' plans it keeps across cycles: ``capacity.py``; what the
+   cycle changes in them is undone at its end, ``Planner.restore``);
 4. ``Cycle.consider`` each pending job in queue order (``priority.queue_order``): first the gates, each
-   stopping the job with its reason; a job a gate stops blocks nobody and gets no reservation:
+   stopping the job with its reason; a job a gate stops blocks nobody and gets no reservation (what
+   depends on a job's spec alone, its partition's limits among it, is asked once per spec:
+   ``job_facts.py``):
 
    - ``ineligible``: held, a dependency not met, its begin time not come (``eligibility.py``);
      ``Plan.wake_at`` is the next begin time, for the shell to plan again then;
@@ -52,16 +56,17 @@ import msgspec
 
 from corral.libs.core import preempt, reservations
 from corral.libs.core.backfill import Planner
-from corral.libs.core.capacity import CapacityCache
+from corral.libs.core.capacity import CapacityCache, Runs
 from corral.libs.core.conclude import answer_change, answer_control, conclusion_of
 from corral.libs.core.eligibility import Singletons, needs_check, pending_reason
+from corral.libs.core.job_facts import FactsCache
 from corral.libs.core.limits import Limits, concluded_runs
-from corral.libs.core.placement import Request, free_capacity, give_back, request_of, unavailable_nodes
+from corral.libs.core.placement import Request, free_capacity, give_back, unavailable_nodes
 from corral.libs.core.policy import Backfill, Policy
 from corral.libs.core.priority import queue_order
 from corral.libs.core.reasons import MAINTENANCE, PendingReason, text, unavailable
-from corral.libs.core.state import Job, State, array_throttle
-from corral.libs.core.timeline import INF
+from corral.libs.core.state import Job, State
+from corral.libs.core.timeline import INF, release_at
 from corral.libs.core.topology import in_force, switch_deadline
 from corral.libs.slurm import hostlist
 from corral.schemas import events as ev
@@ -99,8 +104,11 @@ def plan(
     if state.resv_requests:
         out.decisions.extend(reservations.answer_requests(state, now, policy.default_partition))
     cycle = Cycle(state, now, policy, out, epoch, cache)
-    for job, priority in queue_order(state, now, policy, pending):
-        cycle.consider(job, priority)
+    try:
+        for job, priority in queue_order(state, now, policy, pending):
+            cycle.consider(job, priority)
+    finally:
+        cycle.planner.restore()  # the nodes' plans are the cache's: the next cycle starts from the state's
     # Every decision carries the leader's epoch (the folds' fence, ``lifecycle.DECISIONS``), stamped once.
     if epoch:
         out.decisions = [msgspec.structs.replace(d, epoch=epoch) for d in out.decisions]
@@ -118,6 +126,8 @@ def _conclude(state: State, out: Plan) -> list[Job]:
                 out.decisions.append(conclusion)
         elif job.cancel_by is not None:
             out.decisions.append(ev.JobCancelled(job_id=job.job_id, attempt=-1, by=job.cancel_by, signal=0))
+        elif job.control is None and job.change is None:
+            pending.append(job)  # no request to answer (the common case, without the two calls)
         elif (answer := answer_control(job) or answer_change(job)) is not None:
             out.decisions.append(answer)
         else:
@@ -156,25 +166,33 @@ class Cycle:
         self.draining = preempt.draining_for(state) if self.preempting else set()  # their victims still end
         # Jobs concluded in this cycle are not preempted in it (nor twice by two preemptors).
         self.spared = set(_decided_jobs(out.decisions))
+        self.facts = FactsCache() if cache is None else cache.facts  # each job's ``Facts``
+        self.facts.keep(len(state.active))
 
     def consider(self, job: Job, priority: int) -> None:
         """One pending job, in queue order: the gates (the first that stops it gives its reason; it then
         blocks nobody and gets no reservation), then start it, or block, preempt for it and reserve."""
         self.out.priorities[job.job_id] = 0 if job.held else priority
-        partition = self.policy.partition_of(job)
-        reason = (
-            self.ineligible(job)
-            or self.partition_limits(job, partition)
-            or self.array_task_limit(job)
-            or self.held_back(job)
-            or self.named_nodes_down(job)
-            or self.behind_blocked(job, partition)
-        )
+        facts = self.facts.of(job, self.policy)  # what depends on its spec alone (``job_facts.py``)
+        partition = facts.partition
+        if facts.plain and not job.held and self.limits is None:
+            reason = self.behind_blocked(job, partition)  # every other gate lets a plain job through
+        else:
+            reason = (
+                self.ineligible(job)
+                or facts.over_partition  # its partition's limits (``job_facts.partition_limits``)
+                or self.array_task_limit(job, facts.throttle)
+                or self.held_back(job)
+                or self.named_nodes_down(job)
+                or self.behind_blocked(job, partition)
+            )
         if reason is not None:
             self.out.reasons[job.job_id] = reason
             return
-        req = in_force(request_of(job), job, self.now, self.policy.max_switch_wait_s)
-        limit_s = self.policy.time_limit(job)
+        req = facts.placed(job, self.policy)
+        if req.switches is not None:
+            req = in_force(req, job, self.now, self.policy.max_switch_wait_s)
+        limit_s = facts.limit_s
         limit = INF if limit_s is None else self.planner.span(float(limit_s))
         if job.spec.reservation is not None:
             self.start_in_reservation(job, partition, req, limit_s, limit)
@@ -197,25 +215,9 @@ class Cycle:
             self.out.wake(begin)
         return pending_reason(self.state, job, self.now, self.singletons)
 
-    def partition_limits(self, job: Job, partition: str) -> PendingReason | None:
-        """Over its partition's MaxNodes, MaxTime or node count: accepted by a gateway with
-        ``enforce_part_limits = NO`` (Slurm's default), or submitted before the partition shrank. It waits
-        with Slurm's reason and blocks nobody."""
-        part = self.policy.by_name.get(partition)
-        if part is None:
-            return None
-        nodes, limit = job.spec.nodes, job.spec.time_limit_s
-        if part.max_nodes is not None and nodes > part.max_nodes:
-            return "PartitionNodeLimit"
-        if limit is not None and part.max_time_s is not None and limit > part.max_time_s:
-            return "PartitionTimeLimit"
-        if part.size is not None and nodes > part.size:
-            return "PartitionConfig"
-        return None
-
-    def array_task_limit(self, job: Job) -> PendingReason | None:
-        """A task of an array that already runs its ``%P`` tasks (those the cycle started count)."""
-        throttle = array_throttle(job)
+    def array_task_limit(self, job: Job, throttle: int) -> PendingReason | None:
+        """A task of an array that already runs its ``%P`` tasks (``throttle``; those the cycle started
+        count)."""
         if throttle and self.array_running.get(job.array_job_id, 0) >= throttle:
             return "JobArrayTaskLimit"
         return None
@@ -337,29 +339,31 @@ def _capacity(
     """Step 3: the planner over the nodes that are up, with what is free now, when each run gives its
     resources back, and the holds of the live advance reservations."""
     free = free_capacity(state.nodes) if cache is None else cache.free_capacity(state.nodes)
+    resolution = policy.backfill_resolution_s
+    runs: Runs = {}
     for job_id in state.active:
         job = state.jobs[job_id]
+        if job.state != "RUNNING":
+            continue
+        if job.run_exit is None:
+            if job.start_time is not None:
+                run_limit = job.time_limit_s
+                end = INF if run_limit is None else job.start_time + run_limit
+                runs[job_id] = (release_at(preempt.expected_end(job, end), now, resolution), job.allocations)
+            continue
         # A run whose exit is concluded in this cycle frees its resources now: the conclusion is
         # appended before any allocation that uses them (and the fold refuses the allocation if not).
         # Only on the nodes whose agents reported the run's processes gone: the others stay held (fold).
-        if job.state == "RUNNING" and job.run_exit is not None:
-            for alloc in job.allocations:
-                node = free.get(alloc.node)
-                if node is not None and alloc.node in job.exited_nodes:
-                    free[alloc.node] = node = copy.copy(node)  # it may be shared (``capacity.py``)
-                    give_back(node, alloc)
-    planner = Planner(free, now, policy.blocks, policy.backfill_resolution_s)
-    for job_id in state.active:
-        job = state.jobs[job_id]
-        if job.state == "RUNNING" and job.run_exit is None and job.start_time is not None:
-            run_limit = job.time_limit_s
-            end = INF if run_limit is None else job.start_time + run_limit
-            planner.running(job.allocations, preempt.expected_end(job, end))
+        for alloc in job.allocations:
+            node = free.get(alloc.node)
+            if node is not None and alloc.node in job.exited_nodes:
+                free[alloc.node] = node = copy.copy(node)  # it may be shared (``capacity.py``)
+                give_back(node, alloc)
     for orphan in state.orphans:
-        planner.running(
-            [ev.NodeAllocation(node=orphan.node, gpus=orphan.gpus, cpus=orphan.cpus, mem_mb=orphan.mem_mb)],
-            now,
-        )
+        alloc = ev.NodeAllocation(node=orphan.node, gpus=orphan.gpus, cpus=orphan.cpus, mem_mb=orphan.mem_mb)
+        runs[(orphan.job_id, orphan.attempt, orphan.node)] = (now, [alloc])
+    nodes = (cache or CapacityCache()).node_plans(free, runs)
+    planner = Planner(free, now, policy.blocks, resolution, nodes, undo=cache is not None)
     reservations.hold(planner, state, live)
     return planner
 

@@ -23,7 +23,7 @@ job id.
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from corral.libs.core.fair_share import build_tree, classic_factors, fair_tree_factors, user_key
@@ -96,18 +96,22 @@ def queue_order(state: State, now: float, policy: Policy, pending: list[Job]) ->
     sum of its weighted factors (``priority_factors``); with every weight 0 it is 1 for all.
     """
     tiers = {p.name: p.tier for p in policy.partitions}
+    w = policy.weights
     computed: dict[int, int] = {}
-    if any(astuple(policy.weights)[:4]) or policy.weights.qos or any(j.spec.nice for j in pending):
+    if w.age or w.fairshare or w.job_size or w.partition or w.qos or any(j.spec.nice for j in pending):
         computed = {job_id: total(f) for job_id, f in priority_factors(state, now, policy, pending).items()}
+    # Every job's tier is 1 unless a partition has another (a job of an unknown partition has tier 1).
+    tiered = any(t != 1 for t in tiers.values())
     ranked = []
     for job in pending:
-        tier = tiers.get(policy.partition_of(job), 1)
+        tier = tiers.get(policy.partition_of(job), 1) if tiered else 1
         value = job.priority_override
         if value is None:
             value = computed.get(job.job_id, 1)
-        ranked.append(((-tier, -value, job.submit_time, job.job_id), job, value))
-    ranked.sort(key=lambda r: r[0])
-    return [(job, value) for _, job, value in ranked]
+        # Sorted as tuples: the job ids differ, so the comparison never reaches the job.
+        ranked.append((-tier, -value, job.submit_time, job.job_id, job, value))
+    ranked.sort()
+    return [(r[4], r[5]) for r in ranked]
 
 
 def priority_factors(

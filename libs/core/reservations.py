@@ -290,14 +290,13 @@ def hold(planner: Planner, state: State, reservations: list[ev.ReservationCreate
             if node is None:
                 continue
             start, end, free = resv.start_time, resv.end_time, node.free
-            node.sig = None  # its holds change
+            planner.changing(node)  # its holds change
             if resv.gpus:
                 gpus = max(resv.gpus[index] - used.get(name, 0), 0)
-                node.resv.append(Hold(start, end, 0, gpus, 0, resv=resv.name))
+                held = Hold(start, end, 0, gpus, 0, resv=resv.name)
             else:
-                node.resv.append(
-                    Hold(start, end, free.total_cpus, free.total_gpus, free.total_mem_mb, resv.name)
-                )
+                held = Hold(start, end, free.total_cpus, free.total_gpus, free.total_mem_mb, resv.name)
+            node.resv = [*node.resv, held]  # a new list: the old one may be kept (``Planner.restore``)
 
 
 def maint_nodes(reservations: list[ev.ReservationCreated], now: float) -> set[str]:

@@ -1,6 +1,7 @@
 """One node's capacity over time during a planning cycle (``NodePlan``): what is free now, what running jobs
 give back and when (``Release``), and what is held (``Hold``: planned starts and advance reservations).
-The planner (``backfill.py``) keeps one per node and groups nodes by ``node_state``."""
+The planner (``backfill.py``) keeps one per node, groups nodes by ``node_state`` and scans a partition's nodes
+through a ``BestFit`` index."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from corral.libs.core.placement import Amount, Free, Request, need
 from corral.schemas.events import NodeAllocation
 
 INF = math.inf
+#: ``node_state`` of a node (None: not known).
+Signature = tuple[object, ...] | None
 
 
 class Release(msgspec.Struct, frozen=True, gc=False, order=True):
@@ -36,13 +39,14 @@ class Hold(msgspec.Struct, frozen=True, gc=False):
 
 
 class NodePlan(msgspec.Struct, gc=False):
-    """One node's capacity over time during a planning cycle (a struct: one is made per node and cycle)."""
+    """One node's capacity over time during a planning cycle (kept across cycles by ``capacity.py``; the
+    planner undoes its cycle's changes, ``Planner.restore``)."""
 
     free: Free  # capacity free now (GPU indices included)
     releases: list[Release] = []  # sorted by time
     holds: list[Hold] = []  # the planned starts of jobs with a reservation
     resv: list[Hold] = []  # advance reservations: held from all but their members
-    sig: tuple[object, ...] | None = None  # ``node_state`` of the node, until it changes (None: not known)
+    sig: Signature = None  # ``node_state`` of the node, until it changes (None: not known)
 
     def _holds(self, exempt: str | None) -> list[Hold]:
         """The holds a job sees: every backfill hold, and the advance reservations but ``exempt``."""
@@ -113,7 +117,55 @@ class NodePlan(msgspec.Struct, gc=False):
         """Record that ``alloc`` gives its resources back at ``when``."""
         self.sig = None
         if when < INF:
-            bisect.insort(self.releases, Release(when, alloc.cpus, len(alloc.gpus), alloc.mem_mb))
+            # A new list: the old one may be kept for the planner's ``restore``.
+            releases = list(self.releases)
+            bisect.insort(releases, Release(when, alloc.cpus, len(alloc.gpus), alloc.mem_mb))
+            self.releases = releases
+
+
+class BestFit:
+    """The nodes of one partition as ``Planner.start_now`` scans them: those without holds in best-fit order
+    (free GPUs, free CPUs, name: the ones that can fit a request follow its GPU and CPU counts), the few
+    with holds apart (they need the full check)."""
+
+    def __init__(self, nodes: list[NodePlan]) -> None:
+        self.keys: list[tuple[int, int, str]] = []  # the nodes without holds, sorted
+        self.held: dict[str, NodePlan] = {}  # the nodes with holds, by name
+        for n in nodes:
+            if n.held():
+                self.held[n.free.name] = n
+            else:
+                self.keys.append(n.key())
+        self.keys.sort()
+        self.groups: list[list[NodePlan]] | None = None  # ``held`` by ``node_state``, built on first use
+
+    def held_groups(self) -> list[list[NodePlan]]:
+        """The held nodes in groups of the same capacity, releases and holds: the checks of a request
+        without ``-x`` give every node of a group the same answer (only their names differ)."""
+        if self.groups is None:
+            groups: dict[tuple[object, ...], list[NodePlan]] = {}
+            for node in self.held.values():
+                groups.setdefault(node.sig or node_state(node), []).append(node)
+            self.groups = list(groups.values())
+        return self.groups
+
+    def remove(self, key: tuple[int, int, str]) -> None:
+        """Take a key out of the best-fit order."""
+        del self.keys[bisect.bisect_left(self.keys, key)]
+
+
+def span(seconds: float, resolution: int) -> float:
+    """A duration as the plan counts it: rounded up to the resolution (so that every planned end, ``now`` + a
+    span, falls on one grid and fewer distinct times need checking); ``resolution`` 0 keeps it exact."""
+    if resolution <= 0 or seconds == INF:
+        return seconds
+    return math.ceil(seconds / resolution) * resolution
+
+
+def release_at(end: float, now: float, resolution: int) -> float:
+    """When the plan has a run ending at ``end`` (INF: unlimited) give its resources back: ``now`` if that
+    is past, else ``now`` + the span to it."""
+    return now + span(end - now, resolution) if end > now else now
 
 
 def node_state(node: NodePlan) -> tuple[object, ...]:
@@ -122,7 +174,7 @@ def node_state(node: NodePlan) -> tuple[object, ...]:
     if node.sig is not None:
         return node.sig
     f = node.free
-    node.sig = (
+    sig = node.sig = (
         f.cpus,
         len(f.gpus),
         f.mem_mb,
@@ -136,4 +188,4 @@ def node_state(node: NodePlan) -> tuple[object, ...]:
         tuple(node.holds),
         tuple(node.resv),
     )
-    return node.sig
+    return sig

@@ -3,13 +3,16 @@ whatever changed a node and however (a list changed in place too), and no cycle 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
+import pytest
 from builders import Log, cluster, exited, job, policy, submitted
 
 from corral.libs.core.capacity import CapacityCache
 from corral.libs.core.placement import free_capacity
 from corral.libs.core.plan import plan
+from corral.libs.core.policy import Backfill
 from corral.libs.core.state import AdminDrain, Node
 from corral.schemas import events as ev
 
@@ -91,3 +94,38 @@ def test_cycles_with_the_cache_decide_as_without_and_leave_it_as_built() -> None
         assert cache.free_capacity(log.state.nodes) == free_capacity(log.state.nodes)
         log.decide(cached.decisions)
     assert any(isinstance(d, ev.JobAllocated) for _, e in log.entries for d in [e.body])
+
+
+@pytest.mark.parametrize(
+    ("backfill", "resolution"),
+    [("easy", 0), ("conservative", 0), ("easy", 60), ("fifo", 0)],
+    ids=["easy", "conservative", "easy-resolution-60", "fifo"],
+)
+def test_node_plans_kept_across_cycles_decide_as_built_anew(backfill: Backfill, resolution: int) -> None:
+    """The nodes' plans (capacity and releases) kept in the cache, with runs starting, ending, lost with a
+    node, an unlimited one, an advance reservation and the same state planned twice: every plan with the
+    cache equals the plan made without it (so the cycles' holds and tentative starts were undone)."""
+    rng = random.Random(11)
+    log = Log(*cluster(nodes=5, gpus=4))
+    cache = CapacityCache()
+    pol = dataclasses.replace(policy(), backfill=backfill, backfill_resolution_s=resolution)
+    for job_id in range(1, 60):
+        limit = rng.choice([300, 600, 1800, None])
+        spec = job(gpus=rng.choice([1, 2, 4]), nodes=rng.choice([1, 1, 2, 3]), time_s=limit)
+        log.add(submitted(job_id, spec), step=rng.choice([1.0, 30.0, 200.0]))
+        for running in [j for j in log.state.jobs.values() if j.state == "RUNNING"]:
+            if rng.random() < 0.3:
+                nodes = [a.node for a in running.allocations]
+                log.add(*(exited(running.job_id, n, attempt=running.restart_count) for n in nodes))
+        if job_id == 15:
+            log.add(ev.NodeDown(node="gpu03", reason="test"))
+        if job_id == 25:
+            log.add(ev.NodeUp(node="gpu03"))
+        if job_id == 30:
+            at = log.at + 900
+            log.add(ev.ReservationCreated(name="r", start_time=at, end_time=at + 3600, nodes=["gpu01"]))
+        fresh = plan(log.state, log.at, pol)
+        assert plan(log.state, log.at, pol, cache=cache) == fresh
+        assert plan(log.state, log.at, pol, cache=cache) == fresh  # the same state again: nothing left over
+        log.decide(fresh.decisions)
+    assert sum(isinstance(e.body, ev.JobAllocated) for _, e in log.entries) > 20
