@@ -195,20 +195,19 @@ def _validate_topology(spec: JobSpec) -> None:
         )
 
 
-#: Whether a request fits a partition's idle nodes, per configuration (by identity: a reload makes a new one)
-#: and (partition, request): most submissions of a sweep ask the same, and the check builds every node's
-#: capacity. At most ``_FITS_KEPT`` answers are kept.
-_fits: dict[int, tuple[weakref.ref[ClusterConfig], dict[tuple[str, Request], bool]]] = {}
+#: Whether a request fits a partition's idle nodes, for one configuration (by identity: a reload makes a new
+#: one, and the answers start again) and (partition, request): most submissions of a sweep ask the same, and
+#: the check builds every node's capacity. At most ``_FITS_KEPT`` answers are kept.
+_fits: tuple[weakref.ref[ClusterConfig], dict[tuple[str, Request], bool]] | None = None
 _FITS_KEPT = 4096
 
 
 def _fits_when_idle(config: ClusterConfig, part: PartitionConfig, req: Request) -> bool:
     """Whether ``req`` fits the idle nodes of ``part`` and their blocks (``topology.fits_idle``)."""
-    kept = _fits.get(id(config))
-    if kept is None or kept[0]() is not config:
-        _fits.clear()  # an earlier configuration's answers (the gateway holds one configuration at a time)
-        kept = _fits[id(config)] = (weakref.ref(config), {})
-    answers = kept[1]
+    global _fits
+    if _fits is None or _fits[0]() is not config:
+        _fits = (weakref.ref(config), {})
+    answers = _fits[1]
     key = (part.name, req)
     answer = answers.get(key)
     if answer is None:
