@@ -29,8 +29,8 @@ def server(tmp_path: Path) -> Iterator[NatsServer]:
 async def test_refused_credentials_fail_at_once(server: NatsServer) -> None:
     started = time.monotonic()
     with pytest.raises(nats.errors.Error, match="Authorization Violation"):
-        await connected(Credentials(url=server.url, user=roles.ADMIN, password="wrong"))
-    assert time.monotonic() - started < 2
+        await connected(Credentials(url=server.url, user=roles.ADMIN, password="wrong"), budget_s=120)
+    assert time.monotonic() - started < 60  # not tried again for the budget
 
 
 async def test_a_password_about_to_be_loaded_is_tried_for_the_budget(server: NatsServer) -> None:
@@ -38,7 +38,7 @@ async def test_a_password_about_to_be_loaded_is_tried_for_the_budget(server: Nat
     creds = Credentials(url=server.url, user=roles.ADMIN, password="wrong")
     with pytest.raises(nats.errors.Error, match="Authorization Violation"):
         await connected(creds, refused_too=True, budget_s=1.0)
-    assert 1.0 <= time.monotonic() - started < 5
+    assert time.monotonic() - started >= 1.0  # tried again until the budget was spent
 
 
 async def test_a_server_that_comes_back_within_the_budget_is_connected_to(server: NatsServer) -> None:
