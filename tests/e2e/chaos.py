@@ -137,9 +137,30 @@ class Chaos:
         self.figures.began.append(time.time())
         if leading:
             self.figures.leader_lost.append(time.time())
+        rebuilt = self.rebuilds(name)
         os.kill(child_pid(self.up.proc.pid, self.needle(name)), signal.SIGKILL)
         self.up.wait_line(f"{name} is running again", timeout=120, after=mark)
         self.figures.kills.append((name, time.monotonic() - started))
+        if name.startswith("scheduler"):
+            self.wait_standby(name, rebuilt)
+
+    def rebuilds(self, name: str) -> int:
+        """How many times scheduler ``name`` has rebuilt its state (its log's ``state rebuilt``): once per
+        start."""
+        log = self.up.state / "logs" / f"{name}.log"
+        text = log.read_text() if log.exists() else ""
+        return text.count('"event": "state rebuilt"')
+
+    def wait_standby(self, name: str, before: int, timeout: float = 60.0) -> None:
+        """Wait until scheduler ``name``, started again, has rebuilt its state: from then on it polls the
+        lease, and takes it when the leader is lost. (Its process runs again within a second, but its
+        start-up on a loaded machine can take seconds more; losing the leader before then leaves nobody
+        to take over, which is not what the next disruption tests.)"""
+        deadline = time.monotonic() + timeout
+        while self.rebuilds(name) <= before:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name} did not rebuild its state within {timeout} s of its restart")
+            time.sleep(0.2)
 
     def leader(self, timeout: float = 30.0) -> str:
         """The leading scheduler's process name: ``scontrol ping``'s primary (the host, or ``<host>-2``), once
