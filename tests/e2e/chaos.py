@@ -144,12 +144,25 @@ class Chaos:
         if name.startswith("scheduler"):
             self.wait_standby(name, rebuilt)
 
+    def logged(self, pattern: str, event: str) -> list[float]:
+        """When ``event`` was logged by the services whose logs match ``pattern`` (``scheduler*``), sorted. A
+        line still being written (it does not decode yet) is skipped: the services are running."""
+        times = []
+        for path in (self.up.state / "logs").glob(f"{pattern}.log"):
+            for text in path.read_text().splitlines():
+                if not text.startswith("{"):
+                    continue
+                try:
+                    line = json.loads(text)
+                except json.JSONDecodeError:
+                    continue
+                if line.get("event") == event:
+                    times.append(datetime.datetime.fromisoformat(line["timestamp"]).timestamp())
+        return sorted(times)
+
     def rebuilds(self, name: str) -> int:
-        """How many times scheduler ``name`` has rebuilt its state (its log's ``state rebuilt``): once per
-        start."""
-        log = self.up.state / "logs" / f"{name}.log"
-        text = log.read_text() if log.exists() else ""
-        return text.count('"event": "state rebuilt"')
+        """How many times scheduler ``name`` has rebuilt its state (``state rebuilt``): once per start."""
+        return len(self.logged(name, "state rebuilt"))
 
     def wait_standby(self, name: str, before: int, timeout: float = 60.0) -> None:
         """Wait until scheduler ``name``, started again, has rebuilt its state: from then on it polls the
@@ -196,12 +209,7 @@ class Chaos:
     def failovers(self) -> list[float]:
         """Seconds from each loss of the leading scheduler (killed or paused) to the next time a scheduler
         took the lease (its log's ``took the scheduler lease``: it plans at once)."""
-        taken = sorted(
-            datetime.datetime.fromisoformat(line["timestamp"]).timestamp()
-            for path in (self.up.state / "logs").glob("scheduler*.log")
-            for line in map(json.loads, (t for t in path.read_text().splitlines() if t.startswith("{")))
-            if line.get("event") == "took the scheduler lease"
-        )
+        taken = self.logged("scheduler*", "took the scheduler lease")
         lost = [t for t in self.figures.leader_lost if taken and taken[-1] > t]
         return [next(t for t in taken if t > at) - at for at in lost]
 
