@@ -56,6 +56,11 @@ DOUBLE_INTERRUPT_S = 1.0
 LIVENESS_S = 5.0
 #: Seconds srun tries to connect again after losing its connection, before it gives the step up.
 REATTACH_S = 300.0
+#: Seconds srun waits for one answer to its step launch before asking again with the same key: an agent
+#: that restarted between starting the step and answering never answers the first request, and its
+#: successor answers the same key with the step it started (an answer still coming to an earlier request
+#: is dropped, each request has its own reply subject).
+ASK_AGAIN_S = 3.0
 #: Signals srun passes on to its step's tasks instead of dying of them, as Slurm's srun does: a
 #: ``scancel --signal`` or a ``--signal=SIG@T`` warning reaches the processes of the batch step, srun among
 #: them, and must get to the tasks (submitit's USR2, a trainer's TERM handler), on every node of the step.
@@ -169,12 +174,14 @@ class StepSession:
 
         def ask() -> nats_request.Reply:
             # No answer in time: the agent may have started the step and restarted before replying. It
-            # answers a launch with a key it knows with that step, so asking again starts nothing twice.
+            # answers a launch with a key it knows with that step (once that launch is done, if it is still
+            # under way), so asking again starts nothing twice.
             while True:
+                left = deadline - time.monotonic()
                 try:
-                    return conn.request(subject, data, timeout=self.cluster.timeout)
+                    return conn.request(subject, data, timeout=max(0.0, min(ASK_AGAIN_S, left)))
                 except nats_request.RequestTimeout:
-                    if time.monotonic() + self.cluster.timeout > deadline:
+                    if time.monotonic() >= deadline:
                         raise
 
         try:

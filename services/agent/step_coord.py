@@ -117,13 +117,14 @@ class StepCoord:
 
         A launch whose key (srun's random token) this node already coordinates is answered with that step:
         srun asks again when its answer was lost (this agent restarted between starting the step and
-        replying), and the step must not start twice."""
-        for known in self.table.coordinated.values():
-            if known.launch.key == launch.key and (known.order.job_id, known.order.attempt) == (
-                order.job_id,
-                order.attempt,
-            ):
-                return StepLaunched(step_id=known.step_id, tasks=known.places)
+        replying, or its answer is slow in coming), and the step must not start twice. A launch still under
+        way is answered once it is over, as the first request is."""
+        known = self.table.launched(launch.key, order.job_id, order.attempt)
+        if known is not None:
+            await known.launched.wait()
+            if known.failure is not None:
+                raise known.failure
+            return StepLaunched(step_id=known.step_id, tasks=known.places)
         try:
             places = steplayout.layout(
                 list(order.allocations),
@@ -164,7 +165,10 @@ class StepCoord:
             await sub.unsubscribe()
             self.table.coordinated.pop(key, None)
             sdir.file(COORD_FILE).unlink(missing_ok=True)  # nothing to watch after a restart
+            step.failure = errors[0]
+            step.launched.set()
             raise errors[0]
+        step.launched.set()
         self.background.spawn(self._watch(step, sub))
         return StepLaunched(step_id=step_id, tasks=places)
 
@@ -195,14 +199,7 @@ class StepCoord:
 
     async def resume(self, sdir: StepDir, coord: CoordRecord, local: LocalStep | None) -> None:
         """Watch again a step a previous agent process coordinated and whose end it did not record."""
-        step = Coordinated(
-            order=coord.order,
-            step_id=coord.step_id,
-            launch=coord.launch,
-            places=coord.places,
-            dir=sdir,
-            resumed=True,
-        )
+        step = Coordinated.resumed_from(sdir, coord)
         for exit in local.exits.values() if local is not None else ():
             step.note_exit(exit)
         self.table.coordinated[sdir.key] = step
@@ -282,6 +279,7 @@ class StepCoord:
         step.dir.mark(COORD_EXITED)
         key = (order.job_id, order.attempt, step.step_id)
         self.table.coordinated.pop(key, None)
+        self.table.remember_ended(step)
         local = self.table.local.get(key)
         if local is None:
             step.dir.remove()

@@ -30,6 +30,8 @@ from corral.services.agent.stepdir import StepDir, StepPids
 COORD_FILE = "coord.json"
 COORD_STARTED = "coord.started"
 COORD_EXITED = "coord.exited"
+#: How many ended steps a node keeps answering a repeated launch for (``StepTable.ended``).
+ENDED_KEPT = 1024
 #: The run directory's marker: a step of the run had a task OOM-killed (the run's exit reports ``oom``).
 STEP_OOM_FILE = "step_oom"
 
@@ -146,7 +148,25 @@ class Coordinated:
     resumed: bool = False  # rebuilt from its directory by a restarted agent
     exits: dict[int, TaskExit] = field(default_factory=dict)  # task id -> exit, as they arrive
     done: asyncio.Event = field(default_factory=asyncio.Event)  # every task exited
+    # Its launch is over: its tasks started on every node, or it failed with ``failure``. A resumed step's
+    # is set from the start (it started under the previous agent process).
+    launched: asyncio.Event = field(default_factory=asyncio.Event)
+    failure: BaseException | None = None  # why its launch failed
     killed: bool = False  # killed by srun (SIGKILL) or because the run ended
+
+    @classmethod
+    def resumed_from(cls, sdir: StepDir, record: stepdir.CoordRecord) -> Coordinated:
+        """The step a previous agent process coordinated, from its directory's record (launched by then)."""
+        step = cls(
+            order=record.order,
+            step_id=record.step_id,
+            launch=record.launch,
+            places=record.places,
+            dir=sdir,
+            resumed=True,
+        )
+        step.launched.set()
+        return step
 
     def note_exit(self, exit: TaskExit) -> None:
         """A task of the step exited (from its node, a poll, or this node's own follower)."""
@@ -163,6 +183,24 @@ class StepTable:
     local: dict[StepKey, LocalStep] = field(default_factory=dict)  # this node's tasks, by step
     coordinated: dict[StepKey, Coordinated] = field(default_factory=dict)  # steps this node coordinates
     ready: asyncio.Event = field(default_factory=asyncio.Event)  # a previous agent's steps are adopted
+    # The last ``ENDED_KEPT`` steps this node coordinated that have ended, by srun's launch key: a launch
+    # asked again after its step ended (its first answer was lost) is answered with that step, not run again.
+    ended: dict[str, Coordinated] = field(default_factory=dict)
+
+    def launched(self, key: str, job_id: int, attempt: int) -> Coordinated | None:
+        """The step this node coordinates (or did, lately) for srun's launch ``key`` of the run, if any."""
+        for step in (*self.coordinated.values(), self.ended.get(key)):
+            run = (step.order.job_id, step.order.attempt) if step is not None else None
+            if step is not None and step.launch.key == key and run == (job_id, attempt):
+                return step
+        return None
+
+    def remember_ended(self, step: Coordinated) -> None:
+        """The step ended: keep it for a launch asked again (the oldest is dropped past ``ENDED_KEPT``)."""
+        self.ended.pop(step.launch.key, None)
+        self.ended[step.launch.key] = step
+        while len(self.ended) > ENDED_KEPT:
+            del self.ended[next(iter(self.ended))]
 
     def forget(self, local: LocalStep) -> None:
         """This node is done with its tasks of the step: drop it and its directory."""

@@ -26,7 +26,7 @@ from corral.services.agent.background import Background
 from corral.services.agent.step_coord import StepCoord
 from corral.services.agent.step_local import StepLocal
 from corral.services.agent.step_server import StepServer
-from corral.services.agent.step_state import COORD_EXITED, RunsView, StepTable
+from corral.services.agent.step_state import COORD_EXITED, Coordinated, RunsView, StepTable
 from corral.services.agent.stepdir import StepDir
 
 
@@ -69,7 +69,11 @@ class Steps:
         """Take up a step a previous agent process left: follow its tasks (alive or not), and if this node
         coordinates it and its end is not recorded, watch it again."""
         spec = sdir.spec()
-        coord = None if sdir.marked(COORD_EXITED) else sdir.coord()
+        coord = sdir.coord()
+        if coord is not None and sdir.marked(COORD_EXITED):
+            # Ended under the previous agent process: a launch srun asks again is answered with it.
+            self.table.remember_ended(Coordinated.resumed_from(sdir, coord))
+            coord = None
         local = self.local.adopt(sdir, spec) if spec is not None else None
         if coord is not None:
             await self.coord.resume(sdir, coord, local)

@@ -175,6 +175,11 @@ def test_a_step_launch_cut_by_the_agent_dying_runs_its_tasks_once_and_is_account
         line for line in (cli.workdir / "tasks.log").read_text().splitlines() if f" {job} " in f"{line} "
     ]
     assert tasks == [f"task {job} 0"], tasks  # the task ran, once
+    if supervisor == "alive":
+        # srun asked again with the same key: the restarted agent answered with the step it had started,
+        # and srun saw it end as it did.
+        out = (cli.workdir / f"job.{job}.out").read_text()
+        assert "srun exited 0" in out.splitlines(), out
     # The step is accounted as ended, not left RUNNING.
     wait_until(
         lambda: (
