@@ -46,6 +46,7 @@ from corral.services.agent.step_output import StepOutput
 from corral.services.agent.step_server import StepServer
 from corral.services.agent.step_state import StepTable
 from corral.services.agent.steps import Steps
+from corral.services.agent.supervisor import Supervisors
 from corral.services.agent.work import Work
 
 
@@ -78,7 +79,20 @@ def build_steps(
         run_cgroup=runs.run_cgroup, create=runs.create_cgroup, remove=runs.remove_peer_cgroup
     )
     output = StepOutput(nc, name, table, cgroups, background)
-    local = StepLocal(nc, name, root, kill_wait, table, cgroups, output, crash, background, identities, tmp)
+    local = StepLocal(
+        nc,
+        name,
+        root,
+        kill_wait,
+        table,
+        cgroups,
+        output,
+        crash,
+        background,
+        identities,
+        tmp,
+        runs.supervisors,
+    )
     coord = StepCoord(
         nc, name, root, state_dir / "steps", kill_wait, runs, reporter, table, local, background
     )
@@ -98,7 +112,8 @@ async def main(ctx: Context) -> None:
     crash = CrashPoints(ctx.args.crash_at)
     log = telemetry.logger(node=node.name)
     identities = Identities(node.name, ctx.config.allow_root_jobs)
-    runs = Runs(state_dir, confine.RunCgroups.probe(ctx.config, node, state_dir, log))
+    supervisors = Supervisors(state_dir, log)  # the supervisors' fork server's (its log is there)
+    runs = Runs(state_dir, confine.RunCgroups.probe(ctx.config, node, state_dir, log), supervisors)
     if os.geteuid() == 0 and (closed := runs.closed_to_users()) is not None:
         log.warning(
             "job owners cannot reach their scripts: a job of a user other than root will fail to execute it",
@@ -145,3 +160,4 @@ async def main(ctx: Context) -> None:
     finally:
         await steps.stop()
         await work.shutdown()
+        supervisors.close()  # the fork server ends after its last supervisor

@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ from corral.services.agent.identity import JobUser
 from corral.services.agent.jobenv import NodeEnv, job_environment, output_paths
 from corral.services.agent.records import Record, Records
 from corral.services.agent.stepdir import BATCH_STEP, OutputTarget, StepDir, StepSpec, TaskSpec
+from corral.services.agent.supervisor import Supervisor, Supervisors
 
 #: How often an adopted run (not this process's child) is checked.
 POLL_S = 0.2
@@ -145,7 +145,7 @@ class Run:
         run_dir: Path,
         records: Records,
         kill_wait: float,
-        proc: asyncio.subprocess.Process | None = None,
+        proc: Supervisor | None = None,
         step_signaller: StepSignaller | None = None,
         clock: Clock | None = None,
     ) -> None:
@@ -182,7 +182,7 @@ class Run:
     def supervisor_alive(self) -> bool:
         """The recorded supervisor process still exists (same pid and start time, not a zombie)."""
         if self.proc is not None:
-            return self.proc.returncode is None
+            return self.proc.alive()
         return procstat.start_ticks(self.rec.supervisor) == self.rec.supervisor_start
 
     async def _until_ended(self) -> None:
@@ -301,6 +301,7 @@ async def start(
     clock: Clock | None = None,
     *,
     owner: JobUser,
+    supervisors: Supervisors | None = None,
     node: NodeEnv | None = None,
 ) -> Run:
     """Start the batch script under its supervisor (in the memory cgroup ``cgroup``, if any: see
@@ -327,36 +328,26 @@ async def start(
     sdir.write_spec(batch_spec(order, run_dir, env, cgroup, owner))
     log = os.open(run_dir / "stepd.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        # The one supervisor of every step (stepd.py), detached in its own session so it outlives us.
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-I",  # isolated: the job's PYTHON* variables and a venv cannot break it
-            "-S",  # no site: it is stdlib-only, and site (with an editable install's finder) costs ~15 ms
-            stepd.__file__,
-            str(run_dir),
-            cwd=run_dir,
-            env=env,  # (it carries the job's identity, as the job's processes do)
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=log,
-            start_new_session=True,
-        )
+        # The one supervisor of every step (stepd.py), detached in its own session so it outlives us. A
+        # new interpreter gets the job's environment (it carries the job's identity, as the job's
+        # processes do); a forked one the fork server's.
+        proc = await (supervisors or Supervisors(run_dir, fork=False)).start(run_dir, log, None, env)
     except OSError as exc:
         raise LaunchError(f"cannot start the job's supervisor: {exc.strerror}") from None
     finally:
         os.close(log)
-    assert proc.stdout is not None
     reached("launch.supervisor_started")  # (failure tests: crashpoints.py)
     try:
-        line = (await asyncio.wait_for(proc.stdout.readline(), HANDSHAKE_S)).decode().strip()
+        line = (await asyncio.wait_for((await proc.reader()).readline(), HANDSHAKE_S)).decode().strip()
     except TimeoutError:
         line = "error the job's supervisor did not answer"
+    finally:
+        proc.close_stdout()  # nothing more to read: its end is seen on its pidfd, its outcome on disk
     pids = sdir.pids() if line == "ok" else None
     if pids is None or "0" not in pids.tasks:
         # No script: the supervisor's own failure, or the script's start (its exit file says why).
         failed = sdir.exit_of(0, order.node)
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+        proc.kill()
         await proc.wait()
         why = failed.error if failed is not None and failed.error else line.removeprefix("error ")
         if failed is not None and why.startswith(taskstart.OUTPUT_ERROR):

@@ -17,6 +17,7 @@ from corral.schemas import api
 from corral.schemas.codec import DecodeError, decode, encode
 from corral.services.agent import confine, runner
 from corral.services.agent.records import Records
+from corral.services.agent.supervisor import Supervisors
 
 #: The launch order of a run, kept in its directory (for steps).
 ORDER_FILE = "order.json"
@@ -25,11 +26,15 @@ ORDER_FILE = "order.json"
 class Runs:
     """The runs of this node: live ones by (job, attempt), and their records on disk."""
 
-    def __init__(self, state_dir: Path, cgroups: confine.RunCgroups) -> None:
+    def __init__(
+        self, state_dir: Path, cgroups: confine.RunCgroups, supervisors: Supervisors | None = None
+    ) -> None:
         self.dir = state_dir  # the agent's state directory
         self.records = Records(state_dir / "runs.jsonl")  # what was launched and reported, durably
         self.live: dict[tuple[int, int], runner.Run] = {}  # the runs supervised now
         self.cgroups = cgroups  # the node's run memory cgroups
+        # starts the runs' and steps' supervisors (the node's fork server; without one, new interpreters)
+        self.supervisors = supervisors or Supervisors(state_dir, fork=False)
 
     def run_dir(self, job_id: int, attempt: int) -> Path:
         """Where a run's script, pids and status files live."""

@@ -17,8 +17,6 @@ import contextlib
 import functools
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import msgspec
@@ -36,6 +34,7 @@ from corral.services.agent.step_cgroups import StepCgroups
 from corral.services.agent.step_output import StepOutput, listen
 from corral.services.agent.step_state import CrashPoint, LocalStep, StepKey, StepTable, vanished
 from corral.services.agent.stepdir import OutputTarget, StepDir, StepSpec, TaskSpec
+from corral.services.agent.supervisor import Supervisors
 
 #: Seconds a step's supervisor may take to start the tasks and answer.
 HANDSHAKE_S = 30.0
@@ -57,6 +56,7 @@ class StepLocal:
         background: Background,
         identities: Identities,
         tmp: RunTmp | None = None,
+        supervisors: Supervisors | None = None,
     ) -> None:
         self.nc = nc
         self.node = node
@@ -69,6 +69,8 @@ class StepLocal:
         self.background = background  # where each step is followed
         self.identities = identities  # who the job runs as here (its owner)
         self.tmp = tmp  # each run's TMPDIR here, and what else the node adds to the tasks' environment
+        # starts the steps' supervisors (the node's fork server; without one, each a new interpreter)
+        self.supervisors = supervisors or Supervisors(root, fork=False)
         self.log = telemetry.logger(node=node)
 
     async def start(
@@ -139,20 +141,8 @@ class StepLocal:
             stdin_r, local.stdin_fd = os.pipe()
             os.set_blocking(local.stdin_fd, False)
         log = os.open(local.dir.file("stepd.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        argv = [sys.executable, "-I", "-S", stepd.__file__, str(local.dir.path)]
         try:
-            # Its own session: it outlives the agent, and no signal to the agent's group reaches it.
-            # (subprocess, not asyncio's: an asyncio subprocess transport kills its child when closed.)
-            local.proc = subprocess.Popen(
-                [*argv, *([str(stdin_r)] if stdin_r is not None else [])],
-                cwd=local.dir.path,
-                env={"PATH": os.defpath},
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                start_new_session=True,
-                pass_fds=() if stdin_r is None else (stdin_r,),
-            )
+            local.proc = await self.supervisors.start(local.dir.path, log, stdin_r, {"PATH": os.defpath})
         except OSError as exc:
             self._fail_tasks(local, f"cannot start the step's supervisor: {exc.strerror}")
             return
@@ -160,22 +150,16 @@ class StepLocal:
             os.close(log)
             if stdin_r is not None:
                 os.close(stdin_r)
-        assert local.proc.stdout is not None
-        reader = asyncio.StreamReader()
-        loop = asyncio.get_running_loop()
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), local.proc.stdout
-        )
+        reader = await local.proc.reader()
         self.crash.reached("step.supervisor_started")
         try:
             line = (await asyncio.wait_for(reader.readline(), HANDSHAKE_S)).decode().strip()
         except TimeoutError:
             line = "error the step's supervisor did not answer"
         if line != "ok":
-            transport.close()
-            with contextlib.suppress(ProcessLookupError):
-                local.proc.kill()
-            await asyncio.to_thread(local.proc.wait)  # reaped: no zombie of it stays with the agent
+            local.proc.close_stdout()
+            local.proc.kill()
+            await local.proc.wait()
             # what it started before it got stuck (it records each task's pid as it starts it) goes too
             local.pids = local.dir.pids()
             local.signal_pids(signal.SIGKILL)
@@ -183,7 +167,7 @@ class StepLocal:
             return
         local.pids = local.dir.pids()
         self.crash.reached("step.started")
-        self.background.spawn(listen(local, reader, transport))
+        self.background.spawn(listen(local, reader, local.proc))
         if local.stdin_fd is not None:
             local.stdin_sub = await self.nc.subscribe(
                 io_subject(local.user, local.key, "in", None, self.node),

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 from typing import Any
 
 import msgspec
@@ -28,6 +27,7 @@ from corral.services.agent.background import Background
 from corral.services.agent.step_cgroups import StepCgroup, StepCgroups
 from corral.services.agent.step_state import COORD_EXITED, COORD_FILE, LocalStep, StepTable, vanished
 from corral.services.agent.stepdir import TailState
+from corral.services.agent.supervisor import Supervisor
 
 #: Published spool bytes of a file whose disk space is freed at once (see ``_reclaim``).
 RECLAIM_BYTES = 1 << 20
@@ -98,8 +98,7 @@ class StepOutput:
             with contextlib.suppress(Exception):
                 await local.stdin_sub.unsubscribe()
         if local.proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                await asyncio.to_thread(local.proc.wait, 5)  # it exits right after the last exit
+            await local.proc.wait(5)  # it exits right after the last exit
         local.finished.set()
         self._release_local(local)
 
@@ -189,13 +188,13 @@ class StepOutput:
             asyncio.get_running_loop().call_later(KEEP_S, self.table.forget, local)
 
 
-async def listen(local: LocalStep, reader: asyncio.StreamReader, transport: Any) -> None:
+async def listen(local: LocalStep, reader: asyncio.StreamReader, proc: Supervisor) -> None:
     """Wake the follower whenever the supervisor says a task ended (until it exits or we stop)."""
     try:
         while await reader.readline():
             local.wake.set()
     finally:
-        transport.close()
+        proc.close_stdout()
         local.wake.set()
 
 

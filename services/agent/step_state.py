@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,6 +24,7 @@ from corral.schemas.steps import StepLaunch, TaskExit, TaskPlace
 from corral.services.agent import stepdir
 from corral.services.agent.step_cgroups import StepCgroup
 from corral.services.agent.stepdir import StepDir, StepPids
+from corral.services.agent.supervisor import Supervisor
 
 #: Files of a step directory (stepdir.py) the coordinator's side uses.
 COORD_FILE = "coord.json"
@@ -94,7 +94,7 @@ class LocalStep:
     offsets: dict[str, int] = field(default_factory=dict)  # spool file -> bytes published
     punched: dict[str, int] = field(default_factory=dict)  # spool file -> bytes whose disk space was freed
     spooled: set[str] | None = None  # the spool files its tasks write (not -o/-e files); None: unknown
-    proc: subprocess.Popen[bytes] | None = None  # the supervisor, when this agent process started it
+    proc: Supervisor | None = None  # the supervisor, when this agent process started it
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # the supervisor said a task ended
     stdin_fd: int | None = None  # write end of task 0's stdin (srun's), held by this agent process
     stdin_sub: Any = None  # the subscription feeding it
@@ -110,7 +110,7 @@ class LocalStep:
     def stepd_alive(self) -> bool:
         """Whether the step's supervisor still runs."""
         if self.proc is not None:
-            return self.proc.poll() is None  # (reaps it once it ended)
+            return self.proc.alive()
         if self.pids is None:
             self.pids = self.dir.pids()  # adopted before its supervisor had written them
         return self.pids is not None and stepdir.running(self.pids.stepd)

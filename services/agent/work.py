@@ -215,6 +215,7 @@ class Work:
                 self._signal_steps_everywhere,
                 self.clock,
                 owner=owner,
+                supervisors=self.runs.supervisors,
                 node=node_env,
             )
         except runner.LaunchError as exc:

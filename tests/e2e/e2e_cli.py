@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import os
+import re
 import subprocess
 import sys
 import time
@@ -150,8 +151,15 @@ def alive(pid: int) -> bool:
         return False
 
 
+#: The working directory of a step's supervisor: its run's or step's directory in its agent's state
+#: (``<state>/agents/<node>/jobs/<job>.<attempt>`` or ``.../stepd/<job>.<attempt>.<step>``).
+SUPERVISOR_CWD = re.compile(r"/agents/([^/]+)/(?:jobs|stepd)/(\d+)\.(\d+)(?:\.\d+)?")
+
+
 def job_processes(job: int) -> list[tuple[int, str, str]]:
-    """(pid, node, attempt) of every live process of the job, read from /proc/<pid>/environ."""
+    """(pid, node, attempt) of every live process of the job: its tasks and scripts, by the job's variables
+    in /proc/<pid>/environ, and its supervisors, by their working directory (one forked by its node's fork
+    server has the server's environment)."""
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -159,6 +167,7 @@ def job_processes(job: int) -> list[tuple[int, str, str]]:
         try:
             raw = Path(f"/proc/{pid}/environ").read_bytes()
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            cwd = os.readlink(f"/proc/{pid}/cwd")
         except OSError:
             continue
         if state == "Z":
@@ -166,4 +175,9 @@ def job_processes(job: int) -> list[tuple[int, str, str]]:
         env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
         if env.get("SLURM_JOB_ID") == str(job):
             found.append((int(pid), env.get("SLURMD_NODENAME", "?"), env.get("SLURM_RESTART_COUNT", "?")))
+        elif (supervisor := SUPERVISOR_CWD.search(cwd)) and (supervisor.end(), supervisor[2]) == (
+            len(cwd),
+            str(job),
+        ):
+            found.append((int(pid), supervisor[1], supervisor[3]))
     return found

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import getpass
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_cli import Cli, user_env
+from e2e_cli import Cli, job_processes, user_env
 
 from corral.cli.local_cluster import LocalCluster
 
@@ -69,19 +68,5 @@ def test_a_lost_node_requeues_its_job_which_reruns_with_restart_count_1(
 
 
 def attempts_running(job: int) -> set[str]:
-    """SLURM_RESTART_COUNT of every live process of the job (from /proc/<pid>/environ)."""
-    found = set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            env = dict(
-                item.split("=", 1)
-                for item in Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
-                if "=" in item
-            )
-        except OSError:
-            continue
-        if env.get("SLURM_JOB_ID") == str(job):
-            found.add(env.get("SLURM_RESTART_COUNT", "?"))
-    return found
+    """SLURM_RESTART_COUNT of every live process of the job, its supervisors included."""
+    return {attempt for _, _, attempt in job_processes(job)}

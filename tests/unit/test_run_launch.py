@@ -47,7 +47,7 @@ async def test_the_time_limit_is_recorded_before_the_supervisor_starts(
     async def stopped_here(*args: Any, **kwargs: Any) -> Any:
         raise asyncio.CancelledError  # the agent's SIGTERM lands as the supervisor is being started
 
-    monkeypatch.setattr(runner.asyncio, "create_subprocess_exec", stopped_here)
+    monkeypatch.setattr(runner.Supervisors, "start", stopped_here)
     with pytest.raises(asyncio.CancelledError):
         await runner.start(order, tmp_path / "run", BASE_ENV, records, 1.0, owner=OWNER)
     left = Records(tmp_path / "runs.jsonl").runs[(order.job_id, order.attempt)]
