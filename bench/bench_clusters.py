@@ -64,21 +64,42 @@ class BenchCluster:
             wait_started(self.cluster.state_dir / "logs" / f"{name}.log")
 
     def cpu(self) -> dict[str, float]:
-        """CPU seconds each process of the cluster has used so far (NATS included), and what the children
-        each has waited for used (an agent's job supervisors and jobs: ``<name> children``)."""
+        """CPU seconds each process of the cluster has used so far (NATS included), and what its descendants
+        used (``<name> children``: the children it has waited for, and the live ones with theirs: an agent's
+        supervisor fork server, which reaps the job supervisors it forked, and those supervisors and jobs)."""
         tick = os.sysconf("SC_CLK_TCK")
         pids = {p.name: p.proc.pid for p in self.cluster.processes if p.proc is not None}
         if self.cluster.nats is not None and self.cluster.nats.pid is not None:
             pids["nats-server"] = self.cluster.nats.pid
+        stats = process_stats()
+        kids: dict[int, list[int]] = {}
+        for pid, fields in stats.items():
+            kids.setdefault(int(fields[1]), []).append(pid)
         used = {}
         for name, pid in pids.items():
-            with contextlib.suppress(OSError):
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                used[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-                children = (int(fields[13]) + int(fields[14])) / tick  # cutime, cstime
-                if children:
-                    used[f"{name} children"] = children
+            if pid not in stats:
+                continue
+            fields = stats[pid]
+            used[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            children = (int(fields[13]) + int(fields[14])) / tick  # cutime, cstime
+            todo = list(kids.get(pid, []))
+            while todo:  # live descendants: their own time and their waited-for children's
+                child = todo.pop()
+                children += sum(int(f) for f in stats[child][11:15]) / tick
+                todo.extend(kids.get(child, []))
+            if children:
+                used[f"{name} children"] = children
         return used
+
+
+def process_stats() -> dict[int, list[str]]:
+    """Every live process's ``/proc/<pid>/stat`` fields after the command (state first)."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stats[int(entry)] = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+    return stats
 
 
 def wait_started(log: Path, timeout: float = 30.0) -> None:
