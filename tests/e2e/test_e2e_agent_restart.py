@@ -52,8 +52,11 @@ def test_a_job_that_ends_while_its_agent_is_down_is_reported_with_its_exit_statu
     restart_cluster: tuple[LocalCluster, Cli],
 ) -> None:
     cluster, cli = restart_cluster
-    job = cli.sbatch("#!/bin/bash\nsleep 2\nexit 7\n", "-w", "node1", "-o", "ends.out")
-    cli.wait_state(job, ("RUNNING",))
+    job = cli.sbatch("#!/bin/bash\necho started\nsleep 2\nexit 7\n", "-w", "node1", "-o", "ends.out")
+    # The script's own line, not sacct's RUNNING (the allocation): an agent stopped before it started the
+    # supervisor leaves no run to end while it is down (CI saw that under load).
+    out = cli.workdir / "ends.out"
+    wait_until(lambda: out.exists() and "started" in out.read_text(), timeout=30, what="the script started")
     cluster.terminate("agent-node1")
     status = next((cluster.state_dir / "agents" / "node1" / "jobs").glob(f"{job}.0")) / "status"
     wait_until(status.exists, timeout=20, what="the run ended while its agent was down")
