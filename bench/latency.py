@@ -16,7 +16,9 @@ in a temporary state directory, then:
 ``--before DIR`` compares with another version in the same run: DIR is a copy of that version's tree (for
 example ``git archive COMMIT | tar -x -C DIR``), whose served commands are timed alternately with this
 checkout's, started from ``--before-bin`` (default: this environment's ``bin``) with ``PYTHONPATH=DIR``; each
-version has its own command server.
+version has its own command server. Both versions' commands call this checkout's cluster, unless
+``--before-cluster``: then the before version's go to a second local cluster, of DIR's own services (started
+by ``--before-bin``'s interpreter), so that a change in a service (the gateway's) is compared too.
 
 Bytecode: an installed Corral (a wheel) has its modules compiled at install time, but this checkout is an
 editable install and the machine sets ``PYTHONDONTWRITEBYTECODE=1``, so every command would recompile
@@ -128,6 +130,50 @@ def _until_served(env: dict[str, str], work: Path, bin_dir: Path) -> None:
             time.sleep(0.2)
 
 
+#: Started by the interpreter of ``--before-bin`` with ``PYTHONPATH`` the before tree: its local cluster, up
+#: until its stdin closes.
+_OTHER_CLUSTER = """
+import getpass, sys
+from pathlib import Path
+from corral.cli.local_cluster import LocalCluster, ensure_resolvable
+cluster = LocalCluster(Path(sys.argv[1]), getpass.getuser(), nodes=2, gpus_per_node=4)
+ensure_resolvable([n.name for n in cluster.prepare().nodes])
+cluster.start()
+print("up", flush=True)
+try:
+    sys.stdin.read()
+finally:
+    cluster.stop()
+"""
+
+
+def other_cluster(tree: Path, bin_dir: Path, state: Path) -> subprocess.Popen[str]:
+    """A local cluster of ``tree``'s own code in ``state``, once it is up; stopped by closing its stdin."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
+    proc = subprocess.Popen(
+        [str(bin_dir / "python"), "-c", _OTHER_CLUSTER, str(state)],
+        env={**env, "PYTHONPATH": str(tree.resolve())},
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    for line in proc.stdout:  # its start-up logs, then "up"
+        if line.strip() == "up":
+            return proc
+    proc.communicate()  # it ended: whatever it started is stopped
+    raise RuntimeError(f"the cluster of {tree} did not start")
+
+
+def finished_job(env: dict[str, str], work: Path, bin_dir: Path = BIN) -> str:
+    """Submit a one-GPU job and wait for its end; its id."""
+    _, out = run(["sbatch", "--parsable"], env, work, stdin=SCRIPT, bin_dir=bin_dir)
+    job = out.strip()
+    while True:
+        _, row = run(["sacct", "-j", job, "-X", "-n", "-P", "-o", "State"], env, work, bin_dir=bin_dir)
+        if row.strip() in ("COMPLETED", "FAILED"):
+            return job
+        time.sleep(0.02)
+
+
 def main() -> int:
     """Run the benchmark and print the results."""
     parser = argparse.ArgumentParser()
@@ -139,6 +185,7 @@ def main() -> int:
     parser.add_argument("--before", type=Path, help="a tree of another version to compare with (docstring)")
     parser.add_argument("--before-bin", type=Path, default=BIN, help="where that version's commands are")
     parser.add_argument("--no-srun", action="store_true", help="leave out the srun timings")
+    parser.add_argument("--before-cluster", action="store_true", help="the before version's own cluster")
     args = parser.parse_args()
     state = Path(tempfile.mkdtemp(prefix="corral-bench-"))
     cluster = LocalCluster(state, getpass.getuser(), nodes=2, gpus_per_node=4)
@@ -155,33 +202,32 @@ def main() -> int:
     (state / "runtime").mkdir(mode=0o700)
     env["XDG_RUNTIME_DIR"] = str(state / "runtime")
     direct = {**env, "CORRAL_CMD_SERVER": "off"}
+    other: subprocess.Popen[str] | None = None
     try:
         cluster.start()
-        ids = []
-        for _ in range(args.jobs):
-            _, out = run(["sbatch", "--parsable"], env, work, stdin=SCRIPT)
-            job = out.strip()
-            ids.append(int(job))
-            while True:
-                _, row = run(["sacct", "-j", job, "-X", "-n", "-P", "-o", "State"], env, work)
-                if row.strip() in ("COMPLETED", "FAILED"):
-                    break
-                time.sleep(0.02)
+        ids = [int(finished_job(env, work)) for _ in range(args.jobs)]
         lat = asyncio.run(latencies(cluster, ids))
         for warm in (["squeue"], ["scontrol", "show", "job", str(ids[-1])], ["srun", "--version"]):
             run(warm, direct, work)  # the bytecode of every command's modules, before timing
         # each version's server is up (the first command starts it; "require" fails if it is not serving)
         versions = {"": (env, BIN)}
+        job = {"": str(ids[-1])}  # each version's job to show
         if args.before is not None:
-            versions[" (before)"] = ({**env, "PYTHONPATH": str(args.before.resolve())}, args.before_bin)
+            before_env = {**env, "PYTHONPATH": str(args.before.resolve())}
+            job[" (before)"] = str(ids[-1])
+            if args.before_cluster:
+                other = other_cluster(args.before, args.before_bin, state / "before")
+                before_env["CORRAL_STATE_DIR"] = str(state / "before")
+                job[" (before)"] = finished_job(before_env, work, args.before_bin)
+            versions[" (before)"] = (before_env, args.before_bin)
         for version_env, bin_dir in versions.values():
             run(["squeue"], version_env, work, bin_dir=bin_dir)
             _until_served(version_env, work, bin_dir)
         commands = {
             "sbatch": (["sbatch", "--parsable", "--gres=gpu:1"], SCRIPT),
             "squeue": (["squeue"], None),
-            "sacct -j": (["sacct", "-j", str(ids[-1])], None),
-            "scontrol show job": (["scontrol", "show", "job", str(ids[-1])], None),
+            "sacct -j": (["sacct", "-j", "{job}"], None),
+            "scontrol show job": (["scontrol", "show", "job", "{job}"], None),
         }
         timings: dict[str, list[float]] = {}
         for name in commands:
@@ -195,8 +241,10 @@ def main() -> int:
         for _ in range(args.runs):
             for name, (argv, stdin) in commands.items():  # served (each version) and not, alternately
                 for suffix, (version_env, bin_dir) in versions.items():
-                    timings[name + suffix].append(run(argv, version_env, work, stdin, bin_dir)[0])
-                timings[f"{name} (in its own process)"].append(run(argv, direct, work, stdin=stdin)[0])
+                    mine = [word.format(job=job[suffix]) for word in argv]
+                    timings[name + suffix].append(run(mine, version_env, work, stdin, bin_dir)[0])
+                mine = [word.format(job=job[""]) for word in argv]
+                timings[f"{name} (in its own process)"].append(run(mine, direct, work, stdin=stdin)[0])
             for name, flags in floors.items():
                 timings[name].append(run(["python3", *flags], env, work)[0])
         load.append(os.getloadavg()[0])
@@ -220,6 +268,8 @@ def main() -> int:
         return 0
     finally:
         cmdclient.stop_servers(cmdclient.runtime_dir(env))
+        if other is not None:
+            other.communicate()  # its stdin closed: it stops its cluster
         cluster.stop()
         shutil.rmtree(state, ignore_errors=True)
 

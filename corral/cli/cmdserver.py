@@ -48,12 +48,13 @@ class _Server:
         """Load every served command and what it imports later, and note the files they came from."""
         import importlib
 
-        from corral.cli import launch
+        from corral.cli import client, launch
 
         for command in launch.SERVED:
             launch.load(command)
         for name in PRELOAD:
             importlib.import_module(name)
+        client.prepare_decoding()  # once here, not in every child
         files = {sys.executable}
         for name, module in list(sys.modules.items()):
             origin = getattr(module, "__file__", None)

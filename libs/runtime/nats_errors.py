@@ -27,6 +27,12 @@ class NatsConnectError(NatsRequestError):
         # What went wrong: the OS error or the server's -ERR text, e.g. "Authorization Violation".
         self.reason = reason
 
+    @classmethod
+    def of(cls, url: str, exc: OSError | ValueError) -> NatsConnectError:
+        """The error of a login that failed with ``exc`` (a timeout: the server did not answer in time)."""
+        silent = isinstance(exc, TimeoutError)
+        return cls(url, "the server did not answer in time" if silent else str(exc) or type(exc).__name__)
+
 
 class ServerUnreachable(NatsConnectError):
     """The server's port refused or reset the TCP connection (a server down or restarting): nothing sent."""

@@ -16,6 +16,12 @@ One exchange on the wire::
     C: HPUB <subject> <inbox>.<n> <hdr_len> <total_len> / <headers><payload> / PING
     S: HMSG <inbox>.<n> 1 <hdr_len> <total_len> / <headers><payload>    (and PONG, in either order)
 
+``request`` (a connection for one request: every Slurm command's call) sends its HPUB in the write of CONNECT,
+SUB and PING, a round trip less. The server takes a connection's operations in order: a refused login closes
+it before the HPUB is read (the same NatsConnectError), and the first PONG, or a -ERR before it, answers the
+login alone. INFO is still awaited first (no password to a server that wants TLS). A refused inbox
+subscription (a permission the cluster grants every user) is then reported after the request was delivered.
+
 The errors (``NatsRequestError`` and its subclasses, with their hierarchy) are in ``nats_errors.py`` and the
 protocol's pieces (URL, socket, header blocks, op reader, the reply and message records) in ``nats_wire.py``;
 this module is the client.
@@ -88,6 +94,7 @@ class Connection:
         password: str | None = None,
         inbox_prefix: str = "_INBOX",
         timeout: float = 10.0,
+        confirm: bool = True,
     ) -> None:
         check_subject(inbox_prefix, "inbox prefix")
         # A cluster's servers, comma-separated: the first that takes the connection serves it.
@@ -98,6 +105,8 @@ class Connection:
         self._max_payload = 1 << 20
         self._subjects: dict[bytes, str] = {}  # sid -> subject, of the subscriptions beyond the inbox
         self._messages: collections.deque[Message] = collections.deque()  # received, not handed out yet
+        self._login = b""  # CONNECT, SUB and PING not sent yet: they go with the first request (``confirm``)
+        self._user = user  # the login's user (for its errors)
         deadline = time.monotonic() + timeout
         for i, server in enumerate(servers):
             self._url = server.shown
@@ -112,14 +121,15 @@ class Connection:
             break
         self._reader = Reader(self._sock)
         try:
-            self._handshake(server, user, password, deadline)
+            self._handshake(server, user, password, deadline, confirm)
         except BaseException:
             self._sock.close()
             raise
 
     def _handshake(
-        self, server: ServerAddress, user: str | None, password: str | None, deadline: float
+        self, server: ServerAddress, user: str | None, password: str | None, deadline: float, confirm: bool
     ) -> None:
+        """Read INFO; log in now, or with ``confirm`` False with the first request (``_confirm``)."""
         try:
             self._sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             line, _ = self._reader.next_op(deadline)
@@ -148,9 +158,19 @@ class Connection:
             elif server.token is not None:
                 options["auth_token"] = server.token
             connect = msgspec.json.encode(options).decode()
-            self._send(
-                f"CONNECT {connect}\r\nSUB {self._inbox}.* {_SID.decode()}\r\nPING\r\n".encode(), deadline
-            )
+            self._user = user
+            login = f"CONNECT {connect}\r\nSUB {self._inbox}.* {_SID.decode()}\r\nPING\r\n".encode()
+        except (OSError, ValueError) as exc:  # TimeoutError among them
+            raise NatsConnectError.of(self._url, exc) from exc
+        self._login = login
+        if confirm:
+            self._confirm(b"", deadline)
+
+    def _confirm(self, request: bytes, deadline: float) -> None:
+        """Send the login with ``request`` after it, and wait for the PONG that answers the login."""
+        login, self._login = self._login, b""
+        try:
+            self._send(login + request, deadline)
             while True:
                 line, _ = self._reader.next_op(deadline)
                 if line == b"PONG":
@@ -159,13 +179,11 @@ class Connection:
                     error = self._server_error(line)
                     if isinstance(error, PermissionDenied):
                         raise error
-                    as_user = f" (as user {user!r})" if user is not None else ""
+                    as_user = f" (as user {self._user!r})" if self._user is not None else ""
                     raise NatsConnectError(self._url, error_text(line) + as_user)
                 self._answer_control(line, deadline)
-        except TimeoutError as exc:
-            raise NatsConnectError(self._url, "the server did not answer in time") from exc
-        except (OSError, ValueError) as exc:
-            raise NatsConnectError(self._url, str(exc) or type(exc).__name__) from exc
+        except (OSError, ValueError) as exc:  # TimeoutError among them
+            raise NatsConnectError.of(self._url, exc) from exc
 
     def request(
         self, subject: str, payload: bytes, *, headers: dict[str, str] | None = None, timeout: float = 10.0
@@ -195,9 +213,14 @@ class Connection:
             op = f"HPUB {subject} {reply_to} {len(header_block)} {size}\r\n".encode() + header_block
         else:
             op = f"PUB {subject} {reply_to} {size}\r\n".encode()
+        data = b"".join((op, payload, b"\r\nPING\r\n"))
+        if self._login:
+            self._confirm(data, deadline)  # the login and this request in one write (module docstring)
+            data = b""
         try:
             # The PING makes the server confirm it processed the PUB: a -ERR about it arrives before the PONG.
-            self._send(b"".join((op, payload, b"\r\nPING\r\n")), deadline)
+            if data:
+                self._send(data, deadline)
             return self._wait_reply(subject, reply_to.encode(), deadline)
         except TimeoutError as exc:
             raise RequestTimeout(subject, timeout) from exc
@@ -370,5 +393,7 @@ def request(
     ``password`` override the URL's. ``inbox_prefix`` must be a subject the user may subscribe to.
     """
     deadline = time.monotonic() + timeout
-    with Connection(url, user=user, password=password, inbox_prefix=inbox_prefix, timeout=timeout) as conn:
+    with Connection(
+        url, user=user, password=password, inbox_prefix=inbox_prefix, timeout=timeout, confirm=False
+    ) as conn:
         return conn._exchange(subject, payload, headers, deadline, timeout)

@@ -54,6 +54,9 @@ from corral.services.gateway.validate import validate_spec
 
 #: Requests of one verb a gateway handles at once (a submission waits on JetStream most of its time).
 CONCURRENCY = 256
+#: Job ids a gateway holds beyond its submissions' (``id_blocks``): a single submission is then one round trip
+#: to JetStream, not two; a stop skips at most these, and two gateways' ids interleave within them.
+IDS_AHEAD = 32
 #: A verb's handler: (caller, request) -> reply.
 Handler = Callable[[str, Any], Awaitable[Any]]
 
@@ -323,6 +326,7 @@ class Gateway:
 
 async def main(ctx: Context) -> None:
     """Serve until stopped."""
+    ctx.bus.job_ids.hold_ahead(IDS_AHEAD)
     gateway = Gateway(
         ctx.bus,
         ctx.bus,

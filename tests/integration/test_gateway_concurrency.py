@@ -1,9 +1,10 @@
 """Several gateways at once on a real nats-server: concurrent submissions, their ids, their tokens, batches.
 
-Three ``Gateway`` objects, each with a connection and a ``Bus`` of its own (so each has its own id grouping
-and its own knowledge of the counter's revision, as three gateway processes would), serve the API as one
-queue group with ``CONCURRENCY`` requests at once, as ``services/gateway/app.main`` does. The session's
-NATS log is shared with other tests: each test looks only at its own jobs (its tokens and the ids replied).
+Three ``Gateway`` objects, each with a connection and a ``Bus`` of its own (so each has its own id grouping,
+its own ids held ahead and its own knowledge of the counter's revision, as three gateway processes would),
+serve the API as one queue group with ``CONCURRENCY`` requests at once, as ``services/gateway/app.main``
+does. The session's NATS log is shared with other tests: each test looks only at its own jobs (its tokens and
+the ids replied).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from corral.libs.runtime.streams import connect
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.schemas.codec import decode, encode
-from corral.services.gateway.app import CONCURRENCY, Gateway
+from corral.services.gateway.app import CONCURRENCY, IDS_AHEAD, Gateway
 from tests.unit.builders import cluster_config, job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -41,6 +42,7 @@ async def gateways(admin_creds: Credentials, bus: Bus) -> AsyncIterator[list[Gat
     served = []
     for nc in conns:
         own = Bus(nc, "gateway")
+        own.job_ids.hold_ahead(IDS_AHEAD)
         gateway = Gateway(own, own, NatsApi(nc, "gateway"), cluster_config(nodes=2), SystemClock())
         for verb, (kind, handler) in gateway.handlers().items():
             await serve(nc, verb, kind, handler, queue="gateway", concurrency=CONCURRENCY)
@@ -137,3 +139,17 @@ async def test_a_batch_of_good_and_bad_jobs_appends_the_good_ones_and_names_each
         subjects.api_subject("submit_batch", "alice"), msgspec.json.encode(raw), timeout=30
     )
     assert decode(again.data, api.SubmitBatchReply).results[0] == first
+
+
+async def test_a_gateway_serves_single_submissions_from_the_ids_it_holds(gateways: list[Gateway]) -> None:
+    run = uuid.uuid4().hex[:8]
+    own = gateways[0].events
+    assert isinstance(own, Bus)
+    _, submit = gateways[0].handlers()["submit"]
+    before = own.job_ids.reservations
+    replies = [await submit("alice", api.SubmitRequest(token=f"{run}-{k}", spec=SPEC)) for k in range(3)]
+    ids = [r.job_id for r in replies if isinstance(r, api.SubmitReply)]
+    assert ids == list(range(ids[0], ids[0] + 3))
+    # at most one compare-and-set of the counter for the three (none if the ids were held already)
+    assert own.job_ids.reservations - before <= 1
+    assert await own.last_job_id() >= ids[-1]

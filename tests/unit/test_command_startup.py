@@ -101,3 +101,33 @@ def test_each_command_is_installed_from_its_script_file() -> None:
         code = [line for line in lines[1:] if line and not line.startswith("#")]
         assert lines[0] == "#!python"  # the installer writes its interpreter here
         assert code == ["import sys", f"from corral.cli.launch import {command}", f"sys.exit({command}())"]
+
+
+_DECODES = """
+import sys
+from corral.cli import client, cmdserver
+from corral.schemas import api
+
+if sys.argv[1] == "server":
+    cmdserver._Server("", "").load()  # what a server loads before it forks its children
+built = []  # the Python functions of msgspec's that build a type's decoding information (msgspec._utils)
+sys.setprofile(
+    lambda frame, event, _: built.append(frame.f_code.co_name)
+    if event == "call" and frame.f_code.co_filename.endswith("_utils.py")
+    else None
+)
+import msgspec
+client.decode_reply(b'{"type": "submitted", "job_id": 5}', api.SubmitReply)
+msgspec.json.decode(b'{"url": "nats://h:1", "user": "u", "password": "p"}', type=client.Credentials)
+sys.setprofile(None)
+print(len(built))
+"""
+
+
+@pytest.mark.parametrize("server", [True, False], ids=["in a server", "in a process of its own"])
+def test_a_server_prepares_the_decoding_of_the_replies_for_its_children(server: bool) -> None:
+    # msgspec builds a Struct's decoding information from its annotations on its first decode: the server
+    # does it once (cmdserver), so that its children, each a first decode, do not
+    probe = [sys.executable, "-c", _DECODES, "server" if server else "own"]
+    calls = int(subprocess.run(probe, capture_output=True, text=True, check=True).stdout)
+    assert (calls == 0) is server

@@ -122,3 +122,78 @@ async def test_a_demand_given_up_leaves_its_ids_unused_and_the_others_unharmed()
     await until(lambda: len(counter.asked) == 2)
     counter.gate.set()
     assert await later == 3  # id 2 was the dropped demand's: skipped, never given to another
+
+
+class CountingCounter:
+    """A counter whose reservations answer at once, counted."""
+
+    def __init__(self, value: int = 0) -> None:
+        self.value = value
+        self.asked: list[int] = []  # the counts reserved, one per round trip
+
+    async def reserve(self, count: int) -> int:
+        self.asked.append(count)
+        first = self.value + 1
+        self.value += count
+        return first
+
+    async def last(self) -> int:
+        return self.value
+
+
+async def test_ids_held_ahead_serve_the_next_submissions_without_a_round_trip() -> None:
+    counter = CountingCounter()
+    ids = GroupedIds(counter.reserve, counter.last)
+    ids.hold_ahead(3)
+    assert [await ids.next_job_id() for _ in range(5)] == [1, 2, 3, 4, 5]
+    assert counter.asked == [4, 4]  # one round trip for four single submissions
+    assert await ids.last_job_id() == 8  # 6-8 held
+
+
+async def test_a_demand_larger_than_the_held_ids_skips_them_so_that_ids_keep_increasing() -> None:
+    counter = CountingCounter()
+    ids = GroupedIds(counter.reserve, counter.last)
+    ids.hold_ahead(3)
+    assert await ids.next_job_id() == 1  # 2-4 held
+    assert await ids.next_job_id(2) == 2  # from the held ones
+    assert await ids.next_job_id(5) == 5  # 4 held, fewer than 5: skipped
+    assert await ids.next_job_id() == 10
+    assert counter.asked == [4, 8]
+
+
+async def test_two_gateways_holding_ids_never_hand_out_the_same_one() -> None:
+    counter = CountingCounter()
+    first, second = GroupedIds(counter.reserve, counter.last), GroupedIds(counter.reserve, counter.last)
+    for gateway in (first, second):
+        gateway.hold_ahead(2)
+    handed: dict[GroupedIds, list[int]] = {first: [], second: []}
+    for _ in range(4):  # submissions alternate between the two
+        for gateway in (first, second):
+            handed[gateway].append(await gateway.next_job_id())
+    # each gateway's ids increase; across gateways they interleave (1-3 and 4-6, then 7-9 and 10-12)
+    assert handed[first] == [1, 2, 3, 7] and handed[second] == [4, 5, 6, 10]
+    assert len(set(handed[first]) | set(handed[second])) == 8
+
+
+async def test_without_holding_every_demand_is_its_own_round_trip() -> None:
+    counter = CountingCounter()
+    ids = GroupedIds(counter.reserve, counter.last)
+    assert [await ids.next_job_id() for _ in range(3)] == [1, 2, 3]
+    assert counter.asked == [1, 1, 1]
+
+
+async def test_demands_waiting_for_a_round_trip_are_served_from_what_it_held_in_order() -> None:
+    counter = HeldCounter()
+    ids = GroupedIds(counter.reserve, counter.last)
+    ids.hold_ahead(4)
+    first = asyncio.create_task(ids.next_job_id())
+    await until(lambda: counter.asked == [5])
+    rest = [asyncio.create_task(ids.next_job_id(n)) for n in (2, 1, 3)]
+    await asyncio.sleep(0)
+    counter.gate.set()
+    assert await first == 1
+    assert await rest[0] == 2 and await rest[1] == 4  # from the 2-5 the first round held
+    await until(lambda: len(counter.asked) == 2)
+    assert counter.asked == [5, 7]  # the array of 3 did not fit what was left (5): a round of its own
+    counter.gate.set()
+    assert await rest[2] == 6
