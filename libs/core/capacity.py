@@ -25,6 +25,7 @@ from collections.abc import Hashable, Sequence
 import msgspec
 
 from corral.libs.core.job_facts import FactsCache
+from corral.libs.core.partitions import Kept
 from corral.libs.core.placement import Free, free_capacity
 from corral.libs.core.state import Node
 from corral.libs.core.timeline import INF, NodePlan, Release
@@ -57,6 +58,7 @@ class CapacityCache:
         self._runs: Runs = {}  # every run's release time and allocations (copied) as last given
         self._releases: dict[str, dict[Hashable, Release]] = {}  # node -> its runs' releases, by run
         self._plans: dict[str, NodePlan] = {}  # node -> its plan as last built
+        self._kept_views: dict[str, Kept] | None = None  # each partition's views of them (``views``)
         self.facts = FactsCache()  # each pending job's answers that depend on its spec alone
 
     def free_capacity(self, nodes: dict[str, Node]) -> dict[str, Free]:
@@ -107,17 +109,37 @@ class CapacityCache:
         if len(kept) > len(runs):
             for key in [k for k in kept if k not in runs]:
                 self._release(key, kept.pop(key)[1], dirty)
-        plans, added = self._plans, False
+        plans, added, views = self._plans, False, self._kept_views
         for name, f in free.items():
             plan = plans.get(name)
-            if plan is None or plan.free is not f or name in dirty:
-                added = added or plan is None
+            if plan is None:
+                added = True
                 releases = self._releases.get(name)
                 plans[name] = NodePlan(f, sorted(releases.values()) if releases else [])
+            elif plan.free is not f or name in dirty:
+                # Changed in place: the partitions' kept views hold the plans themselves.
+                if views is not None:
+                    if plan.free.partitions != f.partitions:
+                        views = None
+                    else:
+                        for partition in f.partitions:
+                            views[partition].changed(plan.free, f)
+                releases = self._releases.get(name)
+                plan.free, plan.sig = f, None
+                plan.releases = sorted(releases.values()) if releases else []
         if added or len(plans) != len(free):
             # A node came or went: keep ``free``'s order (by name), which the planner's scans follow.
             plans = self._plans = {name: plans[name] for name in free}
+            views = None
+        self._kept_views = views
         return plans
+
+    def views(self) -> dict[str, Kept]:
+        """Each partition's views of the plans ``node_plans`` last gave (built again after a node came,
+        went or changed partitions)."""
+        if self._kept_views is None:
+            self._kept_views = Kept.of(self._plans)
+        return self._kept_views
 
     def _release(self, key: Hashable, allocations: Sequence[NodeAllocation], dirty: set[str]) -> None:
         """Forget what run ``key`` gave back on its nodes."""

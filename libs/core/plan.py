@@ -363,7 +363,8 @@ def _capacity(
         alloc = ev.NodeAllocation(node=orphan.node, gpus=orphan.gpus, cpus=orphan.cpus, mem_mb=orphan.mem_mb)
         runs[(orphan.job_id, orphan.attempt, orphan.node)] = (now, [alloc])
     nodes = (cache or CapacityCache()).node_plans(free, runs)
-    planner = Planner(free, now, policy.blocks, resolution, nodes, undo=cache is not None)
+    views = None if cache is None else cache.views()  # the partitions' views of ``nodes``, kept too
+    planner = Planner(free, now, policy.blocks, resolution, nodes, cache is not None, views)
     reservations.hold(planner, state, live)
     return planner
 

@@ -139,6 +139,13 @@ class BestFit:
         self.keys.sort()
         self.groups: list[list[NodePlan]] | None = None  # ``held`` by ``node_state``, built on first use
 
+    @classmethod
+    def of_keys(cls, keys: list[tuple[int, int, str]]) -> BestFit:
+        """The index of nodes none of which is held, from their keys in best-fit order."""
+        index = cls([])
+        index.keys = keys
+        return index
+
     def held_groups(self) -> list[list[NodePlan]]:
         """The held nodes in groups of the same capacity, releases and holds: the checks of a request
         without ``-x`` give every node of a group the same answer (only their names differ)."""
