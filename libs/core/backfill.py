@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+from operator import attrgetter, itemgetter
 
 import msgspec
 
@@ -81,6 +82,8 @@ class Planner:
         self.nodes = nodes if nodes is not None else {name: NodePlan(f) for name, f in free.items()}
         self._undo = undo
         self._saved: dict[str, tuple[NodePlan, Free, list[Release], list[Hold], list[Hold], Signature]] = {}
+        # Holds of nodes with no CPU free now, not yet put on them (``_hold``): (nodes, request, from, until).
+        self._deferred: list[tuple[list[NodePlan], Request, float, float]] = []
         self.views = Partitions(self.nodes, kept)  # each partition's members, totals, index and groups
         # (partition, per-node shape) -> how many nodes could host it when last counted. Free capacity
         # only shrinks during a pass, so that count stays an upper bound: a request for more nodes of the
@@ -94,6 +97,7 @@ class Planner:
 
     def running(self, allocation: list[NodeAllocation], end: float) -> None:
         """A run that holds ``allocation`` until ``end`` (INF if unlimited)."""
+        self._settle()
         when = release_at(end, self.now, self.resolution)
         for alloc in allocation:
             node = self.nodes.get(alloc.node)
@@ -119,6 +123,8 @@ class Planner:
 
     def start_now(self, partition: str, req: Request, limit: float) -> list[NodeAllocation] | None:
         """Allocate ``req`` now if it fits without breaking a reservation; None otherwise."""
+        if req.cpus < 1:
+            self._settle()  # it could start on a node with no CPU free: that node's holds count
         totals = self.totals(partition)
         if req.nodes * req.cpus > totals.cpus or req.nodes * req.gpus > totals.gpus:
             return None  # not even the partition's whole free capacity is enough: skip the node scan
@@ -174,6 +180,10 @@ class Planner:
         # come first and cannot fit.
         keys, nodes, j = index.keys, self.nodes, 0
         i = bisect.bisect_left(keys, (req.gpus, req.cpus))
+        if len(keys) - i + fit_now < req.nodes:
+            # Too few nodes could fit, even all the plain nodes from here: a bound for the shape, no scan.
+            self._fitting[shape] = len(keys) - i + fit_now
+            return None
         while len(chosen) < req.nodes and i < len(keys):
             node = nodes[keys[i][2]]
             i += 1
@@ -220,6 +230,7 @@ class Planner:
         It does not see its own reservation's hold; ``caps`` (a GPU reservation) bounds the GPUs it may
         take on each node, and what it takes comes off that reservation's hold for outsiders.
         """
+        self._settle()
         end = self.now + limit
         fit = [
             self.nodes[n]
@@ -252,6 +263,7 @@ class Planner:
         holds needs no check beyond its earliest start: its free capacity only grows with time, so it fits
         over any window from that start on, and it fits now only if its earliest start is now.
         """
+        self._settle()
         now = self.now
         horizon = now + window
         starts: list[tuple[float, list[NodePlan]]] = []  # (earliest start, the group's nodes)
@@ -288,14 +300,40 @@ class Planner:
         return None
 
     def _hold(self, picked: list[NodePlan], req: Request, start: float, end: float, partition: str) -> None:
+        """Hold what one node of ``req`` needs on each picked node over ``[start, end)``.
+
+        A node with no CPU free now cannot start a job in this cycle (every job asks for a CPU per node:
+        ``start_now`` puts the holds on first for one that does not), so until a reservation or an advance
+        reservation's start reads the nodes' future, what is held on it changes nothing this cycle: its
+        hold waits in ``_deferred`` (``_settle`` puts it on). EASY's one reservation per partition mostly
+        picks such busy nodes, and most of its holds are never put on at all.
+        """
+        busy = [n for n in picked if n.free.cpus < 1]
+        if busy:
+            self._deferred.append((busy, req, start, end))
+            picked = [n for n in picked if n.free.cpus >= 1]
+        self._hold_now(picked, req, start, end, partition)
+
+    def _settle(self) -> None:
+        """Put the deferred holds on their nodes, in the order they were made."""
+        if self._deferred:
+            deferred, self._deferred = self._deferred, []
+            for nodes, req, start, end in deferred:
+                self._hold_now(nodes, req, start, end, "")
+
+    def _hold_now(
+        self, picked: list[NodePlan], req: Request, start: float, end: float, partition: str
+    ) -> None:
         """Hold what one node of ``req`` needs on each picked node over ``[start, end)``: the nodes in the
         same state (``node_state``) need the same and stay in one state, so each such group gets one
-        ``Hold``, one list of holds and its new state, and the index its nodes as one held group."""
+        ``Hold``, one list of holds and its new state, and ``partition``'s index its nodes as one held
+        group if none of its nodes was held before."""
         by_state: dict[Signature, list[NodePlan]] = {}
         for node in picked:
             by_state.setdefault(node.sig or node_state(node), []).append(node)
         partitions: set[tuple[str, ...]] = set()
         plain: list[list[NodePlan]] = []  # the groups without holds before this one
+        saved, undo = self._saved, self._undo
         for sig, nodes in by_state.items():
             assert sig is not None
             first = nodes[0]
@@ -307,9 +345,11 @@ class Planner:
             if not first.held():
                 plain.append(nodes)
             for node in nodes:
-                self._save(node)
+                free = node.free
+                if undo and free.name not in saved:  # ``_save``, inline: a reservation holds tens of nodes
+                    saved[free.name] = (node, free, node.releases, node.holds, node.resv, node.sig)
                 node.holds, node.sig = holds, after
-                partitions.add(node.free.partitions)
+                partitions.add(free.partitions)
         for names in partitions:
             self.views.forget(names, True)
         self.views.held(plain, partition)
@@ -325,11 +365,13 @@ class Planner:
         """A node's capacity, releases or holds are about to change (``reservations.hold`` too): what it
         was is kept for ``restore``; its state and its partitions' groups go, and their indexes are built
         again from the nodes on first use (they are to be held before the cycle decides anything)."""
+        self._settle()
         self._changed(node)
         self.views.unseed(node.free.partitions)
 
     def restore(self) -> None:
         """Undo every change of the cycle to the nodes' plans (they are the ones kept across cycles)."""
+        self._deferred.clear()
         for node, free, releases, holds, resv, sig in self._saved.values():
             node.free, node.releases, node.holds, node.resv, node.sig = free, releases, holds, resv, sig
         self._saved.clear()
@@ -348,13 +390,5 @@ class Planner:
         node.sig = None
 
 
-def _free(node: NodePlan) -> Free:
-    return node.free
-
-
-def _first(entry: tuple[float, list[NodePlan]]) -> float:
-    return entry[0]
-
-
-def _name(node: NodePlan) -> str:
-    return node.free.name
+#: Key functions, in C (reservations sort tens of nodes by them): a plan's ``Free``, an entry's time, a name.
+_free, _first, _name = attrgetter("free"), itemgetter(0), attrgetter("free.name")
