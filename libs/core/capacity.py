@@ -74,21 +74,20 @@ class CapacityCache:
             built = free_capacity(nodes)
             self._free = built
             return dict(built)
-        kept = self._kept
-        if values != kept:  # one comparison of every node with its copy (struct ``==``, by value)
-            out, order = self._free, False
-            for i in compress(range(len(values)), map(ne, values, kept)):  # those that differ, found in C
-                name, node = names[i], values[i]
-                kept[i] = _kept(node)
-                free = free_capacity({name: node}).get(name)
-                if free is None:
-                    order = order or name in out
-                    out.pop(name, None)
-                else:
-                    order = order or name not in out
-                    out[name] = free
-            if order:  # a node went down or came back up: keep the name order
-                self._free = {name: out[name] for name in sorted(out)}
+        kept, out, order = self._kept, self._free, False
+        # Every node compared with its copy (struct ``==``, by value), in C; the few that differ built again.
+        for i in compress(range(len(values)), map(ne, values, kept)):
+            name, node = names[i], values[i]
+            kept[i] = _kept(node)
+            free = free_capacity({name: node}).get(name)
+            if free is None:
+                order = order or name in out
+                out.pop(name, None)
+            else:
+                order = order or name not in out
+                out[name] = free
+        if order:  # a node went down or came back up: keep the name order
+            self._free = {name: out[name] for name in sorted(out)}
         return dict(self._free)
 
     def node_plans(self, free: dict[str, Free], runs: Runs) -> dict[str, NodePlan]:

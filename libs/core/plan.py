@@ -51,6 +51,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import msgspec
 
@@ -118,10 +119,11 @@ def plan(
 def _conclude(state: State, out: Plan) -> list[Job]:
     """Step 1: conclude the runs that ended, cancel and answer; the jobs left to consider, in log order."""
     pending: list[Job] = []
+    any_down = not all(map(_up, state.nodes.values()))  # else no run lost a node: one pass, in C
     for job_id in state.active:
         job = state.jobs[job_id]
         if job.state == "RUNNING":
-            conclusion = conclusion_of(state, job)
+            conclusion = conclusion_of(state, job, any_down)
             if conclusion is not None:
                 out.decisions.append(conclusion)
         elif job.cancel_by is not None:
@@ -324,6 +326,9 @@ class Cycle:
         if start is not None:
             self.out.starts[job.job_id] = start
 
+
+#: Whether a node is up (in C).
+_up = attrgetter("up")
 
 #: Reservations per partition of each backfill policy (None: no bound).
 DEPTH: dict[Backfill, int | None] = {"fifo": 0, "easy": 1, "conservative": None}
