@@ -28,7 +28,7 @@ import msgspec
 
 from corral.libs.core.job_facts import FactsCache
 from corral.libs.core.partitions import Kept
-from corral.libs.core.placement import Free, free_capacity
+from corral.libs.core.placement import Free, free_capacity, free_of
 from corral.libs.core.state import Node
 from corral.libs.core.timeline import INF, NodePlan, Release
 from corral.schemas.events import NodeAllocation
@@ -79,7 +79,7 @@ class CapacityCache:
         for i in compress(range(len(values)), map(ne, values, kept)):
             name, node = names[i], values[i]
             kept[i] = _kept(node)
-            free = free_capacity({name: node}).get(name)
+            free = free_of(name, node)
             if free is None:
                 order = order or name in out
                 out.pop(name, None)
@@ -136,7 +136,9 @@ class CapacityCache:
                     else:
                         for partition in f.partitions:
                             views[partition].changed(plan.free, f)
-                plan.free, plan.releases, plan.sig = f, self._sorted(name), None
+                plan.free, plan.sig = f, None
+                if name in dirty:  # else its runs' releases are as they were
+                    plan.releases = self._sorted(name)
         self._frees, self._kept_views = frees, views
         return self._plans
 
