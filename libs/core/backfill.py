@@ -341,7 +341,7 @@ class Planner:
             hold = Hold(start, end, want.cpus, want.gpus, want.mem_mb)
             # Their lists are equal (one state); lists are replaced, never changed, so one serves them all.
             holds = [*first.holds, hold]
-            after = (*sig[:-2], tuple(holds), sig[-1])  # their ``node_state`` with the hold
+            after = msgspec.structs.replace(sig, holds=tuple(holds))  # their ``node_state`` with the hold
             if not first.held():
                 plain.append(nodes)
             for node in nodes:
