@@ -208,14 +208,18 @@ class Planner:
     def _take(self, picked: list[NodePlan], req: Request, end: float) -> list[NodeAllocation]:
         """Allocate ``req`` on the picked nodes now, until ``end``."""
         out = []
-        for node in sorted(picked, key=lambda n: n.free.name):
-            self._changed(node)
+        changed: set[tuple[tuple[str, ...], bool]] = set()  # (partitions, held) of the nodes: ``_changed``
+        for node in sorted(picked, key=_name):
+            changed.add((node.free.partitions, node.held()))
+            self._save(node)
             before = node.key()
             node.free = copy.copy(node.free)  # it may be the cycles' shared one (``capacity.py``)
             alloc = take(node.free, req)
             self.views.taken(node, before, alloc)
             node.release(end, alloc)
             out.append(alloc)
+        for partitions, held in changed:  # their groups go once, not once per node
+            self.views.forget(partitions, held)
         return out
 
     def started_in(self, resv: str, node: str) -> int:
