@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import bisect
 import copy
+from operator import attrgetter, itemgetter
 
 import msgspec
 
+from corral.libs.core.partitions import Kept, Partitions, Totals
 from corral.libs.core.placement import Free, Request, eligible, need, node_fits, take
 from corral.libs.core.timeline import (
     BestFit,
@@ -68,18 +70,21 @@ class Planner:
         resolution: int = 0,
         nodes: dict[str, NodePlan] | None = None,
         undo: bool = False,
+        kept: dict[str, Kept] | None = None,
     ) -> None:
         self.now = now
         self.resolution = resolution  # bf_resolution: ends are planned on this grid from ``now`` (0: exact)
         self.topology = Topology.of(blocks or {})  # node -> block (``topology.py``)
         # Each node's plan: given (``capacity.CapacityCache.node_plans``), or built from ``free`` with no
         # releases. With ``undo`` (plans kept across cycles) the cycle's changes to them are undone by
-        # ``restore``: what each node was before its first change is kept, by name.
+        # ``restore``: what each node was before its first change is kept, by name. ``kept``: the
+        # partitions' views as these plans are (``partitions.Kept``), to start this cycle's from.
         self.nodes = nodes if nodes is not None else {name: NodePlan(f) for name, f in free.items()}
         self._undo = undo
         self._saved: dict[str, tuple[NodePlan, Free, list[Release], list[Hold], list[Hold], Signature]] = {}
-        self._members: dict[str, list[NodePlan]] = {}
-        self._totals: dict[str, Totals] = {}  # partition -> its free CPUs and GPUs now
+        # Holds of nodes with no CPU free now, not yet put on them (``_hold``): (nodes, request, from, until).
+        self._deferred: list[tuple[list[NodePlan], Request, float, float]] = []
+        self.views = Partitions(self.nodes, kept)  # each partition's members, totals, index and groups
         # (partition, per-node shape) -> how many nodes could host it when last counted. Free capacity
         # only shrinks during a pass, so that count stays an upper bound: a request for more nodes of the
         # same shape fails without a scan (most of a long queue is a few shapes).
@@ -89,11 +94,10 @@ class Planner:
         # shape ending no earlier and wanting no fewer nodes cannot fit either.
         self._blocked: dict[tuple[str, Request], list[tuple[float, int]]] = {}
         self._member_gpus: dict[tuple[str, str], int] = {}  # (reservation, node) -> GPUs its members took
-        self._index: dict[str, BestFit] = {}  # partition -> its nodes for start_now (built on first use)
-        self._partition_groups: dict[str, list[list[NodePlan]]] = {}  # partition -> ``_groups``
 
     def running(self, allocation: list[NodeAllocation], end: float) -> None:
         """A run that holds ``allocation`` until ``end`` (INF if unlimited)."""
+        self._settle()
         when = release_at(end, self.now, self.resolution)
         for alloc in allocation:
             node = self.nodes.get(alloc.node)
@@ -107,9 +111,7 @@ class Planner:
 
     def members(self, partition: str) -> list[NodePlan]:
         """Nodes of a partition that are up, by name."""
-        if partition not in self._members:
-            self._members[partition] = [n for n in self.nodes.values() if partition in n.free.partitions]
-        return self._members[partition]
+        return self.views.members_of(partition)
 
     def nodes_of(self, partition: str) -> list[str]:
         """Names of the up nodes of a partition."""
@@ -117,15 +119,12 @@ class Planner:
 
     def totals(self, partition: str) -> Totals:
         """The free CPUs and GPUs of a partition now (kept up to date as jobs start)."""
-        if partition not in self._totals:
-            nodes = self.members(partition)
-            self._totals[partition] = Totals(
-                sum(n.free.cpus for n in nodes), sum(len(n.free.gpus) for n in nodes)
-            )
-        return self._totals[partition]
+        return self.views.totals_of(partition)
 
     def start_now(self, partition: str, req: Request, limit: float) -> list[NodeAllocation] | None:
         """Allocate ``req`` now if it fits without breaking a reservation; None otherwise."""
+        if req.cpus < 1:
+            self._settle()  # it could start on a node with no CPU free: that node's holds count
         totals = self.totals(partition)
         if req.nodes * req.cpus > totals.cpus or req.nodes * req.gpus > totals.gpus:
             return None  # not even the partition's whole free capacity is enough: skip the node scan
@@ -159,16 +158,11 @@ class Planner:
             and (req.switches is None or req.switches >= req.nodes)
         )
 
-    def _index_of(self, partition: str) -> BestFit:
-        if partition not in self._index:
-            self._index[partition] = BestFit(self.members(partition))
-        return self._index[partition]
-
     def _start_indexed(
         self, partition: str, shape: tuple[str, Request], req: Request, end: float
     ) -> list[NodeAllocation] | None:
         """``start_now`` through the partition's index (see the class docstring)."""
-        index = self._index_of(partition)
+        index: BestFit = self.views.index_of(partition)
         fillers: list[tuple[tuple[int, int, str], NodePlan]] = []  # held nodes it fits, filling a hole
         others: list[tuple[tuple[int, int, str], NodePlan]] = []  # held nodes it fits, not filling one
         fit_now = 0  # nodes it fits now, whatever the holds say
@@ -186,6 +180,10 @@ class Planner:
         # come first and cannot fit.
         keys, nodes, j = index.keys, self.nodes, 0
         i = bisect.bisect_left(keys, (req.gpus, req.cpus))
+        if len(keys) - i + fit_now < req.nodes:
+            # Too few nodes could fit, even all the plain nodes from here: a bound for the shape, no scan.
+            self._fitting[shape] = len(keys) - i + fit_now
+            return None
         while len(chosen) < req.nodes and i < len(keys):
             node = nodes[keys[i][2]]
             i += 1
@@ -210,23 +208,18 @@ class Planner:
     def _take(self, picked: list[NodePlan], req: Request, end: float) -> list[NodeAllocation]:
         """Allocate ``req`` on the picked nodes now, until ``end``."""
         out = []
-        for node in sorted(picked, key=lambda n: n.free.name):
-            self._changed(node)
+        changed: set[tuple[tuple[str, ...], bool]] = set()  # (partitions, held) of the nodes: ``_changed``
+        for node in sorted(picked, key=_name):
+            changed.add((node.free.partitions, node.held()))
+            self._save(node)
             before = node.key()
             node.free = copy.copy(node.free)  # it may be the cycles' shared one (``capacity.py``)
             alloc = take(node.free, req)
-            if not node.held():
-                after = node.key()
-                for name, index in self._index.items():
-                    if name in node.free.partitions:
-                        index.remove(before)
-                        bisect.insort(index.keys, after)
+            self.views.taken(node, before, alloc)
             node.release(end, alloc)
             out.append(alloc)
-            for name, totals in self._totals.items():
-                if name in node.free.partitions:
-                    totals.cpus -= alloc.cpus
-                    totals.gpus -= len(alloc.gpus)
+        for partitions, held in changed:  # their groups go once, not once per node
+            self.views.forget(partitions, held)
         return out
 
     def started_in(self, resv: str, node: str) -> int:
@@ -241,6 +234,7 @@ class Planner:
         It does not see its own reservation's hold; ``caps`` (a GPU reservation) bounds the GPUs it may
         take on each node, and what it takes comes off that reservation's hold for outsiders.
         """
+        self._settle()
         end = self.now + limit
         fit = [
             self.nodes[n]
@@ -273,6 +267,7 @@ class Planner:
         holds needs no check beyond its earliest start: its free capacity only grows with time, so it fits
         over any window from that start on, and it fits now only if its earliest start is now.
         """
+        self._settle()
         now = self.now
         horizon = now + window
         starts: list[tuple[float, list[NodePlan]]] = []  # (earliest start, the group's nodes)
@@ -304,56 +299,83 @@ class Planner:
             idle.sort(key=_name)
             picked = choose(busy + idle, req, self.topology, _free)
             if picked is not None:
-                self._hold(picked, req, t, t + limit)
+                self._hold(picked, req, t, t + limit, partition)
                 return t
         return None
 
-    def _hold(self, picked: list[NodePlan], req: Request, start: float, end: float) -> None:
+    def _hold(self, picked: list[NodePlan], req: Request, start: float, end: float, partition: str) -> None:
+        """Hold what one node of ``req`` needs on each picked node over ``[start, end)``.
+
+        A node with no CPU free now cannot start a job in this cycle (every job asks for a CPU per node:
+        ``start_now`` puts the holds on first for one that does not), so until a reservation or an advance
+        reservation's start reads the nodes' future, what is held on it changes nothing this cycle: its
+        hold waits in ``_deferred`` (``_settle`` puts it on). EASY's one reservation per partition mostly
+        picks such busy nodes, and most of its holds are never put on at all.
+        """
+        busy = [n for n in picked if n.free.cpus < 1]
+        if busy:
+            self._deferred.append((busy, req, start, end))
+            picked = [n for n in picked if n.free.cpus >= 1]
+        self._hold_now(picked, req, start, end, partition)
+
+    def _settle(self) -> None:
+        """Put the deferred holds on their nodes, in the order they were made."""
+        if self._deferred:
+            deferred, self._deferred = self._deferred, []
+            for nodes, req, start, end in deferred:
+                self._hold_now(nodes, req, start, end, "")
+
+    def _hold_now(
+        self, picked: list[NodePlan], req: Request, start: float, end: float, partition: str
+    ) -> None:
         """Hold what one node of ``req`` needs on each picked node over ``[start, end)``: the nodes in the
-        same state (``node_state``) need the same, and are either all held already or none is."""
+        same state (``node_state``) need the same and stay in one state, so each such group gets one
+        ``Hold``, one list of holds and its new state, and ``partition``'s index its nodes as one held
+        group if none of its nodes was held before."""
         by_state: dict[Signature, list[NodePlan]] = {}
         for node in picked:
             by_state.setdefault(node.sig or node_state(node), []).append(node)
         partitions: set[tuple[str, ...]] = set()
-        indexes = self._index.items()
-        for nodes in by_state.values():
+        plain: list[list[NodePlan]] = []  # the groups without holds before this one
+        saved, undo = self._saved, self._undo
+        for sig, nodes in by_state.items():
+            assert sig is not None
             first = nodes[0]
             want = need(first.free, req)
             hold = Hold(start, end, want.cpus, want.gpus, want.mem_mb)
-            plain = not first.held()
+            # Their lists are equal (one state); lists are replaced, never changed, so one serves them all.
+            holds = [*first.holds, hold]
+            after = msgspec.structs.replace(sig, holds=tuple(holds))  # their ``node_state`` with the hold
+            if not first.held():
+                plain.append(nodes)
             for node in nodes:
                 free = node.free
-                if plain:
-                    for name, index in indexes:
-                        if name in free.partitions:
-                            index.remove(node.key())
-                            index.held[free.name] = node
-                self._save(node)
-                node.holds = [*node.holds, hold]
+                if undo and free.name not in saved:  # ``_save``, inline: a reservation holds tens of nodes
+                    saved[free.name] = (node, free, node.releases, node.holds, node.resv, node.sig)
+                node.holds, node.sig = holds, after
                 partitions.add(free.partitions)
         for names in partitions:
-            self._invalidate(names)
+            self.views.forget(names, True)
+        self.views.held(plain, partition)
 
     def _groups(self, partition: str, req: Request) -> list[list[NodePlan]]:
         """The partition's nodes in groups of the same state (``node_state``; each node alone for a request
         with ``-x``, whose eligibility depends on the name), kept until one of them changes."""
         if req.exclude:
             return [[n] for n in self.members(partition)]
-        groups = self._partition_groups.get(partition)
-        if groups is None:
-            by_state: dict[tuple[object, ...], list[NodePlan]] = {}
-            for node in self.members(partition):
-                by_state.setdefault(node.sig or node_state(node), []).append(node)
-            groups = self._partition_groups[partition] = list(by_state.values())
-        return groups
+        return self.views.groups_of(partition)
 
     def changing(self, node: NodePlan) -> None:
         """A node's capacity, releases or holds are about to change (``reservations.hold`` too): what it
-        was is kept for ``restore``; its state and its partitions' groups go."""
+        was is kept for ``restore``; its state and its partitions' groups go, and their indexes are built
+        again from the nodes on first use (they are to be held before the cycle decides anything)."""
+        self._settle()
         self._changed(node)
+        self.views.unseed(node.free.partitions)
 
     def restore(self) -> None:
         """Undo every change of the cycle to the nodes' plans (they are the ones kept across cycles)."""
+        self._deferred.clear()
         for node, free, releases, holds, resv, sig in self._saved.values():
             node.free, node.releases, node.holds, node.resv, node.sig = free, releases, holds, resv, sig
         self._saved.clear()
@@ -361,7 +383,7 @@ class Planner:
     def _changed(self, node: NodePlan) -> None:
         """``changing``."""
         self._save(node)
-        self._invalidate(node.free.partitions)
+        self.views.forget(node.free.partitions, node.held())
 
     def _save(self, node: NodePlan) -> None:
         """Keep what the node is for ``restore`` (once per cycle) and forget its state. Whatever changes a
@@ -371,29 +393,6 @@ class Planner:
             self._saved[name] = (node, node.free, node.releases, node.holds, node.resv, node.sig)
         node.sig = None
 
-    def _invalidate(self, partitions: tuple[str, ...]) -> None:
-        """A node of these partitions changed: their groups of nodes in the same state go."""
-        for name, index in self._index.items():
-            if name in partitions:
-                index.groups = None
-        for name in partitions:
-            self._partition_groups.pop(name, None)
 
-
-class Totals(msgspec.Struct, gc=False):
-    """The free capacity of a partition now, kept current as the cycle starts jobs."""
-
-    cpus: int  # free CPUs
-    gpus: int  # free GPUs
-
-
-def _free(node: NodePlan) -> Free:
-    return node.free
-
-
-def _first(entry: tuple[float, list[NodePlan]]) -> float:
-    return entry[0]
-
-
-def _name(node: NodePlan) -> str:
-    return node.free.name
+#: Key functions, in C (reservations sort tens of nodes by them): a plan's ``Free``, an entry's time, a name.
+_free, _first, _name = attrgetter("free"), itemgetter(0), attrgetter("free.name")

@@ -21,11 +21,14 @@ is given (``Planner.restore``), so what is kept is always the state's.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from itertools import compress
+from operator import is_not, ne
 
 import msgspec
 
 from corral.libs.core.job_facts import FactsCache
-from corral.libs.core.placement import Free, free_capacity
+from corral.libs.core.partitions import Kept
+from corral.libs.core.placement import Free, free_capacity, free_of
 from corral.libs.core.state import Node
 from corral.libs.core.timeline import INF, NodePlan, Release
 from corral.schemas.events import NodeAllocation
@@ -57,6 +60,9 @@ class CapacityCache:
         self._runs: Runs = {}  # every run's release time and allocations (copied) as last given
         self._releases: dict[str, dict[Hashable, Release]] = {}  # node -> its runs' releases, by run
         self._plans: dict[str, NodePlan] = {}  # node -> its plan as last built
+        self._names_planned: list[str] = []  # the names of ``_plans``, in its order (by name)
+        self._frees: list[Free] = []  # the ``Free`` they were last given, in that order
+        self._kept_views: dict[str, Kept] | None = None  # each partition's views of them (``views``)
         self.facts = FactsCache()  # each pending job's answers that depend on its spec alone
 
     def free_capacity(self, nodes: dict[str, Node]) -> dict[str, Free]:
@@ -68,22 +74,20 @@ class CapacityCache:
             built = free_capacity(nodes)
             self._free = built
             return dict(built)
-        kept = self._kept
-        if values != kept:  # one comparison of every node with its copy (struct ``==``, by value)
-            out, order = self._free, False
-            for i, node in enumerate(values):
-                if node != kept[i]:
-                    name = names[i]
-                    kept[i] = _kept(node)
-                    free = free_capacity({name: node}).get(name)
-                    if free is None:
-                        order = order or name in out
-                        out.pop(name, None)
-                    else:
-                        order = order or name not in out
-                        out[name] = free
-            if order:  # a node went down or came back up: keep the name order
-                self._free = {name: out[name] for name in sorted(out)}
+        kept, out, order = self._kept, self._free, False
+        # Every node compared with its copy (struct ``==``, by value), in C; the few that differ built again.
+        for i in compress(range(len(values)), map(ne, values, kept)):
+            name, node = names[i], values[i]
+            kept[i] = _kept(node)
+            free = free_of(name, node)
+            if free is None:
+                order = order or name in out
+                out.pop(name, None)
+            else:
+                order = order or name not in out
+                out[name] = free
+        if order:  # a node went down or came back up: keep the name order
+            self._free = {name: out[name] for name in sorted(out)}
         return dict(self._free)
 
     def node_plans(self, free: dict[str, Free], runs: Runs) -> dict[str, NodePlan]:
@@ -107,17 +111,48 @@ class CapacityCache:
         if len(kept) > len(runs):
             for key in [k for k in kept if k not in runs]:
                 self._release(key, kept.pop(key)[1], dirty)
-        plans, added = self._plans, False
-        for name, f in free.items():
-            plan = plans.get(name)
-            if plan is None or plan.free is not f or name in dirty:
-                added = added or plan is None
-                releases = self._releases.get(name)
-                plans[name] = NodePlan(f, sorted(releases.values()) if releases else [])
-        if added or len(plans) != len(free):
-            # A node came or went: keep ``free``'s order (by name), which the planner's scans follow.
-            plans = self._plans = {name: plans[name] for name in free}
-        return plans
+        names, frees = list(free), list(free.values())
+        views = self._kept_views
+        if names != self._names_planned:
+            # Nodes came or went: every plan anew, in ``free``'s order (by name), which the planner's scans
+            # follow; the partitions' views too.
+            self._names_planned, views = names, None
+            self._plans = {name: NodePlan(f, self._sorted(name)) for name, f in free.items()}
+        else:
+            plans = self._plans
+            # The nodes whose ``Free`` is another object than last time (found in C), or whose runs changed.
+            for name in dirty.union(compress(names, map(is_not, frees, self._frees))):
+                plan = plans.get(name)
+                if plan is None:
+                    continue  # not up: it has no plan
+                f = free[name]
+                if name not in dirty and plan.free == f:
+                    plan.free = f  # the same capacity (last cycle's was a copy given back): nothing moves
+                    continue
+                # Changed in place: the partitions' kept views hold the plans themselves.
+                if views is not None:
+                    if plan.free.partitions != f.partitions:
+                        views = None
+                    else:
+                        for partition in f.partitions:
+                            views[partition].changed(plan.free, f)
+                plan.free, plan.sig = f, None
+                if name in dirty:  # else its runs' releases are as they were
+                    plan.releases = self._sorted(name)
+        self._frees, self._kept_views = frees, views
+        return self._plans
+
+    def _sorted(self, name: str) -> list[Release]:
+        """The releases of the runs on node ``name``, by time."""
+        releases = self._releases.get(name)
+        return sorted(releases.values()) if releases else []
+
+    def views(self) -> dict[str, Kept]:
+        """Each partition's views of the plans ``node_plans`` last gave (built again after a node came,
+        went or changed partitions)."""
+        if self._kept_views is None:
+            self._kept_views = Kept.of(self._plans)
+        return self._kept_views
 
     def _release(self, key: Hashable, allocations: Sequence[NodeAllocation], dirty: set[str]) -> None:
         """Forget what run ``key`` gave back on its nodes."""

@@ -18,11 +18,12 @@ from corral.libs.slurm.signals import OOM_SIGNAL
 from corral.schemas import events as ev
 
 
-def conclusion_of(state: State, job: Job) -> ev.Event | None:
-    """The conclusion a running job's facts call for, if any."""
+def conclusion_of(state: State, job: Job, any_down: bool = True) -> ev.Event | None:
+    """The conclusion a running job's facts call for, if any (``any_down`` False: every node is up, so
+    none of the run's is down)."""
     if job.run_exit is not None:
         return exit_conclusion(job)
-    if any(not state.nodes[a.node].up for a in job.allocations if a.node in state.nodes):
+    if any_down and any(not state.nodes[a.node].up for a in job.allocations if a.node in state.nodes):
         if job.preempting is not None and job.cancel_by is None:
             return preempt.conclusion(job)
         if job.requeue_by is not None and job.cancel_by is None:

@@ -13,11 +13,20 @@ and concludes ``JobRequeued(reason="Requested")``. A ``--no-requeue`` job is lef
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 from corral.libs.core.outcome import APPLIED, Outcome, ignored
 from corral.libs.core.state import AdminDrain, Job, Node, Orphan, State
 from corral.schemas import events as ev
+
+#: An allocation's node (in C).
+_node_of = attrgetter("node")
+
+
+def runs_on(job: Job, node: str) -> bool:
+    """Whether ``job``'s run is allocated ``node`` (a scan in C: each node of a wide run reports its exit)."""
+    return node in map(_node_of, job.allocations)
 
 
 def drop_orphans(state: State, gone: Callable[[Orphan], bool]) -> None:
@@ -124,7 +133,7 @@ def _node_drained(state: State, seq: int, at: float, body: ev.NodeDrained) -> Ou
     if body.requeue:
         for job_id in state.active:
             job = state.jobs[job_id]
-            if job.spec.requeue and any(a.node == body.node for a in job.allocations):
+            if job.spec.requeue and runs_on(job, body.node):
                 mark_requeue(job, body.by)  # one that is ending already is concluded as it is
     return APPLIED
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from corral.libs.core.causation import ALLOCATED
 from corral.libs.core.fair_share import billing, charge, user_key
-from corral.libs.core.fold_nodes import drop_orphans
+from corral.libs.core.fold_nodes import drop_orphans, runs_on
 from corral.libs.core.outcome import APPLIED, Outcome, ignored
 from corral.libs.core.state import Job, Node, Orphan, Preemption, RunExit, State, array_throttle
 from corral.schemas import events as ev
@@ -119,7 +119,7 @@ def _run_problem(job: Job | None, attempt: int, node: str) -> Outcome | None:
         return ignored("stale_attempt")
     # An agent's role pins the node token of its run facts' subjects, not the job id: agent node1 may
     # publish a start or an exit of any job. Only a node the current run is allocated on speaks for it.
-    if not any(a.node == node for a in job.allocations):
+    if not runs_on(job, node):
         return ignored("foreign_node")
     if job.allocations[0].node != node:
         return ignored("not_batch_node")
@@ -152,7 +152,7 @@ def _run_exited(state: State, seq: int, at: float, body: ev.RunExited) -> Outcom
         job is not None
         and live_run(state, body.job_id, body.attempt)
         and body.node not in job.exited_nodes
-        and any(a.node == body.node for a in job.allocations)
+        and runs_on(job, body.node)
     )
     if peer_gone:
         assert job is not None

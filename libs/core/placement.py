@@ -50,29 +50,35 @@ def free_capacity(nodes: dict[str, Node]) -> dict[str, Free]:
     """Free capacity of every node that is up and not drained (by an admin or by its registration)."""
     out: dict[str, Free] = {}
     for name in sorted(nodes):
-        node = nodes[name]
-        if not node.up or node.drain or node.admin_drain is not None:  # ``state.drained``, inlined
-            continue
-        used = node.used_gpus
-        if used:
-            held = set(used)
-            gpus = [g for g in range(node.gpus) if g not in held]
-        else:
-            gpus = list(range(node.gpus))
-        out[name] = Free(
-            name,
-            gpus,
-            node.cpus - node.alloc_cpus,
-            node.mem_mb - node.alloc_mem_mb,
-            node.mem_mb,
-            node.gpu_type,
-            tuple(node.partitions),
-            not node.jobs and not used and node.alloc_cpus == 0 and node.alloc_mem_mb == 0,
-            tuple(node.features),
-            node.cpus,
-            node.gpus,
-        )
+        free = free_of(name, nodes[name])
+        if free is not None:
+            out[name] = free
     return out
+
+
+def free_of(name: str, node: Node) -> Free | None:
+    """Free capacity of node ``name``; None if it is down or drained (``free_capacity``)."""
+    if not node.up or node.drain or node.admin_drain is not None:  # ``state.drained``, inlined
+        return None
+    used = node.used_gpus
+    if used:
+        held = set(used)
+        gpus = [g for g in range(node.gpus) if g not in held]
+    else:
+        gpus = list(range(node.gpus))
+    return Free(
+        name,
+        gpus,
+        node.cpus - node.alloc_cpus,
+        node.mem_mb - node.alloc_mem_mb,
+        node.mem_mb,
+        node.gpu_type,
+        tuple(node.partitions),
+        not node.jobs and not used and node.alloc_cpus == 0 and node.alloc_mem_mb == 0,
+        tuple(node.features),
+        node.cpus,
+        node.gpus,
+    )
 
 
 def unavailable_nodes(state: State, job: Job) -> list[str]:

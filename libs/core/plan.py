@@ -51,6 +51,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import msgspec
 
@@ -100,10 +101,10 @@ def plan(
     """Decide what happens next. Deterministic in (state, now, policy, epoch); ``cache``, kept by the caller
     from one cycle to the next, only saves building the capacity of the nodes that did not change."""
     out = Plan(at=now)
-    pending = _conclude(state, out)
+    pending, running = _conclude(state, out)
     if state.resv_requests:
         out.decisions.extend(reservations.answer_requests(state, now, policy.default_partition))
-    cycle = Cycle(state, now, policy, out, epoch, cache)
+    cycle = Cycle(state, now, policy, out, epoch, running, cache)
     try:
         for job, priority in queue_order(state, now, policy, pending):
             cycle.consider(job, priority)
@@ -115,13 +116,17 @@ def plan(
     return out
 
 
-def _conclude(state: State, out: Plan) -> list[Job]:
-    """Step 1: conclude the runs that ended, cancel and answer; the jobs left to consider, in log order."""
+def _conclude(state: State, out: Plan) -> tuple[list[Job], list[Job]]:
+    """Step 1: conclude the runs that ended, cancel and answer; the jobs left to consider and the running
+    ones (for ``_capacity``, without a second pass over every live job), in log order."""
     pending: list[Job] = []
+    running: list[Job] = []
+    any_down = not all(map(_up, state.nodes.values()))  # else no run lost a node: one pass, in C
     for job_id in state.active:
         job = state.jobs[job_id]
         if job.state == "RUNNING":
-            conclusion = conclusion_of(state, job)
+            running.append(job)
+            conclusion = conclusion_of(state, job, any_down)
             if conclusion is not None:
                 out.decisions.append(conclusion)
         elif job.cancel_by is not None:
@@ -132,7 +137,7 @@ def _conclude(state: State, out: Plan) -> list[Job]:
             out.decisions.append(answer)
         else:
             pending.append(job)
-    return pending
+    return pending, running
 
 
 class Cycle:
@@ -149,11 +154,13 @@ class Cycle:
         policy: Policy,
         out: Plan,
         epoch: int,
+        running: list[Job],
         cache: CapacityCache | None = None,
     ) -> None:
         self.state, self.now, self.policy, self.out, self.epoch = state, now, policy, out, epoch
         live = reservations.live(state, now) if state.reservations else []
-        self.planner = _capacity(state, now, policy, live, cache)  # every node's capacity now and over time
+        # Every node's capacity now and over time, from the running jobs (``_conclude``'s).
+        self.planner = _capacity(state, now, policy, live, running, cache)
         self.maint = reservations.maint_nodes(live, now)  # nodes a MAINT reservation holds now
         self.window = INF if policy.backfill_window_s is None else float(policy.backfill_window_s)
         self.depth = DEPTH[policy.backfill]  # reservations per partition (None: every blocked job)
@@ -325,6 +332,9 @@ class Cycle:
             self.out.starts[job.job_id] = start
 
 
+#: Whether a node is up (in C).
+_up = attrgetter("up")
+
 #: Reservations per partition of each backfill policy (None: no bound).
 DEPTH: dict[Backfill, int | None] = {"fifo": 0, "easy": 1, "conservative": None}
 
@@ -334,6 +344,7 @@ def _capacity(
     now: float,
     policy: Policy,
     live: list[ev.ReservationCreated],
+    running: list[Job],
     cache: CapacityCache | None = None,
 ) -> Planner:
     """Step 3: the planner over the nodes that are up, with what is free now, when each run gives its
@@ -341,15 +352,13 @@ def _capacity(
     free = free_capacity(state.nodes) if cache is None else cache.free_capacity(state.nodes)
     resolution = policy.backfill_resolution_s
     runs: Runs = {}
-    for job_id in state.active:
-        job = state.jobs[job_id]
-        if job.state != "RUNNING":
-            continue
+    for job in running:
         if job.run_exit is None:
             if job.start_time is not None:
                 run_limit = job.time_limit_s
                 end = INF if run_limit is None else job.start_time + run_limit
-                runs[job_id] = (release_at(preempt.expected_end(job, end), now, resolution), job.allocations)
+                when = release_at(preempt.expected_end(job, end), now, resolution)
+                runs[job.job_id] = (when, job.allocations)
             continue
         # A run whose exit is concluded in this cycle frees its resources now: the conclusion is
         # appended before any allocation that uses them (and the fold refuses the allocation if not).
@@ -363,7 +372,8 @@ def _capacity(
         alloc = ev.NodeAllocation(node=orphan.node, gpus=orphan.gpus, cpus=orphan.cpus, mem_mb=orphan.mem_mb)
         runs[(orphan.job_id, orphan.attempt, orphan.node)] = (now, [alloc])
     nodes = (cache or CapacityCache()).node_plans(free, runs)
-    planner = Planner(free, now, policy.blocks, resolution, nodes, undo=cache is not None)
+    views = None if cache is None else cache.views()  # the partitions' views of ``nodes``, kept too
+    planner = Planner(free, now, policy.blocks, resolution, nodes, cache is not None, views)
     reservations.hold(planner, state, live)
     return planner
 

@@ -24,6 +24,7 @@ job id.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from corral.libs.core.fair_share import build_tree, classic_factors, fair_tree_factors, user_key
@@ -89,6 +90,10 @@ def total(parts: PriorityFactors) -> int:
     return max(int(value - parts.nice), 1)
 
 
+#: A job's ``--nice`` (in C: asked of every pending job in every cycle).
+_NICE = attrgetter("spec.nice")
+
+
 def queue_order(state: State, now: float, policy: Policy, pending: list[Job]) -> list[tuple[Job, int]]:
     """Pending jobs with their priority, in the order they are considered.
 
@@ -98,7 +103,7 @@ def queue_order(state: State, now: float, policy: Policy, pending: list[Job]) ->
     tiers = {p.name: p.tier for p in policy.partitions}
     w = policy.weights
     computed: dict[int, int] = {}
-    if w.age or w.fairshare or w.job_size or w.partition or w.qos or any(j.spec.nice for j in pending):
+    if w.age or w.fairshare or w.job_size or w.partition or w.qos or any(map(_NICE, pending)):
         computed = {job_id: total(f) for job_id, f in priority_factors(state, now, policy, pending).items()}
     # Every job's tier is 1 unless a partition has another (a job of an unknown partition has tier 1).
     tiered = any(t != 1 for t in tiers.values())

@@ -14,8 +14,6 @@ from corral.libs.core.placement import Amount, Free, Request, need
 from corral.schemas.events import NodeAllocation
 
 INF = math.inf
-#: ``node_state`` of a node (None: not known).
-Signature = tuple[object, ...] | None
 
 
 class Release(msgspec.Struct, frozen=True, gc=False, order=True):
@@ -36,6 +34,28 @@ class Hold(msgspec.Struct, frozen=True, gc=False):
     gpus: int  # GPUs (a count)
     mem_mb: int  # memory MiB
     resv: str | None = None  # the advance reservation (its members do not see it); None: a planned start
+
+
+class NodeState(msgspec.Struct, frozen=True, gc=False, cache_hash=True):
+    """Everything the checks of a request without ``-x`` read of a node but its name and GPU indices
+    (``node_state``). Its hash is kept once computed: the planner groups the nodes by it in every cycle."""
+
+    cpus: int  # free CPUs
+    gpus: int  # free GPUs (a count)
+    mem_mb: int  # free memory MiB
+    idle: bool  # nothing runs on it
+    gpu_type: str | None  # GPU model
+    features: tuple[str, ...]  # node features
+    total_cpus: int  # the node's CPUs
+    total_gpus: int  # the node's GPUs
+    total_mem_mb: int  # the node's memory MiB
+    releases: tuple[Release, ...]  # ``NodePlan.releases``
+    holds: tuple[Hold, ...]  # ``NodePlan.holds``
+    resv: tuple[Hold, ...]  # ``NodePlan.resv``
+
+
+#: ``node_state`` of a node (None: not known).
+Signature = NodeState | None
 
 
 class NodePlan(msgspec.Struct, gc=False):
@@ -139,11 +159,18 @@ class BestFit:
         self.keys.sort()
         self.groups: list[list[NodePlan]] | None = None  # ``held`` by ``node_state``, built on first use
 
+    @classmethod
+    def of_keys(cls, keys: list[tuple[int, int, str]]) -> BestFit:
+        """The index of nodes none of which is held, from their keys in best-fit order."""
+        index = cls([])
+        index.keys = keys
+        return index
+
     def held_groups(self) -> list[list[NodePlan]]:
         """The held nodes in groups of the same capacity, releases and holds: the checks of a request
         without ``-x`` give every node of a group the same answer (only their names differ)."""
         if self.groups is None:
-            groups: dict[tuple[object, ...], list[NodePlan]] = {}
+            groups: dict[NodeState, list[NodePlan]] = {}
             for node in self.held.values():
                 groups.setdefault(node.sig or node_state(node), []).append(node)
             self.groups = list(groups.values())
@@ -168,13 +195,13 @@ def release_at(end: float, now: float, resolution: int) -> float:
     return now + span(end - now, resolution) if end > now else now
 
 
-def node_state(node: NodePlan) -> tuple[object, ...]:
+def node_state(node: NodePlan) -> NodeState:
     """Everything the checks of a request without ``-x`` read of a node, but its name and GPU indices
     (kept in ``node.sig`` until the node changes)."""
     if node.sig is not None:
         return node.sig
     f = node.free
-    sig = node.sig = (
+    sig = node.sig = NodeState(
         f.cpus,
         len(f.gpus),
         f.mem_mb,

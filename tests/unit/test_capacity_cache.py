@@ -10,6 +10,7 @@ import pytest
 from builders import Log, cluster, exited, job, policy, submitted
 
 from corral.libs.core.capacity import CapacityCache
+from corral.libs.core.partitions import Kept
 from corral.libs.core.placement import free_capacity
 from corral.libs.core.plan import plan
 from corral.libs.core.policy import Backfill
@@ -126,6 +127,21 @@ def test_node_plans_kept_across_cycles_decide_as_built_anew(backfill: Backfill, 
             log.add(ev.ReservationCreated(name="r", start_time=at, end_time=at + 3600, nodes=["gpu01"]))
         fresh = plan(log.state, log.at, pol)
         assert plan(log.state, log.at, pol, cache=cache) == fresh
+        _assert_views_as_built(cache, log.state.nodes)
         assert plan(log.state, log.at, pol, cache=cache) == fresh  # the same state again: nothing left over
         log.decide(fresh.decisions)
     assert sum(isinstance(e.body, ev.JobAllocated) for _, e in log.entries) > 20
+
+
+def _assert_views_as_built(cache: CapacityCache, nodes: dict[str, Node]) -> None:
+    """The partitions' views the cache keeps (updated node by node) equal views built anew from its plans,
+    which no cycle left a hold on, and hold every node of their partition that is up."""
+    views = cache.views()
+    plans = {n.free.name: n for k in views.values() for n in k.members}
+    assert all(not n.held() for n in plans.values())
+    anew = Kept.of(dict(sorted(plans.items())))
+    assert views.keys() == anew.keys()
+    for name, view in views.items():
+        up = [f.name for f in free_capacity(nodes).values() if name in f.partitions]
+        assert [n.free.name for n in view.members] == [n.free.name for n in anew[name].members] == up
+        assert (view.cpus, view.gpus, view.keys) == (anew[name].cpus, anew[name].gpus, anew[name].keys)

@@ -183,3 +183,19 @@ def test_per_node_arithmetic(spec: ev.JobSpec, shape: tuple[int, int, int | None
     req = request_of_spec(spec)
     assert (req.gpus, req.cpus, req.mem_mb) == shape
     assert req.nodes == max(spec.nodes, len(spec.nodelist))
+
+
+def test_a_reservations_hold_on_a_node_with_no_cpu_free_still_counts() -> None:
+    """Its hold waits until something reads that node's future (``Planner._hold``): a second reservation
+    and a start that needs no CPU both see it."""
+    busy = Free("n1", [0], 0, 1000, 1000, "h100", ("gpu",), idle=False, total_cpus=1, total_gpus=1)
+    planner = Planner(frees(busy), 0.0)
+    planner.running([ev.NodeAllocation(node="n1", gpus=[], cpus=1)], 100.0)
+    assert planner.reserve("gpu", request(gpus=1, cpus=1), 100.0, math.inf) == 100.0  # [100, 200)
+    # Its one GPU is free now but held from 100: a job of no CPU and 200 s would break the reservation.
+    assert planner.start_now("gpu", request(gpus=1, cpus=0), 200.0) is None
+    assert planner.start_now("gpu", request(gpus=1, cpus=0), 100.0) is not None
+    second = Planner(frees(busy), 0.0)
+    second.running([ev.NodeAllocation(node="n1", gpus=[], cpus=1)], 100.0)
+    assert second.reserve("gpu", request(gpus=1, cpus=1), 100.0, math.inf) == 100.0
+    assert second.reserve("gpu", request(gpus=1, cpus=1), 100.0, math.inf) == 200.0  # after the first
