@@ -109,19 +109,14 @@ def serve() -> int:
     children = 0
     open_ = True
     while open_ or children:
-        reap = False
         try:
             ready = select.select([sock, wake_r] if open_ else [wake_r], [], [], None if open_ else 1.0)[0]
         except InterruptedError:
             continue
-        if wake_r in ready or not open_:
-            try:
+        if wake_r in ready or not open_:  # a child ended (or, closing, a second passed): reap
+            with contextlib.suppress(BlockingIOError, InterruptedError):
                 while os.read(wake_r, 512):
                     pass
-            except (BlockingIOError, InterruptedError):
-                pass
-            reap = True
-        if reap:
             while children:
                 try:
                     pid, _ = os.waitpid(-1, os.WNOHANG)

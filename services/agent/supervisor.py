@@ -167,6 +167,11 @@ class Supervisors:
                 self.log.warning("supervisor fork server failed: a new interpreter instead", error=str(exc))
                 self._drop()
                 return None
+            except BaseException:
+                # Cancelled with the request out: its answer would be read as the next request's. The
+                # server forks it all the same, and ends once its supervisors have.
+                self._drop()
+                raise
         if not answer or not answer[0] or pidfd is None:
             if pidfd is not None:
                 os.close(pidfd)

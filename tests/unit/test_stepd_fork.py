@@ -189,6 +189,32 @@ async def test_a_launch_the_server_cannot_answer_gets_a_new_interpreter(
     await third.wait(30)
 
 
+async def test_a_launch_cancelled_while_the_server_answers_does_not_hand_its_answer_to_the_next(
+    tmp_path: Path, supervisors: Supervisors
+) -> None:
+    first, _ = await start(supervisors, step(tmp_path, 0), ["exit 0"])
+    server = supervisors.server_pid
+    assert server is not None
+    await first.wait(30)
+    os.kill(server, signal.SIGSTOP)  # the request goes out, its answer cannot come yet
+    try:
+        cancelled = asyncio.ensure_future(start(supervisors, step(tmp_path, 1), [until(tmp_path / "go")]))
+        await asyncio.sleep(0.3)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+    finally:
+        os.kill(server, signal.SIGCONT)
+    sdir = step(tmp_path, 2)
+    proc, line = await start(supervisors, sdir, [until(tmp_path / "go")])
+    assert line == "ok"
+    pids = sdir.pids()
+    assert pids is not None and pids.stepd[0] == proc.pid  # its own supervisor, not the cancelled one's
+    (tmp_path / "go").touch()
+    assert await proc.wait(30)
+    assert await gone(server)  # the cancelled launch's supervisor ran and ended, then its server
+
+
 async def test_a_supervisor_killed_before_its_handshake_is_seen_ended(
     tmp_path: Path, supervisors: Supervisors
 ) -> None:
