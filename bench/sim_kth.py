@@ -1,23 +1,35 @@
 """Benchmark: ``corral sim`` on the KTH-SP2 trace (28,476 jobs, 100 processors), wall seconds per policy.
 
-    python bench/sim_kth.py [--policy easy --policy fifo] [--limit N] [--profile]
+    python bench/sim_kth.py [--policy easy --policy fifo] [--limit N] [--profile] [--digest]
 
 Times the engine alone (the trace is parsed once, outside the timing) and prints one line per
-policy with the wall time, plan() cycles and the headline metrics. ``--profile`` also prints the
+policy with the wall time, CPU time, plan() cycles and the headline metrics. ``--profile`` also prints the
 functions with the most cumulative time (cProfile). The trace is found in ``$CORRAL_TRACES`` or
 ``../shared/traces`` beside the repository.
+
+``--digest`` is the planner's decision check: it hashes every ``plan()`` output of the run (the decisions in
+order, and the reasons, details, priorities and planned starts by job id, the wake time and the plan's
+time) into one digest per policy, so that a change to the planner can show it decides exactly as before
+(the same digest before and after; ``bench/RESULTS.md`` records main's). The hashing is outside the timing's
+purpose: a run with ``--digest`` is not a timing.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import os
 import pstats
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import msgspec
+
+from corral.libs.core.plan import Plan
+from corral.libs.sim import engine
 from corral.libs.sim.engine import simulate, unit_cluster
 from corral.libs.sim.report import metrics
 from corral.libs.sim.workload import parse_swf
@@ -27,12 +39,35 @@ TRACES = Path(os.environ.get("CORRAL_TRACES") or ROOT.parent / "shared" / "trace
 KTH = TRACES / "KTH-SP2-1996-2.1-cln.swf"
 
 
+class Digest:
+    """``engine.plan`` wrapped: every output it returns is hashed, in call order."""
+
+    def __init__(self) -> None:
+        self.hash = hashlib.blake2b(digest_size=8)
+        self._encoder = msgspec.msgpack.Encoder()
+        self._plan = engine.plan
+
+    def __enter__(self) -> Digest:
+        engine.plan = self  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        engine.plan = self._plan
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Plan:
+        out: Plan = self._plan(*args, **kwargs)
+        by_job = [sorted(d.items()) for d in (out.reasons, out.details, out.priorities, out.starts)]
+        self.hash.update(self._encoder.encode([out.decisions, *by_job, out.wake_at, out.at]))
+        return out
+
+
 def main() -> int:
     """Run the benchmark."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", action="append", choices=("fifo", "easy", "conservative"))
     parser.add_argument("--limit", type=int, help="only the first N jobs")
     parser.add_argument("--profile", action="store_true", help="print the top functions by cumulative time")
+    parser.add_argument("--digest", action="store_true", help="hash every plan() output (the decision check)")
     args = parser.parse_args()
     if not KTH.exists():
         print(f"sim_kth: trace not found at {KTH} (set CORRAL_TRACES)", file=sys.stderr)
@@ -40,17 +75,24 @@ def main() -> int:
     jobs = parse_swf(KTH.read_text(), str(KTH))[: args.limit]
     for policy in args.policy or ["easy", "fifo"]:
         profiler = cProfile.Profile() if args.profile else None
-        started = time.perf_counter()
+        digest = Digest() if args.digest else None
+        started, cpu = time.perf_counter(), time.process_time()
         if profiler is not None:
             profiler.enable()
-        result = simulate(jobs, unit_cluster(100), policy)
+        if digest is not None:
+            with digest:
+                result = simulate(jobs, unit_cluster(100), policy)
+        else:
+            result = simulate(jobs, unit_cluster(100), policy)
         if profiler is not None:
             profiler.disable()
-        wall = time.perf_counter() - started
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
         m = metrics(result)
         print(
-            f"{policy:<12} {len(jobs)} jobs  {wall:7.2f} s  {result.cycles} cycles  mean wait "
-            f"{m.mean_wait:.0f} s  mean bsld {m.mean_bounded_slowdown:.1f}  util {m.utilisation:.3f}",
+            f"{policy:<12} {len(jobs)} jobs  {wall:7.2f} s  (CPU {cpu:.2f} s)  {result.cycles} cycles"
+            f"  mean wait {m.mean_wait:.0f} s"
+            f"  mean bsld {m.mean_bounded_slowdown:.1f}  util {m.utilisation:.3f}"
+            + (f"  plan digest {digest.hash.hexdigest()}" if digest is not None else ""),
             flush=True,
         )
         if profiler is not None:
