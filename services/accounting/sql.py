@@ -15,6 +15,8 @@ one attempt's, ``(job, attempt, step)``: it starts once and ends once).
 from __future__ import annotations
 
 import re
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 import msgspec
@@ -101,51 +103,44 @@ _RAISE_EPOCH = _Statement("""
 UPDATE scheduler_epoch SET epoch = :epoch WHERE epoch < :epoch
 """)
 
+# The job turns RUNNING; then, if it did (a replayed allocation changes no row), the attempt gets its row
+# and the batch step is written. One statement (data-modifying CTEs on other tables, run only for the row
+# the UPDATE returned): one round trip, and a run of them is one pipelined ``executemany`` (``apply_ops``).
+# Every attempt keeps its row (sacct -D, sreport) and its own batch step; the fold allocates an attempt once.
 _START_RUN = _Statement("""
-UPDATE jobs SET state = 'RUNNING', partition = :partition, start_time = :start_time, end_time = NULL,
-                time_limit_s = :time_limit_s, node_list = :node_list, num_nodes = :num_nodes,
-                num_cpus = :num_cpus, num_gpus = :num_gpus, restart_count = :attempt, reason = 'None',
-                alloc_mem_mb = :mem_mb, last_seq = :seq
-WHERE job_id = :job_id AND last_seq < :seq
-RETURNING job_id
+WITH started AS (
+    UPDATE jobs SET state = 'RUNNING', partition = :partition, start_time = :start_time, end_time = NULL,
+                    time_limit_s = :time_limit_s, node_list = :node_list, num_nodes = :num_nodes,
+                    num_cpus = :num_cpus, num_gpus = :num_gpus, restart_count = :attempt, reason = 'None',
+                    alloc_mem_mb = :mem_mb, last_seq = :seq
+    WHERE job_id = :job_id AND last_seq < :seq
+    RETURNING job_id
+), attempt AS (
+    INSERT INTO attempts (job_id, attempt, state, partition, start_time, end_time, node_list, num_nodes,
+                          num_cpus, num_gpus, mem_mb, last_seq)
+    SELECT job_id, :attempt, 'RUNNING', :partition, :start_time, NULL, :node_list, :num_nodes,
+           :num_cpus, :num_gpus, :mem_mb, :seq
+    FROM started
+    ON CONFLICT (job_id, attempt) DO NOTHING
+)
+INSERT INTO steps (job_id, step, attempt, name, state, exit_code, signal, start_time, end_time,
+                   node_list, num_cpus, num_tasks, num_gpus, last_seq)
+SELECT job_id, 'batch', :attempt, 'batch', 'RUNNING', 0, 0, :start_time, NULL,
+       :batch_node, :batch_cpus, 1, :batch_gpus, :seq
+FROM started
+ON CONFLICT (job_id, attempt, step) DO NOTHING
 """)
 
-# Every attempt keeps its row (sacct -D, sreport); the fold allocates an attempt once.
-_INSERT_ATTEMPT = _Statement("""
-INSERT INTO attempts (job_id, attempt, state, partition, start_time, end_time, node_list, num_nodes,
-                      num_cpus, num_gpus, mem_mb, last_seq)
-VALUES (:job_id, :attempt, 'RUNNING', :partition, :start_time, NULL, :node_list, :num_nodes,
-        :num_cpus, :num_gpus, :mem_mb, :seq)
-ON CONFLICT (job_id, attempt) DO NOTHING
-""")
-
-# An attempt ends once: with the job's conclusion, or with its requeue.
-_END_ATTEMPT = _Statement("""
-UPDATE attempts SET state = :state, end_time = :end_time, exit_code = :exit_code, signal = :signal,
-                    reason = :reason, last_seq = :seq
-WHERE job_id = :job_id AND attempt = :attempt AND end_time IS NULL AND last_seq < :seq
-""")
-
-# A node's open period ends where the next one starts (a replayed change finds it closed already).
-_CLOSE_NODE_PERIOD = _Statement("""
-UPDATE node_periods SET end_time = :at, last_seq = :seq
-WHERE node = :node AND end_time IS NULL AND last_seq < :seq
-""")
-
-_OPEN_NODE_PERIOD = _Statement("""
+# A node's open period ends where the next one starts (a replayed change finds it closed already, and the
+# next one there). One statement: the UPDATE does not see the row the INSERT adds (one snapshot).
+_NODE_CHANGE = _Statement("""
+WITH closed AS (
+    UPDATE node_periods SET end_time = :at, last_seq = :seq
+    WHERE node = :node AND end_time IS NULL AND last_seq < :seq
+)
 INSERT INTO node_periods (node, start_seq, start_time, end_time, cpus, gpus, available, last_seq)
 VALUES (:node, :seq, :at, NULL, :cpus, :gpus, :available, :seq)
 ON CONFLICT (node, start_seq) DO NOTHING
-""")
-
-# Each attempt has its own batch step (sacct -D shows it under that attempt); the fold allocates an
-# attempt once, so a replayed allocation finds its row and changes nothing.
-_WRITE_BATCH = _Statement("""
-INSERT INTO steps (job_id, step, attempt, name, state, exit_code, signal, start_time, end_time,
-                   node_list, num_cpus, num_tasks, num_gpus, last_seq)
-VALUES (:job_id, 'batch', :attempt, 'batch', 'RUNNING', 0, 0, :start_time, NULL,
-        :batch_node, :batch_cpus, 1, :batch_gpus, :seq)
-ON CONFLICT (job_id, attempt, step) DO NOTHING
 """)
 
 # A batch step ends once: by its node's exit report or, failing that, by the job's conclusion.
@@ -155,20 +150,50 @@ UPDATE steps SET state = :state, end_time = :end_time, exit_code = :exit_code, s
 WHERE job_id = :job_id AND step = 'batch' AND attempt = :attempt AND state = 'RUNNING' AND last_seq < :seq
 """)
 
-_END_JOB = _Statement("""
-UPDATE jobs SET state = :state, end_time = :end_time, exit_code = :exit_code, signal = :signal,
-                reason = :reason, cancelled_by = :cancelled_by, last_seq = :seq
-WHERE job_id = :job_id AND last_seq < :seq
-RETURNING job_id
-""")
+# A job's end (its conclusion, or a requeue): the job row changes; then, if it did, its attempt ends once
+# (``end_time IS NULL``), its batch step ends unless its node's exit report ended it already, and its
+# numbered steps still running end CANCELLED (their exit report was lost, or comes later). The job and the
+# attempt record ``:record_exit_code``/``:record_signal``, the batch step ``:exit_code``/``:signal`` (Slurm:
+# a cancelled job shows 0:0, its batch step the signal that ended it). One statement, as ``_START_RUN``.
+# The follow-ups name the job by ``:job_id`` (``EXISTS`` only says whether the job row changed): PostgreSQL
+# plans a prepared statement once for all values after a few executions, and a join with ``ended`` planned
+# so scanned the whole steps table for each job (the projection slowed as the tables grew).
+_ENDED = """
+), attempt AS (
+    UPDATE attempts SET state = :attempt_state, end_time = :end_time, exit_code = :record_exit_code,
+                        signal = :record_signal, reason = :reason, last_seq = :seq
+    WHERE EXISTS (SELECT FROM ended) AND job_id = :job_id AND attempt = :attempt AND end_time IS NULL
+          AND last_seq < :seq
+), batch AS (
+    UPDATE steps SET state = :batch_state, end_time = :end_time, exit_code = :exit_code, signal = :signal,
+                     last_seq = :seq
+    WHERE EXISTS (SELECT FROM ended) AND job_id = :job_id AND step = 'batch' AND attempt = :attempt
+          AND state = 'RUNNING' AND last_seq < :seq
+)
+UPDATE steps SET state = 'CANCELLED', end_time = :end_time, last_seq = :seq
+WHERE EXISTS (SELECT FROM ended) AND job_id = :job_id AND step <> 'batch' AND attempt = :attempt
+      AND state = 'RUNNING' AND last_seq < :seq
+"""
 
-_REQUEUE_JOB = _Statement("""
-UPDATE jobs SET state = 'PENDING', restart_count = :attempt + 1, start_time = NULL, end_time = NULL,
-                node_list = '', reason = :reason, last_seq = :seq
-WHERE job_id = :job_id AND last_seq < :seq
-RETURNING job_id
-""")
+_END_JOB = _Statement(
+    """
+WITH ended AS (
+    UPDATE jobs SET state = :state, end_time = :end_time, exit_code = :record_exit_code,
+                    signal = :record_signal, reason = :reason, cancelled_by = :cancelled_by, last_seq = :seq
+    WHERE job_id = :job_id AND last_seq < :seq
+    RETURNING job_id"""
+    + _ENDED
+)
 
+_REQUEUE_JOB = _Statement(
+    """
+WITH ended AS (
+    UPDATE jobs SET state = 'PENDING', restart_count = :attempt + 1, start_time = NULL, end_time = NULL,
+                    node_list = '', reason = :reason, last_seq = :seq
+    WHERE job_id = :job_id AND last_seq < :seq
+    RETURNING job_id"""
+    + _ENDED
+)
 
 _UPDATE_JOB = _Statement("""
 UPDATE jobs SET time_limit_s = :time_limit_s, partition = :partition, last_seq = :seq
@@ -193,20 +218,15 @@ UPDATE steps SET state = :state, end_time = :end_time, exit_code = :exit_code, s
 WHERE job_id = :job_id AND step = :step AND attempt = :attempt AND state = 'RUNNING' AND last_seq < :seq
 """)
 
-# The numbered steps still running when their run ends (their exit report was lost, or comes later).
-_END_RUN_STEPS = _Statement("""
-UPDATE steps SET state = 'CANCELLED', end_time = :end_time, last_seq = :seq
-WHERE job_id = :job_id AND step <> 'batch' AND attempt = :attempt AND state = 'RUNNING' AND last_seq < :seq
-""")
-
 
 async def lock_position(conn: Connection, consumer: str, partitions: int = 1) -> int:
     """The position of ``consumer`` (a partition of ``partitions``), locked until the transaction ends.
 
     A new position row starts at ``start_position``: where the projection of an earlier partition count
-    had got to (0 on a new database)."""
-    exists = await conn.fetchval("SELECT 1 FROM consumer_positions WHERE consumer = $1", consumer)
-    if exists is None:
+    had got to (0 on a new database). The row exists but for the first batch: one request then."""
+    locked = "SELECT last_seq FROM consumer_positions WHERE consumer = $1 FOR UPDATE"
+    position = await conn.fetchval(locked, consumer)
+    if position is None:
         await conn.execute(
             "INSERT INTO consumer_positions (consumer, last_seq, partitions) VALUES ($1, $2, $3)"
             " ON CONFLICT DO NOTHING",
@@ -214,9 +234,7 @@ async def lock_position(conn: Connection, consumer: str, partitions: int = 1) ->
             await start_position(conn, partitions),
             partitions,
         )
-    position = await conn.fetchval(
-        "SELECT last_seq FROM consumer_positions WHERE consumer = $1 FOR UPDATE", consumer
-    )
+        position = await conn.fetchval(locked, consumer)
     return int(position)
 
 
@@ -252,52 +270,55 @@ async def read_position(conn: Connection, consumer: str) -> int:
 
 
 async def apply_ops(conn: Connection, ops: list[Op]) -> None:
-    """Execute ``ops`` in order on ``conn`` (inside the caller's transaction)."""
-    for op in ops:
-        await apply_op(conn, op)
+    """Execute ``ops`` in order on ``conn`` (inside the caller's transaction); again, they change nothing.
+
+    Each operation is one statement. A run of consecutive operations of one statement (a batch submission's
+    jobs, their allocations, their ends) is one ``executemany``, which asyncpg pipelines: one round trip for
+    the run instead of one per operation, each operation still executed in order and seeing the ones before
+    it (``bench/accounting_projection.py``)."""
+    for statement, group in groupby(map(_bound, ops), key=itemgetter(0)):
+        rows = [args for _, args in group]
+        if len(rows) == 1:
+            await conn.execute(statement.text, *rows[0])
+        else:
+            await conn.executemany(statement.text, rows)
 
 
-async def apply_op(conn: Connection, op: Op) -> None:
-    """Execute one operation (one the fold applied); a second time it is a no-op."""
+def _bound(op: Op) -> tuple[_Statement, list[Any]]:
+    """The statement that applies ``op`` (one the fold applied), and its parameters."""
     match op:
         case InsertJob():
-            await _run(conn, _INSERT_ARRAY if op.array_tasks else _INSERT_JOB, op)
+            statement = _INSERT_ARRAY if op.array_tasks else _INSERT_JOB
+            return statement, statement.args(op)
         case RequestCancel():
-            await _run(conn, _REQUEST_CANCEL, op)
+            return _REQUEST_CANCEL, _REQUEST_CANCEL.args(op)
         case StartRun():
-            if await _run(conn, _START_RUN, op):
-                await _run(conn, _INSERT_ATTEMPT, op)
-                await _run(conn, _WRITE_BATCH, op)
+            return _START_RUN, _START_RUN.args(op)
         case RaiseEpoch():
-            await _run(conn, _RAISE_EPOCH, op)
+            return _RAISE_EPOCH, _RAISE_EPOCH.args(op)
         case ExitBatch():
-            await _run(conn, _END_BATCH, op)
+            return _END_BATCH, _END_BATCH.args(op)
         case EndJob():
             # Slurm: a cancelled job's record shows 0:0, its batch step the signal that ended it (0:15).
-            record = {"exit_code": 0, "signal": 0} if op.state == "CANCELLED" else {}
-            if await _run(conn, _END_JOB, op, **record):
-                await _run(conn, _END_ATTEMPT, op, **record)
-                await _run(conn, _END_BATCH, op)
-                await _run(conn, _END_RUN_STEPS, op)
+            cancelled = op.state == "CANCELLED"
+            record = (0, 0) if cancelled else (op.exit_code, op.signal)
+            return _END_JOB, _END_JOB.args(
+                op,
+                attempt_state=op.state,
+                batch_state=op.state,
+                record_exit_code=record[0],
+                record_signal=record[1],
+            )
         case RequeueJob():
-            if await _run(conn, _REQUEUE_JOB, op):
-                await _run(conn, _END_ATTEMPT, op, state=op.attempt_state, exit_code=0, signal=0)
-                await _run(conn, _END_BATCH, op, state="REQUEUED", exit_code=0, signal=0)
-                await _run(conn, _END_RUN_STEPS, op)
+            return _REQUEUE_JOB, _REQUEUE_JOB.args(
+                op, batch_state="REQUEUED", exit_code=0, signal=0, record_exit_code=0, record_signal=0
+            )
         case UpdateJob():
-            await _run(conn, _UPDATE_JOB, op)
+            return _UPDATE_JOB, _UPDATE_JOB.args(op)
         case StartStep():
-            await _run(conn, _START_STEP, op)
+            return _START_STEP, _START_STEP.args(op)
         case EndStep():
-            await _run(conn, _END_STEP, op)
+            return _END_STEP, _END_STEP.args(op)
         case NodeChange():
-            await _run(conn, _CLOSE_NODE_PERIOD, op)
-            await _run(conn, _OPEN_NODE_PERIOD, op)
-
-
-async def _run(conn: Connection, statement: _Statement, op: Op, **extra: Any) -> bool:
-    """Execute ``statement`` for ``op``; True if it changed (or, with RETURNING, returned) a row."""
-    if "RETURNING" in statement.text:
-        return await conn.fetchval(statement.text, *statement.args(op, **extra)) is not None
-    status: str = await conn.execute(statement.text, *statement.args(op, **extra))
-    return not status.endswith(" 0")
+            return _NODE_CHANGE, _NODE_CHANGE.args(op)
+    raise TypeError(f"no statement applies {type(op).__name__}")

@@ -169,3 +169,49 @@ def test_sacct_agrees_with_the_fold_on_random_logs(
     scheduler = fold(log)
     rows = database.project(log)
     assert {job_id: shown(scheduler, job_id) for job_id in scheduler.jobs} == rows
+
+
+class Counted:
+    """A real connection whose requests to the server are counted (the round trips a projection costs)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn, self.requests = conn, 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.conn, name)
+        if name not in ("execute", "executemany", "fetch", "fetchval", "fetchrow"):
+            return method
+
+        async def counted(*args: Any) -> Any:
+            self.requests += 1
+            return await method(*args)
+
+        return counted
+
+
+def test_a_batch_submission_is_projected_in_a_few_round_trips_not_one_per_row(database: Database) -> None:
+    """50 jobs submitted, allocated, run and completed together (a batch submission's log): each kind of
+    entry is one pipelined request for all 50 (it was ~9 requests a job, each a round trip)."""
+    jobs = range(1, 51)
+    nodes = [ev.NodeRegistered(node=ev.NodeName(f"n{i}"), cpus=128, mem_mb=65536, gpus=64) for i in (1, 2)]
+    bodies: list[ev.Event] = [*nodes, *(submitted(j) for j in jobs)]
+    bodies += [allocated(j, 0, [f"n{j % 2 + 1}"], gpus=(j // 2 * 2, j // 2 * 2 + 1)) for j in jobs]
+    bodies += [exited(j, 0, f"n{j % 2 + 1}", 0) for j in jobs]
+    bodies += [ev.JobCompleted(job_id=ev.JobId(j), attempt=0) for j in jobs]
+    log = entries(bodies)
+
+    async def project() -> tuple[int, list[tuple[Any, ...]]]:
+        await database.conn.execute("TRUNCATE jobs, steps, attempts, node_periods")
+        counted = Counted(database.conn)
+        async with database.conn.transaction():
+            await sql.apply_ops(counted, Projector().operations(log))  # type: ignore[arg-type]
+        rows = await database.conn.fetch(
+            "SELECT j.state, a.state, s.state, s.exit_code FROM jobs j JOIN attempts a USING (job_id)"
+            " JOIN steps s USING (job_id, attempt) ORDER BY j.job_id"
+        )
+        return counted.requests, [tuple(r) for r in rows]
+
+    requests, rows = database.runner.run(project())
+    assert rows == [("COMPLETED", "COMPLETED", "COMPLETED", 0)] * 50
+    # The node periods (one request: both nodes), then the submissions, allocations, exits, conclusions.
+    assert requests <= 5, f"{requests} requests to the database for 50 jobs"
