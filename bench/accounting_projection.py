@@ -124,7 +124,7 @@ async def child(url: str, dsn: str, last: int, partitions: int, profile: bool) -
                 task.result()
                 raise RuntimeError("the service stopped")
             await asyncio.sleep(0.05)
-        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        wall, cpu, done = time.perf_counter() - started, time.process_time() - cpu, time.time()
         if profiler is not None:
             profiler.disable()
             stats = pstats.Stats(profiler, stream=sys.stderr)
@@ -133,7 +133,7 @@ async def child(url: str, dsn: str, last: int, partitions: int, profile: bool) -
         stop.set()
         await asyncio.wait_for(task, 30)
         jobs = await watch.fetchval("SELECT count(*) FROM jobs WHERE state = 'COMPLETED'")
-        return {"wall": wall, "cpu": cpu, "completed": jobs, "done": time.time()}
+        return {"wall": wall, "cpu": cpu, "completed": jobs, "done": done}
     finally:
         await watch.close()
         await pool.close()

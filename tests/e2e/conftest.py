@@ -26,6 +26,36 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     cluster.stop()
 
 
+#: The most lines of each service's log a failed test's report shows.
+LOG_LINES = 40
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """A failed test on the shared cluster shows what its services logged above info (the cluster is gone when
+    CI prints the failure): a job that never reached the accounting, say, shows the projection's complaint."""
+    report: pytest.TestReport = yield
+    cluster = getattr(item, "funcargs", {}).get("local_cluster")
+    if report.when == "call" and report.failed and isinstance(cluster, LocalCluster):
+        report.sections.append(("cluster logs above info", cluster_warnings(cluster.state_dir / "logs")))
+    return report
+
+
+def cluster_warnings(logs: Path) -> str:
+    """The last ``LOG_LINES`` lines of each service's log that are not at level info or debug."""
+    quiet = ('"level": "info"', '"level": "debug"')
+    parts = []
+    for log in sorted(logs.glob("*.log")):
+        lines = [
+            line
+            for line in log.read_text(errors="replace").splitlines()
+            if not line.endswith("}") or not any(level in line for level in quiet)
+        ]
+        if lines:
+            parts.append(f"== {log.name}\n" + "\n".join(lines[-LOG_LINES:]))
+    return "\n".join(parts) or "(nothing above info)"
+
+
 @pytest.fixture(scope="session")
 def cli(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Cli:
     """The commands, pointed at the local cluster."""
