@@ -175,9 +175,16 @@ def main(argv: list[str]) -> int:
     pids: list[str] = []
     me = f"[{os.getpid()}, {procstat.start_ticks('self') or 0}]"
 
+    recorded = ""
+
     def record_pids() -> None:
+        nonlocal recorded
+        # Only when it changed: the check after the tasks started mostly finds what ``forked`` wrote, and a
+        # rewrite is a file created, written and renamed for every job.
         text = f'{{"stepd": {me}, "tasks": {{{", ".join(pids)}}}}}'
-        write_atomically(os.path.join(step_dir, PIDS_FILE), text)
+        if text != recorded:
+            write_atomically(os.path.join(step_dir, PIDS_FILE), text)
+            recorded = text
 
     def forked(pid: int) -> None:
         # recorded before its exec: an agent that gives up on a supervisor stuck starting this task (an

@@ -249,3 +249,29 @@ def test_a_task_runs_as_its_owner_with_their_groups_and_opens_its_output_files_a
         assert not (sdir.path / "2.out").exists()
     finally:
         shutil.rmtree(theirs)
+
+
+def test_a_one_task_step_writes_its_pids_once(sdir: StepDir) -> None:
+    """The pids are recorded when the task forks; the check after the tasks started finds them unchanged and
+    writes nothing (a rewrite is a file created and renamed for every job)."""
+    spec = StepSpec(user="u", key="k", job_id=1, attempt=0, step_id=0, tasks=[task(sdir, 0, "true")])
+    sdir.write_spec(spec)
+    # The supervisor as the agent starts it, its renames counted.
+    counting = (
+        "import atexit, os, runpy, sys\n"
+        "renames = []\n"
+        "replace = os.replace\n"
+        "os.replace = lambda src, dst: (renames.append(os.path.basename(dst)), replace(src, dst))[1]\n"
+        "atexit.register(lambda: print('renamed', *renames, file=sys.stderr))\n"
+        f"sys.argv = [{stepd.__file__!r}, {str(sdir.path)!r}]\n"
+        f"runpy.run_path({stepd.__file__!r}, run_name='__main__')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", counting], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["ok", "exit 0"]
+    renamed = proc.stderr.split("renamed", 1)[1].split()
+    assert renamed.count(stepd.PIDS_FILE) == 1, renamed
+    pids = sdir.pids()
+    assert pids is not None and set(pids.tasks) == {"0"}
