@@ -44,6 +44,8 @@ class Records:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.runs: dict[tuple[int, int], Record] = {}
+        # job -> its newest attempt here: asked for every order, so not a scan of every run the node had
+        self.latest: dict[int, int] = {}
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():
             for line in path.read_bytes().splitlines():
@@ -51,7 +53,7 @@ class Records:
                     rec = msgspec.json.decode(line, type=Record)
                 except msgspec.DecodeError:
                     continue  # a torn last line after a crash
-                self.runs[(rec.job_id, rec.attempt)] = rec
+                self._keep(rec)
 
     def get(self, job_id: int, attempt: int) -> Record | None:
         """The record of a run, if any."""
@@ -59,11 +61,11 @@ class Records:
 
     def latest_attempt(self, job_id: int) -> int:
         """The newest attempt of a job this node has seen (-1 if none)."""
-        return max((a for (j, a) in self.runs if j == job_id), default=-1)
+        return self.latest.get(job_id, -1)
 
     def put(self, rec: Record) -> None:
         """Record a fact durably (fsync) before acting on it."""
-        self.runs[(rec.job_id, rec.attempt)] = rec
+        self._keep(rec)
         with open(self.path, "ab") as fh:
             fh.write(msgspec.json.encode(rec) + b"\n")
             fh.flush()
@@ -74,6 +76,11 @@ class Records:
         rec = msgspec.structs.replace(self.runs[(job_id, attempt)], **changes)
         self.put(rec)
         return rec
+
+    def _keep(self, rec: Record) -> None:
+        self.runs[(rec.job_id, rec.attempt)] = rec
+        if rec.attempt > self.latest.get(rec.job_id, -1):
+            self.latest[rec.job_id] = rec.attempt
 
     def unfinished(self) -> list[Record]:
         """Runs that were launched and whose exit was never reported."""

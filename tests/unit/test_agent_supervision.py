@@ -156,6 +156,19 @@ def test_records_are_append_only_and_survive_a_torn_last_line(tmp_path: Path) ->
     assert [r.job_id for r in again.unfinished()] == [1, 2]
 
 
+def test_the_latest_attempt_is_the_highest_recorded_whatever_the_order(tmp_path: Path) -> None:
+    path = tmp_path / "runs.jsonl"
+    records = Records(path)
+    assert records.latest_attempt(7) == -1
+    records.put(Record(job_id=7, attempt=2))
+    records.put(Record(job_id=7, attempt=0))  # an older run's late fact
+    records.update(7, 0, exited=True)
+    records.put(Record(job_id=8, attempt=0))
+    assert (records.latest_attempt(7), records.latest_attempt(8), records.latest_attempt(9)) == (2, 0, -1)
+    again = Records(path)
+    assert (again.latest_attempt(7), again.latest_attempt(8)) == (2, 0)
+
+
 def test_old_record_lines_still_decode(tmp_path: Path) -> None:
     path = tmp_path / "runs.jsonl"
     path.write_bytes(b'{"job_id":3,"attempt":0,"pid":7,"exited":true}\n')
