@@ -243,7 +243,8 @@ class Bus:
     async def publish_order(self, subject: str, data: bytes, msg_id: str) -> int:
         """Put an order on a node's work subject; a republished order is deduplicated."""
         try:
-            ack = await self.js.publish(subject, data, headers={"Nats-Msg-Id": msg_id})
+            # pipelined: the orders of one cycle go out together (``Pipeline``)
+            ack = await self.pipeline.publish(subject, data, {"Nats-Msg-Id": msg_id})
         except (APIError, TimeoutError, *UNAVAILABLE) as exc:
             raise TransientError(f"order to {subject} failed: {exc!r}") from exc
         return int(ack.seq)

@@ -1,0 +1,146 @@
+"""A scheduling cycle's sends (a real nats-server, the scheduler's role): the orders of what the log already
+says go out before the cycle plans, and a cycle's decisions go out together, pipelined on one connection in
+their order, not one round trip after another."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.libs.config.cluster import parse_config
+from corral.libs.infra import NatsServer, roles
+from corral.libs.runtime.bus import Bus
+from corral.libs.runtime.credentials import Credentials
+from corral.libs.runtime.errors import AppendConflict
+from corral.libs.runtime.streams import connect, declare
+from corral.schemas import events as ev
+from corral.schemas import subjects
+from corral.services.scheduler import app
+from corral.services.scheduler.app import Scheduler
+
+pytestmark = pytest.mark.integration
+
+PASSWORDS = {roles.ADMIN: "admin-secret", roles.SCHEDULER: "scheduler-secret"}
+CONFIG = parse_config("""
+[[nodes]]
+names = "cy[1-3]"
+cpus = 16
+memory = "64G"
+gpus = 4
+
+[[partitions]]
+name = "batch"
+nodes = "cy[1-3]"
+default = true
+""")
+
+
+def spec(name: str) -> ev.JobSpec:
+    return ev.JobSpec(
+        name=name,
+        script="#!/bin/sh\ntrue\n",
+        workdir="/tmp",
+        gpus_per_node=1,
+        time_limit_s=600,
+        partition="batch",
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    users = [roles.service_user(role, password) for role, password in PASSWORDS.items()]
+    with NatsServer(Path(tmp_path_factory.mktemp("nats")), users) as nats_server:
+        yield nats_server
+
+
+@pytest.fixture
+async def buses(server: NatsServer) -> AsyncIterator[tuple[Bus, Bus]]:
+    """Fresh streams and three registered nodes; the scheduler's bus and the admin's."""
+    opened = []
+    for role in (roles.SCHEDULER, roles.ADMIN):
+        nc = await connect(Credentials(url=server.url, user=role, password=PASSWORDS[role]), name=f"t-{role}")
+        opened.append(Bus(nc, actor=role))
+    scheduler, admin = opened
+    for stream in (subjects.EVENTS_STREAM, subjects.WORK_STREAM, subjects.DLQ_STREAM):
+        with contextlib.suppress(Exception):
+            await admin.js.delete_stream(stream)
+    await declare(admin.js)
+    for i in (1, 2, 3):
+        await admin.append(
+            ev.NodeRegistered(node=f"cy{i}", cpus=16, mem_mb=65536, gpus=4, partitions=["batch"])
+        )
+    yield scheduler, admin
+    for bus in opened:
+        await bus.nc.close()
+
+
+def in_flight(bus: Bus) -> list[int]:
+    """Records, at each publish the scheduler's connection makes, how many of its appends and orders are
+    waiting for their acknowledgement (that one included)."""
+    seen: list[int] = []
+    publish = bus.nc.publish
+
+    async def counting(*args: Any, **kwargs: Any) -> None:
+        seen.append(len(bus.pipeline._waiting))
+        await publish(*args, **kwargs)
+
+    bus.nc.publish = counting  # type: ignore[method-assign]
+    return seen
+
+
+async def test_a_cycles_decisions_go_out_together_and_its_orders_before_the_next_plan(
+    buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus, admin = buses
+    for job_id in range(1, 13):  # twelve one-GPU jobs: the three nodes take them all at once
+        await admin.append(ev.JobSubmitted(job_id=job_id, user="alice", spec=spec(f"j{job_id}")))
+    live = Scheduler(bus, CONFIG)
+    await live.rebuild()
+    seen = in_flight(bus)
+    await live.cycle()
+    # Twelve allocations in flight at once: one write, one round trip (sent one by one, each would be alone).
+    assert max(seen) == 12, seen
+    # Once they came back, the next cycle puts their launch orders on the work stream before it plans.
+    sent_when_planning: list[int] = []
+    plan = app.plan_paused
+
+    def planning(*args: Any, **kwargs: Any) -> Any:
+        sent_when_planning.append(len(live.sent))
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(app, "plan_paused", planning)
+    async for entry in bus.read(live.state.last_seq + 1):
+        live.apply(entry)
+    assert sum(job.state == "RUNNING" for job in live.state.jobs.values()) == 12
+    seen.clear()
+    await live.cycle()
+    assert sent_when_planning == [12]
+    assert max(seen) == 12, seen
+    info = await admin.js.stream_info(subjects.WORK_STREAM)
+    assert info.state.messages == 12
+
+
+async def test_of_two_decisions_on_one_job_sent_together_the_first_wins(buses: tuple[Bus, Bus]) -> None:
+    bus, admin = buses
+    await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
+    live = Scheduler(bus, CONFIG)
+    await live.rebuild()
+    first = ev.JobReasonChanged(job_id=1, attempt=0, reason="Priority", epoch=live.epoch)
+    second = ev.JobReasonChanged(job_id=1, attempt=0, reason="Resources", epoch=live.epoch)
+    await app.every(live.publish(decision) for decision in (first, second))  # the second: superseded, logged
+    async for entry in bus.read(live.state.last_seq + 1):
+        live.apply(entry)
+    logged = live.state.jobs[1].logged_reason
+    assert logged is not None and logged.reason == "Priority"
+    # And a failure among sends is raised once they all ended.
+    with pytest.raises(AppendConflict):
+        await app.every([asyncio.sleep(0), _conflict()])
+
+
+async def _conflict() -> None:
+    raise AppendConflict("subject", 1)
