@@ -9,7 +9,9 @@ Cycle:
    The state keeps each job's spec without its script and environment; a launch order gets them back
    from the submission's log entry (recent ones are kept in memory for that);
 3. decide: when caught up (and every decision it published has come back), put the per-node orders the
-   state needs on the work stream (deterministic message ids), then ``plan()``;
+   state needs on the work stream (deterministic message ids), then ``plan()`` if an entry folded since the
+   last plan may change what it decides (``replans``: not a run starting, nor this leader's own start,
+   conclusion or reason coming back) or on a full pass;
 4. publish: append each decision with the job's last sequence as the expected subject sequence
    (a concurrent intent, e.g. a cancel, makes the append fail and the job is decided again) and the
    event that caused it (``causation.cause_of``), then append the pending reasons that changed
@@ -76,6 +78,10 @@ RECENT_SPECS = 4096
 FULL_PASS_S = 5.0
 #: The scheduler's dead letters (``corral.dlq.scheduler``): log entries its fold skipped.
 DEAD_LETTERS = "scheduler"
+#: Decisions whose effect the plan that made them counted already (a start takes its capacity, a conclusion
+#: frees it, a reason is what the plan said): one of this process's own, folded as it was decided, asks for no
+#: new plan. The others (holds, updates, requeues, ...) are planned again after, as every other entry is.
+PLANNED = (ev.JobAllocated, ev.JobCompleted, ev.JobReasonChanged)
 
 
 class Scheduler(QueryVerbs):
@@ -104,6 +110,9 @@ class Scheduler(QueryVerbs):
         self.outlook = planner.Plan()  # the latest cycle's reasons, priorities and planned starts
         self._standby_view: tuple[int, int, planner.Plan] | None = None  # (last_seq, second, plan) of view()
         self.inflight = 0  # highest sequence of a decision we appended
+        # An entry folded since the last plan may change what a plan decides (``replans``); a cycle without
+        # one only puts orders, unless it is a full pass.
+        self.replan = True
         self.sent: set[str] = set()  # message ids of orders put on the work stream by this process
         # Full specs (script, environment) of recent submissions by log sequence, for launch orders: the
         # state keeps slim specs. Older ones are read back from the log (one direct get per launch).
@@ -131,6 +140,7 @@ class Scheduler(QueryVerbs):
         ``report_poison``."""
         entry = slim_verdict(entry)
         if entry.envelope is None:
+            self.replan = True
             if skip(self.state, entry.seq, entry.subject).reason == "undecodable":
                 self.poison.append((entry, f"not a valid event for its subject: {entry.error}"))
             return
@@ -143,6 +153,8 @@ class Scheduler(QueryVerbs):
         outcome = apply(self.state, entry.seq, entry.envelope)
         if outcome.reason == "handler_failed":
             self.poisoned(entry, f"a fold handler failed: {outcome.error}")
+        if replans(body, outcome.applied, self.epoch):
+            self.replan = True
 
     def poisoned(self, entry: LogEntry, reason: str) -> None:
         """Keep an entry the fold skipped, for ``report_poison``."""
@@ -238,16 +250,18 @@ class Scheduler(QueryVerbs):
                 return
 
     # 3 + 4 -------------------------------------------------------------------------------------
-    async def cycle(self) -> None:
-        """Plan and publish; a failure is logged and the next cycle tries again."""
+    async def cycle(self, full: bool = False) -> None:
+        """Send the orders, then plan and publish if an entry folded since the last plan may change what it
+        decides, or if ``full`` (the periodic pass, a takeover); a failure is logged and the next cycle tries
+        again."""
         try:
-            await self._cycle()
+            await self._cycle(full)
         except TransientError as exc:
             self.log.warning("cycle interrupted, will retry", error=str(exc))
         except Exception:
             self.log.exception("cycle failed")
 
-    async def _cycle(self) -> None:
+    async def _cycle(self, full: bool) -> None:
         if self.lock.locked():
             return
         async with self.lock:
@@ -256,18 +270,31 @@ class Scheduler(QueryVerbs):
             # The orders of what the log already says first: an allocation that came back goes to its
             # node without waiting for this cycle's plan.
             await self.send_orders()
-            started = time.perf_counter()
-            began_ns = time.time_ns()
-            decided = plan_paused(self.state, time.time(), self.policy, self.epoch, self.capacity)
-            changes = reason_changes(self.state, decided.reasons, decided.details, self.epoch)
-            if decided.wake_at != self.outlook.wake_at:
-                self.rearm.set()
-            self.outlook = decided
-            with cycle_span(began_ns, decided, changes):
-                await every(self.publish(decision) for decision in decided.decisions)
-                await every(self.publish(change) for change in changes)
-            if self.metrics is not None:
-                self.metrics.cycled(self.state, decided, self.policy, time.perf_counter() - started)
+            if not (full or self.replan):
+                if self.metrics is not None:  # the queue and the GPUs as the folded decisions left them
+                    self.metrics.cycled(self.state, self.outlook, self.policy, None)
+                return
+            self.replan = False  # (entries folded while this cycle publishes set it again)
+            try:
+                await self._plan_and_publish()
+            except BaseException:
+                self.replan = True  # what it did not publish is decided again
+                raise
+
+    async def _plan_and_publish(self) -> None:
+        """Steps 3 and 4: plan, then append the decisions and the reasons that changed."""
+        started = time.perf_counter()
+        began_ns = time.time_ns()
+        decided = plan_paused(self.state, time.time(), self.policy, self.epoch, self.capacity)
+        changes = reason_changes(self.state, decided.reasons, decided.details, self.epoch)
+        if decided.wake_at != self.outlook.wake_at:
+            self.rearm.set()
+        self.outlook = decided
+        with cycle_span(began_ns, decided, changes):
+            await every(self.publish(decision) for decision in decided.decisions)
+            await every(self.publish(change) for change in changes)
+        if self.metrics is not None:
+            self.metrics.cycled(self.state, decided, self.policy, time.perf_counter() - started)
 
     async def publish(self, decision: Event) -> None:
         """Append one decision, conditional on the job not having changed since we saw it; none once the
@@ -300,6 +327,7 @@ class Scheduler(QueryVerbs):
             )
         except AppendConflict:
             self.log.info("decision superseded by a newer event", job_id=job_id, decision=tag)
+            self.replan = True  # the plan counted it: plan again
             return
         self.inflight = max(self.inflight, appended.seq)
         if (
@@ -384,7 +412,7 @@ class Scheduler(QueryVerbs):
                 await asyncio.wait_for(either(stop, self.rearm), self.next_pass_in())
             except TimeoutError:
                 if self.caught_up.is_set():
-                    await self.cycle()
+                    await self.cycle(full=True)
 
     def next_pass_in(self) -> float:
         """Seconds until the next full pass: FULL_PASS_S, or sooner when a begin time comes first."""
@@ -402,3 +430,12 @@ async def every(sends: Iterable[Awaitable[None]]) -> None:
     for outcome in await asyncio.gather(*sends, return_exceptions=True):
         if isinstance(outcome, BaseException):
             raise outcome
+
+
+def replans(body: Event, applied: bool, epoch: int) -> bool:
+    """Whether folding ``body`` may change what the next plan decides: not a ``RunStarted`` (it only ends
+    the need for the run's launch order, which the cycle's orders step reads), nor a decision of ``PLANNED``
+    that this epoch's leader made and the fold applied."""
+    if type(body) is ev.RunStarted:
+        return False
+    return not (applied and isinstance(body, PLANNED) and body.epoch == epoch)

@@ -106,9 +106,11 @@ class SchedulerMetrics:
             registry=registry,
         )
 
-    def cycled(self, state: State, outlook: Plan, policy: Policy, seconds: float) -> None:
-        """Record a cycle that took ``seconds`` and left ``state`` and ``outlook``."""
-        self.cycle_seconds.observe(seconds)
+    def cycled(self, state: State, outlook: Plan, policy: Policy, seconds: float | None) -> None:
+        """Record a cycle that took ``seconds`` (None: one that did not plan) and left ``state`` and
+        ``outlook``."""
+        if seconds is not None:
+            self.cycle_seconds.observe(seconds)
         self.pending.set(pending_samples(state, outlook, policy))
         self.gpus.set(gpu_samples(state))
         self.gpus_by_account.set(account_samples(state, policy))

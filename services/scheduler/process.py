@@ -63,6 +63,6 @@ async def plan_on_takeover(ctx: Context, scheduler: Scheduler) -> None:
         await either(ctx.stop, scheduler.leader.gained)
         if ctx.stop.is_set():
             return
-        await scheduler.cycle()
+        await scheduler.cycle(full=True)
         while scheduler.leader.gained.is_set() and not ctx.stop.is_set():
             await asyncio.sleep(lease_rules.poll_s(scheduler.leader.ttl_s))

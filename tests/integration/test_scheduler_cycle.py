@@ -1,6 +1,7 @@
 """A scheduling cycle's sends (a real nats-server, the scheduler's role): the orders of what the log already
-says go out before the cycle plans, and a cycle's decisions go out together, pipelined on one connection in
-their order, not one round trip after another."""
+says go out before the cycle plans, a cycle's decisions go out together, pipelined on one connection in their
+order, not one round trip after another, and a cycle after entries that cannot change a plan (its own
+decisions coming back, runs starting) only sends orders."""
 
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ def in_flight(bus: Bus) -> list[int]:
     return seen
 
 
-async def test_a_cycles_decisions_go_out_together_and_its_orders_before_the_next_plan(
+async def test_a_cycles_decisions_go_out_together_and_their_orders_without_a_plan(
     buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bus, admin = buses
@@ -105,7 +106,8 @@ async def test_a_cycles_decisions_go_out_together_and_its_orders_before_the_next
     await live.cycle()
     # Twelve allocations in flight at once: one write, one round trip (sent one by one, each would be alone).
     assert max(seen) == 12, seen
-    # Once they came back, the next cycle puts their launch orders on the work stream before it plans.
+    # Once they came back, the next cycle puts their launch orders on the work stream, and does not plan:
+    # the plan that made them counted them already.
     sent_when_planning: list[int] = []
     plan = app.plan_paused
 
@@ -114,15 +116,35 @@ async def test_a_cycles_decisions_go_out_together_and_its_orders_before_the_next
         return plan(*args, **kwargs)
 
     monkeypatch.setattr(app, "plan_paused", planning)
-    async for entry in bus.read(live.state.last_seq + 1):
-        live.apply(entry)
+    await fold_new(live, bus)
     assert sum(job.state == "RUNNING" for job in live.state.jobs.values()) == 12
     seen.clear()
     await live.cycle()
-    assert sent_when_planning == [12]
-    assert max(seen) == 12, seen
+    assert sent_when_planning == [] and len(live.sent) == 12
+    assert max(seen) == 12, seen  # the twelve orders: together too
     info = await admin.js.stream_info(subjects.WORK_STREAM)
     assert info.state.messages == 12
+    # The runs starting ask for no plan either; a submission does, and a full pass always plans.
+    for job_id in range(1, 13):
+        await admin.append(
+            ev.RunStarted(job_id=job_id, attempt=0, node=live.state.jobs[job_id].allocations[0].node, pid=1)
+        )
+    await fold_new(live, bus)
+    await live.cycle()
+    assert sent_when_planning == []
+    await live.cycle(full=True)
+    assert sent_when_planning == [12]
+    await admin.append(ev.JobSubmitted(job_id=13, user="alice", spec=spec("j13")))
+    await fold_new(live, bus)
+    await live.cycle()
+    assert sent_when_planning == [12, 12]
+    assert live.state.jobs[13].state == "PENDING"  # (its allocation is on its way back)
+
+
+async def fold_new(live: Scheduler, bus: Bus) -> None:
+    """Fold what the log has that the scheduler has not folded yet."""
+    async for entry in bus.read(live.state.last_seq + 1):
+        live.apply(entry)
 
 
 async def test_of_two_decisions_on_one_job_sent_together_the_first_wins(buses: tuple[Bus, Bus]) -> None:
@@ -133,8 +155,7 @@ async def test_of_two_decisions_on_one_job_sent_together_the_first_wins(buses: t
     first = ev.JobReasonChanged(job_id=1, attempt=0, reason="Priority", epoch=live.epoch)
     second = ev.JobReasonChanged(job_id=1, attempt=0, reason="Resources", epoch=live.epoch)
     await app.every(live.publish(decision) for decision in (first, second))  # the second: superseded, logged
-    async for entry in bus.read(live.state.last_seq + 1):
-        live.apply(entry)
+    await fold_new(live, bus)
     logged = live.state.jobs[1].logged_reason
     assert logged is not None and logged.reason == "Priority"
     # And a failure among sends is raised once they all ended.
