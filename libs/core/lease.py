@@ -73,6 +73,13 @@ def poll_s(ttl_s: float) -> float:
     return min(0.25, ttl_s / 12)
 
 
+def op_timeout_s(ttl_s: float) -> float:
+    """Seconds a read or write of a lease key may take before it is given up (and tried at the next poll): a
+    third of the lease, so that a request lost with a NATS server (its reply never comes) is sent again while
+    the lease still holds, not after the connection's default of 10 s, when it lapsed long ago."""
+    return ttl_s / 3
+
+
 def leading(now: float, renewed_at: float | None, ttl_s: float) -> bool:
     """True while a holder may decide: less than ``ttl_s`` after it sent its last successful write."""
     return renewed_at is not None and now < renewed_at + ttl_s

@@ -12,10 +12,14 @@ need, for any lease of the bucket ``subjects.LEADER_BUCKET``: the scheduler's le
 
 ``leading()`` is the lease rule's ``leading`` on this process's monotonic clock: a process paused past its
 lease counts itself out as soon as it runs again, before its next read tells it that it lost.
+
+Each read or write gives up after ``lease.op_timeout_s`` (a third of the lease), a ``TimeoutError`` like any
+other transient failure: a request lost with a NATS server is sent again at the next poll.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 import uuid
@@ -47,6 +51,7 @@ class KvLease:
         self.key: rules.Seen | None = None  # the lease key as last read
         self.renewed_at: float | None = None  # monotonic time we sent our last successful lease write
         self.epoch = 0  # the epoch of our lease
+        self.op_timeout_s = rules.op_timeout_s(ttl_s)  # a read or write is given up after this
         self._kv: KeyValue | None = None
 
     def leading(self) -> bool:
@@ -60,10 +65,10 @@ class KvLease:
 
     async def read(self) -> rules.Seen:
         """Read the lease key: its revision and value, and since when we see that revision."""
-        kv = await self.kv()
         now = time.monotonic()
         try:
-            entry = await kv.get(self.lease_key)
+            async with asyncio.timeout(self.op_timeout_s):
+                entry = await (await self.kv()).get(self.lease_key)
         except KeyNotFoundError as exc:
             # A deleted key still has a revision (its delete marker's): the takeover's CAS is on it.
             revision = getattr(getattr(exc, "entry", None), "revision", None) or 0
@@ -103,14 +108,14 @@ class KvLease:
 
     async def put(self, key: str, value: msgspec.Struct) -> None:
         """Write a presence key beside the lease (plain put: only its writer writes it)."""
-        kv = await self.kv()
-        await kv.put(key, msgspec.json.encode(value))
+        async with asyncio.timeout(self.op_timeout_s):
+            await (await self.kv()).put(key, msgspec.json.encode(value))
 
     async def delete(self, key: str) -> None:
         """Remove a presence key (a clean stop)."""
         with contextlib.suppress(*TRANSIENT):
-            kv = await self.kv()
-            await kv.delete(key)
+            async with asyncio.timeout(self.op_timeout_s):
+                await (await self.kv()).delete(key)
 
     async def entries(self, prefix: str) -> list[bytes]:
         """The values of the keys that start with ``prefix`` (presences), as they are now."""
@@ -126,12 +131,13 @@ class KvLease:
         return values
 
     async def _cas(self, revision: int, record: rules.Lease) -> int:
-        kv = await self.kv()
         data = msgspec.json.encode(record)
         try:
-            if revision == 0:
-                return await kv.create(self.lease_key, data)
-            return await kv.update(self.lease_key, data, last=revision)
+            async with asyncio.timeout(self.op_timeout_s):
+                kv = await self.kv()
+                if revision == 0:
+                    return await kv.create(self.lease_key, data)
+                return await kv.update(self.lease_key, data, last=revision)
         except KeyWrongLastSequenceError:
             raise
         except APIError as exc:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -45,7 +47,8 @@ async def schedulers(server: NatsServer) -> AsyncIterator[list[Client]]:
     clients = [await connect(creds, name=f"scheduler-{i}") for i in range(2)]
     yield clients
     for nc in clients:
-        await nc.drain()
+        # (one may still be reconnecting to a server a test killed and started again)
+        await (nc.drain() if nc.is_connected else nc.close())
 
 
 class Running:
@@ -121,3 +124,24 @@ async def test_two_takers_of_one_lapsed_lease_one_wins(schedulers: list[Client])
         await asyncio.sleep(0.01)
     for r in both:
         await r.stopped()
+
+
+async def test_a_read_or_write_whose_reply_does_not_come_is_given_up_after_a_third_of_the_lease(
+    server: NatsServer, schedulers: list[Client]
+) -> None:
+    # A JetStream request whose reply never comes (its stream's leader was on a NATS server that died: the
+    # chaos test's leader lost its lease waiting 10 s for one) must be given up while the lease still holds,
+    # to be sent again at the next poll. A stopped server (SIGSTOP) answers nothing, as that one.
+    leadership = Leadership(schedulers[0].jetstream(), "a", TTL, lambda: 0)
+    await leadership.read()  # (the bucket found)
+    pid = server.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for operation in (leadership.read, lambda: leadership.write(1)):
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await operation()
+            assert time.monotonic() - started < lease.op_timeout_s(TTL) + 0.2
+    finally:
+        os.kill(pid, signal.SIGCONT)
