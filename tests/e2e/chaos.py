@@ -61,7 +61,7 @@ TARGETS = [
     "postgres",
     "scheduler",
     "corral-nats-2",
-    "scheduler-2",
+    "leader",  # the scheduler leading then: the one that took over, unless the NATS server's loss moved it
     "pause:leader",
 ]
 #: Seconds a paused process stays stopped: well past the schedulers' lease (3 s).
@@ -126,11 +126,12 @@ class Chaos:
         return f"--metrics-port {urls[name].rsplit(':', 1)[1].split('/')[0]} "
 
     def kill(self, name: str) -> None:
-        """SIGKILL one process of the cluster and wait until corral up has it running again (``pause:NAME``:
-        stop it for ``PAUSE_S``, then let it go on)."""
+        """SIGKILL one process of the cluster (``leader``: the scheduler leading then) and wait until corral
+        up has it running again (``pause:NAME``: stop it for ``PAUSE_S``, then let it go on)."""
         if name.startswith("pause:"):
             self.pause(name.removeprefix("pause:"))
             return
+        target, name = name, self.leader() if name == "leader" else name
         leading = name.startswith("scheduler") and self.leader() == name
         mark = len(self.up.lines)
         started = time.monotonic()
@@ -140,7 +141,7 @@ class Chaos:
         rebuilt = self.rebuilds(name)
         os.kill(child_pid(self.up.proc.pid, self.needle(name)), signal.SIGKILL)
         self.up.wait_line(f"{name} is running again", timeout=120, after=mark)
-        self.figures.kills.append((name, time.monotonic() - started))
+        self.figures.kills.append((target, time.monotonic() - started))
         if name.startswith("scheduler"):
             self.wait_standby(name, rebuilt)
 
