@@ -113,7 +113,7 @@ class Scheduler(QueryVerbs):
         # An entry folded since the last plan may change what a plan decides (``replans``); a cycle without
         # one only puts orders, unless it is a full pass.
         self.replan = True
-        self.sent: set[str] = set()  # message ids of orders put on the work stream by this process
+        self.sent: set[str] = set()  # message ids of the needed orders this process put on the work stream
         # Full specs (script, environment) of recent submissions by log sequence, for launch orders: the
         # state keeps slim specs. Older ones are read back from the log (one direct get per launch).
         self.recent_specs: OrderedDict[int, ev.JobSpec] = OrderedDict()
@@ -360,10 +360,14 @@ class Scheduler(QueryVerbs):
 
     async def send_orders(self) -> None:
         """Put the orders the state needs that this process has not sent yet."""
+        needed = {api.order_msg_id(order): order for order in orders(self.state, self.policy)}
+        # The ids of orders the state no longer needs are forgotten: the set stays the size of the work in
+        # flight, not of every order this process ever sent. One needed again (a kill's id is one per run and
+        # node, whatever its reason) is sent again: the work stream's deduplication or the agent, which
+        # launches and kills a run once, drops it.
+        self.sent &= needed.keys()
         await every(
-            self._send_order(order, msg_id)
-            for order in orders(self.state, self.policy)
-            if (msg_id := api.order_msg_id(order)) not in self.sent
+            self._send_order(order, msg_id) for msg_id, order in needed.items() if msg_id not in self.sent
         )
 
     async def _send_order(self, order: api.Order, msg_id: str) -> None:
