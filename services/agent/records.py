@@ -3,12 +3,19 @@
 An append-only JSON-lines file in the agent's state directory; each line is the whole record of one
 (job, attempt) as of a fact (launch decided, supervisor started, warning signal sent, kill begun, exit
 reported); the last line of a run wins. Each line is fsynced before the agent acts on it, and a torn last
-line (a crash while writing) is skipped. It is read once at start: what the agent needs to re-adopt the
-runs whose supervisors outlived it (see runner.py).
+line (a crash while writing) is skipped (and ended, so the next line starts a line of its own). It is read
+once at start: what the agent needs to re-adopt the runs whose supervisors outlived it (see runner.py).
+
+Group commit: ``record`` and ``change``, the launch's and the reports' (four lines a job), write their line
+at once, in call order, and wait for an fsync in a worker thread that covers every line written before it
+started; the lines written while one runs share the next. The event loop goes on meanwhile (an fsync held it
+for 13% of its time at ~50 launches a second a node). ``put`` and ``update`` fsync in place, for the rare
+facts decided in synchronous code (a warning sent, a kill begun, an adoption).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -47,13 +54,19 @@ class Records:
         # job -> its newest attempt here: asked for every order, so not a scan of every run the node had
         self.latest: dict[int, int] = {}
         path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():
-            for line in path.read_bytes().splitlines():
-                try:
-                    rec = msgspec.json.decode(line, type=Record)
-                except msgspec.DecodeError:
-                    continue  # a torn last line after a crash
-                self._keep(rec)
+        data = path.read_bytes() if path.exists() else b""
+        for line in data.splitlines():
+            try:
+                rec = msgspec.json.decode(line, type=Record)
+            except msgspec.DecodeError:
+                continue  # a torn last line after a crash
+            self._keep(rec)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        if data and not data.endswith(b"\n"):
+            os.write(self._fd, b"\n")  # ends the torn line: the next record is a line of its own
+        self._written = 0  # lines written by this process
+        self._durable = 0  # of those, the ones an fsync has covered
+        self._syncing: asyncio.Future[None] | None = None  # the fsync running, if any
 
     def get(self, job_id: int, attempt: int) -> Record | None:
         """The record of a run, if any."""
@@ -64,18 +77,46 @@ class Records:
         return self.latest.get(job_id, -1)
 
     def put(self, rec: Record) -> None:
-        """Record a fact durably (fsync) before acting on it."""
-        self._keep(rec)
-        with open(self.path, "ab") as fh:
-            fh.write(msgspec.json.encode(rec) + b"\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        """Record a fact durably (fsync, in place) before acting on it."""
+        line = self._write(rec)
+        os.fsync(self._fd)
+        self._durable = max(self._durable, line)
 
     def update(self, job_id: int, attempt: int, **changes: object) -> Record:
-        """Record a change of a known run durably; returns the new record."""
+        """Record a change of a known run durably (fsync, in place); returns the new record."""
         rec = msgspec.structs.replace(self.runs[(job_id, attempt)], **changes)
         self.put(rec)
         return rec
+
+    async def record(self, rec: Record) -> None:
+        """Record a fact durably before acting on it: written now, fsynced with the lines written near it."""
+        line = self._write(rec)
+        while self._durable < line:
+            if self._syncing is None:
+                self._syncing = asyncio.ensure_future(self._sync())
+            await asyncio.shield(self._syncing)
+
+    async def change(self, job_id: int, attempt: int, **changes: object) -> Record:
+        """``update``, group-committed as ``record``; returns the new record."""
+        rec = msgspec.structs.replace(self.runs[(job_id, attempt)], **changes)
+        await self.record(rec)
+        return rec
+
+    def _write(self, rec: Record) -> int:
+        """Keep ``rec`` and append its line (one write: appends do not interleave); the line's number."""
+        self._keep(rec)
+        os.write(self._fd, msgspec.json.encode(rec) + b"\n")
+        self._written += 1
+        return self._written
+
+    async def _sync(self) -> None:
+        """One fsync, in a worker thread, covering every line written before it started."""
+        upto = self._written
+        try:
+            await asyncio.to_thread(os.fsync, self._fd)
+            self._durable = max(self._durable, upto)
+        finally:
+            self._syncing = None
 
     def _keep(self, rec: Record) -> None:
         self.runs[(rec.job_id, rec.attempt)] = rec

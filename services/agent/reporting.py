@@ -63,7 +63,7 @@ class Reporter:
             traceparent=self._traceparent(job_id, attempt),
             cause=self._cause(job_id, attempt),
         )
-        self.records.update(job_id, attempt, start_reported=True)
+        await self.records.change(job_id, attempt, start_reported=True)
         if self.metrics is not None:
             self.metrics.started()
 
@@ -89,8 +89,8 @@ class Reporter:
             cause=self._cause(job_id, attempt),
         )
         if self.records.get(job_id, attempt) is None:
-            self.records.put(Record(job_id=job_id, attempt=attempt))
-        self.records.update(job_id, attempt, exited=True)
+            await self.records.record(Record(job_id=job_id, attempt=attempt))
+        await self.records.change(job_id, attempt, exited=True)
         if self.metrics is not None:
             self.metrics.exited(body)
 

@@ -353,7 +353,7 @@ async def start(
         if failed is not None and why.startswith(taskstart.OUTPUT_ERROR):
             raise LaunchError(why)  # it names the file and what is wrong with it
         raise LaunchError(f"cannot execute the batch script: {why}" if failed else why or "no supervisor")
-    rec = records.update(
+    rec = await records.change(
         order.job_id,
         order.attempt,
         pid=pids.tasks["0"][0],

@@ -168,7 +168,7 @@ class Work:
                 order.job_id, order.attempt, runner.Outcome(1, 0, False, False), STALE_ATTEMPT
             )
             return
-        records.put(runner.launch_record(order, self.clock.now()))
+        await records.record(runner.launch_record(order, self.clock.now()))
         self.crash.reached("launch.recorded")
         with (
             telemetry.about_job(order.job_id, order.traceparent),

@@ -3,8 +3,11 @@ inventory and node drain."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import signal
+import time
 from pathlib import Path
 
 import msgspec
@@ -154,6 +157,37 @@ def test_records_are_append_only_and_survive_a_torn_last_line(tmp_path: Path) ->
     assert again.get(2, 1) == Record(job_id=2, attempt=1)
     assert again.latest_attempt(2) == 1
     assert [r.job_id for r in again.unfinished()] == [1, 2]
+
+
+def test_a_record_after_a_torn_line_is_a_line_of_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "runs.jsonl"
+    path.write_bytes(b'{"job_id":1,"attempt":0}\n{"job_id":2,"attempt":0,"pi')  # a crash mid-write
+    Records(path).put(Record(job_id=3, attempt=0))
+    again = Records(path)
+    assert again.get(1, 0) is not None and again.get(2, 0) is None and again.get(3, 0) is not None
+
+
+async def test_concurrent_records_share_fsyncs_and_keep_their_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "runs.jsonl"
+    records = Records(path)
+    fsyncs = []
+    fsync = os.fsync
+
+    def counted(fd: int) -> None:
+        fsyncs.append(fd)
+        time.sleep(0.01)  # a disk's fsync: the others' lines pile up meanwhile
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counted)
+    await asyncio.gather(*(records.record(Record(job_id=j, attempt=0)) for j in range(1, 21)))
+    assert 1 <= len(fsyncs) <= 3, fsyncs  # twenty lines, one fsync or a few: not twenty
+    lines = path.read_bytes().splitlines()
+    assert [msgspec.json.decode(line, type=Record).job_id for line in lines] == list(range(1, 21))
+    changed = await records.change(20, 0, exited=True)
+    assert changed.exited and Records(path).get(20, 0) == changed
+    assert records.latest_attempt(20) == 0
 
 
 def test_the_latest_attempt_is_the_highest_recorded_whatever_the_order(tmp_path: Path) -> None:
