@@ -52,6 +52,14 @@ class Record(msgspec.Struct, kw_only=True):
     cause_id: str = ""  # event id of the run's JobAllocated (from its order): the cause of its facts
 
 
+def run_key(name: str) -> tuple[int, int] | None:
+    """The (job, attempt) of a run's directory name, ``<job>.<attempt>``; None for any other name."""
+    job_text, _, attempt_text = name.partition(".")
+    if not (job_text.isdigit() and attempt_text.isdigit()):
+        return None
+    return int(job_text), int(attempt_text)
+
+
 class Records:
     """The record file of one node."""
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 from pathlib import Path
 
 from corral.schemas import api
 from corral.schemas.codec import DecodeError, decode, encode
 from corral.services.agent import confine, runner
-from corral.services.agent.records import Records
+from corral.services.agent.records import Records, run_key
 from corral.services.agent.supervisor import Supervisors
 
 #: The launch order of a run, kept in its directory (for steps).
@@ -64,6 +65,25 @@ class Runs:
                 if not folder.stat().st_mode & stat.S_IXOTH:
                     return folder
         return None
+
+    def remove_run_dir(self, job_id: int, attempt: int) -> None:
+        """Remove a run's directory once its exit is recorded as reported: nothing reads it after (its
+        supervisor's files were read, its steps ended), and it holds the job's script and environment
+        (``order.json``), which stay on no node after the job, as slurmd removes a job's spool directory."""
+        shutil.rmtree(self.run_dir(job_id, attempt), ignore_errors=True)
+
+    def sweep_run_dirs(self) -> None:
+        """At start: remove the directories of runs reported ended here (an agent that died between the
+        report and the removal); those of runs not reported are the adoption's."""
+        try:
+            names = os.listdir(self.jobs_dir())
+        except OSError:
+            return
+        for name in names:
+            key = run_key(name)
+            record = self.records.get(*key) if key is not None else None
+            if key is not None and record is not None and record.exited:
+                self.remove_run_dir(*key)
 
     def keep_order(self, order: api.LaunchOrder) -> None:
         """Keep the run's launch order in its directory (what steps need of the run later, even after an

@@ -34,7 +34,7 @@ from typing import Any
 
 from corral.services.agent.identity import JobUser
 from corral.services.agent.jobenv import SHARED_TMPDIR, NodeEnv
-from corral.services.agent.records import Records
+from corral.services.agent.records import Records, run_key
 
 #: The agent state's file naming its directory of run TMPDIRs (for ``stop_all``).
 MARKER = "tmpdir"
@@ -124,10 +124,9 @@ class RunTmp:
         except OSError:
             return
         for name in names:
-            job_text, _, attempt_text = name.partition(".")
-            if not (job_text.isdigit() and attempt_text.isdigit()):
+            if (key := run_key(name)) is None:
                 continue
-            job_id, attempt = int(job_text), int(attempt_text)
+            job_id, attempt = key
             record = self.records.get(job_id, attempt)
             if (record is not None and record.exited) or self.records.latest_attempt(job_id) > attempt:
                 self.remove(job_id, attempt)

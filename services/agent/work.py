@@ -105,6 +105,7 @@ class Work:
         # TMPDIRs of runs that ended here (an agent that died before removing one) go now.
         if self.tmp.root is not None:
             await asyncio.to_thread(self.tmp.sweep, self.runs.dir)
+        await asyncio.to_thread(self.runs.sweep_run_dirs)  # and the directories of runs reported ended
         unfinished = records.unfinished()
         # Cgroups of runs already reported (an agent that died while removing one) go now; those of runs
         # still running here, or that steps' tasks (which outlive the agent) joined, stay.
@@ -235,6 +236,7 @@ class Work:
         await asyncio.to_thread(confine.release, run_dir)
         await self._remove_tmp(order.job_id, order.attempt)
         await self.reporter.report_exit(order.job_id, order.attempt, runner.Outcome(1, 0, False, False), why)
+        await asyncio.to_thread(self.runs.remove_run_dir, order.job_id, order.attempt)
 
     def _supervise_in_background(self, run: runner.Run) -> None:
         self.runs.live[run.key] = run
@@ -306,6 +308,7 @@ class Work:
             outcome = dataclasses.replace(outcome, oom=True)
         self.log.info("run exited", job_id=job_id, exit_code=outcome.exit_code, signal=outcome.signal)
         await self.reporter.report_exit(job_id, attempt, outcome)
+        await asyncio.to_thread(self.runs.remove_run_dir, job_id, attempt)
 
     async def _remove_tmp(self, job_id: int, attempt: int) -> None:
         """Remove the run's TMPDIR here, if runs have one (in a thread: it may hold many files)."""

@@ -26,6 +26,7 @@ from corral.schemas.codec import encode
 from corral.services.agent import confine
 from corral.services.agent.crashpoints import CrashPoints
 from corral.services.agent.identity import Identities
+from corral.services.agent.records import Record
 from corral.services.agent.reporting import Reporter
 from corral.services.agent.runs import Runs
 from corral.services.agent.work import STALE_ATTEMPT, Work
@@ -183,6 +184,34 @@ async def test_an_output_file_that_cannot_be_opened_is_reported_naming_it(tmp_pa
     await batch.work.launch(launch_order(job_id=8, workdir=str(tmp_path), stdout="afile/%j.out"))
     (exit,) = batch.exits()
     assert exit.launch_error == f"cannot open output file {wanted}: {tmp_path / 'afile'} is not a directory"
+
+
+async def test_a_run_leaves_no_directory_once_its_exit_is_reported(tmp_path: Path) -> None:
+    batch = node(tmp_path, "gpu01")
+    batch.steps.gone.set()
+    await batch.work.launch(launch_order(job_id=11, workdir=str(tmp_path)))  # its srun is not found: exit 127
+    run_dir = batch.work.runs.run_dir(11, 0)
+    assert (run_dir / "order.json").exists()  # the job's script and environment, while it runs
+    for _ in range(500):
+        if batch.exits() and not run_dir.exists():
+            break
+        await asyncio.sleep(0.01)
+    assert [e.exit_code for e in batch.exits()] == [127]
+    assert not run_dir.exists()
+    # So does a launch that could not start.
+    await batch.work.launch(launch_order(job_id=12, workdir=str(tmp_path / "missing")))
+    assert not batch.work.runs.run_dir(12, 0).exists()
+
+
+def test_at_start_the_directories_of_runs_reported_ended_go_and_the_others_stay(tmp_path: Path) -> None:
+    runs = Runs(tmp_path, confine.RunCgroups(None, "test", cluster_config(nodes=1).node("gpu01"), None))
+    runs.records.put(Record(job_id=5, attempt=0, exited=True))  # an agent died before removing its dir
+    runs.records.put(Record(job_id=6, attempt=0))  # still running: the adoption reads its pids
+    for job_id in (5, 6, 7):  # 7: no record (a launch cut short before it)
+        (runs.make_run_dir(job_id, 0) / "pids").write_text("{}")
+    (runs.jobs_dir() / "notes").mkdir()
+    runs.sweep_run_dirs()
+    assert sorted(p.name for p in runs.jobs_dir().iterdir()) == ["6.0", "7.0", "notes"]
 
 
 def test_the_run_directories_are_traversable_and_a_closed_directory_above_them_is_named() -> None:
