@@ -113,6 +113,7 @@ class Scheduler(QueryVerbs):
         # An entry folded since the last plan may change what a plan decides (``replans``); a cycle without
         # one only puts orders, unless it is a full pass.
         self.replan = True
+        self.dependent: set[int] = set()  # jobs seen pending with a dependency (some may not be any more)
         self.sent: set[str] = set()  # message ids of the needed orders this process put on the work stream
         # Full specs (script, environment) of recent submissions by log sequence, for launch orders: the
         # state keeps slim specs. Older ones are read back from the log (one direct get per launch).
@@ -153,8 +154,21 @@ class Scheduler(QueryVerbs):
         outcome = apply(self.state, entry.seq, entry.envelope)
         if outcome.reason == "handler_failed":
             self.poisoned(entry, f"a fold handler failed: {outcome.error}")
-        if replans(body, outcome.applied, self.epoch):
+        job_id = getattr(body, "job_id", None)
+        if job_id is not None and (job := self.state.jobs.get(job_id)) is not None and job.spec.dependencies:
+            self.dependent.add(job_id)
+        if replans(body, outcome.applied, self.epoch) or self._dependencies_pending():
             self.replan = True
+
+    def _dependencies_pending(self) -> bool:
+        """Whether a pending job has a dependency (``afterok``, ``singleton`` ...): those are judged from the
+        folded state, not from the plan's own starts and ends, so a decision coming back may satisfy one."""
+        if self.dependent:
+            jobs = self.state.jobs
+            self.dependent = {
+                j for j in self.dependent if (job := jobs.get(j)) is not None and job.state == "PENDING"
+            }
+        return bool(self.dependent)
 
     def poisoned(self, entry: LogEntry, reason: str) -> None:
         """Keep an entry the fold skipped, for ``report_poison``."""
@@ -262,15 +276,23 @@ class Scheduler(QueryVerbs):
             self.log.exception("cycle failed")
 
     async def _cycle(self, full: bool) -> None:
+        if full:
+            self.replan = (
+                True  # a full pass that finds a cycle running, or decisions out, is the next cycle's
+            )
         if self.lock.locked():
             return
         async with self.lock:
             if self.inflight > self.state.last_seq or not self.leading():
                 return
             # The orders of what the log already says first: an allocation that came back goes to its
-            # node without waiting for this cycle's plan.
-            await self.send_orders()
-            if not (full or self.replan):
+            # node without waiting for this cycle's plan. One that cannot go now is sent by a later cycle;
+            # it holds back no plan.
+            try:
+                await self.send_orders()
+            except Exception as exc:
+                self.log.warning("orders not all sent, will retry", error=repr(exc))
+            if not self.replan:
                 if self.metrics is not None:  # the queue and the GPUs as the folded decisions left them
                     self.metrics.cycled(self.state, self.outlook, self.policy, None)
                 return
@@ -366,17 +388,27 @@ class Scheduler(QueryVerbs):
         # node, whatever its reason) is sent again: the work stream's deduplication or the agent, which
         # launches and kills a run once, drops it.
         self.sent &= needed.keys()
+        new = [(msg_id, order) for msg_id, order in needed.items() if msg_id not in self.sent]
+        # The launches' full specs first (some are read back from the log), so that the orders then go out
+        # in their order: a run's signal or kill never overtakes its launch.
+        ready = await asyncio.gather(*(self._with_spec(order) for _, order in new))
         await every(
-            self._send_order(order, msg_id) for msg_id, order in needed.items() if msg_id not in self.sent
+            self._put_order(order, msg_id)
+            for (msg_id, _), order in zip(new, ready, strict=True)
+            if order is not None
         )
 
-    async def _send_order(self, order: api.Order, msg_id: str) -> None:
-        if isinstance(order, api.LaunchOrder):
-            spec = await self.full_spec(order.job_id)
-            if spec is None:
-                await self.fail_launch(order)
-                return
-            order = msgspec.structs.replace(order, spec=spec)
+    async def _with_spec(self, order: api.Order) -> api.Order | None:
+        """``order``, a launch with its full spec; None for a launch that cannot have one (it fails)."""
+        if not isinstance(order, api.LaunchOrder):
+            return order
+        spec = await self.full_spec(order.job_id)
+        if spec is None:
+            await self.fail_launch(order)
+            return None
+        return msgspec.structs.replace(order, spec=spec)
+
+    async def _put_order(self, order: api.Order, msg_id: str) -> None:
         await self.bus.publish_order(subjects.work_subject(order.node), encode(order), msg_id)
         self.sent.add(msg_id)
 

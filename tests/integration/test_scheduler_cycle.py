@@ -11,13 +11,14 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from corral.libs.config.cluster import parse_config
 from corral.libs.infra import NatsServer, roles
 from corral.libs.runtime.bus import Bus
 from corral.libs.runtime.credentials import Credentials
-from corral.libs.runtime.errors import AppendConflict
+from corral.libs.runtime.errors import AppendConflict, TransientError
 from corral.libs.runtime.streams import connect, declare
 from corral.schemas import events as ev
 from corral.schemas import subjects
@@ -165,3 +166,63 @@ async def test_of_two_decisions_on_one_job_sent_together_the_first_wins(buses: t
 
 async def _conflict() -> None:
     raise AppendConflict("subject", 1)
+
+
+async def test_a_job_waiting_on_another_is_planned_when_that_ones_end_comes_back(
+    buses: tuple[Bus, Bus],
+) -> None:
+    # Dependencies are judged from the folded state, not from the plan's own ends: the conclusion coming
+    # back must be planned after, not left to the next full pass.
+    bus, admin = buses
+    waits = ev.Dependencies(items=[ev.Dependency(type="afterok", job_id=1)])
+    await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
+    await admin.append(
+        ev.JobSubmitted(job_id=2, user="alice", spec=msgspec.structs.replace(spec("j2"), dependencies=waits))
+    )
+    live = Scheduler(bus, CONFIG)
+    await live.rebuild()
+    await live.cycle()
+    await fold_new(live, bus)
+    assert (live.state.jobs[1].state, live.state.jobs[2].state) == ("RUNNING", "PENDING")
+    node = live.state.jobs[1].allocations[0].node
+    await admin.append(ev.RunStarted(job_id=1, attempt=0, node=node, pid=1))
+    await admin.append(ev.RunExited(job_id=1, attempt=0, node=node, exit_code=0))
+    await fold_new(live, bus)
+    await live.cycle()  # concludes job 1
+    await fold_new(live, bus)
+    assert live.state.jobs[1].state == "COMPLETED"
+    await live.cycle()  # its end came back: job 2 may start
+    await fold_new(live, bus)
+    assert live.state.jobs[2].state == "RUNNING"
+
+
+async def test_orders_that_cannot_go_hold_back_no_plan(
+    buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus, admin = buses
+    await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
+    live = Scheduler(bus, CONFIG)
+    await live.rebuild()
+    await live.cycle()
+    await fold_new(live, bus)
+
+    async def unreadable(job_id: int) -> ev.JobSpec:
+        raise TransientError("the log is away")
+
+    monkeypatch.setattr(live, "full_spec", unreadable)
+    await admin.append(ev.JobSubmitted(job_id=2, user="alice", spec=spec("j2")))
+    await fold_new(live, bus)
+    await live.cycle()  # job 1's launch order cannot go: job 2 is planned all the same
+    await fold_new(live, bus)
+    assert live.state.jobs[2].state == "RUNNING" and live.sent == set()
+
+
+async def test_a_full_pass_that_finds_a_cycle_running_is_the_next_cycles(buses: tuple[Bus, Bus]) -> None:
+    bus, _ = buses
+    live = Scheduler(bus, CONFIG)
+    await live.rebuild()
+    await live.cycle()
+    assert not live.replan
+    async with live.lock:
+        await live.cycle(full=True)  # finds the lock held: returns at once
+    assert live.replan  # the next cycle plans

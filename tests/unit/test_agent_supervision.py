@@ -168,6 +168,22 @@ def test_a_record_after_a_torn_line_is_a_line_of_its_own(tmp_path: Path) -> None
     assert again.get(1, 0) is not None and again.get(2, 0) is None and again.get(3, 0) is not None
 
 
+def test_a_short_write_is_finished_before_the_record_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "runs.jsonl"
+    records = Records(path)
+    write = os.write
+
+    def short(fd: int, data: bytes) -> int:  # a nearly full disk takes half of what it is given
+        return write(fd, bytes(data[: max(1, len(data) // 2)]))
+
+    monkeypatch.setattr(os, "write", short)
+    records.put(Record(job_id=4, attempt=0, pid=77))
+    monkeypatch.undo()
+    assert Records(path).get(4, 0) == Record(job_id=4, attempt=0, pid=77)
+
+
 async def test_concurrent_records_share_fsyncs_and_keep_their_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
