@@ -26,7 +26,7 @@ import uuid
 
 import msgspec
 import nats
-from nats.js import JetStreamContext
+from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
@@ -118,16 +118,37 @@ class KvLease:
                 await (await self.kv()).delete(key)
 
     async def entries(self, prefix: str) -> list[bytes]:
-        """The values of the keys that start with ``prefix`` (presences), as they are now."""
-        kv = await self.kv()
+        """The values of the keys under ``prefix`` (presences; it ends with ``.``), as they are now.
+
+        One ephemeral pull consumer of the bucket's stream (the last entry of each key under the prefix, in
+        memory, no acks), deleted at the end. Not nats-py's ``KeyValue.keys``: it left a consumer behind on
+        every call, for the server to drop minutes later, and an accounting holder asks four times a second;
+        past a few hundred the server refused them, and the holder lost its partition's lease for ~40 s every
+        5 minutes (sacct stood still meanwhile)."""
+        stream = f"KV_{subjects.LEADER_BUCKET}"
+        config = api.ConsumerConfig(
+            filter_subject=f"$KV.{subjects.LEADER_BUCKET}.{prefix}>",
+            deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+            ack_policy=api.AckPolicy.NONE,
+            mem_storage=True,
+            num_replicas=1,
+            inactive_threshold=5.0,  # (deleted at the end; this only bounds one a dead process left)
+        )
         values: list[bytes] = []
-        with contextlib.suppress(nats.js.errors.NoKeysError):
-            for name in await kv.keys():
-                if not name.startswith(prefix):
-                    continue
-                with contextlib.suppress(KeyNotFoundError):
-                    entry = await kv.get(name)
-                    values.append(entry.value or b"")
+        async with asyncio.timeout(self.op_timeout_s):
+            info = await self.js.add_consumer(stream, config)
+            try:
+                psub = await self.js.pull_subscribe_bind(consumer=info.name, stream=stream)
+                remaining = int(info.num_pending or 0)
+                while remaining > 0:
+                    for msg in await psub.fetch(min(remaining, 256), timeout=self.op_timeout_s):
+                        remaining -= 1
+                        if (msg.headers or {}).get("KV-Operation") not in ("DEL", "PURGE"):
+                            values.append(msg.data or b"")
+                await psub.unsubscribe()
+            finally:
+                with contextlib.suppress(*TRANSIENT):
+                    await self.js.delete_consumer(stream, info.name)
         return values
 
     async def _cas(self, revision: int, record: rules.Lease) -> int:

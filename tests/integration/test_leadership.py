@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import time
@@ -19,6 +20,7 @@ from corral.libs.core import lease
 from corral.libs.infra import NatsServer, roles
 from corral.libs.runtime.credentials import Credentials
 from corral.libs.runtime.streams import connect, declare
+from corral.schemas import subjects
 from corral.services.scheduler.leadership import Leadership
 
 pytestmark = pytest.mark.integration
@@ -145,3 +147,18 @@ async def test_a_read_or_write_whose_reply_does_not_come_is_given_up_after_a_thi
             assert time.monotonic() - started < lease.op_timeout_s(TTL) + 0.2
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+async def test_reading_the_presences_often_leaves_no_consumer_behind(schedulers: list[Client]) -> None:
+    # An accounting holder reads them four times a second: what each read makes must go with it (nats-py's
+    # KeyValue.keys left a consumer per call; past a few hundred the server refused them).
+    a = Leadership(schedulers[0].jetstream(), "a", TTL, lambda: 0)
+    b = Leadership(schedulers[1].jetstream(), "b", TTL, lambda: 0)
+    await a.beat()
+    await b.beat()
+    await b.release()  # its presence deleted: a delete marker is no presence
+    for _ in range(600):
+        values = await a.entries("member.")
+    assert [json.loads(value)["name"] for value in values] == ["a"]
+    info = await schedulers[0].jetstream().stream_info(f"KV_{subjects.LEADER_BUCKET}")
+    assert info.state.consumer_count == 0
