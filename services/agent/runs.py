@@ -79,10 +79,9 @@ class Runs:
             names = os.listdir(self.jobs_dir())
         except OSError:
             return
-        for name in names:
-            key = run_key(name)
-            record = self.records.get(*key) if key is not None else None
-            if key is not None and record is not None and record.exited:
+        for key in filter(None, map(run_key, names)):
+            record = self.records.get(*key)
+            if record is not None and record.exited:
                 self.remove_run_dir(*key)
 
     def keep_order(self, order: api.LaunchOrder) -> None:

@@ -16,7 +16,7 @@ Cycle:
    (a concurrent intent, e.g. a cancel, makes the append fail and the job is decided again) and the
    event that caused it (``causation.cause_of``), then append the pending reasons that changed
    (``reason_log.reason_changes``: ``JobReasonChanged``, the same way). The orders, the decisions and the
-   reasons each go together, pipelined on one connection in their order (``every``);
+   reasons each go together, pipelined on one connection in their order (``sending.py``);
 5. the decisions count only when they come back through the log (step 2).
 
 After each cycle its duration, the queue and the GPUs go to the metrics (``metrics.py``); a job's first
@@ -43,27 +43,20 @@ import asyncio
 import dataclasses
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Iterable
-
-import msgspec
 
 from corral.libs.config.cluster import ClusterConfig
 from corral.libs.config.policy import policy_of, usage_policy_of
 from corral.libs.core import plan as planner
 from corral.libs.core.capacity import CapacityCache
-from corral.libs.core.causation import cause_of
 from corral.libs.core.fold import apply, skip
-from corral.libs.core.orders import orders
 from corral.libs.core.reason_log import reason_changes
 from corral.libs.core.state import State
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.bus import Bus, LogEntry
-from corral.libs.runtime.errors import AppendConflict, TransientError
+from corral.libs.runtime.errors import TransientError
 from corral.libs.runtime.log_reader import BulkReader, BulkReadError
 from corral.libs.runtime.service import either
-from corral.schemas import api, subjects
 from corral.schemas import events as ev
-from corral.schemas.codec import encode
 from corral.schemas.events import Event
 from corral.services.scheduler import snapshot
 from corral.services.scheduler.leadership import Leadership
@@ -71,6 +64,7 @@ from corral.services.scheduler.metrics import SchedulerMetrics
 from corral.services.scheduler.planning import cycle_span, gc_paused, plan_paused
 from corral.services.scheduler.queries import QueryVerbs
 from corral.services.scheduler.replay import replay, slim_verdict
+from corral.services.scheduler.sending import Sending, every
 
 #: Full specs of this many recent submissions are kept for their launch orders.
 RECENT_SPECS = 4096
@@ -84,7 +78,7 @@ DEAD_LETTERS = "scheduler"
 PLANNED = (ev.JobAllocated, ev.JobCompleted, ev.JobReasonChanged)
 
 
-class Scheduler(QueryVerbs):
+class Scheduler(QueryVerbs, Sending):
     """One scheduler process: the leader, or a standby that folds the log and decides nothing (``leader``)."""
 
     def __init__(
@@ -318,128 +312,6 @@ class Scheduler(QueryVerbs):
         if self.metrics is not None:
             self.metrics.cycled(self.state, decided, self.policy, time.perf_counter() - started)
 
-    async def publish(self, decision: Event) -> None:
-        """Append one decision, conditional on the job not having changed since we saw it; none once the
-        lease is lost (a pause mid-cycle): the fold fences what still gets through by its epoch."""
-        assert not isinstance(decision, ev.NodeEvent)
-        if not self.leading():
-            raise TransientError("not the leader any more")
-        if isinstance(decision, ev.RESERVATION_EVENTS):
-            await self.publish_reservation(decision)
-            return
-        job_id = decision.job_id
-        job = self.state.jobs[job_id]
-        with telemetry.about_job(job_id, job.traceparent):
-            await self._append_decision(decision, job_id)
-
-    async def _append_decision(self, decision: Event, job_id: int) -> None:
-        job = self.state.jobs[job_id]
-        tag = type(decision).__struct_config__.tag
-        try:
-            appended = await self.bus.append(
-                decision,
-                # The epoch too: a deposed leader's (fenced) decision must not make its successor's
-                # identical one look like a retry of it.
-                msg_id=f"{job_id}:{tag}:{job.last_seq}:{self.epoch}",
-                expect_last_seq=job.last_seq,
-                expect_subject=subjects.job_events(job_id),
-                correlation_id=str(job_id),
-                traceparent=job.traceparent,
-                causation_id=cause_of(self.state, decision),
-            )
-        except AppendConflict:
-            self.log.info("decision superseded by a newer event", job_id=job_id, decision=tag)
-            self.replan = True  # the plan counted it: plan again
-            return
-        self.inflight = max(self.inflight, appended.seq)
-        if (
-            self.metrics is not None
-            and isinstance(decision, ev.JobAllocated)
-            and decision.attempt == 0
-            and not appended.duplicate
-        ):
-            # A job's first allocation: its wait since submission (a requeued run's is not counted again).
-            self.metrics.allocated(decision.partition, appended.envelope.meta.occurred_at - job.submit_time)
-
-    async def publish_reservation(self, decision: ev.ReservationEvent) -> None:
-        """Append a reservation decision, conditional on no newer request for that name."""
-        name = decision.name
-        last = self.state.resv_seqs.get(name, 0)
-        tag = type(decision).__struct_config__.tag
-        try:
-            appended = await self.bus.append(
-                decision,
-                msg_id=f"resv:{name}:{tag}:{last}:{self.epoch}",
-                expect_last_seq=last,
-                expect_subject=subjects.resv_events(name),
-                correlation_id=name,
-                causation_id=cause_of(self.state, decision),
-            )
-        except AppendConflict:
-            self.log.info("reservation decision superseded", reservation=name, decision=tag)
-            return
-        self.inflight = max(self.inflight, appended.seq)
-
-    async def send_orders(self) -> None:
-        """Put the orders the state needs that this process has not sent yet."""
-        needed = {api.order_msg_id(order): order for order in orders(self.state, self.policy)}
-        # The ids of orders the state no longer needs are forgotten: the set stays the size of the work in
-        # flight, not of every order this process ever sent. One needed again (a kill's id is one per run and
-        # node, whatever its reason) is sent again: the work stream's deduplication or the agent, which
-        # launches and kills a run once, drops it.
-        self.sent &= needed.keys()
-        new = [(msg_id, order) for msg_id, order in needed.items() if msg_id not in self.sent]
-        # The launches' full specs first (some are read back from the log), so that the orders then go out
-        # in their order: a run's signal or kill never overtakes its launch.
-        ready = await asyncio.gather(*(self._with_spec(order) for _, order in new))
-        await every(
-            self._put_order(order, msg_id)
-            for (msg_id, _), order in zip(new, ready, strict=True)
-            if order is not None
-        )
-
-    async def _with_spec(self, order: api.Order) -> api.Order | None:
-        """``order``, a launch with its full spec; None for a launch that cannot have one (it fails)."""
-        if not isinstance(order, api.LaunchOrder):
-            return order
-        spec = await self.full_spec(order.job_id)
-        if spec is None:
-            await self.fail_launch(order)
-            return None
-        return msgspec.structs.replace(order, spec=spec)
-
-    async def _put_order(self, order: api.Order, msg_id: str) -> None:
-        await self.bus.publish_order(subjects.work_subject(order.node), encode(order), msg_id)
-        self.sent.add(msg_id)
-
-    async def full_spec(self, job_id: int) -> ev.JobSpec | None:
-        """The job's spec as submitted, script and environment included (from its log entry); None if that
-        entry's script or environment does not decode (the slim decoder accepted it: ``replay.py``)."""
-        seq = self.state.jobs[job_id].submit_seq
-        spec = self.recent_specs.get(seq)  # (kept: every task of an array shares its submission)
-        if spec is not None:
-            return spec
-        entry = await self.bus.entry(seq)
-        if entry.envelope is None and slim_verdict(entry).envelope is not None:
-            return None
-        if entry.envelope is None or not isinstance(entry.envelope.body, ev.JobSubmitted):
-            raise TransientError(f"job {job_id}: the log entry {seq} is not its submission")
-        return entry.envelope.body.spec
-
-    async def fail_launch(self, order: api.LaunchOrder) -> None:
-        """End a job whose submission has no script or environment to launch with (LaunchFailed), as a
-        launch error on its node would."""
-        message = "its submission's script or environment does not decode"
-        self.log.error("job cannot be launched", job_id=order.job_id, reason=message)
-        failed = ev.JobFailed(
-            job_id=order.job_id,
-            attempt=order.attempt,
-            reason="LaunchFailed",
-            message=message,
-            epoch=self.epoch,
-        )
-        await self.publish(failed)
-
     async def ticker(self, stop: asyncio.Event) -> None:
         """A full pass every FULL_PASS_S even when no event arrives, and at the next begin time."""
         while not stop.is_set():
@@ -457,15 +329,6 @@ class Scheduler(QueryVerbs):
             return FULL_PASS_S
         # A hair after the begin time, so that the pass sees it as come.
         return min(FULL_PASS_S, max(wake - time.time(), 0.0) + 0.01)
-
-
-async def every(sends: Iterable[Awaitable[None]]) -> None:
-    """Await ``sends`` together, then raise the first one's failure, if any. They are started in their order,
-    and each publishes before it first waits, so one connection carries them to the server in that order
-    (one write and one round trip for all: ``Pipeline``): of two decisions on one job the first still wins."""
-    for outcome in await asyncio.gather(*sends, return_exceptions=True):
-        if isinstance(outcome, BaseException):
-            raise outcome
 
 
 def replans(body: Event, applied: bool, epoch: int) -> bool:

@@ -181,7 +181,12 @@ async def buses(server: NatsServer) -> AsyncIterator[tuple[Bus, Bus]]:
         nc = await connect(Credentials(url=server.url, user=role, password=PASSWORDS[role]), name=f"t-{role}")
         opened.append(Bus(nc, actor=role))
     scheduler, admin = opened
-    for stream in (subjects.EVENTS_STREAM, subjects.DLQ_STREAM, f"OBJ_{subjects.SNAPSHOT_BUCKET}"):
+    for stream in (
+        subjects.EVENTS_STREAM,
+        subjects.WORK_STREAM,
+        subjects.DLQ_STREAM,
+        f"OBJ_{subjects.SNAPSHOT_BUCKET}",
+    ):
         with contextlib.suppress(Exception):
             await admin.js.delete_stream(stream)
     await declare(admin.js)

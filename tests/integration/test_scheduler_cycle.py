@@ -6,28 +6,25 @@ decisions coming back, runs starting) only sends orders."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+from test_rebuild_paths import buses, server
 
 from corral.libs.config.cluster import parse_config
-from corral.libs.infra import NatsServer, roles
 from corral.libs.runtime.bus import Bus
-from corral.libs.runtime.credentials import Credentials
 from corral.libs.runtime.errors import AppendConflict, TransientError
-from corral.libs.runtime.streams import connect, declare
 from corral.schemas import events as ev
 from corral.schemas import subjects
-from corral.services.scheduler import app
+from corral.services.scheduler import app, sending
 from corral.services.scheduler.app import Scheduler
 
 pytestmark = pytest.mark.integration
 
-PASSWORDS = {roles.ADMIN: "admin-secret", roles.SCHEDULER: "scheduler-secret"}
+# the fixtures this module uses from test_rebuild_paths: fresh streams, the scheduler's bus and the admin's
+__all__ = ["buses", "server"]
+
 CONFIG = parse_config("""
 [[nodes]]
 names = "cy[1-3]"
@@ -53,32 +50,12 @@ def spec(name: str) -> ev.JobSpec:
     )
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    users = [roles.service_user(role, password) for role, password in PASSWORDS.items()]
-    with NatsServer(Path(tmp_path_factory.mktemp("nats")), users) as nats_server:
-        yield nats_server
-
-
-@pytest.fixture
-async def buses(server: NatsServer) -> AsyncIterator[tuple[Bus, Bus]]:
-    """Fresh streams and three registered nodes; the scheduler's bus and the admin's."""
-    opened = []
-    for role in (roles.SCHEDULER, roles.ADMIN):
-        nc = await connect(Credentials(url=server.url, user=role, password=PASSWORDS[role]), name=f"t-{role}")
-        opened.append(Bus(nc, actor=role))
-    scheduler, admin = opened
-    for stream in (subjects.EVENTS_STREAM, subjects.WORK_STREAM, subjects.DLQ_STREAM):
-        with contextlib.suppress(Exception):
-            await admin.js.delete_stream(stream)
-    await declare(admin.js)
+async def registered(admin: Bus) -> None:
+    """The three nodes, as their agents register them."""
     for i in (1, 2, 3):
         await admin.append(
             ev.NodeRegistered(node=f"cy{i}", cpus=16, mem_mb=65536, gpus=4, partitions=["batch"])
         )
-    yield scheduler, admin
-    for bus in opened:
-        await bus.nc.close()
 
 
 def in_flight(bus: Bus) -> list[int]:
@@ -99,6 +76,7 @@ async def test_a_cycles_decisions_go_out_together_and_their_orders_without_a_pla
     buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bus, admin = buses
+    await registered(admin)
     for job_id in range(1, 13):  # twelve one-GPU jobs: the three nodes take them all at once
         await admin.append(ev.JobSubmitted(job_id=job_id, user="alice", spec=spec(f"j{job_id}")))
     live = Scheduler(bus, CONFIG)
@@ -150,18 +128,21 @@ async def fold_new(live: Scheduler, bus: Bus) -> None:
 
 async def test_of_two_decisions_on_one_job_sent_together_the_first_wins(buses: tuple[Bus, Bus]) -> None:
     bus, admin = buses
+    await registered(admin)
     await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
     live = Scheduler(bus, CONFIG)
     await live.rebuild()
     first = ev.JobReasonChanged(job_id=1, attempt=0, reason="Priority", epoch=live.epoch)
     second = ev.JobReasonChanged(job_id=1, attempt=0, reason="Resources", epoch=live.epoch)
-    await app.every(live.publish(decision) for decision in (first, second))  # the second: superseded, logged
+    await sending.every(
+        live.publish(decision) for decision in (first, second)
+    )  # the second: superseded, logged
     await fold_new(live, bus)
     logged = live.state.jobs[1].logged_reason
     assert logged is not None and logged.reason == "Priority"
     # And a failure among sends is raised once they all ended.
     with pytest.raises(AppendConflict):
-        await app.every([asyncio.sleep(0), _conflict()])
+        await sending.every([asyncio.sleep(0), _conflict()])
 
 
 async def _conflict() -> None:
@@ -174,6 +155,7 @@ async def test_a_job_waiting_on_another_is_planned_when_that_ones_end_comes_back
     # Dependencies are judged from the folded state, not from the plan's own ends: the conclusion coming
     # back must be planned after, not left to the next full pass.
     bus, admin = buses
+    await registered(admin)
     waits = ev.Dependencies(items=[ev.Dependency(type="afterok", job_id=1)])
     await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
     await admin.append(
@@ -200,6 +182,7 @@ async def test_orders_that_cannot_go_hold_back_no_plan(
     buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bus, admin = buses
+    await registered(admin)
     await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
     live = Scheduler(bus, CONFIG)
     await live.rebuild()
@@ -218,7 +201,8 @@ async def test_orders_that_cannot_go_hold_back_no_plan(
 
 
 async def test_a_full_pass_that_finds_a_cycle_running_is_the_next_cycles(buses: tuple[Bus, Bus]) -> None:
-    bus, _ = buses
+    bus, admin = buses
+    await registered(admin)
     live = Scheduler(bus, CONFIG)
     await live.rebuild()
     await live.cycle()
