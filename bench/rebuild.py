@@ -1,6 +1,6 @@
 """Benchmark: rebuilding the scheduler's state from 1,000,000 log entries, with and without a snapshot.
 
-    python bench/rebuild.py [--small] [--before DIR] [--profile] [--child-timeout 600]
+    python bench/rebuild.py [--small] [--before DIR] [--rounds N] [--profile] [--child-timeout 600]
 
 The log is 10,000 node registrations and 990,000 submissions of jobs that stay pending
 (``--small``: 1,000 + 99,000), built by ``backfill_pass.py``'s builders (a ~350-byte script and a
@@ -18,7 +18,8 @@ times. Steps, each measured on its own:
     checkout of the code before, e.g. ``git archive main | tar -x -C DIR``) every start runs twice, the
     before's (its services import Corral from DIR) right before the after's, on the same log and server
     (each format keeps its own snapshot name). A start that runs past ``--child-timeout`` is stopped and
-    reported as such.
+    reported as such. ``--rounds N`` starts each kind N times, the before's and the after's in alternating
+    order (on this project's VM the first of two fresh processes paid up to 1.5 s more kernel time).
 
 Issue targets: rebuild from 1,000,000 events <= 10 s from the log, <= 1 s from a snapshot; scheduler RSS
 with 1,000,000 pending jobs <= 2 GiB. ``--profile`` profiles the rebuild from the log (cProfile, top
@@ -250,10 +251,12 @@ def server_steps(
         rows.append(("(c) append to the log", wall, f"{n / wall:,.0f}/s", -1, f"publish_async; {load()}"))
         store = sum(f.stat().st_size for f in (tmp / "nats").rglob("*") if f.is_file())
         rows += asyncio.run(read_steps(creds, n, server.pid))
-        for mode in ("log", "snapshot-parts", "snapshot"):
-            # The after's first save deletes the snapshots of older formats: it saves first.
-            for label, checkout in reversed(runs) if mode == "log" else runs:
-                print(f"  child {mode} ({label})", file=sys.stderr, flush=True)
+        for mode, r in ((m, r) for m in ("log", "snapshot-parts", "snapshot") for r in range(args.rounds)):
+            # The after's first save deletes the snapshots of older formats: it saves first. Later rounds
+            # alternate the order: on this VM the first of two fresh processes pays more kernel time.
+            first = reversed(runs) if mode == "log" else runs
+            for label, checkout in reversed(list(first)) if r % 2 else first:
+                print(f"  child {mode} ({label}, round {r + 1})", file=sys.stderr, flush=True)
                 cpu = server_cpu(server.pid)
                 res = run_child(
                     mode,
@@ -266,6 +269,7 @@ def server_steps(
                 )
                 cpu = server_cpu(server.pid) - cpu
                 step = f"(c) {label}: rebuild from the {mode}"
+                step += f" (round {r + 1})" if args.rounds > 1 else ""
                 if "error" in res:
                     rows.append((step, -1, "stopped", -1, res["error"].replace("\n", " ")[-300:]))
                     continue
@@ -304,6 +308,9 @@ def main() -> int:
     parser.add_argument("--small", action="store_true", help="100,000 events (1,000 nodes)")
     parser.add_argument("--before", help="a checkout of the code before, to start schedulers from as well")
     parser.add_argument("--profile", action="store_true", help="profile the rebuild from the log")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="starts of each kind, before and after in alternating order"
+    )
     parser.add_argument(
         "--child-timeout", type=float, default=600.0, help="seconds before a scheduler start is stopped"
     )

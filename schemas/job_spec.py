@@ -4,7 +4,8 @@ the warning signal). Carried by ``JobSubmitted`` and the API's ``SubmitRequest``
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Literal, NoReturn
 
 import msgspec
 
@@ -98,6 +99,24 @@ class WarnSignal(msgspec.Struct, frozen=True, kw_only=True):
     batch_only: bool = False  # B: only the batch shell gets it; else the tasks of the job's steps
 
 
+class _ReadOnlyDict(dict[str, str]):
+    """A dict that refuses changes: one instance can be the default of every struct (msgspec copies a ``{}``
+    default into each instance, and cannot encode a ``MappingProxyType``)."""
+
+    __slots__ = ()
+
+    def _read_only(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("this mapping is read-only (a shared default): build a new dict instead")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _read_only
+
+
+#: The default of ``JobSpec.environment``: one read-only empty mapping shared by every spec without one. With
+#: ``()`` as the list fields' default, a spec that has none of them allocates nothing for them: the scheduler
+#: keeps a million slim specs, whose environment is never decoded (``bench/rebuild.py``).
+NO_ENVIRONMENT: Mapping[str, str] = _ReadOnlyDict()
+
+
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What a user asked for: everything needed to schedule and launch a batch job.
 
@@ -108,9 +127,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     # The full text (the gateway requires #! first; not a pattern here: the scheduler's state and snapshots
     # keep the spec without its script, ``fold.slim_spec``, and decode it with this Struct).
     script: Annotated[str, msgspec.Meta(max_length=MAX_SCRIPT_BYTES)]
-    argv: Annotated[list[str], msgspec.Meta(max_length=MAX_ARGS)] = []  # arguments passed to the script
+    argv: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_ARGS)] = ()  # arguments passed to the script
     workdir: Annotated[str, msgspec.Meta(pattern="^/")]  # absolute submit directory; the script runs here
-    environment: dict[str, str] = {}  # the submitter's environment to export (--export=ALL)
+    environment: Mapping[str, str] = NO_ENVIRONMENT  # the submitter's environment to export (--export=ALL)
     stdout: str | None = None  # -o pattern (%j %x %u %N ...); None = slurm-%j.out in workdir
     stderr: str | None = None  # -e pattern; None = merged into stdout
     open_mode: OpenMode = "truncate"  # --open-mode for stdout/stderr
@@ -131,11 +150,11 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     begin_time: float | None = None  # -b: not eligible before this Unix time; None = at once
     array: ArraySpec | None = None  # -a/--array: one job per index; None = a single job
     nodelist: Annotated[
-        list[Name], msgspec.Meta(max_length=MAX_NODES)
-    ] = []  # -w: nodes the job must include (expanded hostlist); [] = any
+        tuple[Name, ...], msgspec.Meta(max_length=MAX_NODES)
+    ] = ()  # -w: nodes the job must include (expanded hostlist); [] = any
     exclude: Annotated[
-        list[Name], msgspec.Meta(max_length=MAX_NODES)
-    ] = []  # -x: nodes the job must not use (expanded hostlist)
+        tuple[Name, ...], msgspec.Meta(max_length=MAX_NODES)
+    ] = ()  # -x: nodes the job must not use (expanded hostlist)
     constraint: Constraint | None = None  # -C: node features required; None = any node
     exclusive: bool = False  # --exclusive: whole nodes, all their CPUs, GPUs and memory, shared with no job
     gpus_per_task: Positive | None = (

@@ -18,9 +18,11 @@ Every other consumer (accounting, audit, the feed, the tracer, the gateway) keep
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Union
 
 from corral.schemas.events import EVENT_TYPES, Envelope, Event, JobSpec, JobSubmitted
+from corral.schemas.job_spec import NO_ENVIRONMENT
 
 #: The keys the slim spec reads ``script`` and ``environment`` from: none that a writer uses, so the log's
 #: keys are unknown fields, skipped.
@@ -32,7 +34,7 @@ class SlimJobSpec(JobSpec, frozen=True, kw_only=True, omit_defaults=True, rename
     (``fold.slim_spec``) and its decoder reads it from the log. Encoded, it omits both (always defaults)."""
 
     script: str = ""  # never read from the log: the submission's entry keeps it
-    environment: dict[str, str] = {}  # noqa: RUF012 (a Struct field) never read from the log, like the script
+    environment: Mapping[str, str] = NO_ENVIRONMENT  # never read from the log, like the script
 
 
 class SlimJobSubmitted(JobSubmitted, frozen=True, tag="job_submitted", kw_only=True):

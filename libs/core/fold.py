@@ -48,6 +48,7 @@ from corral.libs.slurm.array import array_indices
 from corral.libs.slurm.errors import FormatError
 from corral.schemas import events as ev
 from corral.schemas import lifecycle, subjects
+from corral.schemas.job_spec import NO_ENVIRONMENT
 from corral.schemas.slim import SlimJobSpec
 
 #: A fold handler: (state, sequence, occurred_at, body) -> what it did.
@@ -189,7 +190,7 @@ def slim_spec(spec: ev.JobSpec) -> SlimJobSpec:
     if type(spec) is SlimJobSpec:
         if not spec.script and not spec.environment:
             return spec
-        return msgspec.structs.replace(spec, script="", environment={})
+        return msgspec.structs.replace(spec, script="", environment=NO_ENVIRONMENT)
     fields = msgspec.structs.asdict(spec)
     del fields["script"], fields["environment"]
     return SlimJobSpec(**fields)

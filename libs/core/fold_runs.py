@@ -87,7 +87,7 @@ def _allocated(state: State, seq: int, at: float, body: ev.JobAllocated) -> Outc
     job.end_time = None
     job.run_started = False
     job.run_exit = None
-    job.exited_nodes = []
+    job.exited_nodes = ()
     return APPLIED
 
 
@@ -156,7 +156,7 @@ def _run_exited(state: State, seq: int, at: float, body: ev.RunExited) -> Outcom
     )
     if peer_gone:
         assert job is not None
-        job.exited_nodes.append(body.node)
+        job.exited_nodes = [*job.exited_nodes, body.node]
     problem = _run_problem(job, body.attempt, body.node)
     if problem is None and job is not None and job.run_exit is not None:
         problem = ignored("duplicate")
@@ -250,7 +250,7 @@ def _end(state: State, job: Job, at: float, final: JobState) -> Outcome:
 
 def _run_over(job: Job) -> None:
     """Forget what was asked of a run that is over (requeue, signals)."""
-    job.requeue_by, job.requeue_hold, job.signals = None, False, []
+    job.requeue_by, job.requeue_hold, job.signals = None, False, ()
 
 
 def _completed(state: State, seq: int, at: float, body: ev.JobCompleted) -> Outcome:
@@ -289,11 +289,11 @@ def _requeued(state: State, seq: int, at: float, body: ev.JobRequeued) -> Outcom
     _stopped_running(state, job)
     job.state = "PENDING"
     job.restart_count += 1
-    job.allocations = []
+    job.allocations = ()
     job.start_time = None
     job.run_started = False
     job.run_exit = None
-    job.exited_nodes = []
+    job.exited_nodes = ()
     job.preempting = None
     _run_over(job)
     if body.hold:

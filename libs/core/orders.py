@@ -101,7 +101,7 @@ def launch_order(job: Job, policy: Policy) -> api.LaunchOrder:
         account=job.spec.account or job.user,
         partition=job.partition,
         spec=job.spec,
-        allocations=job.allocations,
+        allocations=list(job.allocations),
         time_limit_s=job.time_limit_s,
         cluster=policy.cluster,
         traceparent=job.traceparent,

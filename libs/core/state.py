@@ -18,6 +18,8 @@ submission and whole-array cancel are on the first task's subject only, so the o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 
 from corral.libs.core.fair_share import TresWeights, Usage
@@ -90,7 +92,7 @@ class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     state: JobState = "PENDING"  # PENDING | RUNNING | a terminal state (``schemas.lifecycle``)
     restart_count: int = 0  # runs before the current one = number of the next/current attempt
     partition: str = ""  # partition of the current/last run ("" while never run)
-    allocations: list[ev.NodeAllocation] = []  # current run's allocation
+    allocations: Sequence[ev.NodeAllocation] = ()  # current run's allocation
     time_limit_s: int | None = None  # current run's limit
     start_time: float | None = None  # current run's start
     end_time: float | None = None  # when the job ended
@@ -98,7 +100,7 @@ class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     run_exit: RunExit | None = None  # the batch node reported RunExited for the current run
     # Nodes of the current run whose agent reported the run's processes there gone (RunExited from that
     # node): their resources are free at the conclusion; the others' stay held until they report.
-    exited_nodes: list[str] = []
+    exited_nodes: Sequence[str] = ()
     cancel_by: str | None = None  # a cancel was requested by this user
     exit_code: int = 0  # final batch exit code
     signal: int = 0  # final terminating signal
@@ -116,7 +118,7 @@ class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     priority_override: int | None = None  # admin-set priority (scontrol update Priority=); None = computed
     requeue_by: str | None = None  # the user who asked to requeue the current run (scontrol requeue)
     requeue_hold: bool = False  # ... with requeuehold: held once PENDING again
-    signals: list[PendingSignal] = []  # signal requests for the current run (scancel -s), in log order
+    signals: Sequence[PendingSignal] = ()  # signal requests for the current run (scancel -s), in log order
     # Event ids of the entries the job's next decisions may name as their cause, by kind (``causation.py``);
     # emptied once the job ended.
     causes: dict[str, str] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Sequence
 
 import msgspec
 
@@ -71,7 +72,7 @@ def validate_spec(spec: JobSpec, config: ClusterConfig) -> None:
         raise InvalidInput(f"begin_time must be a Unix time, got {spec.begin_time}", field="begin_time")
 
 
-def _texts(spec: JobSpec) -> list[tuple[str, list[str]]]:
+def _texts(spec: JobSpec) -> list[tuple[str, Sequence[str]]]:
     """Every text of the spec that becomes a file, a path, an argument or an environment entry, by field."""
     optional = {
         "stdout": spec.stdout,

@@ -237,7 +237,7 @@ def test_requeue_releases_the_run_and_counts_a_restart() -> None:
     assert (j.state, j.restart_count, j.allocations, j.run_exit, j.start_time) == (
         "PENDING",
         1,
-        [],
+        (),
         None,
         None,
     )

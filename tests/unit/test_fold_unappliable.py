@@ -102,7 +102,7 @@ def _run_fact(body: ev.Event, seq: int) -> str | None:
             "RUNNING",
             False,
             None,
-            [],
+            (),
         )
         assert log.state.nodes["gpu01"].used_gpus == list(range(8))
         assert encode_state(log.state) != before

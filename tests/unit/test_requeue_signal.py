@@ -132,7 +132,7 @@ def test_a_signal_request_is_one_order_per_node_until_the_run_ends(
     log.add(exited(1, "gpu01", exit_code=0))
     assert signals(log) == []
     cycle(log)
-    assert log.state.jobs[1].signals == []
+    assert log.state.jobs[1].signals == ()
 
 
 def test_signal_order_ids_are_distinct_per_request() -> None:
@@ -147,7 +147,7 @@ def test_a_signal_for_a_pending_job_changes_nothing() -> None:
     log = Log(*cluster(nodes=1))
     log.add(submitted(1, job(nodes=1, gpus=16)))
     log.add(ev.JobSignalRequested(job_id=1, user="alice", signal=10, request_id="r1"))
-    assert log.state.jobs[1].signals == []
+    assert log.state.jobs[1].signals == ()
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,101 @@
+"""What a job costs the scheduler's memory: the containers a job has none of are one shared, immutable empty
+(``()`` for the lists, ``NO_ENVIRONMENT`` for the environment), not a new ``[]`` or ``{}`` a job.
+
+A pending job has no allocation, exited node or signal, and its slim spec mostly no argument, node list or
+exclusion and never an environment: seven empty containers a job (~400 of ~1,850 bytes, and seven of its
+objects) when each was its own. The state keeps a million pending jobs (``bench/rebuild.py``), built by the
+fold from the log's slim decode or decoded from a snapshot; both must share them, and the fold must write
+the shared empty when it empties one (a ``[]`` would also be encoded, where the default is omitted).
+"""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from builders import Log, allocated, cluster, env, exited, job, submitted
+
+from corral.libs.core.fold import fold
+from corral.libs.core.state import Job, State, encode_state
+from corral.schemas import api
+from corral.schemas import events as ev
+from corral.schemas.codec import decode, decode_slim_envelope, encode
+from corral.schemas.job_spec import NO_ENVIRONMENT
+from corral.services.scheduler import snapshot
+
+pytestmark = pytest.mark.unit
+
+#: The job's fields, and its spec's, that each pending job of the tests has empty.
+JOB_EMPTIES = ("allocations", "exited_nodes", "signals")
+SPEC_EMPTIES = ("argv", "nodelist", "exclude", "environment")
+
+
+def empties(j: Job) -> list[object]:
+    """The job's empty containers, in the order of JOB_EMPTIES then SPEC_EMPTIES."""
+    return [getattr(j, f) for f in JOB_EMPTIES] + [getattr(j.spec, f) for f in SPEC_EMPTIES]
+
+
+def assert_shared(a: Job, b: Job) -> None:
+    """Every empty container of two jobs is one object, and empty."""
+    for name, x, y in zip(JOB_EMPTIES + SPEC_EMPTIES, empties(a), empties(b), strict=True):
+        assert x is y and not x, f"{name}: {x!r} of job {a.job_id} is not {y!r} of job {b.job_id}"
+
+
+def slim_log() -> State:
+    """Two pending jobs folded as the scheduler folds the log: each entry decoded slim from its bytes."""
+    entries = [
+        env(submitted(1, job(gpus=1)), at=1.0),
+        env(submitted(2, job(gpus=2), user="bob"), at=2.0),
+    ]
+    return fold([(seq, decode_slim_envelope(encode(e))) for seq, e in enumerate(entries, 1)])
+
+
+def test_pending_jobs_folded_from_the_log_share_their_empty_containers() -> None:
+    state = slim_log()
+    assert_shared(state.jobs[1], state.jobs[2])
+    assert state.jobs[1].spec.environment is NO_ENVIRONMENT
+
+
+def test_empty_lists_sent_in_a_spec_decode_as_the_shared_empty() -> None:
+    # A client may send them (sbatch sent "argv": [], "nodelist": [], "exclude": [] for every job): the
+    # gateway's decode and the scheduler's slim decode both give the shared ``()``, so the log omits them.
+    one = msgspec.structs.replace(job(gpus=1), argv=[], nodelist=[], exclude=[])  # type: ignore[arg-type]
+    two = msgspec.structs.replace(job(gpus=2), argv=[], nodelist=[], exclude=[])  # type: ignore[arg-type]
+    request = decode(encode(api.SubmitRequest(token="t", spec=one)), api.SubmitRequest)
+    assert b'"argv"' not in encode(request.spec)
+    entries = [env(submitted(1, one), at=1.0), env(submitted(2, two), at=2.0)]
+    state = fold([(seq, decode_slim_envelope(encode(e))) for seq, e in enumerate(entries, 1)])
+    assert_shared(state.jobs[1], state.jobs[2])
+
+
+def test_pending_jobs_decoded_from_a_snapshot_share_their_empty_containers() -> None:
+    state = slim_log()
+    snap = snapshot.Snapshot(format=snapshot.FORMAT, event_id="e", state=state)
+    data = snapshot.compress(snapshot.encode(snap))
+    decoded = snapshot.decode(data).state
+    assert_shared(decoded.jobs[1], decoded.jobs[2])
+    assert encode_state(decoded) == encode_state(state)
+
+
+def test_a_run_emptied_by_the_fold_leaves_the_shared_empties() -> None:
+    # A run that ended and was requeued: its allocation, exited nodes and signals are emptied again.
+    log = Log(*cluster(nodes=2))
+    log.add(submitted(1, job(gpus=8, nodes=2)), submitted(2, job(gpus=8)))
+    log.add(allocated(1, {"gpu01": list(range(8)), "gpu02": list(range(8))}, cpus=2, mem_mb=1000))
+    log.add(ev.JobSignalRequested(job_id=1, user="alice", signal=10, request_id="r1"))
+    log.add(
+        exited(1, "gpu01", signal=9, killed=True),
+        exited(1, "gpu02", signal=9, killed=True),
+        ev.JobRequeued(job_id=1, attempt=0, reason="NodeFail"),
+    )
+    requeued, pending = log.state.jobs[1], log.state.jobs[2]
+    assert (requeued.state, requeued.restart_count) == ("PENDING", 1)
+    for name in JOB_EMPTIES:
+        assert getattr(requeued, name) is getattr(pending, name) == (), name
+
+
+def test_the_shared_environment_refuses_changes() -> None:
+    with pytest.raises(TypeError, match="read-only"):
+        NO_ENVIRONMENT["PATH"] = "/bin"  # type: ignore[index]
+    with pytest.raises(TypeError, match="read-only"):
+        NO_ENVIRONMENT.update(PATH="/bin")  # type: ignore[attr-defined]
+    assert not NO_ENVIRONMENT
