@@ -28,6 +28,9 @@ from corral.schemas import subjects
 FEED_MAX_AGE_S = 30 * 24 * 3600.0
 #: How long a retry with the same Nats-Msg-Id is recognised as a duplicate.
 DUPLICATE_WINDOW_S = 24 * 3600.0
+#: How long the work stream keeps an order, delivered and acked or not: the longest a copy of an order can
+#: still reach its agent after it was published (the agents' run records outlive it: agent/records.py).
+WORK_MAX_AGE_S = 7 * 24 * 3600.0
 
 
 def work_consumer(node: str) -> api.ConsumerConfig:
@@ -87,7 +90,7 @@ async def declare(
             storage=api.StorageType.FILE,
             retention=api.RetentionPolicy.LIMITS,
             duplicate_window=DUPLICATE_WINDOW_S,
-            max_age=7 * 24 * 3600.0,
+            max_age=WORK_MAX_AGE_S,
             num_replicas=replicas,
         ),
         api.StreamConfig(

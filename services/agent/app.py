@@ -113,7 +113,9 @@ async def main(ctx: Context) -> None:
     log = telemetry.logger(node=node.name)
     identities = Identities(node.name, ctx.config.allow_root_jobs)
     supervisors = Supervisors(state_dir, log)  # the supervisors' fork server's (its log is there)
-    runs = Runs(state_dir, confine.RunCgroups.probe(ctx.config, node, state_dir, log), supervisors)
+    runs = Runs(
+        state_dir, confine.RunCgroups.probe(ctx.config, node, state_dir, log), supervisors, crash=crash
+    )
     if os.geteuid() == 0 and (closed := runs.closed_to_users()) is not None:
         log.warning(
             "job owners cannot reach their scripts: a job of a user other than root will fail to execute it",

@@ -12,21 +12,70 @@ when it is slower they wait for an fsync in a worker thread that covers every li
 started, and the lines written while one runs share the next, so the event loop goes on meanwhile (py-spy:
 fsyncs in place held it for 13% of its time at ~50 launches a second a node). ``put`` and ``update`` fsync
 in place, for the rare facts decided in synchronous code (a warning sent, a kill begun, an adoption).
+
+Retention: a record may be forgotten once no copy of an order for its run can reach this agent any more.
+- Copies come through the node's durable consumer of the work stream (``libs/runtime/streams.py``:
+  ``work_consumer``, ``declare``). The stream keeps every order ``WORK_MAX_AGE_S`` after it stored it,
+  delivered and acked or not; until then an unacked copy (an agent that died between acting and acking)
+  comes again every ``ack_wait``, with no ``max_deliver``, and a consumer recreated under the node's name
+  (deliver policy all) delivers the whole stream again. So a copy reaches the agent at most
+  ``WORK_MAX_AGE_S`` after it was published, however often it was delivered.
+- Copies are published by the leading scheduler, only while its folded state needs them
+  (``libs/core/orders.py``: a launch while the run is its job's current attempt, RUNNING, with neither
+  ``RunStarted`` nor ``RunExited`` folded; ``fold_runs.py`` sets ``run_started``/``run_exit``, and an
+  attempt number is never current again once its job is requeued or ended). A new leader sends again what
+  its state needs (``services/scheduler/sending.py``); a copy with the same message id within
+  ``DUPLICATE_WINDOW_S`` of the first is dropped by the stream. So once a run's exit is in the log, a
+  copy of its launch order, or of a launch of an earlier attempt of its job, comes only from a leader
+  whose state trails its log by as much as the time since.
+- Hence the rule: a record is kept while its run is unfinished (its exit not reported), and for
+  ``RETENTION_S = WORK_MAX_AGE_S + LAG_MARGIN_S`` after its exit was reported (``exited_at``, the
+  agent's wall clock; a record written before that field existed counts from the first compaction that
+  sees it). Every copy published before the exit report + ``LAG_MARGIN_S`` is gone from the stream by
+  then. The rule holds as long as no leading scheduler sends orders from a state more than
+  ``LAG_MARGIN_S`` behind its log, and the agent's clock is not that far ahead of the NATS server's (the
+  stream ages messages on its clock). ``latest`` then knows only the kept runs: an order for an earlier
+  attempt of a forgotten run's job was published while that attempt was current, before the forgotten run
+  was allocated (a lagging leader aside, as above), so it is gone too.
+  (A kill order is bounded the same way; one for a forgotten run would only be reported once more.)
+
+Compaction: the file is rewritten as one line per kept record (``compact``) at start, once the start's
+sweeps have read the records of the runs that ended (``work.py``: a directory left by a run forgotten now
+goes first), and afterwards whenever it has grown to ``COMPACT_FACTOR`` lines per kept record (at least
+``COMPACT_MIN_LINES``), so a long-running agent's file and memory stay the size of the runs inside the
+retention. The new file is written under a temporary name in the same directory and fsynced, renamed over
+the old one, and the directory fsynced: a crash at any point leaves the old file or the new one whole, and
+the next start removes a temporary file left behind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
+
+from corral.libs.runtime.clock import SystemClock
+from corral.libs.runtime.ports import Clock
+from corral.libs.runtime.streams import WORK_MAX_AGE_S
 
 #: An fsync this quick is done in place by ``record``: a worker thread's handoff costs ~70 us of CPU (on this
 #: project's 2-core VM, fsync ~70 us: 121 us of CPU a record through the thread, 49 in place), more than the
 #: event loop loses waiting. A slower one (a busy or remote disk) moves the fsyncs to the thread, grouped.
 INLINE_FSYNC_S = 0.0005
+#: How far behind its log a leading scheduler's state may be, and the agent's clock ahead of the NATS
+#: server's, for a forgotten run's order never to come (see Retention above).
+LAG_MARGIN_S = 24 * 3600.0
+#: How long a run's record is kept after its exit was reported: longer than any copy of its orders lives.
+RETENTION_S = WORK_MAX_AGE_S + LAG_MARGIN_S
+#: The file is compacted when it has this many lines per kept record (a run writes about four) ...
+COMPACT_FACTOR = 4
+#: ... and at least this many: a small file is not rewritten every few runs.
+COMPACT_MIN_LINES = 10_000
 
 
 class Record(msgspec.Struct, kw_only=True):
@@ -36,6 +85,7 @@ class Record(msgspec.Struct, kw_only=True):
     attempt: int  # run
     pid: int = 0  # batch shell pid (0 if it never started)
     exited: bool = False  # its exit was reported
+    exited_at: float = 0.0  # Unix time its exit was reported (0: not reported, or before this field existed)
     supervisor: int = 0  # pid of the run's supervisor (0: not known yet)
     supervisor_start: int = 0  # the supervisor's start time in clock ticks since boot (guards pid reuse)
     started_at: float = 0.0  # Unix time the script started
@@ -63,26 +113,44 @@ def run_key(name: str) -> tuple[int, int] | None:
 class Records:
     """The record file of one node."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self,
+        path: Path,
+        clock: Clock | None = None,
+        retention_s: float = RETENTION_S,
+        compact_min_lines: int = COMPACT_MIN_LINES,
+        crash: Callable[[str], None] | None = None,
+    ) -> None:
         self.path = path
+        self.clock = clock or SystemClock()  # when exits are reported, and when their retention is over
+        self.retention_s = retention_s  # how long a run's record is kept after its exit was reported
+        self.compact_min_lines = compact_min_lines  # the fewest lines the file is compacted at
+        self.crash = crash  # the compaction's crash points (failure tests: crashpoints.py)
         self.runs: dict[tuple[int, int], Record] = {}
         # job -> its newest attempt here: asked for every order, so not a scan of every run the node had
         self.latest: dict[int, int] = {}
         path.parent.mkdir(parents=True, exist_ok=True)
+        # A compaction cut short before its rename: the file in place is whole, the temporary one may not be.
+        self._tmp = path.with_name(path.name + ".tmp")
+        self._tmp.unlink(missing_ok=True)
         data = path.read_bytes() if path.exists() else b""
+        self._lines = 0  # lines in the file
         for line in data.splitlines():
+            self._lines += 1
             try:
                 rec = msgspec.json.decode(line, type=Record)
             except msgspec.DecodeError:
                 continue  # a torn last line after a crash
             self._keep(rec)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._fd = _open_append(path)
         if data and not data.endswith(b"\n"):
             os.write(self._fd, b"\n")  # ends the torn line: the next record is a line of its own
         self._written = 0  # lines written by this process
         self._durable = 0  # of those, the ones an fsync has covered
         self._syncing: asyncio.Future[None] | None = None  # the fsync running, if any
         self._quick = True  # the last fsync took less than INLINE_FSYNC_S
+        # the file's length that makes a write compact it: none before the start's compaction (``compact``)
+        self._compact_at = math.inf
 
     def get(self, job_id: int, attempt: int) -> Record | None:
         """The record of a run, if any."""
@@ -109,6 +177,8 @@ class Records:
             self._fsync(line)
             return
         while self._durable < line:
+            if self._compacted():
+                return
             if self._syncing is None:
                 self._syncing = asyncio.ensure_future(self._sync())
             await asyncio.shield(self._syncing)
@@ -119,19 +189,35 @@ class Records:
         await self.record(rec)
         return rec
 
+    async def ended(self, job_id: int, attempt: int) -> Record:
+        """Record that the run's exit was reported, now (its retention starts), as ``change``."""
+        return await self.change(job_id, attempt, exited=True, exited_at=self.clock.now())
+
     def _write(self, rec: Record) -> int:
         """Keep ``rec`` and append its line (one write: appends do not interleave); the line's number."""
         self._keep(rec)
-        line = memoryview(msgspec.json.encode(rec) + b"\n")
-        while line:  # a short write (a full disk) is finished or raises: a torn line is never acted on
-            line = line[os.write(self._fd, line) :]
+        _write_all(self._fd, msgspec.json.encode(rec) + b"\n")
         self._written += 1
+        self._lines += 1
         return self._written
 
     def _fsync(self, upto: int) -> None:
-        """An fsync in place, covering the lines up to ``upto``."""
+        """An fsync in place, covering the lines up to ``upto`` (a compaction's, when one is due)."""
+        if self._compacted():
+            return
         self._quick = timed_fsync(self._fd) < INLINE_FSYNC_S
         self._durable = max(self._durable, upto)
+
+    def _compacted(self) -> bool:
+        """Compact the file, if it has grown to ``COMPACT_FACTOR`` lines per record and no fsync of it runs in
+        the worker thread, in place of the fsync due now (it makes every line durable); whether it did."""
+        if self._lines < self._compact_at or self._syncing is not None:
+            return False
+        try:
+            self.compact()
+        except OSError:
+            return False  # (a full disk: the lines are written, and fsynced now as they would have been)
+        return True
 
     async def _sync(self) -> None:
         """One fsync, in a worker thread, covering every line written before it started."""
@@ -151,6 +237,73 @@ class Records:
     def unfinished(self) -> list[Record]:
         """Runs that were launched and whose exit was never reported."""
         return [r for r in self.runs.values() if not r.exited]
+
+    def compact(self) -> int:
+        """Forget the runs whose exit was reported ``retention_s`` ago or more, and rewrite the file as one
+        line per record kept (see Compaction above); the number of runs forgotten. Every line written before
+        is durable after."""
+        now = self.clock.now()
+        kept: dict[tuple[int, int], Record] = {}
+        for key, rec in self.runs.items():
+            if rec.exited and not rec.exited_at:
+                rec = msgspec.structs.replace(rec, exited_at=now)  # reported at an unknown time: from now
+            if not (rec.exited and now - rec.exited_at >= self.retention_s):
+                kept[key] = rec
+        fd = _open_append(self._tmp, truncate=True)
+        try:
+            _write_all(fd, b"".join(msgspec.json.encode(rec) + b"\n" for rec in kept.values()))
+            os.fsync(fd)
+            self._crash("records.compact_written")
+            os.replace(self._tmp, self.path)
+        except BaseException:
+            os.close(fd)
+            self._tmp.unlink(missing_ok=True)
+            # the old file stays, whole; it is tried again once it has grown as much
+            self._compact_at = self._lines + self._threshold()
+            raise
+        # From here on the records are the new file's, whatever happens next.
+        old, self._fd = self._fd, fd
+        os.close(old)
+        forgotten = len(self.runs) - len(kept)
+        self.runs, self.latest = {}, {}
+        for rec in kept.values():
+            self._keep(rec)
+        self._lines = len(kept)
+        self._durable = self._written
+        self._compact_at = self._threshold()
+        self._crash("records.compact_renamed")
+        _fsync_dir(self.path.parent)
+        return forgotten
+
+    def _threshold(self) -> int:
+        """The lines the file may have before it is compacted again."""
+        return max(self.compact_min_lines, COMPACT_FACTOR * len(self.runs))
+
+    def _crash(self, point: str) -> None:
+        if self.crash is not None:
+            self.crash(point)
+
+
+def _open_append(path: Path, truncate: bool = False) -> int:
+    """A file opened for appends (created 0600; emptied first if ``truncate``)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0)
+    return os.open(path, flags, 0o600)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write ``data`` whole: a short write (a full disk) is finished or raises: no torn line is acted on."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _fsync_dir(path: Path) -> None:
+    """fsync a directory: a rename in it is durable after."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def timed_fsync(fd: int) -> float:

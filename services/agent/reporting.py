@@ -90,7 +90,7 @@ class Reporter:
         )
         if self.records.get(job_id, attempt) is None:
             await self.records.record(Record(job_id=job_id, attempt=attempt))
-        await self.records.change(job_id, attempt, exited=True)
+        await self.records.ended(job_id, attempt)
         if self.metrics is not None:
             self.metrics.exited(body)
 

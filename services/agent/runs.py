@@ -14,9 +14,11 @@ import shutil
 import stat
 from pathlib import Path
 
+from corral.libs.runtime.ports import Clock
 from corral.schemas import api
 from corral.schemas.codec import DecodeError, decode, encode
 from corral.services.agent import confine, runner
+from corral.services.agent.crashpoints import CrashPoints
 from corral.services.agent.records import Records, run_key
 from corral.services.agent.supervisor import Supervisors
 
@@ -28,10 +30,18 @@ class Runs:
     """The runs of this node: live ones by (job, attempt), and their records on disk."""
 
     def __init__(
-        self, state_dir: Path, cgroups: confine.RunCgroups, supervisors: Supervisors | None = None
+        self,
+        state_dir: Path,
+        cgroups: confine.RunCgroups,
+        supervisors: Supervisors | None = None,
+        clock: Clock | None = None,
+        crash: CrashPoints | None = None,
     ) -> None:
         self.dir = state_dir  # the agent's state directory
-        self.records = Records(state_dir / "runs.jsonl")  # what was launched and reported, durably
+        # what was launched and reported, durably, for as long as an order for it may come (records.py)
+        self.records = Records(
+            state_dir / "runs.jsonl", clock, crash=crash.reached if crash is not None else None
+        )
         self.live: dict[tuple[int, int], runner.Run] = {}  # the runs supervised now
         self.cgroups = cgroups  # the node's run memory cgroups
         # starts the runs' and steps' supervisors (the node's fork server; without one, new interpreters)

@@ -4,6 +4,8 @@ start, supervised until their exit is reported.
 - reconcile (at start): runs recorded as launched but never reported are re-adopted: each batch script
   runs under a detached supervisor (runner.py, stepd.py) that outlives the agent, so a run still alive
   is supervised again (time limit included) and one that ended meanwhile is reported with its exit status;
+  before that, what runs reported ended left behind is swept, then the records of those ended past their
+  retention are forgotten and the record file compacted (records.py);
 - a launch starts the batch script (at most once per (job, attempt): the local record makes a redelivery a
   no-op; a launch older than an attempt already seen is refused and reported), the run's private TMPDIR
   made first (``runtmp.py``) and removed once the run ended here, before its exit is reported;
@@ -106,6 +108,12 @@ class Work:
         if self.tmp.root is not None:
             await asyncio.to_thread(self.tmp.sweep, self.runs.dir)
         await asyncio.to_thread(self.runs.sweep_run_dirs)  # and the directories of runs reported ended
+        # Then the records of the runs no order can come for any more go, and the file is rewritten.
+        try:
+            forgotten = await asyncio.to_thread(records.compact)
+            self.log.info("run records compacted", kept=len(records.runs), forgotten=forgotten)
+        except OSError as exc:  # (a full disk: the old file stays, whole, and is tried again as it grows)
+            self.log.warning("run records not compacted", error=str(exc))
         unfinished = records.unfinished()
         # Cgroups of runs already reported (an agent that died while removing one) go now; those of runs
         # still running here, or that steps' tasks (which outlive the agent) joined, stay.

@@ -22,9 +22,10 @@ from nats.js.errors import NotFoundError
 from corral.libs.infra import NatsServer, roles
 from corral.libs.runtime.bus import Bus
 from corral.libs.runtime.credentials import Credentials
-from corral.libs.runtime.streams import connect, declare
+from corral.libs.runtime.streams import WORK_MAX_AGE_S, connect, declare
 from corral.schemas import events as ev
 from corral.schemas import subjects
+from corral.services.agent.records import LAG_MARGIN_S, RETENTION_S
 
 pytestmark = pytest.mark.integration
 
@@ -160,3 +161,28 @@ async def test_a_service_may_not_create_a_consumer_on_the_work_stream(
     # Its own consumers of the log still work (an ordered replay, as the scheduler's follower makes).
     appended = await buses[roles.ADMIN].append(ev.NodeDrainRequested(node="node1", user="root", reason="x"))
     assert [e.seq async for e in buses[roles.SCHEDULER].read(appended.seq)] == [appended.seq]
+
+
+async def test_an_order_comes_again_for_as_long_as_the_work_stream_keeps_it(buses: dict[str, Bus]) -> None:
+    """What the agent's records' retention rests on (``services/agent/records.py``): a copy of an order can
+    reach the agent as long as the work stream keeps it, acked or not, so a run's record outlives that."""
+    admin = buses[roles.ADMIN].js
+    stream = await admin.stream_info(subjects.WORK_STREAM)
+    assert stream.config.max_age == WORK_MAX_AGE_S
+    assert stream.config.max_age + LAG_MARGIN_S <= RETENTION_S
+    consumer = await admin.consumer_info(subjects.WORK_STREAM, subjects.work_consumer("node1"))
+    assert consumer.config.max_deliver in (None, -1)  # unacked, it comes again every ack_wait, for ever
+    agent = buses[AGENT].nc.jetstream(timeout=2.0)
+    durable, stream_name = subjects.work_consumer("node1"), subjects.WORK_STREAM
+    psub = await agent.pull_subscribe_bind(durable=durable, stream=stream_name)
+    (order,) = await psub.fetch(1, timeout=5.0)
+    await order.ack_sync()
+    with pytest.raises(nats.errors.TimeoutError):
+        await psub.fetch(1, timeout=1.0)
+    await psub.unsubscribe()
+    # The node's consumer recreated (deleted, declared again): every order the stream keeps comes again.
+    await admin.delete_consumer(stream_name, durable)
+    await declare(admin, nodes=NODES)
+    psub = await agent.pull_subscribe_bind(durable=durable, stream=stream_name)
+    (again,) = await psub.fetch(1, timeout=5.0)
+    assert again.data == order.data == b"node1"

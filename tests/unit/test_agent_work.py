@@ -18,6 +18,7 @@ from nats.aio.msg import Msg
 from test_jobenv import launch
 
 from corral.libs.runtime import telemetry
+from corral.libs.runtime.clock import FakeClock
 from corral.libs.runtime.errors import InvalidInput
 from corral.libs.runtime.memlog import MemLog
 from corral.schemas import api
@@ -26,7 +27,7 @@ from corral.schemas.codec import encode
 from corral.services.agent import confine
 from corral.services.agent.crashpoints import CrashPoints
 from corral.services.agent.identity import Identities
-from corral.services.agent.records import Record
+from corral.services.agent.records import RETENTION_S, Record
 from corral.services.agent.reporting import Reporter
 from corral.services.agent.runs import Runs
 from corral.services.agent.work import STALE_ATTEMPT, Work
@@ -77,16 +78,25 @@ class Node:
         return [b for b in self.log.bodies() if isinstance(b, ev.RunExited)]
 
 
-def node(tmp_path: Path, name: str = "gpu02") -> Node:
+def node(tmp_path: Path, name: str = "gpu02", clock: FakeClock | None = None) -> Node:
     config = cluster_config(nodes=2)
     log, steps = MemLog(), FakeSteps()
     logger = telemetry.logger(node=name)
-    runs = Runs(tmp_path, confine.RunCgroups(None, "test", config.node(name), logger))
+    runs = Runs(tmp_path, confine.RunCgroups(None, "test", config.node(name), logger), clock=clock)
     reporter = Reporter(log, name, runs.records, logger)
     # whoever runs the tests (root in CI) may run its jobs here
     identities = Identities(name, allow_root_jobs=True)
     work = Work(
-        name, config, runs, reporter, steps, {"PATH": "/bin"}, CrashPoints(), logger, identities=identities
+        name,
+        config,
+        runs,
+        reporter,
+        steps,
+        {"PATH": "/bin"},
+        CrashPoints(),
+        logger,
+        clock=clock,
+        identities=identities,
     )
     return Node(work, log, steps)
 
@@ -201,6 +211,51 @@ async def test_a_run_leaves_no_directory_once_its_exit_is_reported(tmp_path: Pat
     # So does a launch that could not start.
     await batch.work.launch(launch_order(job_id=12, workdir=str(tmp_path / "missing")))
     assert not batch.work.runs.run_dir(12, 0).exists()
+
+
+async def test_a_redelivered_launch_stays_a_no_op_after_a_restart_that_forgot_older_runs(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    batch = node(tmp_path, "gpu01", clock)
+    batch.steps.gone.set()
+    # (launches that fail at once: no process to wait for)
+    old, recent = (launch_order(job_id=j, workdir=str(tmp_path / "missing")) for j in (11, 12))
+    await batch.work.launch(old)
+    clock.advance(RETENTION_S - 60.0)
+    await batch.work.launch(recent)
+    await batch.work.kill(api.KillOrder(job_id=7, attempt=2, node="gpu01", reason="requeue"))
+    await settle()
+    assert sorted((e.job_id, e.attempt) for e in batch.exits()) == [(7, 2), (11, 0), (12, 0)]
+    clock.advance(120.0)  # job 11's run ended past the retention; the others not
+    restarted = node(tmp_path, "gpu01", clock)
+    restarted.steps.gone.set()
+    await restarted.work.reconcile()
+    records = restarted.work.runs.records
+    assert sorted(records.runs) == [(7, 2), (12, 0)]
+    assert len((tmp_path / "runs.jsonl").read_bytes().splitlines()) == 2  # compacted at start
+    # Job 12's order delivered again (an agent that died before acking it, a consumer recreated): nothing.
+    await restarted.work.launch(recent)
+    # A launch of an attempt older than one seen here is still refused.
+    await restarted.work.launch(launch_order(job_id=7, attempt=1, workdir=str(tmp_path)))
+    await settle()
+    assert [(e.job_id, e.attempt, e.launch_error) for e in restarted.exits()] == [(7, 1, STALE_ATTEMPT)]
+    assert not [b for b in restarted.log.bodies() if isinstance(b, ev.RunStarted)]
+
+
+async def test_a_run_ended_past_its_retention_while_the_agent_was_down_still_loses_its_directory(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    runs = node(tmp_path, "gpu01", clock).work.runs
+    await runs.records.record(Record(job_id=5, attempt=0))
+    await runs.records.ended(5, 0)  # an agent died before removing its directory, and stayed down
+    (runs.make_run_dir(5, 0) / "order.json").write_text("{}")
+    clock.advance(RETENTION_S)
+    restarted = node(tmp_path, "gpu01", clock)
+    await restarted.work.reconcile()
+    assert not restarted.work.runs.run_dir(5, 0).exists()  # swept before its record was forgotten
+    assert restarted.work.runs.records.get(5, 0) is None
 
 
 def test_at_start_the_directories_of_runs_reported_ended_go_and_the_others_stay(tmp_path: Path) -> None:
