@@ -33,10 +33,11 @@ Retention: a record may be forgotten once no copy of an order for its run can re
   agent's wall clock; a record written before that field existed counts from the first compaction that
   sees it). Every copy published before the exit report + ``LAG_MARGIN_S`` is gone from the stream by
   then. The rule holds as long as no leading scheduler sends orders from a state more than
-  ``LAG_MARGIN_S`` behind its log, and the agent's clock is not that far ahead of the NATS server's (the
-  stream ages messages on its clock). ``latest`` then knows only the kept runs: an order for an earlier
-  attempt of a forgotten run's job was published while that attempt was current, before the forgotten run
-  was allocated (a lagging leader aside, as above), so it is gone too.
+  ``LAG_MARGIN_S`` behind its log (it sends none from a state more than a minute behind:
+  ``services/scheduler/app.py``, ``trails_log``), and the agent's clock is not that far ahead of the
+  NATS server's (the stream ages messages on its clock). ``latest`` then knows only the kept runs: an
+  order for an earlier attempt of a forgotten run's job was published while that attempt was current,
+  before the forgotten run was allocated (a lagging leader aside, as above), so it is gone too.
   (A kill order is bounded the same way; one for a forgotten run would only be reported once more.)
 
 Compaction: the file is rewritten as one line per kept record (``compact``) at start, once the start's

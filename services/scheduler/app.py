@@ -11,7 +11,10 @@ Cycle:
 3. decide: when caught up (and every decision it published has come back), put the per-node orders the
    state needs on the work stream (deterministic message ids), then ``plan()`` if an entry folded since the
    last plan may change what it decides (``replans``: not a run starting, nor this leader's own start,
-   conclusion or reason coming back) or on a full pass;
+   conclusion or reason coming back) or on a full pass. A full pass or a takeover, which come on a timer and
+   a lease rather than when the follow has read the log, does nothing while the log's newest entry is more
+   than ``ORDER_LAG_S`` ahead of the state (``trails_log``): a leader whose reading stalled sends no order
+   for a run whose end it has not read;
 4. publish: append each decision with the job's last sequence as the expected subject sequence
    (a concurrent intent, e.g. a cancel, makes the append fail and the job is decided again) and the
    event that caused it (``causation.cause_of``), then append the pending reasons that changed
@@ -70,6 +73,8 @@ from corral.services.scheduler.sending import Sending, every
 RECENT_SPECS = 4096
 #: Period of the full scheduling pass when nothing happens.
 FULL_PASS_S = 5.0
+#: A full pass or a takeover sends nothing from a state this far behind the log's newest entry (trails_log).
+ORDER_LAG_S = 60.0
 #: The scheduler's dead letters (``corral.dlq.scheduler``): log entries its fold skipped.
 DEAD_LETTERS = "scheduler"
 #: Decisions whose effect the plan that made them counted already (a start takes its capacity, a conclusion
@@ -107,6 +112,7 @@ class Scheduler(QueryVerbs, Sending):
         # An entry folded since the last plan may change what a plan decides (``replans``); a cycle without
         # one only puts orders, unless it is a full pass.
         self.replan = True
+        self.order_lag_s = ORDER_LAG_S  # how far behind the log a full pass may still send orders from
         self.dependent: set[int] = set()  # jobs seen pending with a dependency (some may not be any more)
         self.sent: set[str] = set()  # message ids of the needed orders this process put on the work stream
         # Full specs (script, environment) of recent submissions by log sequence, for launch orders: the
@@ -279,6 +285,8 @@ class Scheduler(QueryVerbs, Sending):
         async with self.lock:
             if self.inflight > self.state.last_seq or not self.leading():
                 return
+            if full and await self.trails_log():
+                return  # (the follow cycles once it has read up to the log's end)
             # The orders of what the log already says first: an allocation that came back goes to its
             # node without waiting for this cycle's plan. One that cannot go now is sent by a later cycle;
             # it holds back no plan.
@@ -296,6 +304,26 @@ class Scheduler(QueryVerbs, Sending):
             except BaseException:
                 self.replan = True  # what it did not publish is decided again
                 raise
+
+    async def trails_log(self) -> bool:
+        """Whether the log's newest entry is more than ``ORDER_LAG_S`` (by the entries' times) ahead of the
+        state: a full pass or a takeover then sends no order and plans nothing. The follow cycles only when
+        it has read what the log had, but these come on a timer and a lease, so a leader whose reading
+        stalled would send launch orders for runs whose ends it has not read (an agent forgets a run's
+        record a week after its exit: ``agent/records.py``). One request, two when the log has more."""
+        end = await self.bus.last_seq()
+        if end <= self.state.last_seq:
+            return False
+        newest = (await self.bus.entry(end)).envelope
+        if newest is None or newest.meta.occurred_at - self.state.now <= self.order_lag_s:
+            return False
+        self.log.warning(
+            "the state trails the log: no orders until it has read it",
+            state_seq=self.state.last_seq,
+            log_seq=end,
+            behind_s=round(newest.meta.occurred_at - self.state.now, 1),
+        )
+        return True
 
     async def _plan_and_publish(self) -> None:
         """Steps 3 and 4: plan, then append the decisions and the reasons that changed."""

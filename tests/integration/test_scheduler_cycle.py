@@ -210,3 +210,32 @@ async def test_a_full_pass_that_finds_a_cycle_running_is_the_next_cycles(buses: 
     async with live.lock:
         await live.cycle(full=True)  # finds the lock held: returns at once
     assert live.replan  # the next cycle plans
+
+
+async def test_a_full_pass_from_a_state_behind_the_log_sends_no_order(buses: tuple[Bus, Bus]) -> None:
+    # A leader whose reading stalled: job 1's run started and ended in the log meanwhile. Its launch order,
+    # sent now, would start the job again on an agent that no longer remembers the run (agent/records.py).
+    bus, admin = buses
+    await registered(admin)
+    await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
+    live = Scheduler(bus, CONFIG)
+    await live.rebuild()
+    await live.cycle()
+    await fold_new(live, bus)
+    node = live.state.jobs[1].allocations[0].node
+    await admin.append(ev.RunStarted(job_id=1, attempt=0, node=node, pid=1))
+    await admin.append(ev.RunExited(job_id=1, attempt=0, node=node, exit_code=0))
+    live.order_lag_s = 0.0  # (the log's newest entry is a few ms ahead of the state here, not a minute)
+    await live.cycle(full=True)
+    info = await admin.js.stream_info(subjects.WORK_STREAM)
+    assert (info.state.messages, live.sent) == (0, set())
+    # Once it has read the log, the full pass goes on as ever: the run's end concludes the job, and the
+    # next job is started; the ended run's order never went.
+    await fold_new(live, bus)
+    await admin.append(ev.JobSubmitted(job_id=2, user="alice", spec=spec("j2")))
+    await fold_new(live, bus)
+    await live.cycle(full=True)
+    await fold_new(live, bus)
+    assert (live.state.jobs[1].state, live.state.jobs[2].state) == ("COMPLETED", "RUNNING")
+    info = await admin.js.stream_info(subjects.WORK_STREAM)
+    assert info.state.messages == 0
