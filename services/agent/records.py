@@ -2,12 +2,24 @@
 
 An append-only JSON-lines file in the agent's state directory; each line is the whole record of one
 (job, attempt) as of a fact (launch decided, supervisor started, warning signal sent, kill begun, exit
-reported); the last line of a run wins. Each line is fsynced before the agent acts on it, and a torn last
-line (a crash while writing) is skipped (and ended, so the next line starts a line of its own). It is read
-once at start: what the agent needs to re-adopt the runs whose supervisors outlived it (see runner.py).
+reported); the last line of a run wins. A torn last line (a crash while writing) is skipped (and ended, so
+the next line starts a line of its own). It is read once at start: what the agent needs to re-adopt the runs
+whose supervisors outlived it (see runner.py).
 
-Group commit: ``record`` and ``change``, the launch's and the reports' (four lines a job), write their line
-at once, in call order. While the disk answers an fsync in under ``INLINE_FSYNC_S`` they fsync in place;
+Durability: a line is written (whole, to the file: it survives the agent's process) before the agent acts
+on it. It is also fsynced first (it survives the machine) unless losing it with the machine only repeats a
+step that is harmless twice; those lines (``note``) are made durable by the next fsync, not waited for:
+- the supervisor started (its pid): a machine that went down took the supervisor with it, and a launched
+  run without its supervisor's pid is adopted as one whose supervisor vanished, reported killed (its pids
+  file, when the run's directory survived, still gives it);
+- RunStarted and RunExited reported: a lost line reports them again, and the log drops the copy by its
+  message id (``reporting.py``); an exit the log already has is not applied twice by the fold either.
+Only the launch's own line is fsynced before it acts (a redelivered order finds it and does nothing), and
+the rare facts decided in synchronous code (``put``, ``update``: a warning sent, a kill begun, an adoption).
+A job's launch then costs one fsync, not four.
+
+Group commit: ``record`` and ``change`` write their line at once, in call order, and ``note``'s lines
+come in between. While the disk answers an fsync in under ``INLINE_FSYNC_S`` they fsync in place;
 when it is slower they wait for an fsync in a worker thread that covers every line written before it
 started, and the lines written while one runs share the next, so the event loop goes on meanwhile (py-spy:
 fsyncs in place held it for 13% of its time at ~50 launches a second a node). ``put`` and ``update`` fsync
@@ -190,9 +202,17 @@ class Records:
         await self.record(rec)
         return rec
 
-    async def ended(self, job_id: int, attempt: int) -> Record:
-        """Record that the run's exit was reported, now (its retention starts), as ``change``."""
-        return await self.change(job_id, attempt, exited=True, exited_at=self.clock.now())
+    def note(self, job_id: int, attempt: int, **changes: object) -> Record:
+        """Record a change of a known run whose loss with the machine only repeats a harmless step (see
+        Durability above): written now, fsynced with the next line that is; returns the new record."""
+        rec = msgspec.structs.replace(self.runs[(job_id, attempt)], **changes)
+        self._write(rec)
+        self._compacted()  # (when one is due: it fsyncs the new file, this line in it)
+        return rec
+
+    def ended(self, job_id: int, attempt: int) -> Record:
+        """Note that the run's exit was reported, now (its retention starts)."""
+        return self.note(job_id, attempt, exited=True, exited_at=self.clock.now())
 
     def _write(self, rec: Record) -> int:
         """Keep ``rec`` and append its line (one write: appends do not interleave); the line's number."""

@@ -63,7 +63,7 @@ class Reporter:
             traceparent=self._traceparent(job_id, attempt),
             cause=self._cause(job_id, attempt),
         )
-        await self.records.change(job_id, attempt, start_reported=True)
+        self.records.note(job_id, attempt, start_reported=True)  # (lost with the machine: reported again)
         if self.metrics is not None:
             self.metrics.started()
 
@@ -90,7 +90,7 @@ class Reporter:
         )
         if self.records.get(job_id, attempt) is None:
             await self.records.record(Record(job_id=job_id, attempt=attempt))
-        await self.records.ended(job_id, attempt)
+        self.records.ended(job_id, attempt)
         if self.metrics is not None:
             self.metrics.exited(body)
 

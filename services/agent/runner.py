@@ -353,13 +353,9 @@ async def start(
         if failed is not None and why.startswith(taskstart.OUTPUT_ERROR):
             raise LaunchError(why)  # it names the file and what is wrong with it
         raise LaunchError(f"cannot execute the batch script: {why}" if failed else why or "no supervisor")
-    rec = await records.change(
-        order.job_id,
-        order.attempt,
-        pid=pids.tasks["0"][0],
-        supervisor=proc.pid,
-        supervisor_start=pids.stepd[1],
-    )
+    # (lost with the machine, the supervisor is gone too: adopted as vanished, records.py)
+    pid, started = pids.tasks["0"][0], pids.stepd[1]
+    rec = records.note(order.job_id, order.attempt, pid=pid, supervisor=proc.pid, supervisor_start=started)
     return Run(rec, run_dir, records, kill_wait, proc, step_signaller, clock)
 
 

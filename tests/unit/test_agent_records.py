@@ -39,9 +39,9 @@ def lines(path: Path) -> list[Record]:
 async def run_and_end(recs: Records, job_id: int, attempt: int = 0) -> None:
     """A run's four facts: launch decided, supervisor started, start reported, exit reported."""
     await recs.record(Record(job_id=job_id, attempt=attempt, start_reported=False))
-    await recs.change(job_id, attempt, pid=1000 + job_id, supervisor=2000 + job_id)
-    await recs.change(job_id, attempt, start_reported=True)
-    await recs.ended(job_id, attempt)
+    recs.note(job_id, attempt, pid=1000 + job_id, supervisor=2000 + job_id)
+    recs.note(job_id, attempt, start_reported=True)
+    recs.ended(job_id, attempt)
 
 
 async def ten_runs_ended_a_second_apart(path: Path, clock: FakeClock) -> Records:
@@ -78,7 +78,7 @@ async def test_a_run_is_kept_for_the_whole_retention_after_its_exit_whatever_its
     recs.put(Record(job_id=1, attempt=0, pid=7))
     clock.advance(10 * WINDOW)  # a long run: its age does not count, only the time since its exit
     assert recs.compact() == 0
-    await recs.ended(1, 0)
+    recs.ended(1, 0)
     clock.advance(WINDOW - 0.5)
     assert recs.compact() == 0 and recs.get(1, 0) is not None
     clock.advance(0.5)

@@ -24,10 +24,10 @@ from corral.libs.runtime.memlog import MemLog
 from corral.schemas import api
 from corral.schemas import events as ev
 from corral.schemas.codec import encode
-from corral.services.agent import confine
+from corral.services.agent import confine, records
 from corral.services.agent.crashpoints import CrashPoints
 from corral.services.agent.identity import Identities
-from corral.services.agent.records import RETENTION_S, Record
+from corral.services.agent.records import RETENTION_S, Record, Records
 from corral.services.agent.reporting import Reporter
 from corral.services.agent.runs import Runs
 from corral.services.agent.work import STALE_ATTEMPT, Work
@@ -249,7 +249,7 @@ async def test_a_run_ended_past_its_retention_while_the_agent_was_down_still_los
     clock = FakeClock()
     runs = node(tmp_path, "gpu01", clock).work.runs
     await runs.records.record(Record(job_id=5, attempt=0))
-    await runs.records.ended(5, 0)  # an agent died before removing its directory, and stayed down
+    runs.records.ended(5, 0)  # an agent died before removing its directory, and stayed down
     (runs.make_run_dir(5, 0) / "order.json").write_text("{}")
     clock.advance(RETENTION_S)
     restarted = node(tmp_path, "gpu01", clock)
@@ -286,3 +286,31 @@ def test_the_run_directories_are_traversable_and_a_closed_directory_above_them_i
         assert runs.closed_to_users() is None
     finally:
         shutil.rmtree(top)
+
+
+async def test_a_job_costs_its_node_one_fsync_the_launchs_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The supervisor's pid and the two reports are written before the agent goes on, but not fsynced:
+    # lost with the machine, they only repeat a harmless step (records.py, "Durability").
+    synced: list[int] = []
+    fsync = records.timed_fsync
+
+    def counted(fd: int) -> float:
+        synced.append(fd)
+        return fsync(fd)
+
+    monkeypatch.setattr(records, "timed_fsync", counted)
+    batch = node(tmp_path, "gpu01")
+    batch.steps.gone.set()
+    await batch.work.launch(launch_order(job_id=11, workdir=str(tmp_path)))  # its srun is not found: exit 127
+    for _ in range(500):
+        if batch.exits() and not batch.work.runs.run_dir(11, 0).exists():
+            break
+        await asyncio.sleep(0.01)
+    assert [e.exit_code for e in batch.exits()] == [127]
+    rec = batch.work.runs.records.get(11, 0)
+    assert rec is not None and (rec.supervisor > 0, rec.start_reported, rec.exited) == (True, True, True)
+    assert len(synced) == 1, synced  # the launch's line, before the supervisor started
+    # What the file says is what the agent knows, though three of its four lines were never fsynced.
+    assert Records(batch.work.runs.records.path).get(11, 0) == rec
