@@ -3,7 +3,7 @@
 (a) decoding: every entry in full (``decode_envelope``: the old path's decoder, every other consumer's) and
     slim (``decode_slim_envelope``: the scheduler's); the fold of the slim envelopes; all with the cyclic GC
     paused, as the scheduler's rebuild runs;
-(b) the snapshot of the folded state: encode + compress (format 4) and decode;
+(b) the snapshot of the folded state: encode + compress and decode;
 (c) reading the log from a real nats-server without folding: ``Bus.read`` (nats-py's ordered consumer, full
     decode included: the old path's reader), the bulk reader alone, and the bulk reader with the slim
     decode; each with the server's CPU seconds.

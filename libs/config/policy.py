@@ -16,7 +16,7 @@ from corral.libs.core.fair_share import Account, TresWeights, UserAssoc
 from corral.libs.core.policy import Backfill, FairShareAlgorithm, PartitionPolicy, Policy
 from corral.libs.core.preempt import PartitionPreemptMode, PreemptPolicy, PreemptType
 from corral.libs.core.priority import PriorityWeights
-from corral.libs.core.state import UsagePolicy
+from corral.libs.core.state import State, UsagePolicy
 from corral.schemas.events import PreemptMode
 
 
@@ -27,6 +27,12 @@ def usage_policy_of(config: ClusterConfig) -> UsagePolicy:
         half_life_s=float(sched.half_life_s),
         weights=TresWeights(cpu=sched.billing_cpu, gpu=sched.billing_gpu, mem_per_gb=sched.billing_mem_gb),
     )
+
+
+def scheduler_state(config: ClusterConfig) -> State:
+    """The empty state the scheduler folds the log into: the fold's parameters from the configuration (how
+    runs are billed, when ended jobs are forgotten)."""
+    return State(usage_policy=usage_policy_of(config), min_job_age_s=float(config.scheduler.min_job_age_s))
 
 
 def policy_of(config: ClusterConfig) -> Policy:

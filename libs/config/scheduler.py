@@ -39,6 +39,7 @@ class SchedulerConfig:
     default_qos: str = "normal"  # QOS of jobs without --qos in a partition without its own
     max_switch_wait_s: int = 300  # max_switch_wait: the longest a job waits for its --switches count
     lease_ttl_s: float = DEFAULT_TTL_S  # the leader lease's TTL: a standby takes over this long after a death
+    min_job_age_s: int = 300  # MinJobAge: an ended job is forgotten this long after its end (0: never)
 
 
 def parse_scheduler(raw: Any) -> SchedulerConfig:
@@ -85,6 +86,11 @@ def parse_scheduler(raw: Any) -> SchedulerConfig:
         default_qos=cv.optional(table, "default_qos", where, str, NORMAL),
         max_switch_wait_s=_max_switch_wait(table.get("max_switch_wait", 300)),
         lease_ttl_s=_lease_ttl(table),
+        min_job_age_s=cv.whole_seconds(
+            table.get("min_job_age", 300),
+            "scheduler.min_job_age",
+            "must be a duration, not UNLIMITED (0 keeps every job)",
+        ),
     )
 
 

@@ -67,6 +67,7 @@ KEYS = {
         "priority_favor_small",
         "snapshot_every",
         "lease_ttl",
+        "min_job_age",
         "priority_weight_fairshare",
         "fairshare",
         "fairshare_half_life",

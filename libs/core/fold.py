@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from corral.libs.core import causation
+from corral.libs.core import causation, retention
 from corral.libs.core.fold_nodes import NODE_HANDLERS, live_run, mark_requeue
 from corral.libs.core.fold_runs import RUN_HANDLERS, job_for
 from corral.libs.core.outcome import APPLIED, Outcome, failed, ignored
@@ -73,6 +73,9 @@ def apply(state: State, seq: int, env: ev.Envelope) -> Outcome:
         state.now = at
     if state.reservations:
         expire_reservations(state)
+    ended, due = state.ended, state.ended_from
+    if due < len(ended) and ended[due][0] + state.min_job_age_s <= state.now:
+        retention.forget_due(state)  # ended jobs MinJobAge old (``retention.py``)
     body = env.body
     try:
         if type(body) in lifecycle.DECISIONS and not _current_epoch(state, seq, body):
@@ -139,10 +142,10 @@ def _submitted(state: State, seq: int, at: float, body: ev.JobSubmitted, tracepa
     array = body.spec.array
     if array is None:
         # (A single job, most submissions: the loop below for one id, without its lists.)
-        if body.job_id in state.jobs:
+        if body.job_id in state.jobs or (state.forgotten and retention.is_forgotten(state, body.job_id)):
             return ignored("duplicate")
         state.active[body.job_id] = True
-        state.jobs[body.job_id] = Job(
+        job = state.jobs[body.job_id] = Job(
             job_id=body.job_id,
             user=body.user,
             spec=slim_spec(body.spec),
@@ -152,6 +155,8 @@ def _submitted(state: State, seq: int, at: float, body: ev.JobSubmitted, tracepa
             held="user" if body.spec.held else "",
             submit_seq=seq,
         )
+        if state.min_job_age_s:
+            retention.jobs_submitted(state, [job])
         return APPLIED
     try:
         indices: list[int | None] = [None] if array is None else list(array_indices(array))
@@ -160,14 +165,15 @@ def _submitted(state: State, seq: int, at: float, body: ev.JobSubmitted, tracepa
     first = body.job_id
     ids = range(first, first + len(indices))
     # All or nothing: an array whose block of ids is not wholly free is not accepted at all.
-    if any(job_id in state.jobs for job_id in ids):
+    if any(job_id in state.jobs or retention.is_forgotten(state, job_id) for job_id in ids):
         return ignored("duplicate")
     # The state keeps what scheduling needs: the script and the exported environment (most of a
     # submission's bytes) stay in the log, where the shell reads them back to launch (``submit_seq``).
     spec = slim_spec(body.spec)
+    tasks = []
     for job_id, index in zip(ids, indices, strict=True):
         state.active[job_id] = True
-        state.jobs[job_id] = Job(
+        task = state.jobs[job_id] = Job(
             job_id=job_id,
             user=body.user,
             spec=spec,
@@ -179,6 +185,8 @@ def _submitted(state: State, seq: int, at: float, body: ev.JobSubmitted, tracepa
             array_task_id=index,
             submit_seq=seq,
         )
+        tasks.append(task)
+    retention.jobs_submitted(state, tasks)
     return APPLIED
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from corral.libs.core import retention
 from corral.libs.core.causation import ALLOCATED
 from corral.libs.core.fair_share import billing, charge, user_key
 from corral.libs.core.fold_nodes import drop_orphans, runs_on
@@ -245,6 +246,7 @@ def _end(state: State, job: Job, at: float, final: JobState) -> Outcome:
     job.state = final
     job.end_time = at
     _run_over(job)
+    retention.job_ended(state, job)
     return APPLIED
 
 

@@ -196,6 +196,16 @@ class State(msgspec.Struct, kw_only=True):
     resv_causes: dict[str, str] = {}  # event id of each reservation name's newest request (``causation.py``)
     early_drains: dict[str, AdminDrain] = {}  # admin drains of nodes not registered yet, by node name
     skipped: int = 0  # entries skipped: a fold handler raised on them, or they had no event (``fold.skip``)
+    # Ended jobs forgotten once this old by the log's clock (Slurm's MinJobAge; 0: kept): a parameter of the
+    # fold, kept here like usage_policy. The rest is ``retention.py``'s: the ended jobs in end order (end
+    # time, id) from ``ended_from`` on; the live jobs' dependency targets and live tasks per array, counted;
+    # the ids forgotten, as sorted ranges [start, end) flattened.
+    min_job_age_s: float = 0.0
+    ended: list[tuple[float, int]] = []
+    ended_from: int = 0
+    depended: dict[int, int] = {}
+    array_live: dict[int, int] = {}
+    forgotten: list[int] = []
 
 
 # Insertion order is the log order, so equal folds give equal bytes without sorting.

@@ -48,12 +48,11 @@ import time
 from collections import OrderedDict
 
 from corral.libs.config.cluster import ClusterConfig
-from corral.libs.config.policy import policy_of, usage_policy_of
+from corral.libs.config.policy import policy_of, scheduler_state
 from corral.libs.core import plan as planner
 from corral.libs.core.capacity import CapacityCache
 from corral.libs.core.fold import apply, skip
 from corral.libs.core.reason_log import reason_changes
-from corral.libs.core.state import State
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.bus import Bus, LogEntry
 from corral.libs.runtime.errors import TransientError
@@ -103,7 +102,7 @@ class Scheduler(QueryVerbs, Sending):
         self.policy = policy_of(config)
         # sbatch --test-only plans conservatively (every pending job gets its start); built once.
         self.will_run_policy = dataclasses.replace(self.policy, backfill="conservative")
-        self.state = State(usage_policy=usage_policy_of(config))
+        self.state = scheduler_state(config)
         self.leader = leader  # the lease (None: always the leader, with ``epoch``)
         self._epoch = epoch
         self.outlook = planner.Plan()  # the latest cycle's reasons, priorities and planned starts
@@ -215,6 +214,8 @@ class Scheduler(QueryVerbs, Sending):
             loaded, source = await snapshot.load(self.bus)
             if loaded is not None and loaded.usage_policy != self.state.usage_policy:
                 loaded, source = None, "the snapshot bills usage differently: full replay"
+            elif loaded is not None and loaded.min_job_age_s != self.state.min_job_age_s:
+                loaded, source = None, "the snapshot forgets ended jobs at another age: full replay"
             if loaded is not None:
                 self.state = loaded
                 self.snapshot_seq = loaded.last_seq

@@ -6,9 +6,10 @@ snapshot is used only if it decodes and the log still holds an entry with that s
 log was not reset or replaced); otherwise the whole log is replayed. A snapshot can only ever make a start
 faster, never different: replaying the tail from it gives the state the full replay gives (tests check both).
 
-Layout (format 4): frames, each a 4-byte big-endian length and a zlib-compressed (level 1) MessagePack
-document: first the ``Header`` (the state without its jobs), then the jobs in segments of ``SEGMENT_JOBS``,
-each a list in the state's order. What a load costs, at a million pending jobs (``bench/rebuild.py``):
+Layout (format 5, the same as 4's): frames, each a 4-byte big-endian length and a zlib-compressed (level 1)
+MessagePack document: first the ``Header`` (the state without its jobs), then the jobs in segments of
+``SEGMENT_JOBS``, each a list in the state's order. What a load costs, at a million pending jobs
+(``bench/rebuild.py``):
 
 - reading the object: its chunks are read through the bulk reader (a pull consumer filtered on the object's
   chunk subject, ``log_reader.BulkReader``), 4x faster than nats-py's object store read here;
@@ -45,7 +46,9 @@ from corral.schemas import subjects
 #: 3: the MessagePack zlib-compressed.
 #: 4: frames (the state without its jobs, then the jobs in segments), each zlib-compressed; specs are
 #:    ``SlimJobSpec`` (no script or environment key).
-FORMAT = 4
+#: 5: the state keeps what forgets ended jobs (``libs/core/retention.py``): a format-4 state has no queue of
+#:    ended jobs, so they would never be forgotten.
+FORMAT = 5
 NAME = f"scheduler-state-v{FORMAT}"
 #: The names of the formats before, deleted by the first save of this one.
 OLD_NAMES = tuple(f"scheduler-state-v{n}" for n in range(2, FORMAT))

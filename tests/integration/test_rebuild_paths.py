@@ -2,7 +2,7 @@
 
 The old path read the log through ``Bus.read`` (nats-py, one message at a time), decoded every entry in full
 and folded it. The new one reads it in bulk (``log_reader.BulkReader``), decodes submissions without their
-script and environment (``schemas/slim.py``) and restarts from snapshots of format 4. On a log with every
+script and environment (``schemas/slim.py``) and restarts from snapshots of format 5. On a log with every
 event type the fold handles, and entries that are no event at all, both give the same state, byte for byte;
 the bad entries are still dead-lettered, once; a submission whose environment alone is malformed is folded
 alike live and on a rebuild, and its launch fails instead of blocking the other orders.
@@ -19,7 +19,7 @@ import msgspec
 import pytest
 
 from corral.libs.config.cluster import parse_config
-from corral.libs.config.policy import usage_policy_of
+from corral.libs.config.policy import scheduler_state
 from corral.libs.core.fold import HANDLERS, IGNORED, apply, skip
 from corral.libs.core.state import State, encode_state
 from corral.libs.infra import NatsServer, roles
@@ -157,7 +157,7 @@ async def append_history(admin: Bus) -> None:
 
 async def entry_by_entry(bus: Bus) -> State:
     """The old path: ``Bus.read`` (nats-py), every entry decoded in full, folded one by one."""
-    state = State(usage_policy=usage_policy_of(CONFIG))
+    state = scheduler_state(CONFIG)
     async for entry in bus.read(1):
         if entry.envelope is None:
             skip(state, entry.seq, entry.subject)
@@ -204,7 +204,7 @@ async def test_the_bulk_slim_rebuild_gives_the_entry_by_entry_state(buses: tuple
     assert old.skipped == 2 and len(old.jobs) == 59
 
     # The bulk reader alone (a small batch: several requests), then the scheduler's whole rebuild.
-    state = State(usage_policy=usage_policy_of(CONFIG))
+    state = scheduler_state(CONFIG)
     skipped: list[int] = []
 
     def undecodable(entry: LogEntry) -> None:
@@ -239,7 +239,7 @@ async def test_a_receive_buffer_smaller_than_one_entry_gives_the_same_state(
     # room left is under READ_MIN and goes on once the bytes consumed are moved over.
     monkeypatch.setattr(log_reader, "BUFFER", 512)
     monkeypatch.setattr(log_reader, "READ_MIN", 256)
-    state = State(usage_policy=usage_policy_of(CONFIG))
+    state = scheduler_state(CONFIG)
     end = await bus.last_seq()
 
     def undecodable(entry: LogEntry) -> None:

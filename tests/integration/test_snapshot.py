@@ -94,3 +94,18 @@ async def test_a_corrupt_or_foreign_snapshot_falls_back_to_a_full_replay(bus: Bu
     await store.put(snapshot.NAME, snapshot.compress(snapshot.encode(foreign)))
     loaded, why = await snapshot.load(bus)
     assert loaded is None and "another log" in why
+
+
+async def test_a_snapshot_that_forgets_ended_jobs_at_another_age_is_not_used(bus: Bus) -> None:
+    # Its state forgot (or kept) other jobs than this configuration's fold would: replayed in full instead.
+    await bus.append(ev.NodeUp(node="sn8"))
+    before = Scheduler(bus, parse_config(CONFIG.replace("snapshot_every = 5", "min_job_age = 60")))
+    await before.rebuild(use_snapshot=False)
+    await snapshot.save(bus, before.state)
+    again = Scheduler(bus, parse_config(CONFIG.replace("snapshot_every = 5", "min_job_age = 60")))
+    await again.rebuild()
+    assert again.snapshot_seq == before.state.last_seq  # the same age: used
+    now = Scheduler(bus, parse_config(CONFIG))
+    await now.rebuild()
+    assert now.snapshot_seq == 0 and now.state.min_job_age_s == 300.0
+    assert encode_state(now.state) == await full_replay(bus)
