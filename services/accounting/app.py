@@ -60,6 +60,7 @@ class AccountingService:
         replica: int | None = None,
         name: str = CONSUMER,
         lease_ttl_s: float = DEFAULT_TTL_S,
+        min_job_age_s: float = 0.0,
     ):
         self.bus = bus
         self.pool = pool
@@ -67,7 +68,7 @@ class AccountingService:
         self.clock = clock  # where a running job's or an up node's time ends in a report
         self.parents = dict(parents or {})  # each configured account's parent: sreport's account tree
         self.partitions = [  # every partition of the projection, by k
-            Partition(bus, pool, k, partitions, default_partition) for k in range(partitions)
+            Partition(bus, pool, k, partitions, default_partition, min_job_age_s) for k in range(partitions)
         ]
         self.holder = (  # the partition leases (None: this process runs every partition)
             None
@@ -156,6 +157,7 @@ async def main(ctx: Context) -> None:
             replica=ctx.args.replica,
             name=f"{socket.gethostname()}-{ctx.args.replica}",
             lease_ttl_s=shared.lease_ttl_s,
+            min_job_age_s=float(ctx.config.scheduler.min_job_age_s),
         )
         await service.run(ctx.stop)
     finally:

@@ -31,9 +31,11 @@ from corral.services.accounting.projection import NodeChange, Op, RaiseEpoch, Re
 class Projector:
     """The fold's state as accounting needs it, and the operations of the entries it folded."""
 
-    def __init__(self, default_partition: str = "") -> None:
+    def __init__(self, default_partition: str = "", min_job_age_s: float = 0.0) -> None:
         self.default_partition = default_partition
-        self.state = State()  # the fold of the log up to ``state.last_seq``
+        # the fold of the log up to ``state.last_seq``, forgetting ended jobs as the scheduler does (their
+        # rows are written; the entries about a forgotten job are ones the fold ignores anyway)
+        self.state = State(min_job_age_s=min_job_age_s)
         self.pending: dict[int, list[Op]] = {}  # operations of folded entries not known to be committed
         self.skipped: list[tuple[int, str]] = []  # entries a fold handler failed on, with the error
         self.base = 0  # the position the pending operations follow (the last committed one)

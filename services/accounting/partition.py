@@ -53,14 +53,21 @@ class Partition:
     """Partition ``k`` of ``partitions`` of the projection, as one process runs it while holding it."""
 
     def __init__(
-        self, bus: Bus, pool: store.Pool, k: int = 0, partitions: int = 1, default_partition: str = ""
+        self,
+        bus: Bus,
+        pool: store.Pool,
+        k: int = 0,
+        partitions: int = 1,
+        default_partition: str = "",
+        min_job_age_s: float = 0.0,
     ) -> None:
         self.bus = bus
         self.pool = pool
         self.k, self.partitions = k, partitions
         self.name = partition_name(k, partitions)  # its durable consumer and position row
         self.default_partition = default_partition  # the cluster's default (Slurm) partition
-        self.projector = Projector(default_partition)
+        self.min_job_age_s = min_job_age_s  # when the fold forgets an ended job (the scheduler's MinJobAge)
+        self.projector = Projector(default_partition, min_job_age_s)
         self.applied: Counter[str] = Counter()  # the operations this process applied, by type (a gauge of
         # the share of the work; an operation counts once per commit, even when it changed no row)
         self.log = logger(consumer=self.name)
@@ -167,7 +174,7 @@ class Partition:
             return
         if self.projector.state.last_seq > position:
             # Ahead of the database by entries whose operations are gone: fold again from the start.
-            self.projector = Projector(self.default_partition)
+            self.projector = Projector(self.default_partition, self.min_job_age_s)
         entries = self.bus.read(self.projector.state.last_seq + 1)
         try:
             async for entry in entries:

@@ -10,6 +10,7 @@ from builders import T0, Log, allocated, cluster, env, exited, job, submitted
 from corral.libs.core.fold import fold
 from corral.libs.core.state import State, decode_state, encode_state
 from corral.schemas import events as ev
+from corral.services.accounting.folded import Projector
 
 pytestmark = pytest.mark.unit
 
@@ -116,3 +117,25 @@ def test_a_replay_and_a_snapshot_forget_what_the_live_fold_forgot() -> None:
     restarted = decode_state(encode_state(fold(entries[:half], State(min_job_age_s=AGE))))
     assert encode_state(fold(entries[half:], restarted)) == encode_state(log.state)
     assert log.at > T0
+
+
+def test_accounting_writes_the_same_rows_whether_its_fold_forgets_or_not() -> None:
+    # Accounting folds the log as the scheduler does, and records only what the fold applied: an entry
+    # about a forgotten job is one the fold ignored while it kept the job, so the operations are the same.
+    log = log_forgetting(age=0.0)
+    waits = ev.Dependencies(items=[ev.Dependency(type="afterany", job_id=1)])
+    for job_id in range(1, 9):
+        spec = job(gpus=1, nodes=1, dependencies=waits) if job_id == 4 else job(gpus=1, nodes=1)
+        log.add(submitted(job_id, spec), step=AGE / 2)
+        if job_id % 3:
+            run_to_completion(log, job_id)
+        else:
+            log.add(ev.JobCancelled(job_id=job_id, attempt=-1, by="alice"))
+    # Late facts about long-ended jobs: a cancel request, a duplicate submission, a node's late exit report.
+    log.add(ev.JobCancelRequested(job_id=1, user="alice"), step=AGE)
+    log.add(submitted(2, job(gpus=1, nodes=1), user="mallory"))
+    log.add(exited(5, "gpu01", exit_code=9))
+    keeping, forgetting = Projector("gpu"), Projector("gpu", min_job_age_s=AGE)
+    kept_ops = keeping.operations(log.entries)
+    assert forgetting.operations(log.entries) == kept_ops
+    assert len(forgetting.state.jobs) < len(keeping.state.jobs) == 8
