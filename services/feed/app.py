@@ -46,9 +46,9 @@ RETRY_S = 0.5
 class FeedService:
     """Projects the log into the feed (the cycle is in the module docstring)."""
 
-    def __init__(self, bus: Bus) -> None:
+    def __init__(self, bus: Bus, min_job_age_s: float = 0.0) -> None:
         self.bus = bus
-        self.projector = Projector()
+        self.projector = Projector(min_job_age_s)  # (forgets ended jobs at the scheduler's MinJobAge)
         self.readers: set[str] = set()  # users whose feed consumer this process has made sure of
         self.log = logger(service="feed")
 
@@ -130,4 +130,4 @@ class FeedService:
 
 async def main(ctx: Context) -> None:
     """The composition root."""
-    await FeedService(ctx.bus).run(ctx.stop)
+    await FeedService(ctx.bus, float(ctx.config.scheduler.min_job_age_s)).run(ctx.stop)

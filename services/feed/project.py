@@ -19,6 +19,7 @@ import msgspec
 
 from corral.libs.core import fold
 from corral.libs.core.state import Job, Node, State, drain_reason, drained
+from corral.libs.slurm.array import array_indices
 from corral.schemas import events as ev
 from corral.schemas import feed, subjects
 from corral.schemas.lifecycle import TERMINAL_STATES
@@ -39,8 +40,9 @@ _Mark = tuple[str, int]
 class Projector:
     """The fold's state, and the feed messages of each new entry."""
 
-    def __init__(self) -> None:
-        self.state = State()
+    def __init__(self, min_job_age_s: float = 0.0) -> None:
+        # the fold, forgetting ended jobs as the scheduler does (``libs/core/retention.py``)
+        self.state = State(min_job_age_s=min_job_age_s)
 
     def skip(self, seq: int, subject: str) -> None:
         """An entry that failed to decode: the fold moves past it, the feed says nothing."""
@@ -49,7 +51,6 @@ class Projector:
     def add(self, seq: int, env: ev.Envelope) -> list[Published]:
         """Apply the entry at ``seq`` and return the messages it makes (none for a replayed entry)."""
         body = env.body
-        jobs_before = len(self.state.jobs)
         job_id = getattr(body, "job_id", None)
         job = self.state.jobs.get(job_id) if isinstance(job_id, int) else None
         before: _Mark | None = (job.state, job.restart_count) if job is not None else None
@@ -59,9 +60,10 @@ class Projector:
         if not fold.apply(self.state, seq, env).applied:
             return []
         events: list[feed.FeedEvent] = []
-        added = len(self.state.jobs) - jobs_before
-        if added > 0:
-            # A submission (an array's makes one job per task, at the end of the jobs' insertion order).
+        if isinstance(body, ev.JobSubmitted):
+            # One job per task of an array, at the end of the jobs' insertion order (counted from the
+            # submission, not from the jobs: the same entry may have made the fold forget ended ones).
+            added = len(array_indices(body.spec.array)) if body.spec.array is not None else 1
             new = reversed(list(islice(reversed(self.state.jobs.values()), added)))
             events += [_submitted(j) for j in new]
         elif job is not None and before is not None:

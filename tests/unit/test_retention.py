@@ -11,6 +11,7 @@ from corral.libs.core.fold import fold
 from corral.libs.core.state import State, decode_state, encode_state
 from corral.schemas import events as ev
 from corral.services.accounting.folded import Projector
+from corral.services.feed.project import Projector as FeedProjector
 
 pytestmark = pytest.mark.unit
 
@@ -139,3 +140,20 @@ def test_accounting_writes_the_same_rows_whether_its_fold_forgets_or_not() -> No
     kept_ops = keeping.operations(log.entries)
     assert forgetting.operations(log.entries) == kept_ops
     assert len(forgetting.state.jobs) < len(keeping.state.jobs) == 8
+
+
+def test_the_feed_says_the_same_whether_its_fold_forgets_or_not() -> None:
+    # Among them a submission (one job, then an array) folded by the entry that makes the fold forget
+    # ended jobs: the feed counted the jobs an entry added, and would have missed these.
+    log = log_forgetting(age=0.0)
+    log.add(submitted(1, job(gpus=1, nodes=1)))
+    end = run_to_completion(log, 1)
+    at(log, end + AGE, submitted(2, job(gpus=1, nodes=1)))
+    end = run_to_completion(log, 2)
+    three = ev.ArraySpec(ranges=[ev.ArrayRange(start=0, end=2)])
+    at(log, end + AGE, submitted(10, job(gpus=1, nodes=1, array=three)))
+    keeping, forgetting = FeedProjector(), FeedProjector(min_job_age_s=AGE)
+    said = [m for seq, e in log.entries for m in keeping.add(seq, e)]
+    assert [m for seq, e in log.entries for m in forgetting.add(seq, e)] == said
+    assert sorted(forgetting.state.jobs) == [10, 11, 12]
+    assert sum(m.subject.endswith(".submitted") for m in said) == 5
