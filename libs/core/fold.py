@@ -74,8 +74,8 @@ def apply(state: State, seq: int, env: ev.Envelope) -> Outcome:
     if state.reservations:
         expire_reservations(state)
     ended, due = state.ended, state.ended_from
-    if due < len(ended) and ended[due][0] + state.min_job_age_s <= state.now:
-        retention.forget_due(state)  # ended jobs MinJobAge old (``retention.py``)
+    if due < len(ended) and ended[due][0] + state.min_job_age_s <= clock:
+        retention.forget_due(state, clock)  # ended jobs MinJobAge old before this entry (``retention.py``)
     body = env.body
     try:
         if type(body) in lifecycle.DECISIONS and not _current_epoch(state, seq, body):

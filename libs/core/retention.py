@@ -9,14 +9,17 @@ forgot:
 - a job that ends (``fold_runs._end``: a job ends once, nothing makes an ended job pending again) joins
   ``State.ended``, the queue of (end time, job id) in end order;
 - before each entry is applied, the jobs of the queue whose end is ``min_job_age_s`` older than the log's
-  clock are forgotten (``forget_due``): removed from ``State.jobs``, their id remembered in
+  clock as it was before that entry are forgotten (``forget_due``; the entry's own time does not count yet:
+  a poison entry's is taken back, ``fold.apply``): removed from ``State.jobs``, their id remembered in
   ``State.forgotten`` (sorted, disjoint ranges: ids are mostly forgotten in runs), so that a submission
   naming one is still a duplicate, as it was while the job was kept;
-- unless it is still needed, in which case it is looked at again ``min_job_age_s`` later: a job a live job
-  depends on (``State.depended``, counted by dependency item; a dependency on a forgotten job would read as
-  met, ``eligibility.item_status``, and an ``afterok`` on a failed job would start), and every task of an
-  array while any task of it is live (``State.array_live``: the tasks are found from the array's first
-  one, ``state.array_tasks``).
+- unless it is still needed: a job a live job depends on (``State.depended``, counted by dependency item; a
+  dependency on a forgotten job would read as met, ``eligibility.item_status``, and an ``afterok`` on a
+  failed job would start), and every task of an array while any task of it is live (``State.array_live``:
+  the tasks are found from the array's first one, ``state.array_tasks``). Such a job is parked
+  (``State.parked``, under its own id or its array's) and joins the queue again, at that moment's time,
+  when the count it waited for comes to 0: nothing is looked at twice while it is needed, and the queue
+  is only ever appended to in log order.
 
 What the fold does with an entry about a forgotten job is what it does with one about a job it never had:
 nothing (a late ``RunExited`` still frees an orphan's resources: orphans are not jobs). ``squeue`` and
@@ -36,23 +39,27 @@ _CUT = 1024
 
 
 def job_ended(state: State, job: Job) -> None:
-    """A job just ended (once): it joins the queue, and what it was counted for is uncounted."""
+    """A job just ended (once): it joins the queue, and what it was counted for is uncounted (the jobs
+    parked for a count that comes to 0 join the queue again)."""
     if not state.min_job_age_s:
         return
-    assert job.end_time is not None
-    state.ended.append((job.end_time, job.job_id))
+    at = job.end_time
+    assert at is not None
+    state.ended.append((at, job.job_id))
     for dependee in _dependees(job):
-        left = state.depended[dependee] - 1
-        if left:
-            state.depended[dependee] = left
-        else:
-            del state.depended[dependee]
+        _uncount(state, state.depended, dependee, at)
     if job.array_job_id:
-        left = state.array_live[job.array_job_id] - 1
-        if left:
-            state.array_live[job.array_job_id] = left
-        else:
-            del state.array_live[job.array_job_id]
+        _uncount(state, state.array_live, job.array_job_id, at)
+
+
+def _uncount(state: State, counts: dict[int, int], key: int, at: float) -> None:
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+        return
+    del counts[key]
+    for job_id in state.parked.pop(key, ()):
+        state.ended.append((at, job_id))  # (looked at again an age from now: still needed, parked again)
 
 
 def jobs_submitted(state: State, jobs: list[Job]) -> None:
@@ -66,10 +73,10 @@ def jobs_submitted(state: State, jobs: list[Job]) -> None:
         state.array_live[first.array_job_id] = len(jobs)
 
 
-def forget_due(state: State) -> None:
-    """Forget the ended jobs that are ``min_job_age_s`` old by the state's clock and no longer needed."""
+def forget_due(state: State, now: float) -> None:
+    """Forget the ended jobs that are ``min_job_age_s`` old at ``now`` and no longer needed; park the others
+    (each entry of the queue is looked at once: nothing is appended to it here)."""
     queue, at, age = state.ended, state.ended_from, state.min_job_age_s
-    now = state.now
     while at < len(queue) and queue[at][0] + age <= now:
         job_id = queue[at][1]
         at += 1
@@ -77,11 +84,13 @@ def forget_due(state: State) -> None:
         if job is None:
             continue
         array = job.array_job_id
-        if job_id in state.depended or (array and (array in state.array_live or array in state.depended)):
-            queue.append((now, job_id))  # still needed: looked at again an age later
-            continue
-        del state.jobs[job_id]
-        _remember(state.forgotten, job_id)
+        if job_id in state.depended:
+            state.parked.setdefault(job_id, []).append(job_id)
+        elif array and (array in state.array_live or array in state.depended):
+            state.parked.setdefault(array, []).append(job_id)
+        else:
+            del state.jobs[job_id]
+            _remember(state.forgotten, job_id)
     if at >= _CUT and 2 * at > len(queue):
         del queue[:at]
         at = 0

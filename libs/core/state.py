@@ -199,12 +199,14 @@ class State(msgspec.Struct, kw_only=True):
     # Ended jobs forgotten once this old by the log's clock (Slurm's MinJobAge; 0: kept): a parameter of the
     # fold, kept here like usage_policy. The rest is ``retention.py``'s: the ended jobs in end order (end
     # time, id) from ``ended_from`` on; the live jobs' dependency targets and live tasks per array, counted;
-    # the ids forgotten, as sorted ranges [start, end) flattened.
+    # the ended jobs kept while still needed, by the count they wait for; the ids forgotten, as sorted
+    # ranges [start, end) flattened.
     min_job_age_s: float = 0.0
     ended: list[tuple[float, int]] = []
     ended_from: int = 0
     depended: dict[int, int] = {}
     array_live: dict[int, int] = {}
+    parked: dict[int, list[int]] = {}
     forgotten: list[int] = []
 
 

@@ -22,7 +22,8 @@ from corral.libs.slurm import hostlist
 from corral.libs.slurm.constraint import format_constraint
 from corral.schemas import api
 
-#: How long an ended job stays visible to squeue (Slurm's MinJobAge).
+#: How long an ended job stays visible to squeue when the fold keeps every job (``State.min_job_age_s`` 0);
+#: otherwise for as long as the fold keeps it (Slurm's MinJobAge).
 MIN_JOB_AGE_S = 300.0
 
 
@@ -117,12 +118,13 @@ def jobs_reply(
     An array's id asks for every task of the array, as in Slurm.
     """
     wanted = set(req.job_ids)
+    window = state.min_job_age_s or MIN_JOB_AGE_S
     shown = []
     for job in state.jobs.values():
         if wanted and job.job_id not in wanted and job.array_job_id not in wanted:
             continue
         live = job.state in ("PENDING", "RUNNING")
-        recent = job.end_time is not None and now - job.end_time <= MIN_JOB_AGE_S
+        recent = job.end_time is not None and now - job.end_time <= window
         if not live and not ((wanted or req.include_finished) and recent):
             continue
         if req.users and job.user not in req.users:

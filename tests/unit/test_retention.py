@@ -7,15 +7,33 @@ import msgspec
 import pytest
 from builders import T0, Log, allocated, cluster, env, exited, job, submitted
 
+from corral.libs.config.cluster import parse_config
+from corral.libs.config.policy import policy_of
+from corral.libs.core import fold as fold_module
 from corral.libs.core.fold import fold
+from corral.libs.core.plan import Plan
 from corral.libs.core.state import State, decode_state, encode_state
+from corral.schemas import api
 from corral.schemas import events as ev
 from corral.services.accounting.folded import Projector
 from corral.services.feed.project import Projector as FeedProjector
+from corral.services.scheduler.views import jobs_reply
 
 pytestmark = pytest.mark.unit
 
 AGE = 300.0
+CLUSTER = """
+[[nodes]]
+names = "gpu01"
+cpus = 64
+memory = "512G"
+gpus = 8
+
+[[partitions]]
+name = "gpu"
+nodes = "gpu01"
+default = true
+"""
 
 
 def log_forgetting(age: float = AGE) -> Log:
@@ -41,6 +59,12 @@ def at(log: Log, when: float, body: ev.Event) -> None:
     log.append(env(body, at=when))
 
 
+def tick(log: Log, when: float) -> None:
+    """An entry at ``when`` that changes nothing but the clock (a cancel request for no job): what was due
+    by the clock before it is forgotten as it is folded."""
+    at(log, when, ev.JobCancelRequested(job_id=999_999, user="nobody"))
+
+
 def test_an_ended_job_is_forgotten_min_job_age_after_its_end() -> None:
     log = log_forgetting()
     log.add(submitted(1, job(gpus=1, nodes=1)))
@@ -48,16 +72,18 @@ def test_an_ended_job_is_forgotten_min_job_age_after_its_end() -> None:
     at(log, end + AGE - 1, submitted(2, job(gpus=1, nodes=1)))
     assert log.state.jobs[1].state == "COMPLETED"
     at(log, end + AGE, submitted(3, job(gpus=1, nodes=1)))
+    assert log.state.jobs[1].state == "COMPLETED"  # (an entry's own time counts from the next entry on)
+    tick(log, end + AGE + 1)
     assert 1 not in log.state.jobs and sorted(log.state.jobs) == [2, 3]
     # Its id is still taken: a submission naming it changes nothing, as while it was kept.
     before = encode_state(log.state)
-    at(log, end + AGE + 1, submitted(1, job(gpus=1, nodes=1), user="mallory"))
+    at(log, end + AGE + 2, submitted(1, job(gpus=1, nodes=1), user="mallory"))
     assert 1 not in log.state.jobs
     assert msgspec.structs.replace(decode_state(before), last_seq=log.state.last_seq, now=log.state.now) == (
         log.state
     )
     # And a late fact about it is folded as one about a job never seen.
-    at(log, end + AGE + 2, ev.JobCancelRequested(job_id=1, user="alice"))
+    at(log, end + AGE + 3, ev.JobCancelRequested(job_id=1, user="alice"))
     assert 1 not in log.state.jobs
 
 
@@ -79,11 +105,15 @@ def test_a_job_a_live_job_depends_on_is_kept_until_that_one_ends() -> None:
     assert end is not None and log.state.jobs[1].state == "FAILED"
     # Job 2 can never run (afterok on a failure): forgetting job 1 would make its dependency met.
     at(log, end + 3 * AGE, submitted(3, job(gpus=1, nodes=1)))
-    assert log.state.jobs[1].state == "FAILED"
+    tick(log, end + 3 * AGE + 0.5)
+    assert log.state.jobs[1].state == "FAILED" and log.state.parked == {1: [1]}
     at(log, end + 3 * AGE + 1, ev.JobCancelled(job_id=2, attempt=-1, by="alice"))
-    at(log, end + 4 * AGE - 1, submitted(4, job(gpus=1, nodes=1)))
-    assert log.state.jobs[1].state == "FAILED"  # looked at again an age after it was found still needed
-    at(log, end + 4 * AGE + 1, submitted(5, job(gpus=1, nodes=1)))
+    assert log.state.parked == {}  # back in the queue, as of job 2's end
+    at(log, end + 4 * AGE, submitted(4, job(gpus=1, nodes=1)))
+    tick(log, end + 4 * AGE + 0.5)
+    assert log.state.jobs[1].state == "FAILED"  # an age after it stopped being needed, not before
+    at(log, end + 4 * AGE + 2, submitted(5, job(gpus=1, nodes=1)))
+    tick(log, end + 4 * AGE + 3)
     assert sorted(log.state.jobs) == [3, 4, 5] and log.state.depended == {}
 
 
@@ -95,12 +125,15 @@ def test_an_arrays_tasks_are_kept_while_any_task_of_it_is_live() -> None:
     run_to_completion(log, 10)
     end = run_to_completion(log, 11)
     at(log, end + 2 * AGE, submitted(20, job(gpus=1, nodes=1)))
+    tick(log, end + 2 * AGE + 1)
     assert sorted(log.state.jobs) == [10, 11, 12, 20]  # task 12 is still pending
+    assert log.state.parked == {10: [10, 11]}
     end = run_to_completion(log, 12)
     at(log, end + 2 * AGE, submitted(21, job(gpus=1, nodes=1)))
-    assert sorted(log.state.jobs) == [20, 21] and log.state.array_live == {}
+    tick(log, end + 2 * AGE + 1)
+    assert sorted(log.state.jobs) == [20, 21] and (log.state.array_live, log.state.parked) == ({}, {})
     # Every id of the array is taken still.
-    at(log, end + 2 * AGE + 1, submitted(11, job(gpus=1, nodes=1)))
+    at(log, end + 2 * AGE + 2, submitted(11, job(gpus=1, nodes=1)))
     assert 11 not in log.state.jobs
 
 
@@ -148,12 +181,67 @@ def test_the_feed_says_the_same_whether_its_fold_forgets_or_not() -> None:
     log = log_forgetting(age=0.0)
     log.add(submitted(1, job(gpus=1, nodes=1)))
     end = run_to_completion(log, 1)
-    at(log, end + AGE, submitted(2, job(gpus=1, nodes=1)))
+    tick(log, end + AGE)
+    at(log, end + AGE + 1, submitted(2, job(gpus=1, nodes=1)))  # (job 1 forgotten by this entry)
     end = run_to_completion(log, 2)
     three = ev.ArraySpec(ranges=[ev.ArrayRange(start=0, end=2)])
-    at(log, end + AGE, submitted(10, job(gpus=1, nodes=1, array=three)))
+    tick(log, end + AGE)
+    at(log, end + AGE + 1, submitted(10, job(gpus=1, nodes=1, array=three)))  # (and job 2 by this one)
     keeping, forgetting = FeedProjector(), FeedProjector(min_job_age_s=AGE)
     said = [m for seq, e in log.entries for m in keeping.add(seq, e)]
     assert [m for seq, e in log.entries for m in forgetting.add(seq, e)] == said
     assert sorted(forgetting.state.jobs) == [10, 11, 12]
     assert sum(m.subject.endswith(".submitted") for m in said) == 5
+
+
+def needed_dependee() -> Log:
+    """Job 1 failed (at the log's clock) and job 2 waits on ``afterok:1`` for ever: job 1 is needed."""
+    log = log_forgetting()
+    waits = ev.Dependencies(items=[ev.Dependency(type="afterok", job_id=1)])
+    log.add(submitted(1, job(gpus=1, nodes=1)), submitted(2, job(gpus=1, nodes=1, dependencies=waits)))
+    log.add(allocated(1, {"gpu01": [0]}))
+    log.add(exited(1, "gpu01", exit_code=3), ev.JobFailed(job_id=1, attempt=0, reason="NonZeroExitCode"))
+    return log
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("when", [4.7e18, 1e308, float("inf")], ids=["2^62", "1e308", "inf"])
+def test_a_needed_job_at_a_clock_where_an_age_adds_nothing_is_parked_once(when: float) -> None:
+    # now + 300 == now here: a needed job put back in the queue at ``now`` was due again at once, and the
+    # fold appended to the queue for ever (the scheduler and every replay of the log stood still).
+    log = needed_dependee()
+    at(log, when, ev.JobCancelRequested(job_id=999_999, user="nobody"))
+    tick(log, when)
+    assert log.state.parked == {1: [1]} and log.state.jobs[1].state == "FAILED"
+    assert len(log.state.ended) - log.state.ended_from == 0
+
+
+def test_a_poison_entrys_time_forgets_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A handler that raises (a poison entry) stamped a year ahead: its time is taken back, and it must not
+    # have forgotten jobs meanwhile, nor parked one until that time (forgetting would stop till then).
+    def broken(*args: object) -> fold_module.Outcome:
+        raise ValueError("a handler's bug")
+
+    monkeypatch.setitem(fold_module.HANDLERS, ev.JobReasonChanged, broken)
+    log = needed_dependee()
+    log.add(submitted(3, job(gpus=1, nodes=1)))
+    run_to_completion(log, 3)
+    end = log.at
+    at(log, end + 365 * 86400, ev.JobReasonChanged(job_id=2, attempt=0, reason="Dependency"))
+    assert log.state.skipped == 1 and log.state.now == end
+    tick(log, end + 1)
+    assert sorted(log.state.jobs) == [1, 2, 3] and log.state.parked == {}
+    tick(log, end + AGE)
+    tick(log, end + AGE + 1)
+    assert sorted(log.state.jobs) == [1, 2] and log.state.parked == {1: [1]}
+
+
+def test_squeue_shows_an_ended_job_for_as_long_as_the_fold_keeps_it() -> None:
+    # squeue -j of an ended job answered for a fixed 300 s; with another min_job_age, for that long.
+    log = log_forgetting(age=900.0)
+    log.add(submitted(1, job(gpus=1, nodes=1)))
+    end = run_to_completion(log, 1)
+    asked = api.JobsRequest(job_ids=[1])
+    policy = policy_of(parse_config(CLUSTER))
+    assert [j.job_id for j in jobs_reply(log.state, Plan(), policy, asked, end + 600).jobs] == [1]
+    assert jobs_reply(log.state, Plan(), policy, asked, end + 901).jobs == []
