@@ -126,12 +126,18 @@ async def fold_new(live: Scheduler, bus: Bus) -> None:
         live.apply(entry)
 
 
-async def test_of_two_decisions_on_one_job_sent_together_the_first_wins(buses: tuple[Bus, Bus]) -> None:
-    bus, admin = buses
+async def one_job(bus: Bus, admin: Bus) -> Scheduler:
+    """A scheduler rebuilt from a log of the three nodes and job 1, pending."""
     await registered(admin)
     await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
     live = Scheduler(bus, CONFIG)
     await live.rebuild()
+    return live
+
+
+async def test_of_two_decisions_on_one_job_sent_together_the_first_wins(buses: tuple[Bus, Bus]) -> None:
+    bus, admin = buses
+    live = await one_job(bus, admin)
     first = ev.JobReasonChanged(job_id=1, attempt=0, reason="Priority", epoch=live.epoch)
     second = ev.JobReasonChanged(job_id=1, attempt=0, reason="Resources", epoch=live.epoch)
     await sending.every(
@@ -182,10 +188,7 @@ async def test_orders_that_cannot_go_hold_back_no_plan(
     buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bus, admin = buses
-    await registered(admin)
-    await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
-    live = Scheduler(bus, CONFIG)
-    await live.rebuild()
+    live = await one_job(bus, admin)
     await live.cycle()
     await fold_new(live, bus)
 
@@ -216,10 +219,7 @@ async def test_a_full_pass_from_a_state_behind_the_log_sends_no_order(buses: tup
     # A leader whose reading stalled: job 1's run started and ended in the log meanwhile. Its launch order,
     # sent now, would start the job again on an agent that no longer remembers the run (agent/records.py).
     bus, admin = buses
-    await registered(admin)
-    await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
-    live = Scheduler(bus, CONFIG)
-    await live.rebuild()
+    live = await one_job(bus, admin)
     await live.cycle()
     await fold_new(live, bus)
     node = live.state.jobs[1].allocations[0].node

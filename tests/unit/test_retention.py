@@ -95,12 +95,18 @@ def test_every_job_is_kept_without_a_min_job_age() -> None:
     assert log.state.jobs[1].state == "COMPLETED" and log.state.ended == []
 
 
-def test_a_job_a_live_job_depends_on_is_kept_until_that_one_ends() -> None:
+def needed_dependee() -> Log:
+    """Job 1 failed (at the log's clock) and job 2 waits on ``afterok:1`` for ever: job 1 is needed."""
     log = log_forgetting()
     waits = ev.Dependencies(items=[ev.Dependency(type="afterok", job_id=1)])
     log.add(submitted(1, job(gpus=1, nodes=1)), submitted(2, job(gpus=1, nodes=1, dependencies=waits)))
     log.add(allocated(1, {"gpu01": [0]}))
     log.add(exited(1, "gpu01", exit_code=3), ev.JobFailed(job_id=1, attempt=0, reason="NonZeroExitCode"))
+    return log
+
+
+def test_a_job_a_live_job_depends_on_is_kept_until_that_one_ends() -> None:
+    log = needed_dependee()
     end = log.state.jobs[1].end_time
     assert end is not None and log.state.jobs[1].state == "FAILED"
     # Job 2 can never run (afterok on a failure): forgetting job 1 would make its dependency met.
@@ -192,16 +198,6 @@ def test_the_feed_says_the_same_whether_its_fold_forgets_or_not() -> None:
     assert [m for seq, e in log.entries for m in forgetting.add(seq, e)] == said
     assert sorted(forgetting.state.jobs) == [10, 11, 12]
     assert sum(m.subject.endswith(".submitted") for m in said) == 5
-
-
-def needed_dependee() -> Log:
-    """Job 1 failed (at the log's clock) and job 2 waits on ``afterok:1`` for ever: job 1 is needed."""
-    log = log_forgetting()
-    waits = ev.Dependencies(items=[ev.Dependency(type="afterok", job_id=1)])
-    log.add(submitted(1, job(gpus=1, nodes=1)), submitted(2, job(gpus=1, nodes=1, dependencies=waits)))
-    log.add(allocated(1, {"gpu01": [0]}))
-    log.add(exited(1, "gpu01", exit_code=3), ev.JobFailed(job_id=1, attempt=0, reason="NonZeroExitCode"))
-    return log
 
 
 @pytest.mark.timeout(20)
