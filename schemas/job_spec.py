@@ -151,7 +151,7 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     array: ArraySpec | None = None  # -a/--array: one job per index; None = a single job
     nodelist: Annotated[
         tuple[Name, ...], msgspec.Meta(max_length=MAX_NODES)
-    ] = ()  # -w: nodes the job must include (expanded hostlist); [] = any
+    ] = ()  # -w: nodes the job must include (expanded hostlist); () = any
     exclude: Annotated[
         tuple[Name, ...], msgspec.Meta(max_length=MAX_NODES)
     ] = ()  # -x: nodes the job must not use (expanded hostlist)

@@ -18,7 +18,7 @@ Only the launch's own line is fsynced before it acts (a redelivered order finds 
 the rare facts decided in synchronous code (``put``, ``update``: a warning sent, a kill begun, an adoption).
 A job's launch then costs one fsync, not four.
 
-Group commit: ``record`` and ``change`` write their line at once, in call order, and ``note``'s lines
+Group commit: ``record`` writes its line at once, in call order, and ``note``'s lines
 come in between. While the disk answers an fsync in under ``INLINE_FSYNC_S`` they fsync in place;
 when it is slower they wait for an fsync in a worker thread that covers every line written before it
 started, and the lines written while one runs share the next, so the event loop goes on meanwhile (py-spy:
@@ -195,12 +195,6 @@ class Records:
             if self._syncing is None:
                 self._syncing = asyncio.ensure_future(self._sync())
             await asyncio.shield(self._syncing)
-
-    async def change(self, job_id: int, attempt: int, **changes: object) -> Record:
-        """``update``, group-committed as ``record``; returns the new record."""
-        rec = msgspec.structs.replace(self.runs[(job_id, attempt)], **changes)
-        await self.record(rec)
-        return rec
 
     def note(self, job_id: int, attempt: int, **changes: object) -> Record:
         """Record a change of a known run whose loss with the machine only repeats a harmless step (see
