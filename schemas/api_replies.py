@@ -68,9 +68,11 @@ class ControlReply(msgspec.Struct, frozen=True, tag="control_reply", kw_only=Tru
 
 
 class JobsReply(msgspec.Struct, frozen=True, tag="jobs_reply", kw_only=True):
-    """The matching jobs, in queue order."""
+    """The matching jobs by id, one page of them: a reply stops before it would outgrow its bound (a queue of
+    thousands of jobs is more than one NATS message may carry), and says so (``more``)."""
 
-    jobs: list[JobInfo]  # matches
+    jobs: list[JobInfo]  # matches, by id
+    more: bool = False  # more match: ask again with ``after_job_id`` the last job's id here
 
 
 class PriorityReply(msgspec.Struct, frozen=True, tag="priority_reply", kw_only=True):

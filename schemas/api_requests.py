@@ -138,6 +138,7 @@ class JobsRequest(msgspec.Struct, frozen=True, tag="jobs", kw_only=True):
     partitions: list[str] = []  # only these partitions
     states: list[str] = []  # only these states
     include_finished: bool = False  # also jobs that ended recently (squeue -j of a finished job)
+    after_job_id: int = 0  # only jobs with a larger id: the next page, after the last job of the one before
 
 
 class PriorityRequest(msgspec.Struct, frozen=True, tag="priority", kw_only=True):

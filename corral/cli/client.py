@@ -37,7 +37,7 @@ from corral.libs.runtime.credentials import Credentials, read_credentials
 from corral.libs.runtime.nats_errors import ServerUnreachable
 from corral.libs.runtime.nats_retry import RETRY_S, retrying
 from corral.libs.trace.spans import parse_traceparent
-from corral.schemas.api import ApiError, HistoryReply, HistoryRequest
+from corral.schemas.api import ApiError, HistoryReply, HistoryRequest, JobInfo, JobsReply, JobsRequest
 from corral.schemas.subjects import api_subject, inbox_prefix, valid_token
 
 R = TypeVar("R")
@@ -130,6 +130,17 @@ class Cluster(msgspec.Struct):
     def history(self, request: HistoryRequest) -> HistoryReply:
         """The log entries of a job, a node or a user's jobs (``corral audit``); CliError if refused."""
         return self.call("history", request, HistoryReply)
+
+    def jobs(self, request: JobsRequest) -> list[JobInfo]:
+        """Every job matching a squeue request, by id: the ``jobs`` verb's pages, each asked after the last
+        job of the one before, until a reply says there are no more."""
+        out: list[JobInfo] = []
+        while True:
+            reply = self.call("jobs", request, JobsReply)
+            out.extend(reply.jobs)
+            if not reply.more or not reply.jobs:
+                return out
+            request = msgspec.structs.replace(request, after_job_id=reply.jobs[-1].job_id)
 
 
 class ClusterDown(nats_request.NatsRequestError):

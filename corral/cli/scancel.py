@@ -234,12 +234,12 @@ def _scancel(argv: list[str]) -> int:
         sys.stdout.write(args.help)
         return 0
     from corral.cli.client import find_cluster
-    from corral.schemas.api import CancelReply, ControlReply, JobsReply
+    from corral.schemas.api import CancelReply, ControlReply
 
     cluster = find_cluster()
     refs = args.jobs
     if args.filtered:
-        jobs = cluster.call("jobs", jobs_request(args, cluster.user), JobsReply).jobs
+        jobs = cluster.jobs(jobs_request(args, cluster.user))
         refs = select_refs(jobs, args)
     if not refs:
         return 0

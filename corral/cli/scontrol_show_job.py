@@ -31,13 +31,13 @@ UserLookup = Callable[[str], "tuple[int, str, int] | None"]
 def show(words: Sequence[str], oneliner: bool) -> int:
     """``scontrol show job [ID]``: every live job (or the one named), one record each; the exit status."""
     from corral.cli.client import find_cluster
-    from corral.schemas.api import JobsReply, JobsRequest
+    from corral.schemas.api import JobsRequest
 
     if len(words) > 1:
         raise CliError(f"unexpected argument '{words[1]}' after the job id")
     refs = parse_job_refs([words[0]], "job id") if words else []
-    reply = find_cluster().call("jobs", JobsRequest(job_ids=ids_of(refs)), JobsReply)
-    jobs = [job for job in reply.jobs if named(refs, job.job_id, job.array_job_id, job.array_task_id)]
+    found = find_cluster().jobs(JobsRequest(job_ids=ids_of(refs)))
+    jobs = [job for job in found if named(refs, job.job_id, job.array_job_id, job.array_task_id)]
     if refs and not jobs:
         raise CliError("slurm_load_jobs error: Invalid job id specified")
     if not jobs:

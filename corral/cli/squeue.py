@@ -341,12 +341,11 @@ def _squeue(argv: list[str]) -> int:
         sys.stdout.write(USAGE if args.help else version_text() + "\n")
         return 0
     from corral.cli.client import find_cluster
-    from corral.schemas.api import JobsReply
 
     cluster = find_cluster()
-    reply = cluster.call("jobs", jobs_request(args, cluster.user), JobsReply)
+    found = cluster.jobs(jobs_request(args, cluster.user))
     now = time.time()
-    jobs = sort_jobs(select_jobs(reply.jobs, args), args.sort, now)
+    jobs = sort_jobs(select_jobs(found, args), args.sort, now)
     if len(args.jobs) == 1 and not jobs:
         raise CliError("Invalid job id specified")
     rows, labels = (jobs, {}) if args.expand_arrays else aggregate_arrays(jobs)

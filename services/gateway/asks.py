@@ -31,8 +31,13 @@ class SchedulerAsks:
         has not folded yet, so a burst of concurrent submissions may overshoot the limit by those in flight.
         """
         request = api.JobsRequest(users=[user], states=["PENDING", "RUNNING"])
-        reply = await self._ask("jobs", request, api.JobsReply, "cannot check MaxSubmitJobs")
-        return list(reply.jobs)
+        out: list[api.JobInfo] = []
+        while True:  # (the verb's pages: thousands of jobs are more than one reply carries)
+            reply = await self._ask("jobs", request, api.JobsReply, "cannot check MaxSubmitJobs")
+            out.extend(reply.jobs)
+            if not reply.more or not reply.jobs:
+                return out
+            request = msgspec.structs.replace(request, after_job_id=reply.jobs[-1].job_id)
 
     async def will_run(self, user: str, spec: ev.JobSpec) -> api.WillRunReply:
         """sbatch --test-only: the scheduler's estimate for the validated job (nothing is appended)."""

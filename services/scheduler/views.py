@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import astuple
+from operator import attrgetter
+
+import msgspec
 
 from corral.libs.config.cluster import ClusterConfig
 
@@ -25,6 +28,9 @@ from corral.schemas import api
 #: How long an ended job stays visible to squeue when the fold keeps every job (``State.min_job_age_s`` 0);
 #: otherwise for as long as the fold keeps it (Slurm's MinJobAge).
 MIN_JOB_AGE_S = 300.0
+#: The largest page of squeue's jobs the ``jobs`` verb sends (JSON bytes of its jobs): NATS's max_payload is
+#: 8 MiB here (1 MiB by default) and the decoders' limit 4 MiB; a job is ~0.8-1.5 KB.
+MAX_REPLY_BYTES = 3 * 1024 * 1024
 
 
 def job_info(
@@ -113,14 +119,19 @@ def started_priorities(state: State, now: float, policy: Policy, jobs: list[Job]
 def jobs_reply(
     state: State, outlook: Plan, policy: Policy, req: api.JobsRequest, now: float
 ) -> api.JobsReply:
-    """The jobs matching a squeue request: live ones, and recently ended ones when asked by id.
+    """The jobs matching a squeue request: live ones, and recently ended ones when asked by id; by id, from
+    ``req.after_job_id`` on, as many as ``MAX_REPLY_BYTES`` hold (``more`` if some are left: at least one a
+    page, so that paging always ends).
 
     An array's id asks for every task of the array, as in Slurm.
     """
     wanted = set(req.job_ids)
     window = state.min_job_age_s or MIN_JOB_AGE_S
+    after = req.after_job_id
     shown = []
     for job in state.jobs.values():
+        if job.job_id <= after:
+            continue
         if wanted and job.job_id not in wanted and job.array_job_id not in wanted:
             continue
         live = job.state in ("PENDING", "RUNNING")
@@ -130,16 +141,25 @@ def jobs_reply(
         if req.users and job.user not in req.users:
             continue
         shown.append(job)
+    shown.sort(key=_job_id)
     priorities = started_priorities(state, now, policy, [j for j in shown if j.state != "PENDING"])
-    out = []
+    out: list[api.JobInfo] = []
+    size = 0
     for job in shown:
         info = job_info(job, outlook, policy, dependency_text(state, job), priorities.get(job.job_id))
         if req.partitions and info.partition not in req.partitions:
             continue
         if req.states and info.state not in req.states:
             continue
+        size += len(_encode(info)) + 1
+        if size > MAX_REPLY_BYTES and out:
+            return api.JobsReply(jobs=out, more=True)
         out.append(info)
     return api.JobsReply(jobs=out)
+
+
+#: A job's id (in C), and the JSON of one job as a reply carries it.
+_job_id, _encode = attrgetter("job_id"), msgspec.json.Encoder().encode
 
 
 def node_state(node: Node) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
 import pytest
 from builders import T0, Log, allocated, cluster, cluster_config, exited, job, partition, policy, submitted
 
@@ -11,6 +12,7 @@ from corral.libs.core.plan import Plan
 from corral.libs.core.state import Node
 from corral.schemas import api
 from corral.schemas import events as ev
+from corral.services.scheduler import views
 from corral.services.scheduler.views import (
     MIN_JOB_AGE_S,
     job_info,
@@ -259,3 +261,29 @@ def test_partitions_carry_what_scontrol_show_partition_prints() -> None:
     preempting = replace(config, scheduler=replace(config.scheduler, preempt_type="partition_prio"))
     shown = nodes_reply(Log().state, preempting, api.NodesRequest()).partitions
     assert [p.preempt_mode for p in shown] == ["REQUEUE", "CANCEL"]
+
+
+def test_a_queue_of_thousands_comes_in_pages_that_each_fit_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 12,000 pending jobs are ~10 MB of JSON: more than NATS's max_payload (8 MiB here) and the decoders'
+    # 4 MiB. The verb sends them by id, a page at a time, each under MAX_REPLY_BYTES, until none is left.
+    log = Log(*cluster(nodes=2))
+    ids = list(range(12_000, 0, -1))  # submitted in the reverse order of their ids (a second gateway's block)
+    for job_id in ids:
+        log.add(submitted(job_id, job(gpus=1, name=f"sweep-{job_id}")))
+    pages, after = [], 0
+    while True:
+        out = jobs_reply(log.state, Plan(), POLICY, api.JobsRequest(after_job_id=after), T0 + 100)
+        assert len(msgspec.json.encode(out)) <= views.MAX_REPLY_BYTES + 64
+        pages.append(out)
+        if not out.more:
+            break
+        after = out.jobs[-1].job_id
+    assert len(pages) >= 3
+    shown = [j.job_id for page in pages for j in page.jobs]
+    assert shown == sorted(ids)
+    # A page holds one job at least, whatever its size, so that paging always ends.
+    monkeypatch.setattr(views, "MAX_REPLY_BYTES", 10)
+    first = jobs_reply(log.state, Plan(), POLICY, api.JobsRequest(after_job_id=11_998), T0 + 100)
+    assert ([j.job_id for j in first.jobs], first.more) == ([11_999], True)
+    last = jobs_reply(log.state, Plan(), POLICY, api.JobsRequest(after_job_id=11_999), T0 + 100)
+    assert ([j.job_id for j in last.jobs], last.more) == ([12_000], False)

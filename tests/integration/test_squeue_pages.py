@@ -1,0 +1,61 @@
+"""squeue over a queue of thousands (a real nats-server, the scheduler's ``jobs`` verb, the commands' client):
+the reply comes in pages by job id, each under the verb's bound, and the client asks for every page. One
+reply of 10,000 jobs was ~8 MB of JSON, over the server's max_payload: squeue waited 15 s and failed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from test_rebuild_paths import PASSWORDS, buses, server
+from test_scheduler_cycle import CONFIG, registered, spec
+
+from corral.cli.client import Cluster
+from corral.libs.infra import roles
+from corral.libs.runtime.api_server import EVERY_SUBSCRIBER, serve
+from corral.libs.runtime.bus import Bus
+from corral.libs.runtime.credentials import Credentials
+from corral.schemas import api
+from corral.schemas import events as ev
+from corral.services.scheduler import views
+from corral.services.scheduler.app import Scheduler
+
+pytestmark = pytest.mark.integration
+
+# the fixtures this module uses from test_rebuild_paths: fresh streams, the scheduler's bus and the admin's
+__all__ = ["buses", "server"]
+
+
+async def test_squeue_reads_a_queue_larger_than_one_reply_page_by_page(
+    buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus, admin = buses
+    await registered(admin)
+    ids = list(range(60, 0, -1))  # submitted in the reverse order of their ids
+    for job_id in ids:
+        await admin.append(ev.JobSubmitted(job_id=job_id, user="alice", spec=spec(f"j{job_id}")))
+    live = Scheduler(bus, CONFIG)
+    await live.rebuild()
+    await live.cycle()  # the 12 that fit start (their allocations on their way back), 48 wait
+    # A bound of ~7 jobs a page here; the real one (3 MiB) holds ~3,700 (tests/unit/test_views.py).
+    monkeypatch.setattr(views, "MAX_REPLY_BYTES", 6000)
+    pages = []
+    jobs = live.jobs
+
+    async def counted(user: str, request: api.JobsRequest) -> api.JobsReply:
+        reply = await jobs(user, request)
+        pages.append((request.after_job_id, len(reply.jobs), reply.more))
+        return reply
+
+    sub = await serve(bus.nc, "jobs", api.JobsRequest, counted, queue=EVERY_SUBSCRIBER)
+    try:
+        creds = Credentials(
+            url=admin.nc.connected_url.geturl(), user=roles.ADMIN, password=PASSWORDS[roles.ADMIN]
+        )
+        client = Cluster(url=creds.url, credentials=creds)
+        shown = await asyncio.to_thread(client.jobs, api.JobsRequest(users=["alice"]))
+    finally:
+        await sub.unsubscribe()
+    assert [j.job_id for j in shown] == sorted(ids)
+    assert len(pages) >= 8 and all(more for _, _, more in pages[:-1]) and not pages[-1][2]
+    assert all(count > 0 for _, count, _ in pages)
