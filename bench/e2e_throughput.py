@@ -1,8 +1,8 @@
 """Benchmark: trivial jobs (``true``) completed per second, end to end, on a local cluster.
 
-Usage: ``python bench/e2e_throughput.py [--jobs 2000] [--sbatch 300] [--before DIR] [--nodes 2]``. Starts a
-local cluster (``--nodes`` x 4 GPUs; with ``--before``, a second one running the checkout in DIR, measured in
-turn with this one) and, on each:
+Usage: ``python bench/e2e_throughput.py [--jobs 2000] [--sbatch 300] [--before DIR] [--nodes 2] [--rounds 1]``
+(``--rounds``: below). Starts a local cluster (``--nodes`` x 4 GPUs; with ``--before``, a second one running
+the checkout in DIR, measured in turn with this one) and, on each:
 
 1. **API client**: submits ``--jobs`` one-CPU jobs that run ``true``, from the concurrent API client of
    ``api_load.py`` (one process: ``submit`` requests, 64 in flight; with ``--batch N``, ``submit_batch``
@@ -15,6 +15,11 @@ From the log (each entry's ``occurred_at``, this machine's clock): submissions/s
 ``JobSubmitted``), launches/s (``RunStarted``), completions/s (first to last ``JobCompleted``), and the time
 from the first submission until the queue is empty (the last ``JobCompleted``); then how long accounting took
 to show every job COMPLETED in ``sacct`` after that. Also the CPU each process used per job.
+
+The wait for an empty queue asks ``squeue`` (the ``jobs`` verb) once a second: its reply lists every live job
+of the user, thousands at first, and asked four times a second it took ~16% of the scheduler's time. With
+``--rounds N`` the phases run N times, the clusters' order reversed every other round (a shared VM's speed
+drifts by tens of percent within minutes), and the medians of each code's rounds close the output.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +62,7 @@ class Phase:
     completed: list[float] = field(default_factory=list)  # of each JobCompleted
     other_ends: int = 0  # jobs that ended otherwise (failed, cancelled ...)
     accounted_s: float = float("nan")  # seconds after the last completion until sacct showed all
+    plans: tuple[float, float] = (0.0, 0.0)  # the scheduler's cycles that planned, and their seconds in all
 
     @staticmethod
     def rate(times: list[float]) -> float:
@@ -100,10 +108,10 @@ def wait_empty(cluster: Cluster, ids: set[int], timeout: float) -> None:
     """Wait until none of ``ids`` is pending or running."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        live = cluster.call("jobs", api.JobsRequest(users=[cluster.user]), api.JobsReply)
-        if not any(j.job_id in ids for j in live.jobs):
+        live = cluster.jobs(api.JobsRequest(users=[cluster.user]))
+        if not any(j.job_id in ids for j in live):
             return
-        time.sleep(0.25)
+        time.sleep(1.0)
     raise TimeoutError(f"jobs still live after {timeout:.0f} s")
 
 
@@ -148,7 +156,7 @@ def measure(
     cluster = Cluster(url=creds.url, credentials=creds)
     work = bench.cluster.state_dir / "work"
     work.mkdir(exist_ok=True)
-    before = bench.cpu()
+    before, planned = bench.cpu(), plans_of(bench)
     if name == "API client":
         result = run_load(
             bench.cluster.user_credentials,
@@ -160,9 +168,25 @@ def measure(
     wait_empty(cluster, ids, timeout)
     after = bench.cpu()
     phase = Phase(name, len(ids))
+    phase.plans = tuple(b - a for a, b in zip(planned, plans_of(bench), strict=True))  # type: ignore[assignment]
     phase.accounted_s = wait_accounted(cluster, ids, timeout)
     asyncio.run(read_phase(bench, phase, ids))
     return phase, {k: after[k] - before.get(k, 0.0) for k in after}
+
+
+def plans_of(bench: BenchCluster) -> tuple[float, float]:
+    """The scheduler's cycles that planned so far, and their seconds in all (its cycle-duration histogram)."""
+    url = bench.cluster.metrics_urls.get("scheduler")
+    if url is None:
+        return (0.0, 0.0)
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    found = dict.fromkeys(("_count", "_sum"), 0.0)
+    for line in text.splitlines():
+        for suffix in found:
+            if line.startswith(f"corral_scheduler_cycle_duration_seconds{suffix} "):
+                found[suffix] = float(line.split()[1])
+    return found["_count"], found["_sum"]
 
 
 def main() -> int:
@@ -174,6 +198,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=0, help="jobs per submit_batch request (0: submit)")
     parser.add_argument("--before", type=Path, help="a checkout whose services run on a second cluster")
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--rounds", type=int, default=1, help="run the phases this many times, alternating")
     args = parser.parse_args()
     trees = {"after": HERE.parent}
     if args.before is not None:
@@ -184,17 +209,38 @@ def main() -> int:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     phases = [("API client", args.jobs)] + ([("sbatch loop", args.sbatch)] if args.sbatch else [])
-    with clusters(trees, nodes=args.nodes) as benches:
-        for k, (name, jobs) in enumerate(phases):
-            for bench in benches if k % 2 == 0 else list(reversed(benches)):
-                phase, cpu = measure(bench, name, jobs, args.batch, args.timeout)
-                lines.append(phase.row(bench.name, cpu))
-                print(lines[-1], flush=True)
-                used = sorted(cpu.items(), key=lambda kv: -kv[1])
-                per_job = 1000 / max(phase.jobs, 1)
-                print("  CPU ms / job: " + ", ".join(f"{p} {v * per_job:.2f}" for p, v in used if v > 0))
+    runs: dict[tuple[str, str], list[tuple[Phase, dict[str, float]]]] = {}
+    with clusters(trees, nodes=args.nodes, metrics=True) as benches:
+        for r in range(args.rounds):
+            for k, (name, jobs) in enumerate(phases):
+                for bench in benches if (k + r) % 2 == 0 else list(reversed(benches)):
+                    phase, cpu = measure(bench, name, jobs, args.batch, args.timeout)
+                    runs.setdefault((name, bench.name), []).append((phase, cpu))
+                    lines.append(phase.row(bench.name, cpu))
+                    print(lines[-1], flush=True)
+                    print("  " + cpu_line(cpu, phase.jobs), flush=True)
+                    count, seconds = phase.plans
+                    print(f"  scheduler: {count:.0f} cycles that planned, {seconds:.2f} s in all", flush=True)
     print("\n".join(lines))
+    if args.rounds > 1:
+        print("\nMedians of the rounds:")
+        for (name, code), done in runs.items():
+            cpu = {p: statistics.median(c.get(p, 0.0) for _, c in done) for p in done[0][1]}
+            rates = [p.rate(p.completed) for p, _ in done]
+            print(
+                f"  {name}, {code}: completions/s {statistics.median(rates):.0f}"
+                f" (each: {', '.join(f'{r:.0f}' for r in rates)}); " + cpu_line(cpu, done[0][0].jobs)
+            )
     return 0
+
+
+def cpu_line(cpu: dict[str, float], jobs: int) -> str:
+    """The CPU each process used per job, the largest first, and in all."""
+    per_job = 1000 / max(jobs, 1)
+    used = sorted(cpu.items(), key=lambda kv: -kv[1])
+    return f"CPU ms / job: all {sum(cpu.values()) * per_job:.1f}: " + ", ".join(
+        f"{p} {v * per_job:.2f}" for p, v in used if v > 0
+    )
 
 
 if __name__ == "__main__":
