@@ -119,10 +119,8 @@ def wait_accounted(cluster: Cluster, ids: set[int], timeout: float) -> float:
     """Seconds until sacct shows every one of ``ids`` COMPLETED."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
-        acct = cluster.call(
-            "acct", api.AcctRequest(users=[cluster.user], states=["COMPLETED"], limit=100_000), api.AcctReply
-        )
-        if ids <= {j.job_id for j in acct.jobs}:
+        acct = cluster.acct(api.AcctRequest(users=[cluster.user], states=["COMPLETED"], limit=100_000))
+        if ids <= {j.job_id for j in acct}:
             return time.monotonic() - started
         time.sleep(0.25)
     return float("nan")

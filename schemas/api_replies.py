@@ -96,9 +96,11 @@ class NodesReply(msgspec.Struct, frozen=True, tag="nodes_reply", kw_only=True):
 
 
 class AcctReply(msgspec.Struct, frozen=True, tag="acct_reply", kw_only=True):
-    """Matching accounting records, by job id."""
+    """Matching accounting records, by job id, one page of them (``JobsReply``'s paging: ``more`` when the
+    page stopped at its bound before the request's ``limit``)."""
 
-    jobs: list[AcctJob]  # matches
+    jobs: list[AcctJob]  # matches, by id
+    more: bool = False  # more may match: ask again after the last job's id, for the rest of ``limit``
 
 
 class ReservationReply(msgspec.Struct, frozen=True, tag="reservation_reply", kw_only=True):

@@ -172,6 +172,7 @@ class AcctRequest(msgspec.Struct, frozen=True, tag="acct", kw_only=True):
     start_after: float | None = None  # -S: jobs that were eligible/ran after this time
     end_before: float | None = None  # -E: jobs that started before this time
     limit: int = 10000  # at most this many jobs
+    after_job_id: int = 0  # only jobs with a larger id: the next page, after the last job of the one before
     duplicates: bool = False  # -D: each job's earlier runs too (AcctJob.attempts)
 
 

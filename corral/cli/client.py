@@ -37,7 +37,17 @@ from corral.libs.runtime.credentials import Credentials, read_credentials
 from corral.libs.runtime.nats_errors import ServerUnreachable
 from corral.libs.runtime.nats_retry import RETRY_S, retrying
 from corral.libs.trace.spans import parse_traceparent
-from corral.schemas.api import ApiError, HistoryReply, HistoryRequest, JobInfo, JobsReply, JobsRequest
+from corral.schemas.api import (
+    AcctJob,
+    AcctReply,
+    AcctRequest,
+    ApiError,
+    HistoryReply,
+    HistoryRequest,
+    JobInfo,
+    JobsReply,
+    JobsRequest,
+)
 from corral.schemas.subjects import api_subject, inbox_prefix, valid_token
 
 R = TypeVar("R")
@@ -141,6 +151,18 @@ class Cluster(msgspec.Struct):
             if not reply.more or not reply.jobs:
                 return out
             request = msgspec.structs.replace(request, after_job_id=reply.jobs[-1].job_id)
+
+    def acct(self, request: AcctRequest) -> list[AcctJob]:
+        """Up to ``request.limit`` accounting records matching a sacct request, by id: the ``acct`` verb's
+        pages, as ``jobs`` reads squeue's."""
+        out: list[AcctJob] = []
+        while True:
+            reply = self.call("acct", request, AcctReply)
+            out.extend(reply.jobs)
+            left = request.limit - len(reply.jobs)
+            if not reply.more or not reply.jobs or left <= 0:
+                return out
+            request = msgspec.structs.replace(request, after_job_id=reply.jobs[-1].job_id, limit=left)
 
 
 class ClusterDown(nats_request.NatsRequestError):

@@ -290,18 +290,17 @@ def _sacct(argv: list[str]) -> int:
         sys.stdout.write(args.help)
         return 0
     from corral.cli.client import find_cluster
-    from corral.schemas.api import AcctReply
 
     now = time.time()
     cluster = find_cluster()
-    reply = cluster.call("acct", acct_request(args, cluster.user, now), AcctReply)
+    found = cluster.acct(acct_request(args, cluster.user, now))
     if args.json:
         from corral.cli.sacct_json import acct_json
 
-        sys.stdout.write(acct_json(select_jobs(reply.jobs, args), now, args.steps) + "\n")
+        sys.stdout.write(acct_json(select_jobs(found, args), now, args.steps) + "\n")
         return 0
     lines = render_acct(
-        select_jobs(reply.jobs, args),
+        select_jobs(found, args),
         args.columns,
         header=args.header,
         parsable=args.parsable,

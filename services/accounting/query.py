@@ -12,12 +12,18 @@ from __future__ import annotations
 import math
 from typing import Any, get_args
 
+import msgspec
+
 from corral.libs.runtime.errors import InvalidInput
 from corral.libs.runtime.store import Connection
 from corral.schemas.api import AcctAttempt, AcctJob, AcctReply, AcctRequest, AcctStep, JobState
 
-#: Most jobs one reply may hold, and most values one filter list may hold.
+#: Most jobs one request may ask for (over all its pages), and most values one filter list may hold.
 MAX_LIMIT = 100_000
+#: A page: at most this many jobs read, and this many bytes of their JSON sent (NATS's max_payload is 8 MiB
+#: here, the decoders' limit 4 MiB; a job is ~1 KB, more with many steps).
+PAGE_JOBS = 5_000
+MAX_REPLY_BYTES = 3 * 1024 * 1024
 MAX_FILTER_VALUES = 10_000
 MAX_NAME = 256
 _JOB_STATES: frozenset[str] = frozenset(get_args(JobState))
@@ -66,6 +72,8 @@ def validate(req: AcctRequest) -> None:
             raise InvalidInput(f"{field}: at most {MAX_FILTER_VALUES} values", field=field)
     if any(not 1 <= job_id <= _BIGINT_MAX for job_id in req.job_ids):
         raise InvalidInput("job ids are positive integers", field="job_ids")
+    if not 0 <= req.after_job_id <= _BIGINT_MAX:
+        raise InvalidInput("after_job_id: a job id, or 0 for the first page", field="after_job_id")
     for field, names in (("users", req.users), ("accounts", req.accounts)):
         if any(not 0 < len(name) <= MAX_NAME or "\x00" in name for name in names):
             raise InvalidInput(f"{field}: names are 1-{MAX_NAME} characters", field=field)
@@ -80,7 +88,8 @@ def validate(req: AcctRequest) -> None:
 
 
 def jobs_query(req: AcctRequest) -> tuple[str, list[Any]]:
-    """The jobs query of a (validated) request and its parameters, in job id order."""
+    """The jobs query of a (validated) request and its parameters, in job id order: one page's worth
+    (``PAGE_JOBS`` at most) after ``after_job_id``."""
     where: list[str] = []
     params: list[Any] = []
 
@@ -101,8 +110,11 @@ def jobs_query(req: AcctRequest) -> tuple[str, list[Any]]:
         where.append(f"(end_time IS NULL OR end_time >= {bind(req.start_after)}::float8)")
     if req.end_before is not None:
         where.append(f"submit_time <= {bind(req.end_before)}::float8")
+    if req.after_job_id:
+        where.append(f"job_id > {bind(req.after_job_id)}::bigint")
     condition = " AND ".join(where) or "true"
-    sql = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {condition} ORDER BY job_id LIMIT {bind(req.limit)}"
+    page = min(req.limit, PAGE_JOBS)
+    sql = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {condition} ORDER BY job_id LIMIT {bind(page)}"
     return sql, params
 
 
@@ -125,9 +137,18 @@ async def acct(conn: Connection, req: AcctRequest) -> AcctReply:
     own: dict[int, list[AcctStep]] = {}
     for (job_id, _), job_steps in sorted(steps.items()):
         own.setdefault(job_id, []).extend(job_steps)
-    return AcctReply(
-        jobs=[_job(row, own.get(int(row["job_id"]), []), earlier.get(int(row["job_id"]), [])) for row in rows]
-    )
+    jobs = [_job(row, own.get(int(row["job_id"]), []), earlier.get(int(row["job_id"]), [])) for row in rows]
+    more = len(rows) == PAGE_JOBS < req.limit  # the page is full: more may follow
+    size = 0
+    for i, job in enumerate(jobs):
+        size += len(_encode(job)) + 1
+        if size > MAX_REPLY_BYTES and i > 0:
+            return AcctReply(jobs=jobs[:i], more=True)
+    return AcctReply(jobs=jobs, more=more)
+
+
+#: The JSON of one job as a reply carries it.
+_encode = msgspec.json.Encoder().encode
 
 
 def _attempt(row: Any, steps: list[AcctStep]) -> AcctAttempt:

@@ -18,6 +18,7 @@ import msgspec
 import pytest
 from nats.js.errors import NotFoundError
 
+from corral.cli.client import Cluster
 from corral.libs.infra import NatsServer, PostgresServer, roles
 from corral.libs.runtime import store
 from corral.libs.runtime.bus import Bus
@@ -39,7 +40,7 @@ from corral.schemas.api import (
     TresUsage,
 )
 from corral.schemas.codec import encode
-from corral.services.accounting import sql
+from corral.services.accounting import query, sql
 from corral.services.accounting.app import CONSUMER, AccountingService
 
 pytestmark = pytest.mark.integration
@@ -370,6 +371,29 @@ async def test_malformed_request_gets_an_error_naming_the_field(
     assert (reply.code, reply.field) == ("invalid", field)
     # The service is still there.
     assert await acct(rig, encode(AcctRequest())) == AcctReply(jobs=[])
+
+
+async def test_sacct_reads_a_long_history_page_by_page(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One reply of 10,000 jobs is ~10 MB of JSON, over NATS's max_payload: the verb answers in pages by job
+    # id (PAGE_JOBS rows, MAX_REPLY_BYTES of JSON), and the commands' client reads them up to the limit.
+    await rig.append(*SCENARIO)
+    await rig.start()
+    await rig.caught_up()
+    monkeypatch.setattr(query, "PAGE_JOBS", 2)
+    first = await acct(rig, encode(AcctRequest()))
+    assert isinstance(first, AcctReply) and ([j.job_id for j in first.jobs], first.more) == ([1, 2], True)
+    client = Cluster(url=rig.creds("alice").url, credentials=rig.creds("alice"))
+    assert await asyncio.to_thread(client.acct, AcctRequest()) == EXPECTED
+    assert await asyncio.to_thread(client.acct, AcctRequest(limit=3)) == EXPECTED[:3]
+    assert await asyncio.to_thread(client.acct, AcctRequest(limit=2)) == EXPECTED[:2]
+    # The byte bound cuts a page as well, after one job at least.
+    monkeypatch.setattr(query, "PAGE_JOBS", 5_000)
+    monkeypatch.setattr(query, "MAX_REPLY_BYTES", 10)
+    one = await acct(rig, encode(AcctRequest(after_job_id=3)))
+    assert isinstance(one, AcctReply) and ([j.job_id for j in one.jobs], one.more) == ([4], True)
+    assert await asyncio.to_thread(client.acct, AcctRequest()) == EXPECTED
+    refused = await acct(rig, encode(AcctRequest(after_job_id=-1)))
+    assert isinstance(refused, ApiError) and refused.field == "after_job_id"
 
 
 async def test_redelivery_changes_nothing(rig: Rig) -> None:
