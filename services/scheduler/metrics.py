@@ -2,7 +2,10 @@
 duration, and each job's wait from submission to its first allocation.
 
 The samples are pure functions of the state and the cycle's plan (``pending_samples``, ``gpu_samples``,
-``account_samples``); ``SchedulerMetrics.cycled`` swaps them into the gauges at once (``metrics.Snapshot``).
+``account_samples``); ``SchedulerMetrics.cycled`` swaps them into the gauges at once (``metrics.Snapshot``),
+at most once every ``REFRESH_S``: a cycle within that of the last refresh leaves it to a timer at its end,
+which reads the state and plan as they are then. Counting is a pass over every pending job (~10 ms for
+10,000), and cycles come tens of times a second while jobs flow; Prometheus scrapes every few seconds at most.
 
 - ``corral_jobs_pending{partition,reason}``: pending jobs by partition and pending reason (squeue's reason
   without its detail: ``Resources``, ``Priority``, ``Dependency``, ``JobHeldUser``...);
@@ -17,6 +20,8 @@ The samples are pure functions of the state and the cycle's plan (``pending_samp
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import Counter
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -27,6 +32,8 @@ from corral.libs.core.reasons import held_reason
 from corral.libs.core.state import State, drained
 from corral.libs.runtime.metrics import FAST_BUCKETS, WAIT_BUCKETS, Snapshot
 
+#: Seconds between two refreshes of the queue and GPU gauges (the module docstring).
+REFRESH_S = 1.0
 #: ``gpu_type`` label of a node that names no GPU model.
 NO_TYPE = "none"
 
@@ -105,12 +112,35 @@ class SchedulerMetrics:
             buckets=WAIT_BUCKETS,
             registry=registry,
         )
+        self.clock = time.monotonic  # the refreshes' clock
+        self._refreshed = -REFRESH_S  # when the gauges were last refreshed
+        self._latest: tuple[State, Plan, Policy] | None = None  # the latest cycle's state, plan and policy
+        self._timer: asyncio.TimerHandle | None = None  # the refresh a cycle left for later
 
     def cycled(self, state: State, outlook: Plan, policy: Policy, seconds: float | None) -> None:
         """Record a cycle that took ``seconds`` (None: one that did not plan) and left ``state`` and
-        ``outlook``."""
+        ``outlook``: the gauges now, or within ``REFRESH_S`` of their last refresh (a timer on the running
+        loop; without one, now)."""
         if seconds is not None:
             self.cycle_seconds.observe(seconds)
+        self._latest = (state, outlook, policy)
+        wait = self._refreshed + REFRESH_S - self.clock()
+        if wait <= 0:
+            self._refresh()
+            return
+        if self._timer is None:
+            try:
+                self._timer = asyncio.get_running_loop().call_later(wait, self._refresh)
+            except RuntimeError:  # no loop (a tool, a test): now
+                self._refresh()
+
+    def _refresh(self) -> None:
+        """The gauges from the latest cycle's state and plan."""
+        self._timer = None
+        if self._latest is None:
+            return
+        state, outlook, policy = self._latest
+        self._refreshed = self.clock()
         self.pending.set(pending_samples(state, outlook, policy))
         self.gpus.set(gpu_samples(state))
         self.gpus_by_account.set(account_samples(state, policy))

@@ -91,9 +91,10 @@ def test_metrics_follow_the_jobs(cluster: tuple[Cli, dict[str, str]]) -> None:
         scrape(url)  # each serves and parses
     scheduler, gateway = urls["scheduler"], urls["gateway"]
     agents = [urls["agent-node1"], urls["agent-node2"]]
-    before = scrape(scheduler)
+    # The queue and GPU gauges are counted at most once a second (the scheduler's metrics.REFRESH_S): the
+    # nodes' registrations show within that.
+    before = wait_metric(scheduler, "corral_gpus", lambda v: v == NODES * GPUS, state="idle")
     cycles = total(before, "corral_scheduler_cycle_duration_seconds_count")
-    assert total(before, "corral_gpus", state="idle") == NODES * GPUS
     assert total(before, "corral_jobs_pending") == 0
 
     # Two jobs fill the cluster; two more queue behind them.

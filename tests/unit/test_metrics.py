@@ -3,6 +3,7 @@ Grafana dashboard and the Prometheus config use being one the code registers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -19,6 +20,7 @@ from corral.libs.core.plan import plan
 from corral.libs.runtime.metrics import Metrics, Snapshot
 from corral.schemas import events as ev
 from corral.services.agent.metrics import AgentMetrics, outcome_of
+from corral.services.scheduler import metrics as scheduler_metrics
 from corral.services.scheduler.metrics import (
     SchedulerMetrics,
     account_samples,
@@ -242,3 +244,36 @@ def test_exposition_parses() -> None:
     assert families["corral_log_appends"].samples[0].value == 1.0
     samples = families["corral_api_request_duration_seconds"].samples
     assert next(s.value for s in samples if s.name.endswith("_count")) == 2.0
+
+
+def pending_gauge(metrics: SchedulerMetrics) -> float:
+    """The pending jobs the gauge shows now."""
+    return sum(sample.value for family in metrics.pending.collect() for sample in family.samples)
+
+
+async def test_the_queue_gauges_are_counted_at_most_once_a_refresh_period_and_then_are_current(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Counting passes over every pending job; cycles come tens of times a second while jobs flow. A cycle
+    # within REFRESH_S of the last count leaves it to a timer, which counts the state as it is then.
+    monkeypatch.setattr(scheduler_metrics, "REFRESH_S", 0.05)
+    metrics = SchedulerMetrics(CollectorRegistry())
+    now = [100.0]
+    metrics.clock = lambda: now[0]
+    log = busy_cluster()
+    metrics.cycled(log.state, plan(log.state, log.state.now, POLICY), POLICY, 0.01)
+    assert pending_gauge(metrics) == 3
+    log.add(submitted(5, job(gpus=1, nodes=1)), submitted(6, job(gpus=1, nodes=1)))
+    now[0] += 0.01
+    metrics.cycled(log.state, plan(log.state, log.state.now, POLICY), POLICY, None)
+    assert pending_gauge(metrics) == 3  # not counted again yet
+    log.add(submitted(7, job(gpus=1, nodes=1)))
+    metrics.cycled(log.state, plan(log.state, log.state.now, POLICY), POLICY, None)  # one timer for both
+    now[0] += 0.05
+    for _ in range(500):
+        if pending_gauge(metrics) != 3:
+            break
+        await asyncio.sleep(0.01)
+    assert pending_gauge(metrics) == 6  # the state as it is when the timer fires
+    counts = [s.value for s in metrics.cycle_seconds.collect()[0].samples if s.name.endswith("_count")]
+    assert counts == [1]  # (every planning cycle is observed at once)
