@@ -99,8 +99,9 @@ class Amount(msgspec.Struct, frozen=True, gc=False):
     mem_mb: int  # memory MiB
 
 
-class Request(msgspec.Struct, frozen=True):
-    """What one node of a job needs (a struct, not a dataclass: one is built per pending job and cycle)."""
+class Request(msgspec.Struct, frozen=True, cache_hash=True):
+    """What one node of a job needs (a struct, not a dataclass: one is built per pending job and cycle). Its
+    hash is kept once computed: the cycle looks requests up by value (``Cycle.refused``)."""
 
     nodes: int  # number of nodes
     gpus: int  # GPUs per node

@@ -175,6 +175,13 @@ class Cycle:
         self.spared = set(_decided_jobs(out.decisions))
         self.facts = FactsCache() if cache is None else cache.facts  # each job's ``Facts``
         self.facts.keep(len(state.active))
+        # (partition, request, planned duration) of a job that could not start now, once its partition is
+        # blocked and has no reservation left to give: a later job asking the same in the cycle waits for
+        # ``Priority`` without the calls. Capacity only shrinks and holds only grow as a cycle goes on, so it
+        # could not start either; it is not its partition's first to wait (no preemption, no maintenance
+        # reason), and gets no reservation. Not for a request of no CPU (``start_now`` puts deferred holds on
+        # for it) nor one with ``--switches`` (its wake time).
+        self.refused: set[tuple[str, Request, float]] = set()
 
     def consider(self, job: Job, priority: int) -> None:
         """One pending job, in queue order: the gates (the first that stops it gives its reason; it then
@@ -204,12 +211,19 @@ class Cycle:
         if job.spec.reservation is not None:
             self.start_in_reservation(job, partition, req, limit_s, limit)
             return
+        shape = (partition, req, limit)
+        if shape in self.refused:
+            self.out.reasons[job.job_id] = "Priority"  # what ``start``, ``block`` and ``reserve`` would say
+            return
         if self.start(job, partition, req, limit_s, limit):
             return
         first = self.block(job, partition, req)
         if first and self.preempt(job, partition, req):
             return
         self.reserve(job, partition, req, limit)
+        exhausted = self.depth is not None and self.reserved.get(partition, 0) >= self.depth
+        if exhausted and req.cpus >= 1 and req.switches is None:
+            self.refused.add(shape)
 
     # --- gates: each returns the reason that stops the job now, or None ---------------------------------
 

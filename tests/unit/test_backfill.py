@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 from builders import Log, allocated, cluster, exited, job, policy, submitted
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corral.libs.core import plan as plan_module
 from corral.libs.core.plan import Plan, plan
 from corral.libs.core.policy import Policy
 from corral.schemas import events as ev
@@ -161,3 +163,53 @@ def test_the_backfill_resolution_plans_ends_on_a_grid(
     out = plan(log.state, now, dataclasses.replace(EASY, backfill_resolution_s=resolution))
     assert started(out) == expected_started
     assert out.starts[2] == now + reserved_at
+
+
+# --- property: a cycle's shortcut for requests already refused decides as the full path does ------------
+
+
+class _NeverRefused(set[object]):
+    """A ``Cycle.refused`` that never remembers: every job takes the full path."""
+
+    def add(self, item: object) -> None:
+        pass
+
+
+class _FullPath(plan_module.Cycle):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refused = _NeverRefused()
+
+
+SHAPES = st.tuples(st.integers(1, 3), st.sampled_from([0, 1, 2, 8]), st.sampled_from([30, 600, 3600]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(SHAPES, min_size=1, max_size=6),  # running jobs (each starts if it fits, in order)
+    st.lists(st.tuples(st.integers(0, 5), st.booleans()), min_size=1, max_size=40),  # queue: a shape, held
+    st.lists(SHAPES, min_size=1, max_size=6),  # the queue's shapes (few, so that many jobs share one)
+    st.sampled_from(["easy", "conservative", "fifo"]),
+)
+def test_a_request_refused_earlier_in_the_cycle_decides_as_the_full_path(
+    running: list[tuple[int, int, int]],
+    queue: list[tuple[int, bool]],
+    shapes: list[tuple[int, int, int]],
+    mode: str,
+) -> None:
+    pol = dataclasses.replace(EASY, backfill=mode)  # type: ignore[arg-type]
+    log = Log(*cluster(nodes=4, gpus=8, cpus=16))
+    for i, (nodes, gpus, limit) in enumerate(running, start=1):
+        log.add(submitted(i, job(gpus=gpus, nodes=nodes, time_s=limit)), step=0.0)
+        log.add(*plan(log.state, log.state.now, pol).decisions, step=0.0)
+    log.add(step=5.0)
+    for k, (shape, held) in enumerate(queue, start=100):
+        nodes, gpus, limit = shapes[shape % len(shapes)]
+        log.add(submitted(k, job(gpus=gpus, nodes=nodes, time_s=limit)), step=0.0)
+        if held:
+            log.add(ev.JobHoldRequested(job_id=k, user="alice"), ev.JobHeld(job_id=k, by="alice"), step=0.0)
+    shortcut = plan(log.state, log.state.now, pol)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plan_module, "Cycle", _FullPath)
+        full = plan(log.state, log.state.now, pol)
+    assert shortcut == full
