@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import astuple
 from operator import attrgetter
 
@@ -19,7 +20,7 @@ from corral.libs.core.policy import Policy
 from corral.libs.core.priority import priority_factors, total
 from corral.libs.core.reasons import end_text, held_reason
 from corral.libs.core.reservations import live
-from corral.libs.core.state import Job, Node, State, array_throttle, drain_reason, drained
+from corral.libs.core.state import Job, Node, State, array_tasks, array_throttle, drain_reason, drained
 from corral.libs.core.topology import switch_wait_s
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.constraint import format_constraint
@@ -129,7 +130,7 @@ def jobs_reply(
     window = state.min_job_age_s or MIN_JOB_AGE_S
     after = req.after_job_id
     shown = []
-    for job in state.jobs.values():
+    for job in _candidates(state, wanted):
         if job.job_id <= after:
             continue
         if wanted and job.job_id not in wanted and job.array_job_id not in wanted:
@@ -156,6 +157,24 @@ def jobs_reply(
             return api.JobsReply(jobs=out, more=True)
         out.append(info)
     return api.JobsReply(jobs=out)
+
+
+def _candidates(state: State, wanted: set[int]) -> Iterable[Job]:
+    """The jobs a request for ``wanted`` ids may match (every job when none is named): each named job and,
+    for an array's id, its tasks (``array_tasks``), looked up instead of passing over every job of the
+    state; every job if one is not there (a forgotten array's id may still name tasks kept longer). srun
+    asks for its job 50 times a second while it waits, every scheduler answers, and the state holds every
+    job of the last ``min_job_age``."""
+    if not wanted:
+        return state.jobs.values()
+    jobs = state.jobs
+    if not all(job_id in jobs for job_id in wanted):
+        return jobs.values()
+    found = {job_id: jobs[job_id] for job_id in wanted}
+    for job_id in wanted:
+        for task in array_tasks(state, job_id):
+            found[task.job_id] = task
+    return found.values()
 
 
 #: A job's id (in C), and the JSON of one job as a reply carries it.
