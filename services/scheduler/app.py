@@ -53,6 +53,7 @@ from corral.libs.core import plan as planner
 from corral.libs.core.capacity import CapacityCache
 from corral.libs.core.fold import apply, skip
 from corral.libs.core.reason_log import reason_changes
+from corral.libs.core.state import array_tasks
 from corral.libs.runtime import telemetry
 from corral.libs.runtime.bus import Bus, LogEntry
 from corral.libs.runtime.errors import TransientError
@@ -63,6 +64,7 @@ from corral.schemas.events import Event
 from corral.services.scheduler import snapshot
 from corral.services.scheduler.leadership import Leadership
 from corral.services.scheduler.metrics import SchedulerMetrics
+from corral.services.scheduler.owners import Owners
 from corral.services.scheduler.planning import cycle_span, gc_paused, plan_paused
 from corral.services.scheduler.queries import QueryVerbs
 from corral.services.scheduler.replay import replay, slim_verdict
@@ -123,6 +125,7 @@ class Scheduler(QueryVerbs, Sending):
         self.rearm = asyncio.Event()  # set when a cycle moved the next begin time: the ticker re-times
         self.poison: list[tuple[LogEntry, str]] = []  # entries the fold skipped, with the reason, to report
         self.bulk = BulkReader(bus.nc)  # reads the log in bulk for a rebuild
+        self.owners = Owners()  # each user's jobs, for the queries that name users
 
     @property
     def epoch(self) -> int:
@@ -151,6 +154,9 @@ class Scheduler(QueryVerbs, Sending):
             if len(self.recent_specs) > RECENT_SPECS:
                 self.recent_specs.popitem(last=False)
         outcome = apply(self.state, entry.seq, entry.envelope)
+        if type(body) is ev.JobSubmitted and outcome.applied:
+            tasks = array_tasks(self.state, body.job_id) if body.spec.array is not None else ()
+            self.owners.add(self.state, body.user, [task.job_id for task in tasks] or [body.job_id])
         if outcome.reason == "handler_failed":
             self.poisoned(entry, f"a fold handler failed: {outcome.error}")
         job_id = getattr(body, "job_id", None)
@@ -198,6 +204,7 @@ class Scheduler(QueryVerbs, Sending):
         # and again, while they are built. Pause it, then freeze what was built out of its way.
         with gc_paused(freeze=True):
             source, bulk = await self._load(use_snapshot)
+        self.owners.rebuild(self.state)
         self.log.info(
             "state rebuilt",
             source=source,

@@ -19,6 +19,7 @@ from corral.libs.runtime.kv_lease import TRANSIENT
 from corral.schemas import api
 from corral.services.scheduler import priority_views, views
 from corral.services.scheduler.leadership import Leadership
+from corral.services.scheduler.owners import Owners
 from corral.services.scheduler.planning import plan_paused
 
 
@@ -33,6 +34,7 @@ class QueryVerbs:
     capacity: CapacityCache
     leader: Leadership | None
     _standby_view: tuple[int, int, planner.Plan] | None
+    owners: Owners
 
     @property
     def epoch(self) -> int:
@@ -55,7 +57,7 @@ class QueryVerbs:
     async def jobs(self, user: str, req: api.JobsRequest) -> api.JobsReply:
         """squeue."""
         now = time.time()
-        return views.jobs_reply(self.state, self.view(now), self.policy, req, now)
+        return views.jobs_reply(self.state, self.view(now), self.policy, req, now, self.owners)
 
     async def will_run(self, user: str, req: api.WillRunRequest) -> api.WillRunReply:
         """sbatch --test-only, asked by the gateway once it validated the job: plan it hypothetically."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import astuple
 from operator import attrgetter
 
@@ -25,6 +25,7 @@ from corral.libs.core.topology import switch_wait_s
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.constraint import format_constraint
 from corral.schemas import api
+from corral.services.scheduler.owners import Owners
 
 #: How long an ended job stays visible to squeue when the fold keeps every job (``State.min_job_age_s`` 0);
 #: otherwise for as long as the fold keeps it (Slurm's MinJobAge).
@@ -118,19 +119,25 @@ def started_priorities(state: State, now: float, policy: Policy, jobs: list[Job]
 
 
 def jobs_reply(
-    state: State, outlook: Plan, policy: Policy, req: api.JobsRequest, now: float
+    state: State,
+    outlook: Plan,
+    policy: Policy,
+    req: api.JobsRequest,
+    now: float,
+    owners: Owners | None = None,
 ) -> api.JobsReply:
     """The jobs matching a squeue request: live ones, and recently ended ones when asked by id; by id, from
     ``req.after_job_id`` on, as many as ``MAX_REPLY_BYTES`` hold (``more`` if some are left: at least one a
     page, so that paging always ends).
 
-    An array's id asks for every task of the array, as in Slurm.
+    An array's id asks for every task of the array, as in Slurm. ``owners``: each user's jobs, for a request
+    that names users (``owners.py``; without, a pass over every job).
     """
     wanted = set(req.job_ids)
     window = state.min_job_age_s or MIN_JOB_AGE_S
     after = req.after_job_id
     shown = []
-    for job in _candidates(state, wanted):
+    for job in _candidates(state, wanted, req.users, owners):
         if job.job_id <= after:
             continue
         if wanted and job.job_id not in wanted and job.array_job_id not in wanted:
@@ -159,13 +166,18 @@ def jobs_reply(
     return api.JobsReply(jobs=out)
 
 
-def _candidates(state: State, wanted: set[int]) -> Iterable[Job]:
-    """The jobs a request for ``wanted`` ids may match (every job when none is named): each named job and,
-    for an array's id, its tasks (``array_tasks``), looked up instead of passing over every job of the
-    state; every job if one is not there (a forgotten array's id may still name tasks kept longer). srun
-    asks for its job 50 times a second while it waits, every scheduler answers, and the state holds every
-    job of the last ``min_job_age``."""
+def _candidates(
+    state: State, wanted: set[int], users: Sequence[str] = (), owners: Owners | None = None
+) -> Iterable[Job]:
+    """The jobs a request for ``wanted`` ids (or of ``users``) may match, all of them when it names neither:
+    each named job and, for an array's id, its tasks (``array_tasks``), looked up instead of passing over
+    every job of the state; every job if one is not there (a forgotten array's id may still name tasks kept
+    longer). Else the jobs of ``users`` from ``owners``. srun asks for its job 50 times a second while it
+    waits, users watch ``squeue --me``, every scheduler answers, and the state holds every job of the last
+    ``min_job_age``."""
     if not wanted:
+        if users and owners is not None:
+            return owners.jobs(state, users)
         return state.jobs.values()
     jobs = state.jobs
     if not all(job_id in jobs for job_id in wanted):

@@ -5,16 +5,19 @@ reply of 10,000 jobs was ~8 MB of JSON, over the server's max_payload: squeue wa
 from __future__ import annotations
 
 import asyncio
+import time
 
+import msgspec
 import pytest
 from test_rebuild_paths import PASSWORDS, buses, server
-from test_scheduler_cycle import CONFIG, registered, spec
+from test_scheduler_cycle import CONFIG, fold_new, registered, spec
 
 from corral.cli.client import Cluster
 from corral.libs.infra import roles
 from corral.libs.runtime.api_server import EVERY_SUBSCRIBER, serve
 from corral.libs.runtime.bus import Bus
 from corral.libs.runtime.credentials import Credentials
+from corral.libs.slurm.array import parse_array
 from corral.schemas import api
 from corral.schemas import events as ev
 from corral.services.scheduler import views
@@ -59,3 +62,30 @@ async def test_squeue_reads_a_queue_larger_than_one_reply_page_by_page(
     assert [j.job_id for j in shown] == sorted(ids)
     assert len(pages) >= 8 and all(more for _, _, more in pages[:-1]) and not pages[-1][2]
     assert all(count > 0 for _, count, _ in pages)
+
+
+async def test_squeue_of_a_user_shows_their_jobs_folded_before_and_after_the_rebuild(
+    buses: tuple[Bus, Bus],
+) -> None:
+    bus, admin = buses
+    await registered(admin)
+    await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("a1")))
+    await admin.append(ev.JobSubmitted(job_id=2, user="bob", spec=spec("b2")))
+    live = Scheduler(bus, CONFIG)
+    await live.rebuild()
+    array = msgspec.structs.replace(spec("b3"), array=parse_array("0-3"))
+    await admin.append(ev.JobSubmitted(job_id=3, user="bob", spec=array))  # tasks 3-6
+    await admin.append(ev.JobSubmitted(job_id=7, user="alice", spec=spec("a7")))
+    await admin.append(ev.JobSubmitted(job_id=2, user="carol", spec=spec("c2")))  # a duplicate id: not taken
+    await fold_new(live, bus)
+    for users, ids in (
+        (["bob"], [2, 3, 4, 5, 6]),
+        (["alice"], [1, 7]),
+        (["carol"], []),
+        (["bob", "alice"], list(range(1, 8))),
+    ):
+        reply = await live.jobs("alice", api.JobsRequest(users=users))
+        assert [j.job_id for j in reply.jobs] == ids, users
+        assert reply == views.jobs_reply(
+            live.state, live.outlook, live.policy, api.JobsRequest(users=users), time.time()
+        )

@@ -10,9 +10,11 @@ from builders import T0, Log, allocated, cluster, cluster_config, exited, job, p
 
 from corral.libs.core.plan import Plan
 from corral.libs.core.state import Node
+from corral.libs.slurm.array import parse_array
 from corral.schemas import api
 from corral.schemas import events as ev
 from corral.services.scheduler import views
+from corral.services.scheduler.owners import Owners
 from corral.services.scheduler.views import (
     MIN_JOB_AGE_S,
     job_info,
@@ -287,3 +289,49 @@ def test_a_queue_of_thousands_comes_in_pages_that_each_fit_a_message(monkeypatch
     assert ([j.job_id for j in first.jobs], first.more) == ([11_999], True)
     last = jobs_reply(log.state, Plan(), POLICY, api.JobsRequest(after_job_id=11_999), T0 + 100)
     assert ([j.job_id for j in last.jobs], last.more) == ([12_000], False)
+
+
+def test_squeue_of_some_users_reads_their_jobs_and_shows_what_a_pass_over_every_job_shows() -> None:
+    # squeue --me and the gateway's MaxSubmitJobs count name users: their jobs come from the shell's Owners
+    # (each submission the fold took, an array's every task), not from a pass over every job of the state.
+    log = queue()  # job 1 (alice) runs, job 2 (bob) waits
+    owners = Owners()
+    owners.rebuild(log.state)
+    later = [
+        submitted(3, job(nodes=1, gpus=1)),
+        submitted(4, job(nodes=1, gpus=1, array=parse_array("0-2")), user="bob"),  # tasks 4, 5, 6
+        submitted(7, job(nodes=1, gpus=1), user="carol"),
+        submitted(2, job(nodes=1, gpus=1), user="carol"),  # a duplicate id: the fold takes nothing
+    ]
+    for body in later:
+        jobs_before = len(log.state.jobs)
+        log.add(body)
+        if len(log.state.jobs) > jobs_before:  # (the shell adds what the fold took)
+            owners.add(
+                log.state, body.user, range(body.job_id, body.job_id + len(log.state.jobs) - jobs_before)
+            )
+    for users in (["alice"], ["bob"], ["carol"], ["bob", "carol"], ["dave"], ["alice", "alice"]):
+        request = api.JobsRequest(users=users, include_finished=True)
+        by_owner = jobs_reply(log.state, Plan(), POLICY, request, T0 + 100, owners)
+        assert by_owner == jobs_reply(log.state, Plan(), POLICY, request, T0 + 100), users
+    shown = jobs_reply(log.state, Plan(), POLICY, api.JobsRequest(users=["bob"]), T0 + 100, owners)
+    assert [j.job_id for j in shown.jobs] == [2, 4, 5, 6]
+
+
+def test_a_users_forgotten_jobs_leave_the_owners_index() -> None:
+    log = Log(*cluster(nodes=2))
+    owners = Owners()
+    owners.rebuild(log.state)
+    for job_id in range(1, 201):
+        log.add(submitted(job_id, job(nodes=1, gpus=1)))
+        owners.add(log.state, "alice", [job_id])
+    for job_id in range(1, 181):  # the state forgets them (as retention does, min_job_age after their end)
+        del log.state.jobs[job_id]
+    assert [j.job_id for j in owners.jobs(log.state, ["alice"])] == list(range(181, 201))
+    assert len(owners._ids["alice"]) == 20
+    for job_id in range(201, 301):  # no query meanwhile: the ids are pruned as they grow
+        log.add(submitted(job_id, job(nodes=1, gpus=1)))
+        del log.state.jobs[job_id - 20]
+        owners.add(log.state, "alice", [job_id])
+    assert len(owners._ids["alice"]) <= 2 * 20 + 64 + 1
+    assert [j.job_id for j in owners.jobs(log.state, ["alice"])] == list(range(281, 301))
