@@ -584,5 +584,5 @@ def test_squeue_by_id_looks_the_jobs_up_and_shows_what_a_pass_over_every_job_sho
     looked_up = {tuple(ids): infos(log, out, job_ids=ids) for ids in requests}
     assert [j.job_id for j in looked_up[(20,)]] == [20, 21, 22, 23, 24, 25]  # an array's id: every task
     assert [j.job_id for j in looked_up[(41,)]] == [41]  # a task's id: the task
-    monkeypatch.setattr(views, "_candidates", lambda state, wanted: state.jobs.values())
+    monkeypatch.setattr(views, "_candidates", lambda state, *_: state.jobs.values())
     assert looked_up == {tuple(ids): infos(log, out, job_ids=ids) for ids in requests}
