@@ -4,7 +4,9 @@ The cycle, once per delivered batch of log entries:
 
 1. fetch: ``Bus.consume`` hands over a batch from the partition's durable consumer (``partition_name``:
    ``accounting`` with one partition, ``accounting-p<k>of<P>`` otherwise); every partition reads the
-   whole log;
+   whole log; no sooner than ``GATHER_S`` after the last fetch unless that one came full (``Gathered``):
+   a transaction per entry or two, as the entries trickled in while jobs flowed, cost the projection and
+   PostgreSQL most of their CPU, and ``sacct`` may show a job a tenth of a second later;
 2. plan: decode the entries and, against the partition's stored position, keep those next in log order
    (``plan_batch``: redelivered entries are skipped, entries after a missing one wait);
 3. fold and convert: fold them into the scheduler's state kept here, turn those the fold applied into row
@@ -33,7 +35,7 @@ from opentelemetry.trace import SpanKind
 
 from corral.libs.core.partition_claims import partition_name
 from corral.libs.runtime import store, telemetry
-from corral.libs.runtime.bus import Bus, LogEntry, entry_of
+from corral.libs.runtime.bus import Bus, Gathered, LogEntry, entry_of
 from corral.libs.runtime.errors import CorralError, InvalidInput, TransientError
 from corral.libs.runtime.telemetry import logger
 from corral.schemas import subjects
@@ -41,6 +43,9 @@ from corral.services.accounting import owners, sql
 from corral.services.accounting.folded import Projector
 from corral.services.accounting.projection import Batch, plan_batch
 
+#: Entries per fetch, and the shortest time between two fetches that were not full (step 1).
+BATCH = 256
+GATHER_S = 0.1
 #: Seconds between attempts to reach the database.
 RETRY_S = 2.0
 #: The service name of the dead-letter subject (``corral.dlq.accounting``), whatever the partition.
@@ -71,6 +76,7 @@ class Partition:
         self.applied: Counter[str] = Counter()  # the operations this process applied, by type (a gauge of
         # the share of the work; an operation counts once per commit, even when it changed no row)
         self.log = logger(consumer=self.name)
+        self.pace = Gathered(GATHER_S, BATCH)  # step 1's wait
 
     async def run(self, stop: asyncio.Event) -> None:
         """Align the consumer, then project until ``stop`` is set."""
@@ -83,7 +89,9 @@ class Partition:
                     subjects.EVENTS_SUBJECTS,
                     self.handle,
                     service=SERVICE,
+                    batch=BATCH,
                     stop=stop,
+                    pause=self.pace,
                     start_seq=position + 1,
                 )
             except TimeoutError:

@@ -9,8 +9,6 @@ the log (role ``corral-tracer``).
 from __future__ import annotations
 
 import asyncio
-import math
-import time
 
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
@@ -18,7 +16,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from corral.libs.config import otlp
 from corral.libs.runtime import telemetry
-from corral.libs.runtime.bus import Bus, entry_of
+from corral.libs.runtime.bus import Bus, Gathered, entry_of
 from corral.libs.runtime.errors import InvalidInput
 from corral.libs.runtime.service import Context
 from corral.libs.runtime.telemetry import logger
@@ -63,7 +61,7 @@ class TracerService:
         self.delay = delay
         self.jobs = Jobs()
         self.log = logger(consumer=consumer)
-        self.fetched_at = -math.inf  # time.monotonic() of the last fetch
+        self._pause = Gathered(delay, BATCH)  # step 2's wait
 
     async def run(self, stop: asyncio.Event) -> None:
         """Rebuild, then consume the log until ``stop`` is set."""
@@ -124,21 +122,6 @@ class TracerService:
         self.jobs.commit()
         if spans:
             self.log.info("exported spans", count=len(spans), position=self.jobs.position)
-
-    def _pause(self, fetched: int) -> float:
-        """Seconds before the next fetch, the last one having brought ``fetched`` entries."""
-        now = time.monotonic()
-        wait = pause_s(self.fetched_at, self.delay, now, full=fetched >= BATCH)
-        self.fetched_at = now + wait
-        return wait
-
-
-def pause_s(fetched_at: float, delay: float, now: float, *, full: bool) -> float:
-    """How long the tracer waits before a fetch: until ``delay`` after the last one (``fetched_at``,
-    monotonic seconds), and not at all after a ``full`` fetch (a busy log: waiting would fall behind)."""
-    if full:
-        return 0.0
-    return max(0.0, fetched_at + delay - now)
 
 
 async def main(ctx: Context) -> None:

@@ -396,6 +396,31 @@ async def test_sacct_reads_a_long_history_page_by_page(rig: Rig, monkeypatch: py
     assert isinstance(refused, ApiError) and refused.field == "after_job_id"
 
 
+async def test_entries_that_trickle_in_are_projected_together(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # While jobs flow the log's entries come one by one; a transaction for each cost the projection and
+    # PostgreSQL most of their CPU. A fetch that was not full is followed by none for GATHER_S (0.1 s), so the
+    # entries of that time are committed together.
+    await rig.start()
+    await rig.caught_up()
+    commits: list[int] = []
+    save = sql.save_position
+
+    async def counted(conn: Any, consumer: str, position: int) -> None:
+        commits.append(position)
+        await save(conn, consumer, position)
+
+    monkeypatch.setattr(sql, "save_position", counted)
+    for job_id in range(1, 11):  # ten submissions, 20 ms apart: 0.2 s
+        await rig.append(submitted(job_id, name=f"t{job_id}"))
+        await asyncio.sleep(0.02)
+    await rig.caught_up()
+    assert len(commits) <= 5, commits
+    reply = await acct(rig, encode(AcctRequest()))
+    assert isinstance(reply, AcctReply) and [j.job_id for j in reply.jobs] == list(range(1, 11))
+
+
 async def test_redelivery_changes_nothing(rig: Rig) -> None:
     await rig.append(*SCENARIO)
     await rig.start()
