@@ -5,8 +5,8 @@ The cycle, once per delivered batch of log entries:
 1. fetch: ``Bus.consume`` hands over a batch from the partition's durable consumer (``partition_name``:
    ``accounting`` with one partition, ``accounting-p<k>of<P>`` otherwise); every partition reads the
    whole log; no sooner than ``GATHER_S`` after the last fetch unless that one came full (``Gathered``):
-   a transaction per entry or two, as the entries trickled in while jobs flowed, cost the projection and
-   PostgreSQL most of their CPU, and ``sacct`` may show a job a tenth of a second later;
+   while jobs flow the entries trickle in, and each had a transaction of its own; ``sacct`` may show a job
+   a tenth of a second later;
 2. plan: decode the entries and, against the partition's stored position, keep those next in log order
    (``plan_batch``: redelivered entries are skipped, entries after a missing one wait);
 3. fold and convert: fold them into the scheduler's state kept here, turn those the fold applied into row
