@@ -19,6 +19,7 @@ from corral.schemas.codec import decode, encode
 from corral.services.gateway.submission import NO_TEST_ONLY
 from tests.unit.builders import job
 from tests.unit.rigs import AUDITOR, Rig
+from tests.unit.test_gateway_policy import info
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
 
@@ -128,37 +129,9 @@ async def test_max_submit_jobs_counts_every_page_of_the_users_live_jobs() -> Non
     async def paged(user: str, data: bytes) -> bytes:
         request = decode(data, api.JobsRequest)
         rest = [j for j in live if j > request.after_job_id]
-        page = [running(job_id) for job_id in rest[:2]]
+        page = [info(job_id, qos="normal", account="alice", state="RUNNING") for job_id in rest[:2]]
         return encode(api.JobsReply(jobs=page, more=len(rest) > 2))
 
     rig.scheduler.serve("jobs", paged)
     results = await batch(rig, *(entry(f"p{i}") for i in range(3)))
     assert [isinstance(r, api.SubmitReply) for r in results] == [True, False, False]
-
-
-def running(job_id: int) -> api.JobInfo:
-    """One of alice's running jobs, as squeue's reply has it."""
-    return api.JobInfo(
-        job_id=job_id,
-        name="r",
-        user="alice",
-        account="alice",
-        partition="gpu",
-        state="RUNNING",
-        reason="None",
-        submit_time=0.0,
-        start_time=1.0,
-        end_time=None,
-        time_limit_s=60,
-        num_nodes=1,
-        num_cpus=1,
-        num_tasks=1,
-        gpus_per_node=0,
-        gpu_type=None,
-        min_memory_mb=None,
-        node_list="n1",
-        restart_count=0,
-        priority=1,
-        workdir="/tmp",
-        qos="normal",
-    )
