@@ -1,6 +1,6 @@
 """What the facts of a job call for: the conclusion of a run, and the answer to a pending job's requests.
 
-Pure, like the rest of the core (``plan.py`` calls these first in every cycle):
+Pure, like the rest of the core (``plan.py`` calls ``conclude`` first in every cycle):
 
 - a run whose batch script exited is concluded by how it ended, in this order of precedence: cancelled,
   preempted, requeued on request, lost by its agent, launch error, time limit, OOM, signal, exit code,
@@ -11,6 +11,8 @@ Pure, like the rest of the core (``plan.py`` calls these first in every cycle):
 """
 
 from __future__ import annotations
+
+from operator import attrgetter
 
 from corral.libs.core import preempt
 from corral.libs.core.state import Job, State
@@ -105,3 +107,32 @@ def answer_change(job: Job) -> ev.Event | None:
         partition=change.partition if change.partition is not None else spec.partition,
         priority=change.priority if change.priority is not None else job.priority_override,
     )
+
+
+def conclude(state: State, decisions: list[ev.Event]) -> tuple[list[Job], list[Job]]:
+    """Step 1 of a cycle (``plan.py``): append to ``decisions`` the conclusions of the runs that ended, the
+    cancels and the answers; the jobs left to consider and the running ones (for the cycle's capacity,
+    without a second pass over every live job), in log order."""
+    pending: list[Job] = []
+    running: list[Job] = []
+    any_down = not all(map(_up, state.nodes.values()))  # else no run lost a node: one pass, in C
+    for job_id in state.active:
+        job = state.jobs[job_id]
+        if job.state == "RUNNING":
+            running.append(job)
+            conclusion = conclusion_of(state, job, any_down)
+            if conclusion is not None:
+                decisions.append(conclusion)
+        elif job.cancel_by is not None:
+            decisions.append(ev.JobCancelled(job_id=job.job_id, attempt=-1, by=job.cancel_by, signal=0))
+        elif job.control is None and job.change is None:
+            pending.append(job)  # no request to answer (the common case, without the two calls)
+        elif (answer := answer_control(job) or answer_change(job)) is not None:
+            decisions.append(answer)
+        else:
+            pending.append(job)
+    return pending, running
+
+
+#: Whether a node is up (in C).
+_up = attrgetter("up")

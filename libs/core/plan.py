@@ -3,7 +3,7 @@
 Pure: the shell publishes the returned decisions and only then considers them applied, when they
 come back through the log and ``state.apply`` folds them. One cycle (``plan``), in order:
 
-1. ``_conclude``: conclude runs whose batch script exited (COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY,
+1. ``conclude.conclude``: conclude runs whose batch script exited (COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY,
    CANCELLED; a preempted run is requeued or PREEMPTED) or that lost a node (requeued if the job allows
    it, NODE_FAIL otherwise; ``conclude.py``); cancel pending jobs whose cancel was requested; answer hold,
    release and update requests (``JobHeld``, ``JobReleased``, ``JobUpdated``: one decision per job and
@@ -51,14 +51,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 import msgspec
 
 from corral.libs.core import preempt, reservations
 from corral.libs.core.backfill import Planner
 from corral.libs.core.capacity import CapacityCache, Runs
-from corral.libs.core.conclude import answer_change, answer_control, conclusion_of
+from corral.libs.core.conclude import conclude
 from corral.libs.core.eligibility import Singletons, needs_check, pending_reason
 from corral.libs.core.job_facts import FactsCache
 from corral.libs.core.limits import Limits, concluded_runs
@@ -101,7 +100,7 @@ def plan(
     """Decide what happens next. Deterministic in (state, now, policy, epoch); ``cache``, kept by the caller
     from one cycle to the next, only saves building the capacity of the nodes that did not change."""
     out = Plan(at=now)
-    pending, running = _conclude(state, out)
+    pending, running = conclude(state, out.decisions)
     if state.resv_requests:
         out.decisions.extend(reservations.answer_requests(state, now, policy.default_partition))
     cycle = Cycle(state, now, policy, out, epoch, running, cache)
@@ -114,30 +113,6 @@ def plan(
     if epoch:
         out.decisions = [msgspec.structs.replace(d, epoch=epoch) for d in out.decisions]
     return out
-
-
-def _conclude(state: State, out: Plan) -> tuple[list[Job], list[Job]]:
-    """Step 1: conclude the runs that ended, cancel and answer; the jobs left to consider and the running
-    ones (for ``_capacity``, without a second pass over every live job), in log order."""
-    pending: list[Job] = []
-    running: list[Job] = []
-    any_down = not all(map(_up, state.nodes.values()))  # else no run lost a node: one pass, in C
-    for job_id in state.active:
-        job = state.jobs[job_id]
-        if job.state == "RUNNING":
-            running.append(job)
-            conclusion = conclusion_of(state, job, any_down)
-            if conclusion is not None:
-                out.decisions.append(conclusion)
-        elif job.cancel_by is not None:
-            out.decisions.append(ev.JobCancelled(job_id=job.job_id, attempt=-1, by=job.cancel_by, signal=0))
-        elif job.control is None and job.change is None:
-            pending.append(job)  # no request to answer (the common case, without the two calls)
-        elif (answer := answer_control(job) or answer_change(job)) is not None:
-            out.decisions.append(answer)
-        else:
-            pending.append(job)
-    return pending, running
 
 
 class Cycle:
@@ -159,7 +134,7 @@ class Cycle:
     ) -> None:
         self.state, self.now, self.policy, self.out, self.epoch = state, now, policy, out, epoch
         live = reservations.live(state, now) if state.reservations else []
-        # Every node's capacity now and over time, from the running jobs (``_conclude``'s).
+        # Every node's capacity now and over time, from the running jobs (``conclude``'s).
         self.planner = _capacity(state, now, policy, live, running, cache)
         self.maint = reservations.maint_nodes(live, now)  # nodes a MAINT reservation holds now
         self.window = INF if policy.backfill_window_s is None else float(policy.backfill_window_s)
@@ -345,9 +320,6 @@ class Cycle:
         if start is not None:
             self.out.starts[job.job_id] = start
 
-
-#: Whether a node is up (in C).
-_up = attrgetter("up")
 
 #: Reservations per partition of each backfill policy (None: no bound).
 DEPTH: dict[Backfill, int | None] = {"fifo": 0, "easy": 1, "conservative": None}

@@ -35,8 +35,9 @@ from opentelemetry.trace import SpanKind
 
 from corral.libs.core.partition_claims import partition_name
 from corral.libs.runtime import store, telemetry
-from corral.libs.runtime.bus import Bus, Gathered, LogEntry, entry_of
+from corral.libs.runtime.bus import Bus, LogEntry, entry_of
 from corral.libs.runtime.errors import CorralError, InvalidInput, TransientError
+from corral.libs.runtime.pacing import Gathered
 from corral.libs.runtime.telemetry import logger
 from corral.schemas import subjects
 from corral.services.accounting import owners, sql

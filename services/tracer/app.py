@@ -16,8 +16,9 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from corral.libs.config import otlp
 from corral.libs.runtime import telemetry
-from corral.libs.runtime.bus import Bus, Gathered, entry_of
+from corral.libs.runtime.bus import Bus, entry_of
 from corral.libs.runtime.errors import InvalidInput
+from corral.libs.runtime.pacing import Gathered
 from corral.libs.runtime.service import Context
 from corral.libs.runtime.telemetry import logger
 from corral.schemas import subjects

@@ -12,7 +12,8 @@ from typing import cast
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from corral.libs.runtime.bus import Bus, pause_s
+from corral.libs.runtime.bus import Bus
+from corral.libs.runtime.pacing import pause_s
 from corral.services.tracer.app import BATCH, TracerService
 
 pytestmark = pytest.mark.unit
