@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import msgspec
@@ -15,6 +16,9 @@ T = TypeVar("T")
 
 #: Largest message any decoder accepts; larger input is rejected before parsing.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+#: The largest reply a query verb sends (``page``): under the decoders' limit, and NATS's max_payload (8 MiB
+#: in Corral's servers' configuration).
+MAX_REPLY_BYTES = 3 * 1024 * 1024
 
 _encoder = msgspec.json.Encoder()
 _envelope_decoder = msgspec.json.Decoder(Envelope)
@@ -31,6 +35,20 @@ class DecodeError(ValueError):
 def encode(obj: Any) -> bytes:
     """JSON-encode any Struct (envelope, order, API message)."""
     return _encoder.encode(obj)
+
+
+def page(items: Iterable[T], bound: int) -> tuple[list[T], bool]:
+    """The first of ``items`` whose JSON together fits in ``bound`` bytes (one at least, whatever its size, so
+    that paging always ends), and whether any was left out: a reply's page, under the largest message NATS
+    and the decoders take. Items past the first left out are not asked for (a lazy iterable stops there)."""
+    out: list[T] = []
+    size = 0
+    for item in items:
+        size += len(_encoder.encode(item)) + 1
+        if size > bound and out:
+            return out, True
+        out.append(item)
+    return out, False
 
 
 def decode_envelope(data: bytes) -> Envelope:

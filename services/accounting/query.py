@@ -12,18 +12,16 @@ from __future__ import annotations
 import math
 from typing import Any, get_args
 
-import msgspec
-
 from corral.libs.runtime.errors import InvalidInput
 from corral.libs.runtime.store import Connection
 from corral.schemas.api import AcctAttempt, AcctJob, AcctReply, AcctRequest, AcctStep, JobState
+from corral.schemas.codec import MAX_REPLY_BYTES, page
 
 #: Most jobs one request may ask for (over all its pages), and most values one filter list may hold.
 MAX_LIMIT = 100_000
-#: A page: at most this many jobs read, and this many bytes of their JSON sent (NATS's max_payload is 8 MiB
-#: here, the decoders' limit 4 MiB; a job is ~1 KB, more with many steps).
+#: A page: at most this many jobs read (and ``codec.MAX_REPLY_BYTES`` of their JSON sent; a job is ~1 KB, more
+#: with many steps).
 PAGE_JOBS = 5_000
-MAX_REPLY_BYTES = 3 * 1024 * 1024
 MAX_FILTER_VALUES = 10_000
 MAX_NAME = 256
 _JOB_STATES: frozenset[str] = frozenset(get_args(JobState))
@@ -138,17 +136,9 @@ async def acct(conn: Connection, req: AcctRequest) -> AcctReply:
     for (job_id, _), job_steps in sorted(steps.items()):
         own.setdefault(job_id, []).extend(job_steps)
     jobs = [_job(row, own.get(int(row["job_id"]), []), earlier.get(int(row["job_id"]), [])) for row in rows]
-    more = len(rows) == PAGE_JOBS < req.limit  # the page is full: more may follow
-    size = 0
-    for i, job in enumerate(jobs):
-        size += len(_encode(job)) + 1
-        if size > MAX_REPLY_BYTES and i > 0:
-            return AcctReply(jobs=jobs[:i], more=True)
-    return AcctReply(jobs=jobs, more=more)
-
-
-#: The JSON of one job as a reply carries it.
-_encode = msgspec.json.Encoder().encode
+    fitting, cut = page(jobs, MAX_REPLY_BYTES)
+    full = len(rows) == PAGE_JOBS < req.limit  # the page read all it could: more may follow
+    return AcctReply(jobs=fitting, more=cut or full)
 
 
 def _attempt(row: Any, steps: list[AcctStep]) -> AcctAttempt:

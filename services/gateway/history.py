@@ -39,11 +39,9 @@ from corral.libs.slurm.array import array_indices
 from corral.schemas import api, subjects
 from corral.schemas import events as ev
 from corral.schemas.api_requests import MAX_HISTORY
-from corral.schemas.codec import encode
+from corral.schemas.codec import MAX_REPLY_BYTES, encode
 from corral.services.gateway.lookup import Found, JobLookup
 
-#: The largest reply the verb sends (the NATS server's max_payload is 8 MiB, the decoders' limit 4 MiB).
-MAX_REPLY_BYTES = 3 * 1024 * 1024
 #: The rule a refusal names.
 RULE = "a user may read only their own jobs' history; the auditor and admin roles may read every history"
 

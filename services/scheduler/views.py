@@ -6,8 +6,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import astuple
 from operator import attrgetter
 
-import msgspec
-
 from corral.libs.config.cluster import ClusterConfig
 
 # The policy is built in a lib the simulator shares; re-exported for the service's callers.
@@ -25,14 +23,12 @@ from corral.libs.core.topology import switch_wait_s
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.constraint import format_constraint
 from corral.schemas import api
+from corral.schemas.codec import MAX_REPLY_BYTES, page
 from corral.services.scheduler.owners import Owners
 
 #: How long an ended job stays visible to squeue when the fold keeps every job (``State.min_job_age_s`` 0);
 #: otherwise for as long as the fold keeps it (Slurm's MinJobAge).
 MIN_JOB_AGE_S = 300.0
-#: The largest page of squeue's jobs the ``jobs`` verb sends (JSON bytes of its jobs): NATS's max_payload is
-#: 8 MiB here (1 MiB by default) and the decoders' limit 4 MiB; a job is ~0.8-1.5 KB.
-MAX_REPLY_BYTES = 3 * 1024 * 1024
 
 
 def job_info(
@@ -151,19 +147,18 @@ def jobs_reply(
         shown.append(job)
     shown.sort(key=_job_id)
     priorities = started_priorities(state, now, policy, [j for j in shown if j.state != "PENDING"])
-    out: list[api.JobInfo] = []
-    size = 0
-    for job in shown:
-        info = job_info(job, outlook, policy, dependency_text(state, job), priorities.get(job.job_id))
-        if req.partitions and info.partition not in req.partitions:
-            continue
-        if req.states and info.state not in req.states:
-            continue
-        size += len(_encode(info)) + 1
-        if size > MAX_REPLY_BYTES and out:
-            return api.JobsReply(jobs=out, more=True)
-        out.append(info)
-    return api.JobsReply(jobs=out)
+    infos = (
+        job_info(job, outlook, policy, dependency_text(state, job), priorities.get(job.job_id))
+        for job in shown
+    )
+    matching = (
+        info
+        for info in infos
+        if (not req.partitions or info.partition in req.partitions)
+        and (not req.states or info.state in req.states)
+    )
+    out, more = page(matching, MAX_REPLY_BYTES)
+    return api.JobsReply(jobs=out, more=more)
 
 
 def _candidates(
@@ -189,8 +184,8 @@ def _candidates(
     return found.values()
 
 
-#: A job's id (in C), and the JSON of one job as a reply carries it.
-_job_id, _encode = attrgetter("job_id"), msgspec.json.Encoder().encode
+#: A job's id (in C).
+_job_id = attrgetter("job_id")
 
 
 def node_state(node: Node) -> str:
