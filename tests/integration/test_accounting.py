@@ -40,7 +40,7 @@ from corral.schemas.api import (
     TresUsage,
 )
 from corral.schemas.codec import encode
-from corral.services.accounting import query, sql
+from corral.services.accounting import partition, query, sql
 from corral.services.accounting.app import CONSUMER, AccountingService
 
 pytestmark = pytest.mark.integration
@@ -399,9 +399,10 @@ async def test_sacct_reads_a_long_history_page_by_page(rig: Rig, monkeypatch: py
 async def test_entries_that_trickle_in_are_projected_together(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # While jobs flow the log's entries come one by one; a transaction for each cost the projection and
-    # PostgreSQL most of their CPU. A fetch that was not full is followed by none for GATHER_S (0.1 s), so the
-    # entries of that time are committed together.
+    # While jobs flow the log's entries come one by one, and each had a transaction of its own. A fetch that
+    # was not full is followed by none for GATHER_S (0.1 s; 1 s here, so that a loaded machine's pauses
+    # between the appends below cannot split them further): the entries of that time are committed together.
+    monkeypatch.setattr(partition, "GATHER_S", 1.0)
     await rig.start()
     await rig.caught_up()
     commits: list[int] = []
