@@ -76,10 +76,12 @@ class JobsReply(msgspec.Struct, frozen=True, tag="jobs_reply", kw_only=True):
 
 
 class PriorityReply(msgspec.Struct, frozen=True, tag="priority_reply", kw_only=True):
-    """The matching pending jobs, in queue order, and the weights."""
+    """The matching pending jobs by id, one page of them (``JobsReply``'s paging), and the weights; sorted by
+    ``JobPriority.queue_key`` they are in queue order."""
 
     jobs: list[JobPriority]  # matches
     weights: PriorityWeightsInfo  # the weights in force
+    more: bool = False  # more match: ask again with ``after_job_id`` the last job's id here
 
 
 class SharesReply(msgspec.Struct, frozen=True, tag="shares_reply", kw_only=True):

@@ -146,6 +146,7 @@ class PriorityRequest(msgspec.Struct, frozen=True, tag="priority", kw_only=True)
 
     job_ids: list[int] = []  # only these jobs (empty: all pending); an array's id selects its tasks
     users: list[str] = []  # only these users
+    after_job_id: int = 0  # only jobs with a larger id: the next page, after the last job of the one before
 
 
 class SharesRequest(msgspec.Struct, frozen=True, tag="shares", kw_only=True):

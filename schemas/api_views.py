@@ -111,6 +111,15 @@ class JobPriority(msgspec.Struct, frozen=True, kw_only=True):
     admin_set: bool = False  # the priority was set by an admin (scontrol update Priority=)
     array_job_id: int = 0  # the array's id for an array task, 0 otherwise
     array_task_id: int | None = None  # the task's index, None if not an array task
+    tier: int = 1  # its partition's PriorityTier
+    queue_priority: int = 0  # what the queue orders it by: its priority, also while held
+    submit_time: float = 0.0  # when it was submitted (epoch seconds)
+
+    def queue_key(self) -> tuple[int, int, float, int]:
+        """Its place in the queue, least first: higher tier, then higher priority, earlier submission,
+        smaller id (``libs/core/priority.queue_order``'s order), so that rows read in pages by id can be
+        shown in the order the scheduler considers them."""
+        return (-self.tier, -self.queue_priority, self.submit_time, self.job_id)
 
 
 class PriorityWeightsInfo(msgspec.Struct, frozen=True, kw_only=True):

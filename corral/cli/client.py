@@ -45,8 +45,11 @@ from corral.schemas.api import (
     HistoryReply,
     HistoryRequest,
     JobInfo,
+    JobPriority,
     JobsReply,
     JobsRequest,
+    PriorityReply,
+    PriorityRequest,
 )
 from corral.schemas.subjects import api_subject, inbox_prefix, valid_token
 
@@ -150,6 +153,18 @@ class Cluster(msgspec.Struct):
             out.extend(reply.jobs)
             if not reply.more or not reply.jobs:
                 return out
+            request = msgspec.structs.replace(request, after_job_id=reply.jobs[-1].job_id)
+
+    def priorities(self, request: PriorityRequest) -> PriorityReply:
+        """Every pending job matching an sprio request, in queue order, and the weights: the ``priority``
+        verb's pages (by id, as ``jobs`` reads squeue's), sorted by ``JobPriority.queue_key``."""
+        rows: list[JobPriority] = []
+        while True:
+            reply = self.call("priority", request, PriorityReply)
+            rows.extend(reply.jobs)
+            if not reply.more or not reply.jobs:
+                rows.sort(key=JobPriority.queue_key)
+                return msgspec.structs.replace(reply, jobs=rows, more=False)
             request = msgspec.structs.replace(request, after_job_id=reply.jobs[-1].job_id)
 
     def acct(self, request: AcctRequest) -> list[AcctJob]:

@@ -147,10 +147,10 @@ def _sprio(argv: list[str]) -> int:
     layout = layout_of(args.last("format"), long=args.given("long"), norm=args.given("norm"))
     refs = parse_job_refs(split_job_list(args.all("jobs")), "--jobs")
     from corral.cli.client import find_cluster
-    from corral.schemas.api import PriorityReply, PriorityRequest
+    from corral.schemas.api import PriorityRequest
 
     request = PriorityRequest(job_ids=ids_of(refs), users=args.items("user"))
-    reply = find_cluster().call("priority", request, PriorityReply)
+    reply = find_cluster().priorities(request)
     partitions = args.items("partition")
     jobs = [j for j in reply.jobs if not partitions or j.partition in partitions]
     lines = render_priorities(

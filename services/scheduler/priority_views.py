@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from corral.libs.core.policy import Policy
 from corral.libs.core.priority import priority_factors, queue_order
 from corral.libs.core.shares import share_rows
 from corral.libs.core.state import Job, State
 from corral.schemas import api
+from corral.schemas.codec import MAX_REPLY_BYTES, page
+
+_job_id = attrgetter("job_id")
 
 
 def _pending(state: State) -> list[Job]:
@@ -16,38 +21,53 @@ def _pending(state: State) -> list[Job]:
 
 
 def priority_reply(state: State, policy: Policy, req: api.PriorityRequest, now: float) -> api.PriorityReply:
-    """The pending jobs matching an sprio request, in queue order, with their factors at ``now``.
+    """The pending jobs matching an sprio request with their factors at ``now``: by id, from
+    ``req.after_job_id`` on, as many as ``MAX_REPLY_BYTES`` hold (``more`` if some are left), each with what
+    orders the queue (``JobPriority.queue_key``).
 
     The factors are those of the job's computed priority; PRIORITY is what the job is scheduled
     with: 0 while held, the admin-set value when there is one.
     """
+    # Every pending job's factors, whatever the page: the fair-share tree is that of their users.
     pending = _pending(state)
     parts = priority_factors(state, now, policy, pending)
+    values = {job.job_id: value for job, value in queue_order(state, now, policy, pending)}
+    tiers = {p.name: p.tier for p in policy.partitions}
     wanted = set(req.job_ids)
-    rows = []
-    for job, value in queue_order(state, now, policy, pending):
-        if wanted and job.job_id not in wanted and job.array_job_id not in wanted:
-            continue
-        if req.users and job.user not in req.users:
-            continue
-        rows.append(
-            api.JobPriority(
-                job_id=job.job_id,
-                user=job.user,
-                account=job.spec.account or job.user,
-                partition=policy.partition_of(job),
-                priority=0 if job.held else value,
-                factors=parts[job.job_id],
-                admin_set=job.priority_override is not None,
-                array_job_id=job.array_job_id,
-                array_task_id=job.array_task_id,
-            )
+    users = set(req.users)
+    after = req.after_job_id
+    shown = [
+        job
+        for job in pending
+        if job.job_id > after
+        and (not wanted or job.job_id in wanted or job.array_job_id in wanted)
+        and (not users or job.user in users)
+    ]
+    shown.sort(key=_job_id)
+    rows = (
+        api.JobPriority(
+            job_id=job.job_id,
+            user=job.user,
+            account=job.spec.account or job.user,
+            partition=partition,
+            priority=0 if job.held else values[job.job_id],
+            factors=parts[job.job_id],
+            admin_set=job.priority_override is not None,
+            array_job_id=job.array_job_id,
+            array_task_id=job.array_task_id,
+            tier=tiers.get(partition, 1),
+            queue_priority=values[job.job_id],
+            submit_time=job.submit_time,
         )
+        for job in shown
+        for partition in (policy.partition_of(job),)
+    )
+    out, more = page(rows, MAX_REPLY_BYTES)
     w = policy.weights
     weights = api.PriorityWeightsInfo(
         age=w.age, fairshare=w.fairshare, job_size=w.job_size, partition=w.partition
     )
-    return api.PriorityReply(jobs=rows, weights=weights)
+    return api.PriorityReply(jobs=out, weights=weights, more=more)
 
 
 def shares_reply(

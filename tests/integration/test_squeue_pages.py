@@ -1,6 +1,7 @@
-"""squeue over a queue of thousands (a real nats-server, the scheduler's ``jobs`` verb, the commands' client):
-the reply comes in pages by job id, each under the verb's bound, and the client asks for every page. One
-reply of 10,000 jobs was ~8 MB of JSON, over the server's max_payload: squeue waited 15 s and failed."""
+"""squeue and sprio over a queue of thousands (a real nats-server, the scheduler's ``jobs`` and ``priority``
+verbs, the commands' client): the reply comes in pages by job id, each under the verb's bound, and the client
+asks for every page. One reply of 10,000 jobs was ~8 MB of JSON, over the server's max_payload: squeue waited
+15 s and failed. sprio's reply had the same bound (~244 B a job: over the decoders' 4 MiB at ~17,000)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from test_rebuild_paths import PASSWORDS, buses, server
 from test_scheduler_cycle import CONFIG, fold_new, registered, spec
 
 from corral.cli.client import Cluster
+from corral.libs.core.priority import queue_order
 from corral.libs.infra import roles
 from corral.libs.runtime.api_server import EVERY_SUBSCRIBER, serve
 from corral.libs.runtime.bus import Bus
@@ -20,7 +22,7 @@ from corral.libs.runtime.credentials import Credentials
 from corral.libs.slurm.array import parse_array
 from corral.schemas import api
 from corral.schemas import events as ev
-from corral.services.scheduler import views
+from corral.services.scheduler import priority_views, views
 from corral.services.scheduler.app import Scheduler
 
 pytestmark = pytest.mark.integration
@@ -62,6 +64,50 @@ async def test_squeue_reads_a_queue_larger_than_one_reply_page_by_page(
     assert [j.job_id for j in shown] == sorted(ids)
     assert len(pages) >= 8 and all(more for _, _, more in pages[:-1]) and not pages[-1][2]
     assert all(count > 0 for _, count, _ in pages)
+
+
+async def test_sprio_reads_a_queue_larger_than_one_reply_page_by_page_in_queue_order(
+    buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus, admin = buses
+    await registered(admin)
+    for job_id in range(1, 41):
+        await admin.append(ev.JobSubmitted(job_id=job_id, user="alice", spec=spec(f"j{job_id}")))
+    await admin.append(ev.JobUpdateRequested(job_id=30, user="root", admin=True, priority=500))
+    await admin.append(ev.JobUpdated(job_id=30, by="root", time_limit_s=None, partition=None, priority=500))
+    await admin.append(ev.JobHeld(job_id=2, by="alice"))
+    live = Scheduler(bus, CONFIG)
+    await live.rebuild()
+    whole = await live.priority("alice", api.PriorityRequest())  # one page under the real bound
+    assert not whole.more and len(whole.jobs) == 40
+    monkeypatch.setattr(priority_views, "MAX_REPLY_BYTES", 2000)  # ~5 jobs a page
+    pages = []
+    priority = live.priority
+
+    async def counted(user: str, request: api.PriorityRequest) -> api.PriorityReply:
+        reply = await priority(user, request)
+        pages.append((request.after_job_id, len(reply.jobs), reply.more))
+        return reply
+
+    sub = await serve(bus.nc, "priority", api.PriorityRequest, counted, queue=EVERY_SUBSCRIBER)
+    try:
+        creds = Credentials(
+            url=admin.nc.connected_url.geturl(), user=roles.ADMIN, password=PASSWORDS[roles.ADMIN]
+        )
+        client = Cluster(url=creds.url, credentials=creds)
+        shown = await asyncio.to_thread(client.priorities, api.PriorityRequest())
+    finally:
+        await sub.unsubscribe()
+    assert len(pages) >= 6 and all(more for _, _, more in pages[:-1]) and not pages[-1][2]
+    order = [
+        job.job_id
+        for job, _ in queue_order(
+            live.state, time.time(), live.policy, [live.state.jobs[i] for i in range(1, 41)]
+        )
+    ]
+    assert [j.job_id for j in shown.jobs] == order
+    assert order[0] == 30 and [j.priority for j in shown.jobs if j.job_id == 2] == [0]
+    assert shown.weights == whole.weights and not shown.more
 
 
 async def test_squeue_of_a_user_shows_their_jobs_folded_before_and_after_the_rebuild(

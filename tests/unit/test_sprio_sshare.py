@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
 import pytest
 from builders import Log, allocated, cluster, exited, job, policy, submitted
 
@@ -11,9 +12,11 @@ from corral.cli.sprio import layout_of, render_priorities
 from corral.cli.sshare import render_shares
 from corral.libs.core.fair_share import Account, UserAssoc
 from corral.libs.core.plan import plan
-from corral.libs.core.priority import PriorityWeights
+from corral.libs.core.priority import PriorityWeights, queue_order
+from corral.libs.core.state import State
 from corral.schemas import api
 from corral.schemas import events as ev
+from corral.schemas.codec import MAX_REPLY_BYTES
 from corral.services.scheduler.priority_views import priority_reply, shares_reply
 
 pytestmark = pytest.mark.unit
@@ -45,7 +48,9 @@ def busy_log() -> Log:
 def test_sprio_rows_are_the_pending_jobs_in_queue_order_with_their_weighted_factors() -> None:
     log = busy_log()
     reply = priority_reply(log.state, POLICY, api.PriorityRequest(), log.state.now)
-    assert [j.job_id for j in reply.jobs] == [4, 5, 3]  # bob has no usage: fair share 1.0 against 0.5
+    assert [j.job_id for j in reply.jobs] == [3, 4, 5]  # by id, one page
+    ranked = sorted(reply.jobs, key=api.JobPriority.queue_key)
+    assert [j.job_id for j in ranked] == [4, 5, 3]  # bob has no usage: fair share 1.0 against 0.5
     by_id = {j.job_id: j for j in reply.jobs}
     assert by_id[3].factors == api.PriorityFactors(age=200.0, fairshare=5000.0, job_size=50.0)
     assert by_id[4].factors.fairshare == 10_000.0 and by_id[4].factors.job_size == 100.0
@@ -56,6 +61,48 @@ def test_sprio_rows_are_the_pending_jobs_in_queue_order_with_their_weighted_fact
     assert reply.weights == api.PriorityWeightsInfo(age=1000, fairshare=10_000, job_size=100, partition=0)
     only = priority_reply(log.state, POLICY, api.PriorityRequest(users=["alice"]), log.state.now)
     assert [j.job_id for j in only.jobs] == [3]
+
+
+def in_pages(state: State, request: api.PriorityRequest) -> list[api.PriorityReply]:
+    """Every page of an sprio request, each asked after the last job of the one before."""
+    pages = []
+    while True:
+        reply = priority_reply(state, POLICY, request, state.now)
+        pages.append(reply)
+        if not reply.more:
+            return pages
+        request = msgspec.structs.replace(request, after_job_id=reply.jobs[-1].job_id)
+
+
+def test_sprio_of_a_queue_of_thousands_comes_in_pages_that_each_fit_a_message() -> None:
+    # sprio's reply held every pending job in queue order, ~244 B of JSON each: 18,000 were ~4.4 MB, over
+    # the decoders' 4 MiB (and ~34,000 over NATS's 8 MiB max_payload), and sprio failed. The verb now answers
+    # by job id, a page under MAX_REPLY_BYTES at a time; each row carries what orders the queue, so the pages
+    # sorted by JobPriority.queue_key are the queue's order.
+    log = busy_log()
+    ids = list(range(18_005, 5, -1))  # submitted in the reverse order of their ids
+    for job_id in ids:
+        user, account = ("alice", "ml") if job_id % 3 else ("bob", "cv")
+        log.add(submitted(job_id, job(gpus=1 + job_id % 8, nodes=1, account=account), user=user))
+    log.add(ev.JobHeld(job_id=6, by="bob"))
+    log.add(ev.JobUpdateRequested(job_id=7, user="root", admin=True, priority=99_999))
+    log.add(ev.JobUpdated(job_id=7, by="root", time_limit_s=None, partition=None, priority=99_999))
+    pages = in_pages(log.state, api.PriorityRequest())
+    assert len(pages) >= 2
+    assert all(len(msgspec.json.encode(p)) <= MAX_REPLY_BYTES + 256 for p in pages)
+    assert all(p.more for p in pages[:-1]) and not pages[-1].more
+    rows = [row for p in pages for row in p.jobs]
+    assert [r.job_id for r in rows] == sorted([3, 4, 5, *ids])
+    now = log.state.now
+    pending = [log.state.jobs[r.job_id] for r in rows]
+    order = [job.job_id for job, _ in queue_order(log.state, now, POLICY, pending)]
+    assert [r.job_id for r in sorted(rows, key=api.JobPriority.queue_key)] == order
+    assert order[0] == 7 and rows[3].job_id == 6 and rows[3].priority == 0  # held: shown 0, ranked by value
+    # A user's pages hold only theirs ...
+    # ... and the same factors as in everyone's: alice's fair share is ranked against bob's.
+    alices = [r for p in in_pages(log.state, api.PriorityRequest(users=["alice"])) for r in p.jobs]
+    assert alices == [r for r in rows if r.user == "alice"]
+    assert len(alices) == 1 + len([i for i in ids if i % 3])
 
 
 def test_sprio_shows_an_admin_set_priority_and_zero_for_a_held_job() -> None:
