@@ -13,6 +13,7 @@ from corral.schemas.api_views import (
     JobInfo,
     JobOutcome,
     JobPriority,
+    LiveCount,
     NodeInfo,
     PartitionInfo,
     PriorityWeightsInfo,
@@ -73,6 +74,12 @@ class JobsReply(msgspec.Struct, frozen=True, tag="jobs_reply", kw_only=True):
 
     jobs: list[JobInfo]  # matches, by id
     more: bool = False  # more match: ask again with ``after_job_id`` the last job's id here
+
+
+class LiveCountsReply(msgspec.Struct, frozen=True, tag="live_counts_reply", kw_only=True):
+    """The user's pending and running jobs counted by QOS and account, sorted by both."""
+
+    counts: list[LiveCount]  # one per (QOS, account) with a live job
 
 
 class PriorityReply(msgspec.Struct, frozen=True, tag="priority_reply", kw_only=True):

@@ -141,6 +141,13 @@ class JobsRequest(msgspec.Struct, frozen=True, tag="jobs", kw_only=True):
     after_job_id: int = 0  # only jobs with a larger id: the next page, after the last job of the one before
 
 
+class LiveCountsRequest(msgspec.Struct, frozen=True, tag="live_counts", kw_only=True):
+    """The gateway's MaxSubmitJobs check at a submission: how many pending and running jobs ``user`` has, by
+    QOS and account (a few numbers, where the user's jobs themselves are thousands)."""
+
+    user: str  # whose jobs
+
+
 class PriorityRequest(msgspec.Struct, frozen=True, tag="priority", kw_only=True):
     """sprio: the priority factors of pending jobs."""
 
@@ -276,6 +283,7 @@ Request = (
     | RequeueRequest
     | SignalRequest
     | PriorityRequest
+    | LiveCountsRequest
     | SharesRequest
     | CreateReservationRequest
     | DeleteReservationRequest

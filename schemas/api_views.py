@@ -99,6 +99,14 @@ class PriorityFactors(msgspec.Struct, frozen=True, kw_only=True):
     nice: float = 0.0  # NICE: the job's nice value, subtracted
 
 
+class LiveCount(msgspec.Struct, frozen=True, kw_only=True):
+    """How many pending and running jobs a user has in one QOS and account (MaxSubmitJobs counts them)."""
+
+    qos: str  # their QOS
+    account: str  # the account they are charged to
+    jobs: int  # how many
+
+
 class JobPriority(msgspec.Struct, frozen=True, kw_only=True):
     """One pending job's priority and its factors."""
 

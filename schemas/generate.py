@@ -31,6 +31,7 @@ DOCUMENTS: dict[str, Any] = {
     | api.ReportReply
     | api.ControlReply
     | api.PriorityReply
+    | api.LiveCountsReply
     | api.SharesReply
     | api.ReservationReply
     | api.ReservationsReply

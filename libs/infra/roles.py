@@ -128,8 +128,9 @@ def service_user(role: str, password: str) -> NatsUser:
         publish += [f"$KV.{subjects.IDS_BUCKET}.>", f"$JS.API.STREAM.INFO.KV_{subjects.IDS_BUCKET}"]
         subscribe += _verbs("gateway")
         publish.append(subjects.INBOXES)
-        # The user's live jobs, from the scheduler, to enforce MaxSubmitJobs; sbatch --test-only's estimate.
-        publish += [subjects.api_subject("jobs", GATEWAY), subjects.api_subject("will_run", GATEWAY)]
+        # How many live jobs the user has (the scheduler's count), to enforce MaxSubmitJobs; sbatch
+        # --test-only's estimate.
+        publish += [subjects.api_subject("live_counts", GATEWAY), subjects.api_subject("will_run", GATEWAY)]
     elif role == SCHEDULER:
         publish += [subjects.job_subject("*", tag) for tag in _SCHEDULER_EVENTS]
         publish += [subjects.resv_subject("*", tag) for tag in _SCHEDULER_RESV_EVENTS]

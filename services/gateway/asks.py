@@ -1,5 +1,5 @@
-"""What the gateway asks the scheduler at submission: the user's live jobs (MaxSubmitJobs) and, for
-``sbatch --test-only``, the estimated start of a job. Through the ``ApiClient`` port, as the gateway."""
+"""What the gateway asks the scheduler at submission: the count of the user's live jobs (MaxSubmitJobs) and,
+for ``sbatch --test-only``, the estimated start of a job. Through the ``ApiClient`` port, as the gateway."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from corral.libs.runtime.ports import ApiClient
 from corral.schemas import api
 from corral.schemas import events as ev
 from corral.schemas.codec import DecodeError, decode, encode
+from corral.services.gateway.policy import Counted
 
 #: How long a submission waits for the scheduler's answer.
 JOBS_TIMEOUT_S = 5.0
@@ -24,20 +25,16 @@ class SchedulerAsks:
     def __init__(self, scheduler: ApiClient) -> None:
         self.scheduler = scheduler
 
-    async def live_jobs(self, user: str) -> list[api.JobInfo]:
-        """The user's pending and running jobs, from the scheduler (the gateway keeps no job state).
+    async def live_counts(self, user: str) -> list[Counted]:
+        """The user's pending and running jobs by QOS and account, from the scheduler (the gateway keeps no
+        job state): a few numbers, however many jobs the user has.
 
         Only asked when a MaxSubmitJobs limit applies. The scheduler's view lags the log by the entries it
         has not folded yet, so a burst of concurrent submissions may overshoot the limit by those in flight.
         """
-        request = api.JobsRequest(users=[user], states=["PENDING", "RUNNING"])
-        out: list[api.JobInfo] = []
-        while True:  # (the verb's pages: thousands of jobs are more than one reply carries)
-            reply = await self._ask("jobs", request, api.JobsReply, "cannot check MaxSubmitJobs")
-            out.extend(reply.jobs)
-            if not reply.more or not reply.jobs:
-                return out
-            request = msgspec.structs.replace(request, after_job_id=reply.jobs[-1].job_id)
+        request = api.LiveCountsRequest(user=user)
+        reply = await self._ask("live_counts", request, api.LiveCountsReply, "cannot check MaxSubmitJobs")
+        return [(c.qos, c.account, c.jobs) for c in reply.counts]
 
     async def will_run(self, user: str, spec: ev.JobSpec) -> api.WillRunReply:
         """sbatch --test-only: the scheduler's estimate for the validated job (nothing is appended)."""

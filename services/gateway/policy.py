@@ -25,13 +25,12 @@ them, plus this submission's jobs (an array's every task) would exceed one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from corral.libs.config.cluster import ClusterConfig, PartitionConfig
 from corral.libs.core.qos import AssocLimits, QosPolicy
 from corral.libs.runtime.errors import Forbidden, InvalidInput
-from corral.schemas import api
 from corral.schemas.events import JobSpec
 from corral.schemas.job_spec import MAX_NICE
 
@@ -194,26 +193,19 @@ def submit_limits(spec: JobSpec, user: str, config: ClusterConfig) -> list[Submi
     return out
 
 
-def check_submit_count(
-    limits: list[SubmitLimit],
-    live: list[api.JobInfo],
-    adding: int,
-    earlier: Sequence[tuple[str | None, str | None, int]] = (),
-) -> None:
+#: (QOS, account, jobs): how many live jobs of a user one QOS and account have.
+Counted = tuple[str | None, str | None, int]
+
+
+def check_submit_count(limits: list[SubmitLimit], counts: Iterable[Counted], adding: int) -> None:
     """Refuse ``adding`` more jobs when the user's live jobs (pending and running) would exceed a limit.
-    ``earlier``: (QOS, account, jobs) of the user's submissions accepted before this one in the same batch,
-    which the scheduler has not seen yet."""
+    ``counts``: the user's live jobs by QOS and account (the scheduler's ``live_counts``) and the submissions
+    of the user accepted before this one in the same batch, which the scheduler has not seen yet."""
+    counted = list(counts)
     for lim in limits:
         count = sum(
-            1
-            for info in live
-            if info.state in ("PENDING", "RUNNING")
-            and (lim.qos is None or info.qos == lim.qos)
-            and (lim.account is None or info.account == lim.account)
-        )
-        count += sum(
             jobs
-            for qos, account, jobs in earlier
+            for qos, account, jobs in counted
             if (lim.qos is None or qos == lim.qos) and (lim.account is None or account == lim.account)
         )
         if count + adding > lim.limit:

@@ -40,6 +40,7 @@ from corral.services.gateway.asks import SchedulerAsks
 from corral.services.gateway.behalf import owner_of
 from corral.services.gateway.lookup import JobLookup
 from corral.services.gateway.policy import (
+    Counted,
     SubmitLimit,
     check_account,
     check_policy,
@@ -84,8 +85,8 @@ class Accepted:
 class Tally:
     """What a batch has accepted so far by owner, so that MaxSubmitJobs counts the batch's own jobs too."""
 
-    live: dict[str, list[api.JobInfo]] = field(default_factory=dict)  # the scheduler's answer, asked once
-    earlier: dict[str, list[tuple[str | None, str | None, int]]] = field(default_factory=dict)  # qos, account
+    live: dict[str, list[Counted]] = field(default_factory=dict)  # the scheduler's answer, asked once
+    earlier: dict[str, list[Counted]] = field(default_factory=dict)  # the batch's jobs accepted so far
 
 
 class Submissions:
@@ -183,12 +184,12 @@ class Submissions:
     ) -> None:
         """MaxSubmitJobs: the owner's live jobs, and in a batch the owner's jobs accepted before this one."""
         if tally is None:
-            check_submit_count(limits, await self.asks.live_jobs(owner), array_size(spec))
+            check_submit_count(limits, await self.asks.live_counts(owner), array_size(spec))
             return
         if owner not in tally.live:
-            tally.live[owner] = await self.asks.live_jobs(owner)
+            tally.live[owner] = await self.asks.live_counts(owner)
         earlier = tally.earlier.setdefault(owner, [])
-        check_submit_count(limits, tally.live[owner], array_size(spec), earlier)
+        check_submit_count(limits, [*tally.live[owner], *earlier], array_size(spec))
         earlier.append((spec.qos, spec.account, array_size(spec)))
 
     async def _check_dependencies(self, spec: ev.JobSpec) -> None:

@@ -9,7 +9,7 @@ it: a user's ids are the state's jobs of that user and at most as many again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from corral.libs.core.state import Job, State
 
@@ -42,6 +42,15 @@ class Owners:
         for user in set(users):
             out.extend(self._prune(state, user))
         return out
+
+    def held(self, state: State, user: str) -> Iterator[Job]:
+        """The state's jobs of ``user``, without forgetting the ids of the others (``add`` prunes them in
+        time): a count asked at each of the user's submissions."""
+        jobs = state.jobs
+        for job_id in self._ids.get(user, ()):
+            job = jobs.get(job_id)
+            if job is not None and job.user == user:
+                yield job
 
     def _prune(self, state: State, user: str) -> list[Job]:
         """The state's jobs of ``user``; the ids of those it no longer holds forgotten."""

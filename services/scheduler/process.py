@@ -36,6 +36,7 @@ async def main(ctx: Context) -> None:
         "nodes": (api.NodesRequest, scheduler.nodes),
         "will_run": (api.WillRunRequest, scheduler.will_run),
         "priority": (api.PriorityRequest, scheduler.priority),
+        "live_counts": (api.LiveCountsRequest, scheduler.live_counts),
         "shares": (api.SharesRequest, scheduler.shares),
         "reservations": (api.ReservationsRequest, scheduler.reservations),
     }

@@ -81,6 +81,10 @@ class QueryVerbs:
         """scontrol show reservation."""
         return views.reservations_reply(self.state, req, time.time())
 
+    async def live_counts(self, user: str, req: api.LiveCountsRequest) -> api.LiveCountsReply:
+        """The gateway's MaxSubmitJobs count: a user's live jobs by QOS and account."""
+        return views.live_counts_reply(self.state, self.policy, req, self.owners)
+
     async def priority(self, user: str, req: api.PriorityRequest) -> api.PriorityReply:
         """sprio."""
         return priority_views.priority_reply(self.state, self.policy, req, time.time())

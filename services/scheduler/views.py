@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import astuple
 from operator import attrgetter
@@ -183,6 +184,26 @@ def _candidates(
             found[task.job_id] = task
     return found.values()
 
+
+def live_counts_reply(
+    state: State, policy: Policy, req: api.LiveCountsRequest, owners: Owners | None = None
+) -> api.LiveCountsReply:
+    """The user's pending and running jobs counted by QOS and account: what the gateway's MaxSubmitJobs
+    check needs at each submission, a few numbers instead of every live job of the user (a ``jobs`` reply of
+    thousands of jobs, in pages). ``owners``: each user's jobs (without, a pass over every job)."""
+    user = req.user
+    jobs = owners.held(state, user) if owners is not None else state.jobs.values()
+    counts = Counter(
+        (qos_name(policy, job), job.spec.account or user)
+        for job in jobs
+        if job.user == user and job.state in _LIVE
+    )
+    ordered = sorted(counts.items())
+    return api.LiveCountsReply(counts=[api.LiveCount(qos=q, account=a, jobs=n) for (q, a), n in ordered])
+
+
+#: The states a job counts in MaxSubmitJobs.
+_LIVE = frozenset(("PENDING", "RUNNING"))
 
 #: A job's id (in C).
 _job_id = attrgetter("job_id")

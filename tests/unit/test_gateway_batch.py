@@ -19,7 +19,6 @@ from corral.schemas.codec import decode, encode
 from corral.services.gateway.submission import NO_TEST_ONLY
 from tests.unit.builders import job
 from tests.unit.rigs import AUDITOR, Rig
-from tests.unit.test_gateway_policy import info
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
 
@@ -111,27 +110,32 @@ async def test_max_submit_jobs_counts_the_batchs_own_earlier_jobs() -> None:
     rig.gateway.submissions.config = dataclasses.replace(config, qos=limited)
 
     async def no_live_jobs(user: str, data: bytes) -> bytes:
-        return encode(api.JobsReply(jobs=[]))
+        return encode(api.LiveCountsReply(counts=[]))
 
-    rig.scheduler.serve("jobs", no_live_jobs)
+    rig.scheduler.serve("live_counts", no_live_jobs)
     results = await batch(rig, *(entry(f"t{i}") for i in range(5)))
     assert [isinstance(r, api.SubmitReply) for r in results] == [True, True, True, False, False]
     assert all(isinstance(r, api.ApiError) and r.field == "qos" for r in results[3:])
 
 
-async def test_max_submit_jobs_counts_every_page_of_the_users_live_jobs() -> None:
+async def test_max_submit_jobs_asks_the_scheduler_for_the_users_count_once_a_batch() -> None:
+    # The gateway asked for every live job of the user (squeue's ``jobs`` verb, in pages: thousands of
+    # JobInfos at each submission of a user with thousands of jobs); it asks for their count now.
     rig = Rig()
     config = rig.gateway.config
     limited = tuple(dataclasses.replace(q, max_submit_jobs_per_user=5) for q in config.qos)
     rig.gateway.submissions.config = dataclasses.replace(config, qos=limited)
-    live = [100, 101, 102, 103]  # alice's live jobs, two a page (a queue of thousands pages the same way)
+    asked = []
 
-    async def paged(user: str, data: bytes) -> bytes:
-        request = decode(data, api.JobsRequest)
-        rest = [j for j in live if j > request.after_job_id]
-        page = [info(job_id, qos="normal", account="alice", state="RUNNING") for job_id in rest[:2]]
-        return encode(api.JobsReply(jobs=page, more=len(rest) > 2))
+    async def counts(user: str, data: bytes) -> bytes:
+        asked.append(decode(data, api.LiveCountsRequest))
+        live = [
+            api.LiveCount(qos="normal", account="alice", jobs=3),
+            api.LiveCount(qos="x", account="a", jobs=9),
+        ]
+        return encode(api.LiveCountsReply(counts=[*live, api.LiveCount(qos="normal", account="ml", jobs=1)]))
 
-    rig.scheduler.serve("jobs", paged)
+    rig.scheduler.serve("live_counts", counts)
     results = await batch(rig, *(entry(f"p{i}") for i in range(3)))
+    assert asked == [api.LiveCountsRequest(user="alice")]
     assert [isinstance(r, api.SubmitReply) for r in results] == [True, False, False]

@@ -8,7 +8,6 @@ from builders import job
 
 from corral.libs.config.cluster import parse_config
 from corral.libs.runtime.errors import Forbidden, InvalidInput
-from corral.schemas import api
 from corral.schemas.events import JobSpec
 from corral.services.gateway.policy import (
     check_account,
@@ -186,51 +185,26 @@ def test_resolve_qos(spec_: JobSpec, name: str) -> None:
     assert resolve_qos(spec_, CONFIG) == name
 
 
-def info(job_id: int, qos: str, account: str, state: str = "PENDING") -> api.JobInfo:
-    """A live job of alice as the scheduler reports it."""
-    return api.JobInfo(
-        job_id=job_id,
-        name="j",
-        user="alice",
-        account=account,
-        partition="gpu",
-        state=state,
-        reason="Priority",
-        submit_time=0.0,
-        start_time=None,
-        end_time=None,
-        time_limit_s=None,
-        num_nodes=1,
-        num_cpus=1,
-        num_tasks=1,
-        gpus_per_node=1,
-        gpu_type=None,
-        min_memory_mb=None,
-        node_list="",
-        restart_count=0,
-        priority=1,
-        workdir="/",
-        qos=qos,
-    )
-
-
 SUBMIT = {
-    "qos-under": (spec(qos="high", account="nlp"), [info(1, "high", "nlp")] * 2, 1, None),
-    "qos-at-limit": (spec(qos="high", account="nlp"), [info(1, "high", "nlp")] * 3, 1, "QOS high"),
-    "qos-array-over": (spec(qos="high", account="nlp"), [info(1, "high", "nlp")], 3, "QOS high"),
-    "qos-other-jobs-ignored": (spec(qos="high", account="nlp"), [info(1, "normal", "nlp")] * 5, 1, None),
-    "assoc-at-limit": (
-        spec(),
-        [info(1, "normal", "vision"), info(2, "team", "vision", "RUNNING")],
+    "qos-under": (spec(qos="high", account="nlp"), [("high", "nlp", 2)], 1, None),
+    "qos-at-limit": (spec(qos="high", account="nlp"), [("high", "nlp", 3)], 1, "QOS high"),
+    "qos-array-over": (spec(qos="high", account="nlp"), [("high", "nlp", 1)], 3, "QOS high"),
+    "qos-other-jobs-ignored": (spec(qos="high", account="nlp"), [("normal", "nlp", 5)], 1, None),
+    "qos-summed-over-accounts": (
+        spec(qos="high", account="nlp"),
+        [("high", "nlp", 1), ("high", "vision", 2)],
         1,
-        "vision",
+        "QOS high",
     ),
-    "assoc-ended-ignored": (spec(), [info(1, "normal", "vision", "COMPLETED")] * 4, 1, None),
+    "assoc-at-limit": (spec(), [("normal", "vision", 1), ("team", "vision", 1)], 1, "vision"),
+    "assoc-other-accounts-ignored": (spec(), [("normal", "nlp", 4)], 1, None),
 }
 
 
 @pytest.mark.parametrize(("spec_", "live", "adding", "named"), SUBMIT.values(), ids=SUBMIT.keys())
-def test_max_submit_jobs(spec_: JobSpec, live: list[api.JobInfo], adding: int, named: str | None) -> None:
+def test_max_submit_jobs(
+    spec_: JobSpec, live: list[tuple[str, str, int]], adding: int, named: str | None
+) -> None:
     limits = submit_limits(spec_, "alice", CONFIG)
     assert limits
     if named is None:

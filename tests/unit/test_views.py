@@ -335,3 +335,35 @@ def test_a_users_forgotten_jobs_leave_the_owners_index() -> None:
         owners.add(log.state, "alice", [job_id])
     assert len(owners._ids["alice"]) <= 2 * 20 + 64 + 1
     assert [j.job_id for j in owners.jobs(log.state, ["alice"])] == list(range(281, 301))
+
+
+def test_live_counts_are_a_users_pending_and_running_jobs_by_qos_and_account() -> None:
+    # The gateway's MaxSubmitJobs check asks for these counts at each submission of a user with a limit,
+    # instead of every live job of the user as squeue sees it.
+    log = queue()  # job 1 (alice, account alice) runs; job 2 (bob, account ml) waits
+    log.add(submitted(3, job(nodes=1, gpus=1, qos="high")))
+    log.add(submitted(4, job(nodes=1, gpus=1, account="ml")))
+    log.add(submitted(5, job(nodes=1, gpus=1, account="ml")))
+    log.add(submitted(6, job(nodes=1, gpus=1, array=parse_array("0-2"), account="ml")))  # tasks 6, 7, 8
+    log.add(submitted(9, job(nodes=1, gpus=1)))
+    log.add(ev.JobCancelled(job_id=9, attempt=-1, by="alice"))  # ended: not counted
+    owners = Owners()
+    owners.rebuild(log.state)
+    request = api.LiveCountsRequest(user="alice")
+    counted = views.live_counts_reply(log.state, POLICY, request, owners)
+    default = views.job_info(log.state.jobs[1], Plan(), POLICY).qos
+    assert counted.counts == sorted(
+        [
+            api.LiveCount(qos=default, account="alice", jobs=1),
+            api.LiveCount(qos="high", account="alice", jobs=1),
+            api.LiveCount(qos=default, account="ml", jobs=5),
+        ],
+        key=lambda c: (c.qos, c.account),
+    )
+    assert counted == views.live_counts_reply(log.state, POLICY, request)  # the same without the index
+    # What the gateway counted before, from squeue's view of the user's live jobs, is the same.
+    live = jobs_reply(log.state, Plan(), POLICY, api.JobsRequest(users=["alice"]), T0 + 100, owners).jobs
+    assert sum(c.jobs for c in counted.counts) == len(live) == 7
+    bob = views.live_counts_reply(log.state, POLICY, api.LiveCountsRequest(user="bob"), owners)
+    assert bob.counts == [api.LiveCount(qos=default, account="ml", jobs=1)]
+    assert views.live_counts_reply(log.state, POLICY, api.LiveCountsRequest(user="dave"), owners).counts == []
