@@ -18,6 +18,7 @@ import msgspec
 
 from corral.libs.core.eligibility import spec_needs_check
 from corral.libs.core.placement import Request, request_of
+from corral.libs.core.priority import ClusterSize, Ranking, Steady
 from corral.libs.core.reasons import PendingReason
 from corral.libs.core.state import Job, array_throttle
 from corral.schemas.events import JobSpec
@@ -39,6 +40,8 @@ class Facts(msgspec.Struct, gc=False):
     plain: bool
     req: Request | None = None  # what one node of it needs (``request_of``; ``--switches`` as asked)
     limit_s: int | None = None  # its effective time limit (``Policy.time_limit``), once ``req`` is set
+    steady: Steady | None = None  # its priority factors that do not move (``priority.Ranking.steady``)
+    size: ClusterSize | None = None  # the cluster's size ``steady`` was computed for (JOBSIZE depends on it)
 
     def placed(self, job: Job, policy: Policy) -> Request:
         """Its request, with its effective time limit in ``limit_s`` (computed on first use)."""
@@ -88,6 +91,14 @@ class FactsCache:
         if facts is None or facts.spec is not job.spec:
             facts = self._facts[job.job_id] = facts_of(job, policy)
         return facts
+
+    def steady(self, job: Job, ranking: Ranking) -> Steady:
+        """``ranking.steady(job)``, computed again only if the job's spec, the policy or the cluster's size
+        is another."""
+        facts = self.of(job, ranking.policy)
+        if facts.steady is None or facts.size != ranking.size:
+            facts.steady, facts.size = ranking.steady(job), ranking.size
+        return facts.steady
 
     def keep(self, jobs: int) -> None:
         """Forget every job's facts once far more are kept than ``jobs`` (the jobs still active)."""

@@ -105,7 +105,7 @@ def plan(
         out.decisions.extend(reservations.answer_requests(state, now, policy.default_partition))
     cycle = Cycle(state, now, policy, out, epoch, running, cache)
     try:
-        for job, priority in queue_order(state, now, policy, pending):
+        for job, priority in queue_order(state, now, policy, pending, cycle.facts):
             cycle.consider(job, priority)
     finally:
         cycle.planner.restore()  # the nodes' plans are the cache's: the next cycle starts from the state's

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from corral.libs.core.fair_share import build_tree, classic_factors, fair_tree_factors, user_key
 from corral.libs.core.limits import qos_of
@@ -33,6 +33,7 @@ from corral.libs.core.state import Job, State
 from corral.schemas.api import PriorityFactors
 
 if TYPE_CHECKING:
+    from corral.libs.core.job_facts import FactsCache
     from corral.libs.core.policy import Policy
 
 
@@ -49,62 +50,122 @@ class PriorityWeights:
     qos: int = 0  # PriorityWeightQOS
 
 
-@dataclass(frozen=True)
-class ClusterSize:
-    """Totals the size factor is relative to."""
+class ClusterSize(NamedTuple):
+    """Totals the size factor is relative to (a tuple: compared at each job of each cycle)."""
 
     gpus: int  # GPUs in the cluster
     cpus: int  # CPUs in the cluster
 
 
-def factors(
-    job: Job,
-    now: float,
-    weights: PriorityWeights,
-    size: ClusterSize,
-    tier_factor: float,
-    fairshare: float = 0.0,
-    qos_factor: float = 0.0,
-) -> PriorityFactors:
-    """The job's weighted priority factors at ``now``."""
+def _age(job: Job, now: float, weights: PriorityWeights) -> float:
+    """The age factor: time pending over PriorityMaxAge, at most 1."""
+    return min(max(now - job.submit_time, 0.0) / weights.max_age_s, 1.0) if weights.max_age_s > 0 else 1.0
+
+
+def _size_factor(job: Job, weights: PriorityWeights, size: ClusterSize) -> float:
+    """The job size factor: its share of the cluster's GPUs (CPUs for a CPU job), inverted to favor small."""
     spec = job.spec
-    age = min(max(now - job.submit_time, 0.0) / weights.max_age_s, 1.0) if weights.max_age_s > 0 else 1.0
     if spec.gpus_per_node > 0 and size.gpus > 0:
         share = min(spec.gpus_per_node * spec.nodes / size.gpus, 1.0)
     else:
         share = min(spec.ntasks * spec.cpus_per_task / max(size.cpus, 1), 1.0)
-    size_factor = 1.0 - share if weights.favor_small else share
-    return PriorityFactors(
-        age=weights.age * age,
-        fairshare=weights.fairshare * fairshare,
-        job_size=weights.job_size * size_factor,
-        partition=weights.partition * tier_factor,
-        qos=weights.qos * qos_factor,
-        nice=float(spec.nice),
-    )
+    return 1.0 - share if weights.favor_small else share
 
 
 def total(parts: PriorityFactors) -> int:
     """The priority the factors add up to (NICE subtracted), at least 1."""
-    value = parts.site + parts.age + parts.fairshare + parts.job_size + parts.partition + parts.qos
-    return max(int(value - parts.nice), 1)
+    first = parts.site + parts.age
+    return _summed(first, parts.fairshare, parts.job_size, parts.partition, parts.qos, parts.nice)
+
+
+def _summed(
+    first: float, fairshare: float, job_size: float, partition: float, qos: float, nice: float
+) -> int:
+    """``total``'s sum, in its order (floating-point addition is not associative): SITE + AGE first."""
+    return max(int(first + fairshare + job_size + partition + qos - nice), 1)
+
+
+class Steady(NamedTuple):
+    """A pending job's weighted factors that do not move with time, nor with usage: all but AGE and
+    FAIRSHARE, and the key of its fair-share association (kept per job across cycles, ``job_facts.py``)."""
+
+    job_size: float  # JOBSIZE
+    partition: float  # PARTITION
+    qos: float  # QOS
+    nice: float  # NICE
+    association: str  # its user association's key (``fair_share.user_key``)
+
+
+class Ranking:
+    """What every pending job's priority at one time shares: the cluster's size, the top tier, the fair-share
+    factors of the pending jobs' users (``priority_factors``'s, once)."""
+
+    def __init__(self, state: State, now: float, policy: Policy, pending: list[Job]) -> None:
+        self.now, self.policy, self.weights = now, policy, policy.weights
+        self.size = ClusterSize(
+            gpus=sum(n.gpus for n in state.nodes.values()), cpus=sum(n.cpus for n in state.nodes.values())
+        )
+        self.top_tier = max((p.tier for p in policy.partitions), default=1) or 1
+        self.tiers = {p.name: p.tier for p in policy.partitions}
+        self.shares = fairshare_factors(state, now, policy, {job.user for job in pending})
+
+    def steady(self, job: Job) -> Steady:
+        """The job's factors that depend on its spec, the policy and the cluster's size alone."""
+        policy, w = self.policy, self.weights
+        tier = self.tiers.get(policy.partition_of(job), 1)
+        qos = qos_of(policy, job).priority / policy.top_qos_priority if policy.top_qos_priority > 0 else 0.0
+        return Steady(
+            job_size=w.job_size * _size_factor(job, w, self.size),
+            partition=w.partition * (tier / self.top_tier),
+            qos=w.qos * qos,
+            nice=float(job.spec.nice),
+            association=user_key(job.user, job.spec.account or job.user),
+        )
+
+    def factors(self, job: Job) -> PriorityFactors:
+        """The job's weighted priority factors now (what ``sprio`` shows)."""
+        steady, w = self.steady(job), self.weights
+        fs = self.shares.get(steady.association, 0.0)
+        return PriorityFactors(
+            age=w.age * _age(job, self.now, w),
+            fairshare=w.fairshare * fs,
+            job_size=steady.job_size,
+            partition=steady.partition,
+            qos=steady.qos,
+            nice=steady.nice,
+        )
+
+    def priority(self, job: Job, steady: Steady) -> int:
+        """The job's computed priority now, from its ``steady`` factors: ``total(self.factors(job))``."""
+        w = self.weights
+        fairshare = w.fairshare * self.shares.get(steady.association, 0.0)
+        age = 0.0 + w.age * _age(job, self.now, w)  # (SITE, always 0, first)
+        return _summed(age, fairshare, steady.job_size, steady.partition, steady.qos, steady.nice)
 
 
 #: A job's ``--nice`` (in C: asked of every pending job in every cycle).
 _NICE = attrgetter("spec.nice")
 
 
-def queue_order(state: State, now: float, policy: Policy, pending: list[Job]) -> list[tuple[Job, int]]:
+def queue_order(
+    state: State, now: float, policy: Policy, pending: list[Job], facts: FactsCache | None = None
+) -> list[tuple[Job, int]]:
     """Pending jobs with their priority, in the order they are considered.
 
     A job's priority is its admin-set one (``scontrol update Priority=``) when it has one, else the
-    sum of its weighted factors (``priority_factors``); with every weight 0 it is 1 for all.
+    sum of its weighted factors (``priority_factors``); with every weight 0 it is 1 for all. ``facts``: each
+    job's factors that do not move with time or usage (``Steady``) kept from one cycle to the next, so that a
+    cycle computes only AGE and FAIRSHARE anew (the same values).
     """
     tiers = {p.name: p.tier for p in policy.partitions}
     w = policy.weights
     computed: dict[int, int] = {}
     if w.age or w.fairshare or w.job_size or w.partition or w.qos or any(map(_NICE, pending)):
-        computed = {job_id: total(f) for job_id, f in priority_factors(state, now, policy, pending).items()}
+        ranking = Ranking(state, now, policy, pending)
+        if facts is None:
+            computed = {job.job_id: ranking.priority(job, ranking.steady(job)) for job in pending}
+        else:
+            computed = {job.job_id: ranking.priority(job, facts.steady(job, ranking)) for job in pending}
     # Every job's tier is 1 unless a partition has another (a job of an unknown partition has tier 1).
     tiered = any(t != 1 for t in tiers.values())
     ranked = []
@@ -123,19 +184,8 @@ def priority_factors(
     state: State, now: float, policy: Policy, pending: list[Job]
 ) -> dict[int, PriorityFactors]:
     """The weighted factors of each pending job's computed priority (what ``sprio`` shows), by id."""
-    size = ClusterSize(
-        gpus=sum(n.gpus for n in state.nodes.values()), cpus=sum(n.cpus for n in state.nodes.values())
-    )
-    top_tier = max((p.tier for p in policy.partitions), default=1) or 1
-    tiers = {p.name: p.tier for p in policy.partitions}
-    shares = fairshare_factors(state, now, policy, {job.user for job in pending})
-    out = {}
-    for job in pending:
-        tier = tiers.get(policy.partition_of(job), 1)
-        fs = shares.get(user_key(job.user, job.spec.account or job.user), 0.0)
-        qos = qos_of(policy, job).priority / policy.top_qos_priority if policy.top_qos_priority > 0 else 0.0
-        out[job.job_id] = factors(job, now, policy.weights, size, tier / top_tier, fs, qos)
-    return out
+    ranking = Ranking(state, now, policy, pending)
+    return {job.job_id: ranking.factors(job) for job in pending}
 
 
 def fairshare_factors(state: State, now: float, policy: Policy, users: set[str]) -> dict[str, float]:

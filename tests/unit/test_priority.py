@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
-from builders import Log, allocated, cluster, exited, job, policy, submitted
+from builders import Log, allocated, cluster, exited, job, policy, registered, submitted
 
 from corral.libs.config.cluster import ConfigError, parse_config
 from corral.libs.core.fair_share import Account, UserAssoc
+from corral.libs.core.job_facts import FactsCache
 from corral.libs.core.plan import plan
 from corral.libs.core.policy import PartitionPolicy
-from corral.libs.core.priority import PriorityWeights, queue_order
+from corral.libs.core.priority import PriorityWeights, priority_factors, queue_order, total
+from corral.schemas import events as ev
 
 pytestmark = pytest.mark.unit
 
@@ -99,3 +102,53 @@ def test_accounts_in_the_config() -> None:
     assert alone.may_use("anyone", "anyone") and not alone.may_use("anyone", "anything")
     with pytest.raises(ConfigError, match=r"accounts: .*parent"):
         parse_config('[[accounts]]\nname = "cv"\nparent = "nosuch"\n[[nodes]]\nnames = "n1"\ncpus = 4\n')
+
+
+def test_priorities_kept_across_cycles_are_those_computed_afresh() -> None:
+    # The scheduler keeps each pending job's factors that do not move with time or usage (JOBSIZE,
+    # PARTITION, QOS, NICE: ``priority.Steady``) from one cycle to the next in its ``FactsCache``, and
+    # computes AGE and FAIRSHARE anew. Through submissions, runs that end (usage), a node that joins (the
+    # cluster's size: JOBSIZE), a spec the fold replaces (scontrol update) and a new policy, every cycle's
+    # order and priorities equal those computed from nothing, and sprio's factors add up to them.
+    rng = random.Random(7)
+    pol = dataclasses.replace(
+        policy(),
+        partitions=(PartitionPolicy("gpu", True, None, None, 3), PartitionPolicy("low", False, None, None, 1)),
+        weights=PriorityWeights(age=1000, fairshare=10_000, job_size=2000, partition=500, max_age_s=600.0),
+        accounts=(Account("ml", "root", 2), Account("cv", "root", 1)),
+        associations=(UserAssoc("alice", "ml"), UserAssoc("bob", "cv"), UserAssoc("carol", "ml")),
+    )
+    log = Log(*cluster(nodes=3, gpus=8, partitions=("gpu", "low")))
+    facts = FactsCache()
+    job_id = 0
+    for step in range(40):
+        for _ in range(rng.randint(0, 6)):
+            job_id += 1
+            spec = job(
+                gpus=rng.choice([1, 2, 4, 8]),
+                nodes=rng.choice([1, 1, 2]),
+                account=rng.choice([None, "ml", "cv"]),
+                nice=rng.choice([0, 0, 50]),
+                time_s=rng.choice([60, 600, 3600]),
+            )
+            log.add(submitted(job_id, spec, user=rng.choice(["alice", "bob", "carol", "dave"])), step=7.0)
+        running = [j for j in log.state.jobs.values() if j.state == "RUNNING"]
+        for run in rng.sample(running, k=min(len(running), rng.randint(0, 2))):
+            log.add(*(exited(run.job_id, a.node) for a in run.allocations), step=30.0)
+        pending = [j for j in log.state.jobs.values() if j.state == "PENDING"]
+        if pending and step % 5 == 2:  # a spec replaced: its partition and time limit updated
+            updated = rng.choice(pending)
+            log.add(ev.JobUpdated(job_id=updated.job_id, by="root", time_limit_s=120, partition="low"))
+        if step == 20:
+            log.add(registered("gpu09", gpus=8, partitions=("gpu", "low")))  # the cluster grows: every job's JOBSIZE moves
+        if step == 30:
+            pol = dataclasses.replace(pol, weights=dataclasses.replace(pol.weights, job_size=3000))
+        now = log.state.now
+        pending = [j for j in log.state.jobs.values() if j.state == "PENDING"]
+        kept = queue_order(log.state, now, pol, pending, facts)
+        assert kept == queue_order(log.state, now, pol, pending), step
+        shown = priority_factors(log.state, now, pol, pending)
+        assert all(value == total(shown[j.job_id]) for j, value in kept if j.priority_override is None)
+        for decision in plan(log.state, now, pol, cache=None).decisions:
+            log.add(decision, step=0.0)
+    assert job_id > 80 and len(facts._facts) > 20
