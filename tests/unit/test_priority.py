@@ -113,7 +113,10 @@ def test_priorities_kept_across_cycles_are_those_computed_afresh() -> None:
     rng = random.Random(7)
     pol = dataclasses.replace(
         policy(),
-        partitions=(PartitionPolicy("gpu", True, None, None, 3), PartitionPolicy("low", False, None, None, 1)),
+        partitions=(
+            PartitionPolicy("gpu", True, None, None, 3),
+            PartitionPolicy("low", False, None, None, 1),
+        ),
         weights=PriorityWeights(age=1000, fairshare=10_000, job_size=2000, partition=500, max_age_s=600.0),
         accounts=(Account("ml", "root", 2), Account("cv", "root", 1)),
         associations=(UserAssoc("alice", "ml"), UserAssoc("bob", "cv"), UserAssoc("carol", "ml")),
@@ -140,7 +143,8 @@ def test_priorities_kept_across_cycles_are_those_computed_afresh() -> None:
             updated = rng.choice(pending)
             log.add(ev.JobUpdated(job_id=updated.job_id, by="root", time_limit_s=120, partition="low"))
         if step == 20:
-            log.add(registered("gpu09", gpus=8, partitions=("gpu", "low")))  # the cluster grows: every job's JOBSIZE moves
+            # The cluster grows: every job's JOBSIZE moves.
+            log.add(registered("gpu09", gpus=8, partitions=("gpu", "low")))
         if step == 30:
             pol = dataclasses.replace(pol, weights=dataclasses.replace(pol.weights, job_size=3000))
         now = log.state.now
