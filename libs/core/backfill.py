@@ -45,7 +45,6 @@ from corral.libs.core.timeline import (
     Signature,
     node_state,
     release_at,
-    span,
 )
 from corral.libs.core.topology import Blocks, Topology, choose
 from corral.schemas.events import NodeAllocation
@@ -104,10 +103,6 @@ class Planner:
             if node is not None:
                 self._changed(node)
                 node.release(when, alloc)
-
-    def span(self, seconds: float) -> float:
-        """A duration as the plan counts it (``timeline.span``: rounded up to the resolution)."""
-        return span(seconds, self.resolution)
 
     def members(self, partition: str) -> list[NodePlan]:
         """Nodes of a partition that are up, by name."""

@@ -21,6 +21,7 @@ from corral.libs.core.placement import Request, request_of
 from corral.libs.core.priority import ClusterSize, Ranking, Steady
 from corral.libs.core.reasons import PendingReason
 from corral.libs.core.state import Job, array_throttle
+from corral.libs.core.timeline import INF, span
 from corral.schemas.events import JobSpec
 
 if TYPE_CHECKING:
@@ -40,14 +41,19 @@ class Facts(msgspec.Struct, gc=False):
     plain: bool
     req: Request | None = None  # what one node of it needs (``request_of``; ``--switches`` as asked)
     limit_s: int | None = None  # its effective time limit (``Policy.time_limit``), once ``req`` is set
+    # (partition, req, the time limit as the plan counts it: ``timeline.span``), once ``req`` is set
+    shape: tuple[str, Request, float] | None = None
     steady: Steady | None = None  # its priority factors that do not move (``priority.Ranking.steady``)
     size: ClusterSize | None = None  # the cluster's size ``steady`` was computed for (JOBSIZE depends on it)
 
-    def placed(self, job: Job, policy: Policy) -> Request:
-        """Its request, with its effective time limit in ``limit_s`` (computed on first use)."""
-        if self.req is None:
+    def placed(self, job: Job, policy: Policy) -> tuple[str, Request, float]:
+        """Its partition, request and time limit as the plan counts it, with its effective time limit in
+        ``limit_s`` (computed on first use)."""
+        if self.shape is None:
             self.req, self.limit_s = request_of(job), policy.time_limit(job)
-        return self.req
+            limit = INF if self.limit_s is None else span(float(self.limit_s), policy.backfill_resolution_s)
+            self.shape = (self.partition, self.req, limit)
+        return self.shape
 
 
 def facts_of(job: Job, policy: Policy) -> Facts:

@@ -178,15 +178,15 @@ class Cycle:
         if reason is not None:
             self.out.reasons[job.job_id] = reason
             return
-        req = facts.placed(job, self.policy)
+        shape = facts.placed(job, self.policy)  # (partition, request, time limit as the plan counts it)
+        _, req, limit = shape
         if req.switches is not None:
             req = in_force(req, job, self.now, self.policy.max_switch_wait_s)
+            shape = (partition, req, limit)
         limit_s = facts.limit_s
-        limit = INF if limit_s is None else self.planner.span(float(limit_s))
         if job.spec.reservation is not None:
             self.start_in_reservation(job, partition, req, limit_s, limit)
             return
-        shape = (partition, req, limit)
         if shape in self.refused:
             self.out.reasons[job.job_id] = "Priority"  # what ``start``, ``block`` and ``reserve`` would say
             return

@@ -28,7 +28,7 @@ def test_an_updated_spec_or_another_policy_gives_new_facts() -> None:
     other = dataclasses.replace(pol, default_qos="other")
     assert cache.of(log.state.jobs[1], other) is not updated
     assert cache.of(log.state.jobs[1], other) == facts_of(log.state.jobs[1], other)
-    assert updated.placed(log.state.jobs[1], pol).nodes == 1 and updated.limit_s == 600
+    assert updated.placed(log.state.jobs[1], pol)[1].nodes == 1 and updated.limit_s == 600
 
 
 def test_plans_with_kept_facts_follow_an_update() -> None:
