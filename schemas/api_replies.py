@@ -98,10 +98,12 @@ class SharesReply(msgspec.Struct, frozen=True, tag="shares_reply", kw_only=True)
 
 
 class NodesReply(msgspec.Struct, frozen=True, tag="nodes_reply", kw_only=True):
-    """Nodes and partitions."""
+    """Nodes by name, one page of them (``JobsReply``'s paging, by node name), and every partition (in each
+    page)."""
 
     nodes: list[NodeInfo]  # nodes, sorted by name
     partitions: list[PartitionInfo]  # partitions, in config order
+    more: bool = False  # more match: ask again with ``after_node`` the last node's name here
 
 
 class AcctReply(msgspec.Struct, frozen=True, tag="acct_reply", kw_only=True):

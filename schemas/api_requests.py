@@ -168,6 +168,7 @@ class NodesRequest(msgspec.Struct, frozen=True, tag="nodes", kw_only=True):
     """sinfo: nodes and partitions."""
 
     partitions: list[str] = []  # only nodes of these partitions
+    after_node: str = ""  # only nodes whose names sort after this one: the next page
 
 
 class AcctRequest(msgspec.Struct, frozen=True, tag="acct", kw_only=True):

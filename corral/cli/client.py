@@ -48,6 +48,9 @@ from corral.schemas.api import (
     JobPriority,
     JobsReply,
     JobsRequest,
+    NodeInfo,
+    NodesReply,
+    NodesRequest,
     PriorityReply,
     PriorityRequest,
 )
@@ -154,6 +157,17 @@ class Cluster(msgspec.Struct):
             if not reply.more or not reply.jobs:
                 return out
             request = msgspec.structs.replace(request, after_job_id=reply.jobs[-1].job_id)
+
+    def nodes(self, request: NodesRequest) -> NodesReply:
+        """Every node matching a sinfo request, by name, and every partition: the ``nodes`` verb's pages, each
+        asked after the last node of the one before."""
+        nodes: list[NodeInfo] = []
+        while True:
+            reply = self.call("nodes", request, NodesReply)
+            nodes.extend(reply.nodes)
+            if not reply.more or not reply.nodes:
+                return msgspec.structs.replace(reply, nodes=nodes, more=False)
+            request = msgspec.structs.replace(request, after_node=reply.nodes[-1].name)
 
     def priorities(self, request: PriorityRequest) -> PriorityReply:
         """Every pending job matching an sprio request, in queue order, and the weights: the ``priority``

@@ -163,9 +163,9 @@ def show(entity: str, words: Sequence[str], oneliner: bool) -> int:
     if len(words) > 1:
         raise CliError(f"unexpected argument '{words[1]}'")
     from corral.cli.client import find_cluster
-    from corral.schemas.api import NodesReply, NodesRequest
+    from corral.schemas.api import NodesRequest
 
-    reply = find_cluster().call("nodes", NodesRequest(), NodesReply)
+    reply = find_cluster().nodes(NodesRequest())
     out = [
         " ".join(lines) + "\n" if oneliner else "\n   ".join(lines) + "\n\n"
         for lines in records(entity, words[0] if words else None, reply)

@@ -305,9 +305,9 @@ def _sinfo(argv: list[str]) -> int:
     if args.given("list-reasons") and not states:
         states = set(REASON_STATES)
     from corral.cli.client import find_cluster
-    from corral.schemas.api import NodesReply, NodesRequest
+    from corral.schemas.api import NodesRequest
 
-    reply = find_cluster().call("nodes", NodesRequest(partitions=partitions), NodesReply)
+    reply = find_cluster().nodes(NodesRequest(partitions=partitions))
     reply = with_nodes(with_states(reply, states), only_nodes)
     lines = render_sinfo(
         reply, layout, header=not args.given("noheader"), node_oriented=node_oriented, partitions=partitions

@@ -42,6 +42,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -143,10 +144,26 @@ class ClusterConfig:
 
     def node(self, name: str) -> NodeConfig:
         """The node called ``name``; KeyError if not configured."""
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        raise KeyError(name)
+        return self.nodes[self.node_index[name]]
+
+    @cached_property
+    def node_index(self) -> dict[str, int]:
+        """Each node's place in ``nodes``, by name (asked per node: a cluster has thousands)."""
+        return {node.name: k for k, node in enumerate(self.nodes)}
+
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        """Every node's name, sorted (sinfo's order, paged by name)."""
+        return tuple(sorted(self.node_index))
+
+    @cached_property
+    def _partitions_by_node(self) -> dict[str, list[str]]:
+        """The partitions of each node that is in one, in config order."""
+        out: dict[str, list[str]] = {}
+        for part in self.partitions:
+            for node in dict.fromkeys(part.nodes):
+                out.setdefault(node, []).append(part.name)
+        return out
 
     def block_map(self) -> dict[str, str]:
         """Node name -> its block's name, for the nodes in a ``[[blocks]]`` table."""
@@ -154,7 +171,7 @@ class ClusterConfig:
 
     def partitions_of(self, node: str) -> list[str]:
         """Names of the partitions a node belongs to."""
-        return [p.name for p in self.partitions if node in p.nodes]
+        return list(self._partitions_by_node.get(node, ()))
 
     @property
     def default_partition(self) -> PartitionConfig:

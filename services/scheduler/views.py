@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import astuple
@@ -12,6 +14,7 @@ from corral.libs.config.cluster import ClusterConfig
 # The policy is built in a lib the simulator shares; re-exported for the service's callers.
 from corral.libs.config.policy import policy_of as policy_of
 from corral.libs.config.policy import usage_policy_of as usage_policy_of
+from corral.libs.config.tables import NodeConfig
 from corral.libs.core.eligibility import dependency_text
 from corral.libs.core.limits import qos_name
 from corral.libs.core.plan import Plan
@@ -24,7 +27,7 @@ from corral.libs.core.topology import switch_wait_s
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.constraint import format_constraint
 from corral.schemas import api
-from corral.schemas.codec import MAX_REPLY_BYTES, page
+from corral.schemas.codec import MAX_REPLY_BYTES, encode, page
 from corral.services.scheduler.owners import Owners
 
 #: How long an ended job stays visible to squeue when the fold keeps every job (``State.min_job_age_s`` 0);
@@ -253,7 +256,8 @@ def reservations_reply(state: State, req: api.ReservationsRequest, now: float) -
 def nodes_reply(
     state: State, config: ClusterConfig, req: api.NodesRequest, now: float | None = None
 ) -> api.NodesReply:
-    """Every configured node (registered or not) and every partition.
+    """The configured nodes (registered or not) by name, from the first after ``req.after_node`` on, as many
+    as ``MAX_REPLY_BYTES`` hold with every partition (``more`` if some are left), and every partition.
 
     An idle node that an active reservation holds whole shows ``reserved`` (sinfo's ``resv``) when ``now``
     is given.
@@ -261,53 +265,6 @@ def nodes_reply(
     reserved = set()
     if now is not None:
         reserved = {n for r in live(state, now) if r.start_time <= now and not r.gpus for n in r.nodes}
-    nodes = []
-    for conf in config.nodes:
-        parts = config.partitions_of(conf.name)
-        if req.partitions and not set(parts) & set(req.partitions):
-            continue
-        node = state.nodes.get(conf.name)
-        if node is None:
-            nodes.append(
-                api.NodeInfo(
-                    name=conf.name,
-                    state="unknown",
-                    reason="Not registered",
-                    cpus=conf.cpus,
-                    alloc_cpus=0,
-                    mem_mb=conf.mem_mb,
-                    alloc_mem_mb=0,
-                    gpus=conf.gpus,
-                    alloc_gpus=0,
-                    gpu_type=conf.gpu_type,
-                    partitions=parts,
-                    features=list(conf.features),
-                )
-            )
-            continue
-        # The reason shown is the admin's drain unless the node is down (its down reason comes first,
-        # with the admin who downed it).
-        drain = node.admin_drain if node.up else node.admin_down
-        nodes.append(
-            api.NodeInfo(
-                name=node.name,
-                state=_shown_state(node, reserved),
-                reason=node.reason or drain_reason(node),
-                cpus=node.cpus,
-                alloc_cpus=node.alloc_cpus,
-                mem_mb=node.mem_mb,
-                alloc_mem_mb=node.alloc_mem_mb,
-                gpus=node.gpus,
-                alloc_gpus=len(node.used_gpus),
-                gpu_type=node.gpu_type,
-                partitions=parts,
-                features=list(node.features),
-                drained=drained(node),
-                reason_user=drain.by if drain else "",
-                reason_time=drain.at if drain else None,
-                admin_down=node.admin_down is not None,
-            )
-        )
     partitions = [
         api.PartitionInfo(
             name=p.name,
@@ -328,7 +285,59 @@ def nodes_reply(
         for p in config.partitions
         if not req.partitions or p.name in req.partitions
     ]
-    return api.NodesReply(nodes=sorted(nodes, key=lambda n: n.name), partitions=partitions)
+    wanted = set(req.partitions)
+    names = config.names
+    start = bisect.bisect_right(names, req.after_node) if req.after_node else 0
+    infos = (
+        _node_info(state, config.nodes[config.node_index[name]], parts, reserved)
+        for name in itertools.islice(names, start, None)
+        for parts in (config.partitions_of(name),)
+        if not wanted or not wanted.isdisjoint(parts)
+    )
+    bound = MAX_REPLY_BYTES - len(encode(partitions))  # every page carries the partitions
+    nodes, more = page(infos, max(bound, 1))
+    return api.NodesReply(nodes=nodes, partitions=partitions, more=more)
+
+
+def _node_info(state: State, conf: NodeConfig, parts: list[str], reserved: set[str]) -> api.NodeInfo:
+    """One configured node as sinfo shows it: as it registered, or ``unknown`` until it does."""
+    node = state.nodes.get(conf.name)
+    if node is None:
+        return api.NodeInfo(
+            name=conf.name,
+            state="unknown",
+            reason="Not registered",
+            cpus=conf.cpus,
+            alloc_cpus=0,
+            mem_mb=conf.mem_mb,
+            alloc_mem_mb=0,
+            gpus=conf.gpus,
+            alloc_gpus=0,
+            gpu_type=conf.gpu_type,
+            partitions=parts,
+            features=list(conf.features),
+        )
+    # The reason shown is the admin's drain unless the node is down (its down reason comes first, with the
+    # admin who downed it).
+    drain = node.admin_drain if node.up else node.admin_down
+    return api.NodeInfo(
+        name=node.name,
+        state=_shown_state(node, reserved),
+        reason=node.reason or drain_reason(node),
+        cpus=node.cpus,
+        alloc_cpus=node.alloc_cpus,
+        mem_mb=node.mem_mb,
+        alloc_mem_mb=node.alloc_mem_mb,
+        gpus=node.gpus,
+        alloc_gpus=len(node.used_gpus),
+        gpu_type=node.gpu_type,
+        partitions=parts,
+        features=list(node.features),
+        drained=drained(node),
+        reason_user=drain.by if drain else "",
+        reason_time=drain.at if drain else None,
+        admin_down=node.admin_down is not None,
+    )
 
 
 def _preempt_mode(config: ClusterConfig, mode: str | None) -> str:

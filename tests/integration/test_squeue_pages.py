@@ -1,7 +1,8 @@
-"""squeue and sprio over a queue of thousands (a real nats-server, the scheduler's ``jobs`` and ``priority``
-verbs, the commands' client): the reply comes in pages by job id, each under the verb's bound, and the client
-asks for every page. One reply of 10,000 jobs was ~8 MB of JSON, over the server's max_payload: squeue waited
-15 s and failed. sprio's reply had the same bound (~244 B a job: over the decoders' 4 MiB at ~17,000)."""
+"""squeue, sprio and sinfo over thousands of jobs or nodes (a real nats-server, the scheduler's ``jobs``,
+``priority`` and ``nodes`` verbs, the commands' client): the reply comes in pages by job id (node name), each
+under the verb's bound, and the client asks for every page. One reply of 10,000 jobs was ~8 MB of JSON, over
+the server's max_payload: squeue waited 15 s and failed. sprio's reply had the same bound (~244 B a job: over
+the decoders' 4 MiB at ~17,000), and sinfo's (~280 B a node: at ~15,000 nodes)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from test_rebuild_paths import PASSWORDS, buses, server
 from test_scheduler_cycle import CONFIG, fold_new, registered, spec
 
 from corral.cli.client import Cluster
+from corral.libs.config.cluster import parse_config
 from corral.libs.core.priority import queue_order
 from corral.libs.infra import roles
 from corral.libs.runtime.api_server import EVERY_SUBSCRIBER, serve
@@ -108,6 +110,40 @@ async def test_sprio_reads_a_queue_larger_than_one_reply_page_by_page_in_queue_o
     assert [j.job_id for j in shown.jobs] == order
     assert order[0] == 30 and [j.priority for j in shown.jobs if j.job_id == 2] == [0]
     assert shown.weights == whole.weights and not shown.more
+
+
+async def test_sinfo_reads_thousands_of_nodes_page_by_page(
+    buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus, admin = buses
+    config = parse_config(
+        '[[nodes]]\nnames = "pg[1-30]"\ncpus = 8\nmemory = "16G"\n\n'
+        '[[partitions]]\nname = "batch"\nnodes = "pg[1-30]"\ndefault = true\n'
+    )
+    live = Scheduler(bus, config)
+    await live.rebuild()
+    # A bound of ~4 nodes a page here; the real one (3 MiB) holds ~11,000 (tests/unit/test_views.py).
+    monkeypatch.setattr(views, "MAX_REPLY_BYTES", 1500)
+    pages = []
+    nodes = live.nodes
+
+    async def counted(user: str, request: api.NodesRequest) -> api.NodesReply:
+        reply = await nodes(user, request)
+        pages.append((request.after_node, len(reply.nodes), reply.more))
+        return reply
+
+    sub = await serve(bus.nc, "nodes", api.NodesRequest, counted, queue=EVERY_SUBSCRIBER)
+    try:
+        creds = Credentials(
+            url=admin.nc.connected_url.geturl(), user=roles.ADMIN, password=PASSWORDS[roles.ADMIN]
+        )
+        client = Cluster(url=creds.url, credentials=creds)
+        shown = await asyncio.to_thread(client.nodes, api.NodesRequest())
+    finally:
+        await sub.unsubscribe()
+    assert [n.name for n in shown.nodes] == sorted(f"pg{i}" for i in range(1, 31))
+    assert len(pages) >= 6 and all(more for _, _, more in pages[:-1]) and not pages[-1][2]
+    assert [p.name for p in shown.partitions] == ["batch"] and not shown.more
 
 
 async def test_squeue_of_a_user_shows_their_jobs_folded_before_and_after_the_rebuild(
