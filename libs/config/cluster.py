@@ -84,15 +84,31 @@ class ClusterConfig:
 
     def default_account(self, user: str) -> str:
         """The account a job is charged to without -A: the first account listing the user, else the user."""
-        for account in self.accounts:
-            if user in account.users:
-                return account.name
-        return user
+        listing = self._accounts_by_user.get(user)
+        return listing[0] if listing else user
 
     def accounts_of(self, user: str) -> list[str]:
         """The accounts ``user`` may charge: those listing the user, else the user's own (as without any
         ``[[accounts]]``, where every user is their own account)."""
-        return [a.name for a in self.accounts if user in a.users] or [user]
+        return list(self._accounts_by_user.get(user, ())) or [user]
+
+    @cached_property
+    def _accounts_by_user(self) -> dict[str, list[str]]:
+        """The accounts listing each user, in config order (asked at every submission: a site has thousands
+        of accounts)."""
+        out: dict[str, list[str]] = {}
+        for account in self.accounts:
+            for user in dict.fromkeys(account.users):
+                out.setdefault(user, []).append(account.name)
+        return out
+
+    @cached_property
+    def _account_named(self) -> dict[str, AccountConfig]:
+        """Each account by name (the first of a name, as the pass this replaces found)."""
+        out: dict[str, AccountConfig] = {}
+        for account in self.accounts:
+            out.setdefault(account.name, account)
+        return out
 
     def may_use(self, user: str, account: str) -> bool:
         """Whether ``user`` may charge ``account`` (one of ``accounts_of``: any other is refused at submit, as
@@ -140,7 +156,7 @@ class ClusterConfig:
 
     def account(self, name: str) -> AccountConfig | None:
         """The account called ``name``, or None."""
-        return next((a for a in self.accounts if a.name == name), None)
+        return self._account_named.get(name)
 
     def node(self, name: str) -> NodeConfig:
         """The node called ``name``; KeyError if not configured."""

@@ -440,3 +440,32 @@ def test_accounting_partitions_and_lease() -> None:
 def test_bad_accounting_keys_are_named(text: str, key: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(key)):
         parse_config(text + NODE)
+
+
+def test_lookups_by_node_and_by_user_answer_as_a_pass_over_the_tables_would() -> None:
+    # Each submission asks the user's accounts and each sinfo (and agent registration, and a new job shape
+    # at the gateway) every node's partitions: the configuration answers from indexes (a site has thousands
+    # of nodes and accounts; a pass per question was quadratic), with the passes' answers and order.
+    nodes = "\n".join(f'[[nodes]]\nnames = "{g}[1-40]"\ncpus = 8\nmemory = "16G"\n' for g in ("a", "b"))
+    parts = [("p1", "a[1-30]"), ("p2", "a[20-40],b[1-10]"), ("p3", "b[1-40]"), ("p4", "a[5]")]
+    partitions = "\n".join(f'[[partitions]]\nname = "{n}"\nnodes = "{h}"\n' for n, h in parts)
+    accounts = [("ml", ["alice", "bob"]), ("cv", ["bob", "carol"]), ("nlp", ["dave"]), ("all", ["bob"])]
+    table = "\n".join(
+        f'[[accounts]]\nname = "{a}"\nparent = "root"\nusers = [{", ".join(repr(u) for u in users)}]\n'
+        for a, users in accounts
+    ).replace("'", '"')
+    config = parse_config(f"{nodes}\n{partitions}\n{table}")
+    for node in config.nodes:
+        assert config.partitions_of(node.name) == [p.name for p in config.partitions if node.name in p.nodes]
+        assert config.node(node.name) is node
+    assert config.partitions_of("zz9") == [] and config.partitions_of("a5") == ["p1", "p4"]
+    with pytest.raises(KeyError):
+        config.node("zz9")
+    assert config.names == tuple(sorted(n.name for n in config.nodes))
+    for user in ("alice", "bob", "carol", "dave", "erin"):
+        listing = [a.name for a in config.accounts if user in a.users]
+        assert config.accounts_of(user) == (listing or [user])
+        assert config.default_account(user) == (listing[0] if listing else user)
+    assert config.accounts_of("bob") == ["ml", "cv", "all"]
+    assert config.account("cv") is config.accounts[1] and config.account("nope") is None
+    assert config.may_use("bob", "all") and not config.may_use("alice", "cv")
