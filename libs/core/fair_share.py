@@ -26,17 +26,24 @@ of the associations beneath it, computed when needed, so a charge touches one en
   U being the node's usage over the total usage of every key charged (so usage of associations
   since removed from the tree still counts in the total). No usage at all: U = 0, factor 1.
 
-**Exactness.** Sums, ratios and comparisons run on `fractions.Fraction` of the stored floats: the
-result does not depend on dict order (float sums would), ties are exact, and more usage can never
-round into a better factor. Results are converted to float once, at the end.
+**Exactness.** Sums, ratios and comparisons are exact on the stored floats: the result does not depend
+on dict order (float sums would), ties are exact, and more usage can never round into a better factor.
+Results are converted to float once, at the end. Every float is a dyadic rational ``num / 2 ** k``, so a
+node's usage is summed as integers (``_exact_sums``), Fair Tree compares Level FS by cross-multiplying
+integers, and classic's ratios run on `fractions.Fraction`.
+
+**Cost.** A scheduling cycle asks for the factors of its pending jobs' associations only (``wanted``): Fair
+Tree ranks the levels above them and counts the users of the subtrees without one; classic walks the
+accounts above each. The usage sums still visit the whole tree once a cycle. What depends on the tree alone
+(its order, leaf counts, share fractions) is kept per tree (``_shape``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from fractions import Fraction
-from itertools import groupby
+from functools import cmp_to_key
 
 import msgspec
 
@@ -194,20 +201,56 @@ def charge(usage: Usage, key: str, amount: float, at: float, half_life_s: float)
 
 def _node_usage(tree: AccountTree, usage: Usage, at: float, half_life_s: float) -> dict[str, Fraction]:
     """Exact usage of every node: a user's own, an account's the sum of its children's."""
-    out: dict[str, Fraction] = {}
+    sums = _exact_sums(tree, usage, at, half_life_s)
+    return {key: Fraction(num, 1 << k) for key, (num, k) in sums.items()}
 
-    def visit(key: str) -> Fraction:
-        kids = tree.children.get(key)
-        own = (
-            Fraction(decayed(usage, key, at, half_life_s))
-            if kids is None
-            else sum(map(visit, kids), Fraction())
-        )
-        out[key] = own
-        return own
 
-    visit(ROOT)
+#: An exact sum of floats, ``num / 2 ** k``: every float is such a dyadic rational.
+Dyadic = tuple[int, int]
+
+
+def _dyadic(value: float) -> Dyadic:
+    num, den = value.as_integer_ratio()
+    return num, den.bit_length() - 1
+
+
+def _add(a: Dyadic, b: Dyadic) -> Dyadic:
+    (na, ka), (nb, kb) = a, b
+    if ka >= kb:
+        return na + (nb << (ka - kb)), ka
+    return (na << (kb - ka)) + nb, kb
+
+
+def _exact_sums(tree: AccountTree, usage: Usage, at: float, half_life_s: float) -> dict[str, Dyadic]:
+    """Every node's usage as an exact dyadic sum (``Fraction(num, 2 ** k)`` is its exact value): integer
+    additions, where the same sums of ``Fraction``s cost a normalisation each (a site has thousands of
+    associations, summed in every cycle)."""
+    out: dict[str, Dyadic] = {}
+    children, charged = tree.children, usage.by_key
+    for key in reversed(_shape(tree).order):  # children before their account
+        kids = children.get(key)
+        if kids is None:
+            entry = charged.get(key)
+            if entry is None:
+                out[key] = (0, 0)
+            else:
+                num, den = _decay(entry, at, half_life_s).as_integer_ratio()
+                out[key] = (num, den.bit_length() - 1)
+            continue
+        parts = [out[kid] for kid in kids]
+        top = max((k for _, k in parts), default=0)
+        out[key] = (sum(num << (top - k) for num, k in parts), top)
     return out
+
+
+def _depth_first(tree: AccountTree) -> list[str]:
+    """Every node, root first, each account before its children."""
+    order, todo = [], [ROOT]
+    while todo:
+        key = todo.pop()
+        order.append(key)
+        todo.extend(tree.children.get(key, ()))
+    return order
 
 
 def _shares_norm(tree: AccountTree) -> dict[str, Fraction]:
@@ -227,49 +270,150 @@ def _level_fs(tree: AccountTree, used: dict[str, Fraction]) -> dict[str, Fractio
 def level_fairshare(tree: AccountTree, usage: Usage, at: float, half_life_s: float) -> dict[str, float]:
     """Level FS of every node but root (``sshare -l``); ``math.inf`` for a node without usage."""
     lfs = _level_fs(tree, _node_usage(tree, usage, at, half_life_s))
-    return {key: math.inf if lf is None else float(lf) for key, lf in lfs.items()}
+    return {key: math.inf if lf is None else to_float(lf) for key, lf in lfs.items()}
 
 
-def fair_tree_factors(tree: AccountTree, usage: Usage, at: float, half_life_s: float) -> dict[str, float]:
-    """Fair Tree factor of every user association key (see the module docstring)."""
-    lfs = _level_fs(tree, _node_usage(tree, usage, at, half_life_s))
+def to_float(value: Fraction) -> float:
+    """``value`` as a float; ``math.inf`` past the largest (a usage decayed for a thousand half-lives, beside
+    a sibling's, is a Level FS beyond 1.8e308)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def fair_tree_factors(
+    tree: AccountTree, usage: Usage, at: float, half_life_s: float, wanted: Collection[str] | None = None
+) -> dict[str, float]:
+    """Fair Tree factor of every user association key (see the module docstring); of the ``wanted`` keys
+    only when given (the users of the pending jobs: only the levels above them are ranked, a subtree without
+    one counts its users)."""
+    shape = _shape(tree)
+    sums = _exact_sums(tree, usage, at, half_life_s)
     n = len(tree.users)
+    relevant = None if wanted is None else _with_ancestors(tree, wanted)
     factors: dict[str, float] = {}
+    ranked = 0  # users ranked so far (those of skipped subtrees counted)
 
-    def order(key: str) -> tuple[bool, Fraction]:
-        lf = lfs[key]  # infinite first, then by descending LF
-        return (lf is not None, -lf if lf is not None else Fraction())
+    def level_fs(key: str) -> tuple[int, int] | None:
+        """Its Level FS ``share * used[parent] / used[key]`` as an exact ratio of two integers (None: no
+        usage, infinite), with share = shares / the siblings' shares and used = num / 2 ** k."""
+        num, k = sums[key]
+        if num == 0:
+            return None
+        parent = tree.parent[key]
+        pnum, pk = sums[parent]
+        return (tree.shares[key] * pnum) << k, (shape.level[parent] * num) << pk
+
+    def compare(a: tuple[tuple[int, int] | None, str], b: tuple[tuple[int, int] | None, str]) -> int:
+        """Infinite Level FS first, then the higher, exactly (cross-multiplied); then by key."""
+        order = _compare_lf(a[0], b[0])
+        return order if order else (a[1] > b[1]) - (a[1] < b[1])
 
     def descend(siblings: list[str]) -> None:
-        for _, group in groupby(sorted(siblings, key=lambda k: (order(k), k)), key=order):
-            tied = list(group)
-            rank = n - len(factors)  # the rank the group's first user gets
+        nonlocal ranked
+        ordered = sorted(((level_fs(key), key) for key in siblings), key=cmp_to_key(compare))
+        groups: list[list[str]] = []
+        for k, (lf, key) in enumerate(ordered):
+            if k and _compare_lf(ordered[k - 1][0], lf) == 0:
+                groups[-1].append(key)
+            else:
+                groups.append([key])
+        for tied in groups:
+            rank = n - ranked  # the rank the group's first user gets
             merged = [kid for key in tied for kid in tree.children.get(key, [])]
             if merged:
-                descend(merged)
-            factors.update({key: rank / n for key in tied if key not in tree.children})
+                if relevant is None or any(key in relevant for key in tied if key in tree.children):
+                    descend(merged)
+                else:
+                    ranked += sum(shape.leaves[key] for key in tied if key in tree.children)
+            for key in tied:
+                if key not in tree.children:
+                    ranked += 1
+                    if relevant is None or key in relevant:
+                        factors[key] = rank / n
 
     descend(tree.children[ROOT])
-    return {key: factors[key] for key in tree.users}
+    keys = tree.users if wanted is None else sorted(k for k in set(wanted) if k in factors)
+    return {key: factors[key] for key in keys}
 
 
-def classic_factors(tree: AccountTree, usage: Usage, at: float, half_life_s: float) -> dict[str, float]:
-    """Classic ``2 ** (-U_E / S)`` of every user association key (see the module docstring)."""
-    used = _node_usage(tree, usage, at, half_life_s)
-    total = sum((Fraction(decayed(usage, k, at, half_life_s)) for k in usage.by_key), Fraction())
-    shares = _shares_norm(tree)
+def _compare_lf(a: tuple[int, int] | None, b: tuple[int, int] | None) -> int:
+    """-1 if Level FS ``a`` ranks first (is higher), 1 if ``b`` does, 0 if they are equal (None: infinite)."""
+    if a is None or b is None:
+        return (a is not None) - (b is not None)
+    left, right = a[0] * b[1], b[0] * a[1]
+    return (left < right) - (left > right)
+
+
+def _with_ancestors(tree: AccountTree, keys: Collection[str]) -> set[str]:
+    """``keys`` that are nodes of the tree, and every account above them."""
+    out: set[str] = set()
+    for key in keys:
+        while key in tree.shares and key not in out:
+            out.add(key)
+            key = tree.parent.get(key, "")
+    return out
+
+
+class _Shape(msgspec.Struct):
+    """What depends on a tree alone, computed once per tree (the policy's is the same for every cycle)."""
+
+    order: list[str]  # every node, each account before its children (``_depth_first``)
+    leaves: dict[str, int]  # how many user associations hang beneath each account (1 for a user)
+    shares: dict[str, Fraction]  # ``_shares_norm``
+    users: frozenset[str]  # ``tree.users``
+    level: dict[str, int]  # each account's children's raw shares, summed
+
+
+def _shape(tree: AccountTree) -> _Shape:
+    """The tree's ``_Shape``, kept for the last tree asked (trees are immutable; one policy, one tree)."""
+    kept = _SHAPE.get(id(tree))
+    if kept is not None and kept[0] is tree:
+        return kept[1]
+    order = _depth_first(tree)
+    leaves: dict[str, int] = {}
+    for key in reversed(order):
+        kids = tree.children.get(key)
+        leaves[key] = 1 if kids is None else sum(leaves[kid] for kid in kids)
+    level = {acc: sum(tree.shares[k] for k in kids) for acc, kids in tree.children.items()}
+    shape = _Shape(order, leaves, _shares_norm(tree), frozenset(tree.users), level)
+    _SHAPE.clear()
+    _SHAPE[id(tree)] = (tree, shape)
+    return shape
+
+
+_SHAPE: dict[int, tuple[AccountTree, _Shape]] = {}
+
+
+def classic_factors(
+    tree: AccountTree, usage: Usage, at: float, half_life_s: float, wanted: Collection[str] | None = None
+) -> dict[str, float]:
+    """Classic ``2 ** (-U_E / S)`` of every user association key (see the module docstring); of the
+    ``wanted`` keys only when given (each needs the accounts above it alone)."""
+    sums = _exact_sums(tree, usage, at, half_life_s)
+    total: Dyadic = (0, 0)
+    for key, entry in usage.by_key.items():  # every key charged, in the tree or no longer
+        total = _add(total, sums[key] if key in sums else _dyadic(_decay(entry, at, half_life_s)))
+    total_value = Fraction(total[0], 1 << total[1])
+    shares = _shape(tree).shares
     norm_shares: dict[str, Fraction] = {ROOT: Fraction(1)}
     effective: dict[str, Fraction] = {}
-    factors: dict[str, float] = {}
-    todo = list(tree.children[ROOT])
-    while todo:
-        key = todo.pop()
+
+    def resolve(key: str) -> None:
+        """``norm_shares`` and ``effective`` of ``key``, its accounts' first."""
         parent, share = tree.parent[key], shares[key]
+        if parent != ROOT and parent not in effective:
+            resolve(parent)
         norm_shares[key] = norm_shares[parent] * share
-        actual = used[key] / total if total else Fraction()
+        num, k = sums[key]
+        actual = Fraction(num, 1 << k) / total_value if total_value else Fraction()
         effective[key] = actual if parent == ROOT else actual + (effective[parent] - actual) * share
-        if key in tree.children:
-            todo.extend(tree.children[key])
-        else:
-            factors[key] = math.pow(2.0, -float(effective[key] / norm_shares[key]))
-    return {key: factors[key] for key in tree.users}
+
+    keys = tree.users if wanted is None else sorted(_shape(tree).users.intersection(wanted))
+    factors: dict[str, float] = {}
+    for key in keys:
+        if key not in effective:
+            resolve(key)
+        factors[key] = math.pow(2.0, -to_float(effective[key] / norm_shares[key]))
+    return factors

@@ -23,11 +23,20 @@ job id.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
-from corral.libs.core.fair_share import build_tree, classic_factors, fair_tree_factors, user_key
+from corral.libs.core.fair_share import (
+    Account,
+    AccountTree,
+    UserAssoc,
+    build_tree,
+    classic_factors,
+    fair_tree_factors,
+    user_key,
+)
 from corral.libs.core.limits import qos_of
 from corral.libs.core.state import Job, State
 from corral.schemas.api import PriorityFactors
@@ -107,7 +116,9 @@ class Ranking:
         )
         self.top_tier = max((p.tier for p in policy.partitions), default=1) or 1
         self.tiers = {p.name: p.tier for p in policy.partitions}
-        self.shares = fairshare_factors(state, now, policy, {job.user for job in pending})
+        users = {job.user for job in pending}
+        wanted = {user_key(job.user, job.spec.account or job.user) for job in pending}
+        self.shares = fairshare_factors(state, now, policy, users, wanted)
 
     def steady(self, job: Job) -> Steady:
         """The job's factors that depend on its spec, the policy and the cluster's size alone."""
@@ -188,10 +199,43 @@ def priority_factors(
     return {job.job_id: ranking.factors(job) for job in pending}
 
 
-def fairshare_factors(state: State, now: float, policy: Policy, users: set[str]) -> dict[str, float]:
-    """Fair-share factor of every user association (only computed when its weight counts)."""
+def fairshare_factors(
+    state: State, now: float, policy: Policy, users: set[str], wanted: Collection[str] | None = None
+) -> dict[str, float]:
+    """Fair-share factor of every user association in the tree of ``policy`` and ``users`` (those of the
+    ``wanted`` association keys only, when given); only computed when its weight counts."""
     if policy.weights.fairshare <= 0:
         return {}
-    tree = build_tree(policy.accounts, policy.associations, sorted(users))
+    tree = _tree(policy, users)
     compute = fair_tree_factors if policy.fairshare == "fair_tree" else classic_factors
-    return compute(tree, state.usage, now, state.usage_policy.half_life_s)
+    return compute(tree, state.usage, now, state.usage_policy.half_life_s, wanted)
+
+
+class _KeptTree(NamedTuple):
+    """The last tree built (``_tree``), with what it was built from."""
+
+    accounts: tuple[Account, ...]
+    associations: tuple[UserAssoc, ...]
+    associated: frozenset[str]  # the users with an association
+    extra: frozenset[str]  # the users given a default association
+    tree: AccountTree
+
+
+_kept: list[_KeptTree] = []
+
+
+def _tree(policy: Policy, users: set[str]) -> AccountTree:
+    """``build_tree`` of the policy's accounts and associations and ``users``, built again only when the
+    policy's tables or the users without an association change (a site has thousands of associations, and
+    every cycle asks)."""
+    kept = _kept[0] if _kept else None
+    if kept is None or kept.accounts is not policy.accounts or kept.associations is not policy.associations:
+        associated = frozenset(a.user for a in policy.associations)
+    else:
+        associated = kept.associated
+    extra = frozenset(users - associated)
+    if kept is None or kept.associated is not associated or kept.extra != extra:
+        tree = build_tree(policy.accounts, policy.associations, sorted(extra))
+        _kept[:] = [_KeptTree(policy.accounts, policy.associations, associated, extra, tree)]
+        return tree
+    return kept.tree

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 import msgspec
 import pytest
@@ -25,6 +26,7 @@ from corral.libs.core.fair_share import (
     decayed,
     fair_tree_factors,
     level_fairshare,
+    to_float,
 )
 
 pytestmark = pytest.mark.unit
@@ -294,3 +296,94 @@ def test_factors_are_in_unit_range_and_more_usage_never_helps(
         assert set(after) == set(t.users)
         assert all(0.0 <= v <= 1.0 for v in [*before[f.__name__].values(), *after.values()])
         assert after[key] <= before[f.__name__][key], f.__name__
+
+
+# The factors as they were computed before the exact sums became integer additions and a cycle asked for
+# the pending jobs' associations only: each node's usage a sum of ``Fraction``s, every node's Level FS, every
+# user ranked. The oracle the faster code must match exactly, float for float.
+def reference_usage(tree: AccountTree, u: Usage, at: float, half_life: float) -> dict[str, Fraction]:
+    out: dict[str, Fraction] = {}
+
+    def visit(key: str) -> Fraction:
+        kids = tree.children.get(key)
+        own = Fraction(decayed(u, key, at, half_life)) if kids is None else sum(map(visit, kids), Fraction())
+        out[key] = own
+        return own
+
+    visit(ROOT)
+    return out
+
+
+def reference_shares(tree: AccountTree) -> dict[str, Fraction]:
+    level = {acc: sum(tree.shares[k] for k in kids) for acc, kids in tree.children.items()}
+    return {key: Fraction(tree.shares[key], level[parent]) for key, parent in tree.parent.items()}
+
+
+def reference_fair_tree(tree: AccountTree, u: Usage, at: float, half_life: float) -> dict[str, float]:
+    used = reference_usage(tree, u, at, half_life)
+    lfs = {
+        key: None if used[key] == 0 else share * used[tree.parent[key]] / used[key]
+        for key, share in reference_shares(tree).items()
+    }
+    n, factors = len(tree.users), {}
+
+    def order(key: str) -> tuple[bool, Fraction]:
+        lf = lfs[key]
+        return (lf is not None, -lf if lf is not None else Fraction())
+
+    def descend(siblings: list[str]) -> None:
+        for _, group in itertools.groupby(sorted(siblings, key=lambda k: (order(k), k)), key=order):
+            tied = list(group)
+            rank = n - len(factors)
+            merged = [kid for key in tied for kid in tree.children.get(key, [])]
+            if merged:
+                descend(merged)
+            factors.update({key: rank / n for key in tied if key not in tree.children})
+
+    descend(tree.children[ROOT])
+    return {key: factors[key] for key in tree.users}
+
+
+def reference_classic(tree: AccountTree, u: Usage, at: float, half_life: float) -> dict[str, float]:
+    used = reference_usage(tree, u, at, half_life)
+    total = sum((Fraction(decayed(u, k, at, half_life)) for k in u.by_key), Fraction())
+    shares = reference_shares(tree)
+    norm: dict[str, Fraction] = {ROOT: Fraction(1)}
+    effective: dict[str, Fraction] = {}
+    factors: dict[str, float] = {}
+    todo = list(tree.children[ROOT])
+    while todo:
+        key = todo.pop()
+        parent, share = tree.parent[key], shares[key]
+        norm[key] = norm[parent] * share
+        actual = used[key] / total if total else Fraction()
+        effective[key] = actual if parent == ROOT else actual + (effective[parent] - actual) * share
+        if key in tree.children:
+            todo.extend(tree.children[key])
+        else:
+            factors[key] = math.pow(2.0, -to_float(effective[key] / norm[key]))
+    return {key: factors[key] for key in tree.users}
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenarios(), st.data())
+def test_factors_equal_the_plain_fraction_computation_and_a_cycle_asks_only_for_its_users(
+    scenario: tuple[AccountTree, Usage, float, float], data: st.DataObject
+) -> None:
+    t, u, now, half_life = scenario
+    if data.draw(
+        st.booleans()
+    ):  # usage of an association no longer in the tree still counts in classic's total
+        charge(u, "gone/user", data.draw(st.floats(0, 1e9)), now, half_life)
+    for fast, reference in ((fair_tree_factors, reference_fair_tree), (classic_factors, reference_classic)):
+        every = fast(t, u, now, half_life)
+        assert every == reference(t, u, now, half_life), fast.__name__
+        assert list(every) == t.users
+        wanted = data.draw(st.sets(st.sampled_from([*t.users, "nobody/x", "a0"])))
+        assert fast(t, u, now, half_life, wanted) == {k: every[k] for k in sorted(wanted) if k in every}
+    lfs = level_fairshare(t, u, now, half_life)
+    used = reference_usage(t, u, now, half_life)
+    assert lfs == {
+        key: math.inf if used[key] == 0 else to_float(share * used[t.parent[key]] / used[key])
+        for key, share in reference_shares(t).items()
+    }
