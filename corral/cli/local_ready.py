@@ -43,8 +43,10 @@ def wait_ready(cluster: LocalCluster, timeout: float) -> None:
         try:
             nodes = decode(call("nodes", api.NodesRequest()), api.NodesReply | api.ApiError)
             # (a local cluster's few nodes are one page)
-            if isinstance(nodes, api.NodesReply) and not nodes.more and all(
-                n.state not in ("unknown", "down") for n in nodes.nodes
+            if (
+                isinstance(nodes, api.NodesReply)
+                and not nodes.more
+                and all(n.state not in ("unknown", "down") for n in nodes.nodes)
             ):
                 # any answer will do (a job that does not exist): what matters is that one comes
                 call("cancel", api.CancelRequest(job_ids=[]))
