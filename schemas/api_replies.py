@@ -92,9 +92,11 @@ class PriorityReply(msgspec.Struct, frozen=True, tag="priority_reply", kw_only=T
 
 
 class SharesReply(msgspec.Struct, frozen=True, tag="shares_reply", kw_only=True):
-    """The tree in depth-first order, root first."""
+    """The tree in depth-first order, root first, one page of it (``more``: ask again with ``start`` past the
+    rows received so far)."""
 
     rows: list[ShareInfo]  # associations
+    more: bool = False  # more rows follow
 
 
 class NodesReply(msgspec.Struct, frozen=True, tag="nodes_reply", kw_only=True):

@@ -162,6 +162,7 @@ class SharesRequest(msgspec.Struct, frozen=True, tag="shares", kw_only=True):
     users: list[str] = []  # only these users' associations (and the accounts above them)
     accounts: list[str] = []  # only these accounts and what is beneath them
     all_users: bool = False  # -a: every user association (default: only the caller's)
+    start: int = 0  # the first row wanted: the next page starts after the rows of those before
 
 
 class NodesRequest(msgspec.Struct, frozen=True, tag="nodes", kw_only=True):

@@ -53,6 +53,9 @@ from corral.schemas.api import (
     NodesRequest,
     PriorityReply,
     PriorityRequest,
+    ShareInfo,
+    SharesReply,
+    SharesRequest,
 )
 from corral.schemas.subjects import api_subject, inbox_prefix, valid_token
 
@@ -168,6 +171,16 @@ class Cluster(msgspec.Struct):
             if not reply.more or not reply.nodes:
                 return msgspec.structs.replace(reply, nodes=nodes, more=False)
             request = msgspec.structs.replace(request, after_node=reply.nodes[-1].name)
+
+    def shares(self, request: SharesRequest) -> SharesReply:
+        """The fair-share tree's rows an sshare request asks for: the ``shares`` verb's pages, each asked from
+        the row after those received."""
+        rows: list[ShareInfo] = []
+        while True:
+            reply = self.call("shares", msgspec.structs.replace(request, start=len(rows)), SharesReply)
+            rows.extend(reply.rows)
+            if not reply.more or not reply.rows:
+                return msgspec.structs.replace(reply, rows=rows, more=False)
 
     def priorities(self, request: PriorityRequest) -> PriorityReply:
         """Every pending job matching an sprio request, in queue order, and the weights: the ``priority``

@@ -107,12 +107,12 @@ def _sshare(argv: list[str]) -> int:
     if args.positionals:
         raise CliError(f"unrecognized argument '{args.positionals[0]}'")
     from corral.cli.client import find_cluster
-    from corral.schemas.api import SharesReply, SharesRequest
+    from corral.schemas.api import SharesRequest
 
     request = SharesRequest(
         users=args.items("users"), accounts=args.items("accounts"), all_users=args.given("all")
     )
-    reply = find_cluster().call("shares", request, SharesReply)
+    reply = find_cluster().shares(request)
     lines = render_shares(
         reply.rows,
         long=args.given("long"),

@@ -44,6 +44,7 @@ import math
 from collections.abc import Collection, Iterable
 from fractions import Fraction
 from functools import cmp_to_key
+from typing import NamedTuple
 
 import msgspec
 
@@ -199,12 +200,6 @@ def charge(usage: Usage, key: str, amount: float, at: float, half_life_s: float)
     usage.by_key[key] = Charged(decayed(usage, key, at, half_life_s) + amount, last)
 
 
-def _node_usage(tree: AccountTree, usage: Usage, at: float, half_life_s: float) -> dict[str, Fraction]:
-    """Exact usage of every node: a user's own, an account's the sum of its children's."""
-    sums = _exact_sums(tree, usage, at, half_life_s)
-    return {key: Fraction(num, 1 << k) for key, (num, k) in sums.items()}
-
-
 #: An exact sum of floats, ``num / 2 ** k``: every float is such a dyadic rational.
 Dyadic = tuple[int, int]
 
@@ -221,7 +216,7 @@ def _add(a: Dyadic, b: Dyadic) -> Dyadic:
     return (na << (kb - ka)) + nb, kb
 
 
-def _exact_sums(tree: AccountTree, usage: Usage, at: float, half_life_s: float) -> dict[str, Dyadic]:
+def exact_sums(tree: AccountTree, usage: Usage, at: float, half_life_s: float) -> dict[str, Dyadic]:
     """Every node's usage as an exact dyadic sum (``Fraction(num, 2 ** k)`` is its exact value): integer
     additions, where the same sums of ``Fraction``s cost a normalisation each (a site has thousands of
     associations, summed in every cycle)."""
@@ -259,18 +254,56 @@ def _shares_norm(tree: AccountTree) -> dict[str, Fraction]:
     return {key: Fraction(tree.shares[key], level[parent]) for key, parent in tree.parent.items()}
 
 
-def _level_fs(tree: AccountTree, used: dict[str, Fraction]) -> dict[str, Fraction | None]:
-    """Level Fairshare of every node but root, exact; None = infinite (no usage)."""
-    return {
-        key: None if used[key] == 0 else share * used[tree.parent[key]] / used[key]
-        for key, share in _shares_norm(tree).items()
-    }
-
-
 def level_fairshare(tree: AccountTree, usage: Usage, at: float, half_life_s: float) -> dict[str, float]:
     """Level FS of every node but root (``sshare -l``); ``math.inf`` for a node without usage."""
-    lfs = _level_fs(tree, _node_usage(tree, usage, at, half_life_s))
-    return {key: math.inf if lf is None else to_float(lf) for key, lf in lfs.items()}
+    sums = exact_sums(tree, usage, at, half_life_s)
+    return {key: level_fs(tree, sums, key) for key in tree.parent}
+
+
+def level_fs(tree: AccountTree, sums: dict[str, Dyadic], key: str) -> float:
+    """The Level FS of node ``key`` (not root), from the tree's ``exact_sums``: ``math.inf`` without usage."""
+    num, k = sums[key]
+    if num == 0:
+        return math.inf
+    parent = tree.parent[key]
+    pnum, pk = sums[parent]
+    return to_float(Fraction((tree.shares[key] * pnum) << k, (_shape(tree).level[parent] * num) << pk))
+
+
+def level_shares(tree: AccountTree, account: str) -> int:
+    """The raw shares of ``account``'s children, summed (a child's NormShares is its shares over them)."""
+    return _shape(tree).level[account]
+
+
+def tree_of(
+    accounts: tuple[Account, ...], associations: tuple[UserAssoc, ...], users: set[str]
+) -> AccountTree:
+    """``build_tree(accounts, associations, users)``, built again only when the tables or the users without
+    an association change (a site has thousands of associations; every cycle and sshare asks)."""
+    kept = _KEPT[0] if _KEPT else None
+    if kept is None or kept.accounts is not accounts or kept.associations is not associations:
+        associated = frozenset(a.user for a in associations)
+    else:
+        associated = kept.associated
+    extra = frozenset(users - associated)
+    if kept is None or kept.associated is not associated or kept.extra != extra:
+        tree = build_tree(accounts, associations, sorted(extra))
+        _KEPT[:] = [_KeptTree(accounts, associations, associated, extra, tree)]
+        return tree
+    return kept.tree
+
+
+class _KeptTree(NamedTuple):
+    """The last tree built (``tree_of``), with what it was built from."""
+
+    accounts: tuple[Account, ...]
+    associations: tuple[UserAssoc, ...]
+    associated: frozenset[str]  # the users with an association
+    extra: frozenset[str]  # the users given a default association
+    tree: AccountTree
+
+
+_KEPT: list[_KeptTree] = []
 
 
 def to_float(value: Fraction) -> float:
@@ -289,7 +322,7 @@ def fair_tree_factors(
     only when given (the users of the pending jobs: only the levels above them are ranked, a subtree without
     one counts its users)."""
     shape = _shape(tree)
-    sums = _exact_sums(tree, usage, at, half_life_s)
+    sums = exact_sums(tree, usage, at, half_life_s)
     n = len(tree.users)
     relevant = None if wanted is None else _with_ancestors(tree, wanted)
     factors: dict[str, float] = {}
@@ -391,7 +424,7 @@ def classic_factors(
 ) -> dict[str, float]:
     """Classic ``2 ** (-U_E / S)`` of every user association key (see the module docstring); of the
     ``wanted`` keys only when given (each needs the accounts above it alone)."""
-    sums = _exact_sums(tree, usage, at, half_life_s)
+    sums = exact_sums(tree, usage, at, half_life_s)
     total: Dyadic = (0, 0)
     for key, entry in usage.by_key.items():  # every key charged, in the tree or no longer
         total = _add(total, sums[key] if key in sums else _dyadic(_decay(entry, at, half_life_s)))

@@ -28,15 +28,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
-from corral.libs.core.fair_share import (
-    Account,
-    AccountTree,
-    UserAssoc,
-    build_tree,
-    classic_factors,
-    fair_tree_factors,
-    user_key,
-)
+from corral.libs.core.fair_share import classic_factors, fair_tree_factors, tree_of, user_key
 from corral.libs.core.limits import qos_of
 from corral.libs.core.state import Job, State
 from corral.schemas.api import PriorityFactors
@@ -206,36 +198,6 @@ def fairshare_factors(
     ``wanted`` association keys only, when given); only computed when its weight counts."""
     if policy.weights.fairshare <= 0:
         return {}
-    tree = _tree(policy, users)
+    tree = tree_of(policy.accounts, policy.associations, users)
     compute = fair_tree_factors if policy.fairshare == "fair_tree" else classic_factors
     return compute(tree, state.usage, now, state.usage_policy.half_life_s, wanted)
-
-
-class _KeptTree(NamedTuple):
-    """The last tree built (``_tree``), with what it was built from."""
-
-    accounts: tuple[Account, ...]
-    associations: tuple[UserAssoc, ...]
-    associated: frozenset[str]  # the users with an association
-    extra: frozenset[str]  # the users given a default association
-    tree: AccountTree
-
-
-_kept: list[_KeptTree] = []
-
-
-def _tree(policy: Policy, users: set[str]) -> AccountTree:
-    """``build_tree`` of the policy's accounts and associations and ``users``, built again only when the
-    policy's tables or the users without an association change (a site has thousands of associations, and
-    every cycle asks)."""
-    kept = _kept[0] if _kept else None
-    if kept is None or kept.accounts is not policy.accounts or kept.associations is not policy.associations:
-        associated = frozenset(a.user for a in policy.associations)
-    else:
-        associated = kept.associated
-    extra = frozenset(users - associated)
-    if kept is None or kept.associated is not associated or kept.extra != extra:
-        tree = build_tree(policy.accounts, policy.associations, sorted(extra))
-        _kept[:] = [_KeptTree(policy.accounts, policy.associations, associated, extra, tree)]
-        return tree
-    return kept.tree

@@ -11,64 +11,99 @@ Columns (Slurm's sshare, computed from ``fair_share.py``):
 
 The tree holds the configured accounts and associations and a default association for every user
 ``users`` names (the scheduler passes every user with a job or with usage); rows come depth first,
-root first, children by name.
+root first, children by name. Which rows a request shows depends on the tree alone (``shown``); only their
+numbers are computed, each row as it is asked for (a reply's page stops asking).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
 
 from corral.libs.core.fair_share import (
     ROOT,
     AccountTree,
     Usage,
-    build_tree,
     classic_factors,
     decayed,
+    exact_sums,
     fair_tree_factors,
-    level_fairshare,
+    level_fs,
+    level_shares,
+    tree_of,
 )
 from corral.libs.core.policy import Policy
 from corral.schemas import api
 
 
 def share_rows(
-    policy: Policy, usage: Usage, now: float, half_life_s: float, users: Iterable[str]
-) -> list[api.ShareInfo]:
-    """Every association of the tree with its shares, usage and factors, depth first from root."""
-    tree = build_tree(policy.accounts, policy.associations, sorted(set(users)))
-    factors = fair_tree_factors if policy.fairshare == "fair_tree" else classic_factors
-    fairshare = factors(tree, usage, now, half_life_s)
-    level = level_fairshare(tree, usage, now, half_life_s)
+    policy: Policy,
+    usage: Usage,
+    now: float,
+    half_life_s: float,
+    users: Iterable[str],
+    only: Collection[str] | None = None,
+    accounts: Collection[str] = (),
+    start: int = 0,
+) -> Iterator[api.ShareInfo]:
+    """The rows sshare shows, depth first from root, from the ``start``-th on (``shown``: ``only`` users'
+    associations, all with None, within ``accounts``); each computed as it is asked for (a reply's page
+    stops asking), the factors of every association shown from ``start``."""
+    tree = tree_of(policy.accounts, policy.associations, set(users))
+    keys = shown(tree, only, accounts)[start:]
+    compute = fair_tree_factors if policy.fairshare == "fair_tree" else classic_factors
+    fairshare = compute(tree, usage, now, half_life_s, [key for key, _ in keys if key not in tree.children])
+    sums = exact_sums(tree, usage, now, half_life_s)
     used = _usage(tree, usage, now, half_life_s)
-    rows: list[api.ShareInfo] = []
-
-    def visit(key: str, depth: int) -> None:
+    for key, depth in keys:
         parent = tree.parent.get(key)
-        siblings = tree.children[parent] if parent is not None else [key]
-        total_shares = sum(tree.shares[k] for k in siblings)
+        total_shares = level_shares(tree, parent) if parent is not None else tree.shares[key]
         account, _, user = key.rpartition("/") if key not in tree.children else (key, "", "")
         parent_used = used[parent] if parent is not None else used[key]
-        lfs = level.get(key)
-        rows.append(
-            api.ShareInfo(
-                account=account,
-                user=user,
-                depth=depth,
-                raw_shares=tree.shares[key],
-                norm_shares=tree.shares[key] / total_shares,
-                raw_usage=used[key],
-                effective_usage=used[key] / parent_used if parent_used > 0 else 0.0,
-                fairshare=fairshare.get(key),
-                level_fs=None if lfs is None or math.isinf(lfs) else lfs,
-            )
+        lfs = level_fs(tree, sums, key) if parent is not None else None
+        yield api.ShareInfo(
+            account=account,
+            user=user,
+            depth=depth,
+            raw_shares=tree.shares[key],
+            norm_shares=tree.shares[key] / total_shares,
+            raw_usage=used[key],
+            effective_usage=used[key] / parent_used if parent_used > 0 else 0.0,
+            fairshare=fairshare.get(key),
+            level_fs=None if lfs is None or math.isinf(lfs) else lfs,
         )
-        for child in tree.children.get(key, []):
+
+
+def shown(
+    tree: AccountTree, only: Collection[str] | None, accounts: Collection[str]
+) -> list[tuple[str, int]]:
+    """The nodes sshare shows, with their depth, depth first: the associations of the ``only`` users (every
+    user's with None) inside ``accounts`` (an account and what is beneath it; all without), the accounts
+    above them, and with None every account inside; root always."""
+    rows: list[tuple[str, int, bool]] = []  # (key, depth, a user's)
+    marked: set[str] = {ROOT}  # the accounts shown
+    path: list[str] = []  # the accounts from root down to the current node's parent
+
+    def visit(key: str, depth: int) -> None:
+        del path[depth:]
+        kids = tree.children.get(key)
+        account = key if kids is not None else tree.parent[key]
+        lineage = (*path, account)  # its account and every account above it
+        inside = not accounts or any(a in accounts for a in lineage)
+        if kids is None:
+            if inside and (only is None or key.rpartition("/")[2] in only):
+                marked.update(lineage)
+                rows.append((key, depth, True))
+            return
+        if inside and only is None:
+            marked.add(key)
+        rows.append((key, depth, False))
+        path.append(key)
+        for child in kids:
             visit(child, depth + 1)
 
     visit(ROOT, 0)
-    return rows
+    return [(key, depth) for key, depth, user in rows if user or key in marked]
 
 
 def _usage(tree: AccountTree, usage: Usage, now: float, half_life_s: float) -> dict[str, float]:

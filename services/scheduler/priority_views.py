@@ -75,25 +75,12 @@ def shares_reply(
 ) -> api.SharesReply:
     """The associations an sshare request asks for: the caller's (or ``-u`` users', or everyone's with
     ``-a``) and the accounts above them, within the ``-A`` accounts (an account and what is beneath
-    it); root always. The tree has every user with a job or with usage."""
+    it); root always. The tree has every user with a job or with usage. From the ``req.start``-th row on,
+    as many as ``MAX_REPLY_BYTES`` hold (``more`` if some are left)."""
     users = {job.user for job in state.jobs.values()}
     users |= {key.rpartition("/")[2] for key in state.usage.by_key}
-    rows = share_rows(policy, state.usage, now, state.usage_policy.half_life_s, users)
     only = set(req.users) if req.users else (None if req.all_users else {caller})
-    path: list[str] = []  # the accounts from root down to the current row's parent
-    shown: set[str] = {"root"}
-    keep: list[tuple[api.ShareInfo, tuple[str, ...]]] = []
-    for row in rows:
-        del path[row.depth :]
-        lineage = (*path, row.account)  # the row's account and every account above it
-        inside = not req.accounts or any(a in req.accounts for a in lineage)
-        if row.user:
-            if inside and (only is None or row.user in only):
-                shown.update(lineage)
-                keep.append((row, lineage))
-        else:
-            if inside and only is None:
-                shown.add(row.account)
-            keep.append((row, lineage))
-            path.append(row.account)
-    return api.SharesReply(rows=[row for row, lineage in keep if (row.user or row.account in shown)])
+    half_life = state.usage_policy.half_life_s
+    rows = share_rows(policy, state.usage, now, half_life, users, only, set(req.accounts), req.start)
+    out, more = page(rows, MAX_REPLY_BYTES)
+    return api.SharesReply(rows=out, more=more)

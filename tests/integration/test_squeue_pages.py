@@ -1,8 +1,9 @@
-"""squeue, sprio and sinfo over thousands of jobs or nodes (a real nats-server, the scheduler's ``jobs``,
-``priority`` and ``nodes`` verbs, the commands' client): the reply comes in pages by job id (node name), each
-under the verb's bound, and the client asks for every page. One reply of 10,000 jobs was ~8 MB of JSON, over
-the server's max_payload: squeue waited 15 s and failed. sprio's reply had the same bound (~244 B a job: over
-the decoders' 4 MiB at ~17,000), and sinfo's (~280 B a node: at ~15,000 nodes)."""
+"""squeue, sprio, sinfo and sshare over thousands of jobs, nodes or associations (a real nats-server, the
+scheduler's ``jobs``, ``priority``, ``nodes`` and ``shares`` verbs, the commands' client): the reply comes in
+pages by job id (node name, row), each under the verb's bound, and the client asks for every page. One reply
+of 10,000 jobs was ~8 MB of JSON, over the server's max_payload: squeue waited 15 s and failed. sprio's reply
+had the same bound (~244 B a job: over the decoders' 4 MiB at ~17,000), sinfo's (~280 B a node: at ~15,000
+nodes) and sshare's (~156 B a row: at ~27,000 associations)."""
 
 from __future__ import annotations
 
@@ -144,6 +145,40 @@ async def test_sinfo_reads_thousands_of_nodes_page_by_page(
     assert [n.name for n in shown.nodes] == sorted(f"pg{i}" for i in range(1, 31))
     assert len(pages) >= 6 and all(more for _, _, more in pages[:-1]) and not pages[-1][2]
     assert [p.name for p in shown.partitions] == ["batch"] and not shown.more
+
+
+async def test_sshare_reads_a_tree_larger_than_one_reply_page_by_page(
+    buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus, admin = buses
+    await registered(admin)
+    for job_id in range(1, 13):
+        await admin.append(ev.JobSubmitted(job_id=job_id, user=f"user{job_id}", spec=spec(f"j{job_id}")))
+    live = Scheduler(bus, CONFIG)
+    await live.rebuild()
+    whole = await live.shares("alice", api.SharesRequest(all_users=True))  # one page under the real bound
+    assert len(whole.rows) == 1 + 2 * 12 and not whole.more  # root, each user's account and association
+    monkeypatch.setattr(priority_views, "MAX_REPLY_BYTES", 800)  # ~4 rows a page
+    pages = []
+    shares = live.shares
+
+    async def counted(user: str, request: api.SharesRequest) -> api.SharesReply:
+        reply = await shares(user, request)
+        pages.append((request.start, len(reply.rows), reply.more))
+        return reply
+
+    sub = await serve(bus.nc, "shares", api.SharesRequest, counted, queue=EVERY_SUBSCRIBER)
+    try:
+        creds = Credentials(
+            url=admin.nc.connected_url.geturl(), user=roles.ADMIN, password=PASSWORDS[roles.ADMIN]
+        )
+        client = Cluster(url=creds.url, credentials=creds)
+        shown = await asyncio.to_thread(client.shares, api.SharesRequest(all_users=True))
+    finally:
+        await sub.unsubscribe()
+    assert len(pages) >= 5 and all(more for _, _, more in pages[:-1]) and not pages[-1][2]
+    assert [start for start, _, _ in pages] == [sum(n for _, n, _ in pages[:k]) for k in range(len(pages))]
+    assert shown.rows == whole.rows and not shown.more
 
 
 async def test_squeue_of_a_user_shows_their_jobs_folded_before_and_after_the_rebuild(

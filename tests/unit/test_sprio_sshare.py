@@ -10,13 +10,14 @@ from builders import Log, allocated, cluster, exited, job, policy, submitted
 
 from corral.cli.sprio import layout_of, render_priorities
 from corral.cli.sshare import render_shares
-from corral.libs.core.fair_share import Account, UserAssoc
+from corral.libs.core.fair_share import Account, UserAssoc, charge
 from corral.libs.core.plan import plan
 from corral.libs.core.priority import PriorityWeights, queue_order
 from corral.libs.core.state import State
 from corral.schemas import api
 from corral.schemas import events as ev
 from corral.schemas.codec import MAX_REPLY_BYTES
+from corral.services.scheduler import priority_views
 from corral.services.scheduler.priority_views import priority_reply, shares_reply
 
 pytestmark = pytest.mark.unit
@@ -243,3 +244,48 @@ def test_render_sshare_indents_accounts_and_parsable() -> None:
         " ml||2|0.666667|800|1.000000||0.666667|",
         " ml|alice|1|1.000000|800|1.000000|0.500000|1.000000|",
     ]
+
+
+def share_key(row: api.ShareInfo) -> str:
+    """A row's place in the tree: its account, or account/user."""
+    return f"{row.account}/{row.user}" if row.user else row.account
+
+
+def test_sshare_of_thousands_of_associations_comes_in_pages_that_each_fit_a_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ``sshare -a`` of a site with 1,000 accounts of 20 users was one reply of ~21,000 rows (3.3 MB of JSON:
+    # over the decoders' 4 MiB past ~27,000 rows), built in seconds on every scheduler's loop. It now comes
+    # in pages in the tree's order, each from the row after those before (``start``), and each computes only
+    # the rows it shows.
+    many = dataclasses.replace(
+        POLICY,
+        accounts=tuple(Account(f"acct{a:04d}", "root", 1 + a % 3) for a in range(1000)),
+        associations=tuple(UserAssoc(f"u{a}_{k}", f"acct{a:04d}") for a in range(1000) for k in range(20)),
+    )
+    log = busy_log()
+    for a in range(0, 1000, 7):
+        charge(log.state.usage, f"acct{a:04d}/u{a}_3", 100.0 + a, log.state.now, 7 * 86400.0)
+    request = api.SharesRequest(all_users=True)
+    pages = []
+    while True:
+        out = shares_reply(log.state, many, request, "x", log.state.now)
+        assert len(msgspec.json.encode(out)) <= MAX_REPLY_BYTES + 256
+        pages.append(out)
+        if not out.more:
+            break
+        request = msgspec.structs.replace(request, start=request.start + len(out.rows))
+    assert len(pages) >= 2
+    monkeypatch.setattr(priority_views, "MAX_REPLY_BYTES", 10**9)
+    whole = shares_reply(log.state, many, api.SharesRequest(all_users=True), "x", log.state.now)
+    assert [row for p in pages for row in p.rows] == whole.rows and not whole.more
+    assert len(whole.rows) == 1 + 1000 + 20_000 + 2 * 2  # root, the accounts, their users; alice's, bob's
+    # The caller's own rows, and those of -A, are the same rows as in the whole tree.
+    own = shares_reply(log.state, many, api.SharesRequest(), "u7_3", log.state.now).rows
+    assert [share_key(r) for r in own] == ["root", "acct0007", "acct0007/u7_3"]
+    assert own == [r for r in whole.rows if share_key(r) in {"root", "acct0007", "acct0007/u7_3"}]
+    beneath = shares_reply(
+        log.state, many, api.SharesRequest(accounts=["acct0014"], all_users=True), "x", 0.0
+    )
+    users = sorted(f"acct0014/u14_{k}" for k in range(20))  # children by name
+    assert [share_key(r) for r in beneath.rows] == ["root", "acct0014", *users]
