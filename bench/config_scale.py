@@ -13,7 +13,8 @@ Accounts: a configuration of N accounts of 20 users each; the time to parse it, 
 one submission (``default_account``, ``may_use``, ``accounts_of``, ``account``) for a user of the last
 account, after one to warm up. Then the fair-share factors a scheduling cycle computes with a fair-share
 weight (``priority.fairshare_factors``, Fair Tree and classic), every association charged, one user with
-pending jobs in every fourth account: the mean of 5 cycles after one.
+pending jobs in every fourth account: the mean of 5 cycles after one; and one ``sshare`` of a user's own
+rows (the scheduler's ``shares`` verb, ``priority_views.shares_reply``), the mean of 3 after one.
 
 With ``--before DIR`` each runs in a process that imports Corral from the checkout in DIR too.
 """
@@ -116,6 +117,14 @@ def fair_share(config: Any, n: int) -> dict[str, float]:
         for _ in range(5):
             fairshare_factors(state, 1e9, chosen, users, *wanted)
         out[algorithm] = (time.perf_counter() - started) / 5 * 1000
+    from corral.schemas import api
+    from corral.services.scheduler.priority_views import shares_reply
+
+    shares_reply(state, policy, api.SharesRequest(), "u7_3", 1e9)
+    started = time.perf_counter()
+    for _ in range(3):
+        shares_reply(state, policy, api.SharesRequest(), "u7_3", 1e9)
+    out["sshare"] = (time.perf_counter() - started) / 3 * 1000
     return out
 
 
@@ -152,13 +161,13 @@ def main() -> int:
             print(f"| {n:,} | {name} | {cells} |", flush=True)
     print()
     print("| accounts (20 users each) | code | parse, s | one submission's account lookups, ms |", end="")
-    print(" a cycle's fair share, Fair Tree, ms | classic, ms |")
-    print("|---|---|---|---|---|---|")
+    print(" a cycle's fair share, Fair Tree, ms | classic, ms | one sshare, ms |")
+    print("|---|---|---|---|---|---|---|")
     for n in args.accounts:
         for name, root in sides:
             got = run(root, "--child-accounts", str(n))
             cells = f"{got['parse']:.3f} | {got['lookups_ms']:.4f}"
-            cells += f" | {got['fair_tree']:.1f} | {got['classic']:.1f}"
+            cells += f" | {got['fair_tree']:.1f} | {got['classic']:.1f} | {got['sshare']:.1f}"
             print(f"| {n:,} | {name} | {cells} |", flush=True)
     return 0
 
