@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgspec
 import pytest
@@ -34,6 +36,41 @@ pytestmark = pytest.mark.integration
 __all__ = ["buses", "server"]
 
 
+async def through_client(
+    buses: tuple[Bus, Bus],
+    verb: str,
+    kind: type[Any],
+    answer: Callable[[str, Any], Awaitable[Any]],
+    read: Callable[[Cluster, Any], Any],
+    request: Any,
+) -> tuple[Any, list[tuple[Any, Any]]]:
+    """``read(client, request)`` (a ``Cluster`` method, as the commands call it) against a real server where
+    ``answer`` (a scheduler's verb) serves ``verb``: what it returned, and each (request, reply) it asked."""
+    bus, admin = buses
+    asked: list[tuple[Any, Any]] = []
+
+    async def counted(user: str, req: Any) -> Any:
+        reply = await answer(user, req)
+        asked.append((req, reply))
+        return reply
+
+    sub = await serve(bus.nc, verb, kind, counted, queue=EVERY_SUBSCRIBER)
+    try:
+        creds = Credentials(
+            url=admin.nc.connected_url.geturl(), user=roles.ADMIN, password=PASSWORDS[roles.ADMIN]
+        )
+        shown = await asyncio.to_thread(read, Cluster(url=creds.url, credentials=creds), request)
+    finally:
+        await sub.unsubscribe()
+    return shown, asked
+
+
+def paged(asked: list[tuple[Any, Any]], at_least: int) -> None:
+    """At least ``at_least`` pages, each but the last saying more follow."""
+    assert len(asked) >= at_least
+    assert all(reply.more for _, reply in asked[:-1]) and not asked[-1][1].more
+
+
 async def test_squeue_reads_a_queue_larger_than_one_reply_page_by_page(
     buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -47,26 +84,11 @@ async def test_squeue_reads_a_queue_larger_than_one_reply_page_by_page(
     await live.cycle()  # the 12 that fit start (their allocations on their way back), 48 wait
     # A bound of ~7 jobs a page here; the real one (3 MiB) holds ~3,700 (tests/unit/test_views.py).
     monkeypatch.setattr(views, "MAX_REPLY_BYTES", 6000)
-    pages = []
-    jobs = live.jobs
-
-    async def counted(user: str, request: api.JobsRequest) -> api.JobsReply:
-        reply = await jobs(user, request)
-        pages.append((request.after_job_id, len(reply.jobs), reply.more))
-        return reply
-
-    sub = await serve(bus.nc, "jobs", api.JobsRequest, counted, queue=EVERY_SUBSCRIBER)
-    try:
-        creds = Credentials(
-            url=admin.nc.connected_url.geturl(), user=roles.ADMIN, password=PASSWORDS[roles.ADMIN]
-        )
-        client = Cluster(url=creds.url, credentials=creds)
-        shown = await asyncio.to_thread(client.jobs, api.JobsRequest(users=["alice"]))
-    finally:
-        await sub.unsubscribe()
+    request = api.JobsRequest(users=["alice"])
+    shown, asked = await through_client(buses, "jobs", api.JobsRequest, live.jobs, Cluster.jobs, request)
     assert [j.job_id for j in shown] == sorted(ids)
-    assert len(pages) >= 8 and all(more for _, _, more in pages[:-1]) and not pages[-1][2]
-    assert all(count > 0 for _, count, _ in pages)
+    paged(asked, 8)
+    assert all(reply.jobs for _, reply in asked)
 
 
 async def test_sprio_reads_a_queue_larger_than_one_reply_page_by_page_in_queue_order(
@@ -84,24 +106,11 @@ async def test_sprio_reads_a_queue_larger_than_one_reply_page_by_page_in_queue_o
     whole = await live.priority("alice", api.PriorityRequest())  # one page under the real bound
     assert not whole.more and len(whole.jobs) == 40
     monkeypatch.setattr(priority_views, "MAX_REPLY_BYTES", 2000)  # ~5 jobs a page
-    pages = []
-    priority = live.priority
-
-    async def counted(user: str, request: api.PriorityRequest) -> api.PriorityReply:
-        reply = await priority(user, request)
-        pages.append((request.after_job_id, len(reply.jobs), reply.more))
-        return reply
-
-    sub = await serve(bus.nc, "priority", api.PriorityRequest, counted, queue=EVERY_SUBSCRIBER)
-    try:
-        creds = Credentials(
-            url=admin.nc.connected_url.geturl(), user=roles.ADMIN, password=PASSWORDS[roles.ADMIN]
-        )
-        client = Cluster(url=creds.url, credentials=creds)
-        shown = await asyncio.to_thread(client.priorities, api.PriorityRequest())
-    finally:
-        await sub.unsubscribe()
-    assert len(pages) >= 6 and all(more for _, _, more in pages[:-1]) and not pages[-1][2]
+    request = api.PriorityRequest()
+    shown, asked = await through_client(
+        buses, "priority", api.PriorityRequest, live.priority, Cluster.priorities, request
+    )
+    paged(asked, 6)
     order = [
         job.job_id
         for job, _ in queue_order(
@@ -116,7 +125,7 @@ async def test_sprio_reads_a_queue_larger_than_one_reply_page_by_page_in_queue_o
 async def test_sinfo_reads_thousands_of_nodes_page_by_page(
     buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bus, admin = buses
+    bus, _ = buses
     config = parse_config(
         '[[nodes]]\nnames = "pg[1-30]"\ncpus = 8\nmemory = "16G"\n\n'
         '[[partitions]]\nname = "batch"\nnodes = "pg[1-30]"\ndefault = true\n'
@@ -125,25 +134,11 @@ async def test_sinfo_reads_thousands_of_nodes_page_by_page(
     await live.rebuild()
     # A bound of ~4 nodes a page here; the real one (3 MiB) holds ~11,000 (tests/unit/test_views.py).
     monkeypatch.setattr(views, "MAX_REPLY_BYTES", 1500)
-    pages = []
-    nodes = live.nodes
-
-    async def counted(user: str, request: api.NodesRequest) -> api.NodesReply:
-        reply = await nodes(user, request)
-        pages.append((request.after_node, len(reply.nodes), reply.more))
-        return reply
-
-    sub = await serve(bus.nc, "nodes", api.NodesRequest, counted, queue=EVERY_SUBSCRIBER)
-    try:
-        creds = Credentials(
-            url=admin.nc.connected_url.geturl(), user=roles.ADMIN, password=PASSWORDS[roles.ADMIN]
-        )
-        client = Cluster(url=creds.url, credentials=creds)
-        shown = await asyncio.to_thread(client.nodes, api.NodesRequest())
-    finally:
-        await sub.unsubscribe()
+    shown, asked = await through_client(
+        buses, "nodes", api.NodesRequest, live.nodes, Cluster.nodes, api.NodesRequest()
+    )
+    paged(asked, 6)
     assert [n.name for n in shown.nodes] == sorted(f"pg{i}" for i in range(1, 31))
-    assert len(pages) >= 6 and all(more for _, _, more in pages[:-1]) and not pages[-1][2]
     assert [p.name for p in shown.partitions] == ["batch"] and not shown.more
 
 
@@ -159,25 +154,13 @@ async def test_sshare_reads_a_tree_larger_than_one_reply_page_by_page(
     whole = await live.shares("alice", api.SharesRequest(all_users=True))  # one page under the real bound
     assert len(whole.rows) == 1 + 2 * 12 and not whole.more  # root, each user's account and association
     monkeypatch.setattr(priority_views, "MAX_REPLY_BYTES", 800)  # ~4 rows a page
-    pages = []
-    shares = live.shares
-
-    async def counted(user: str, request: api.SharesRequest) -> api.SharesReply:
-        reply = await shares(user, request)
-        pages.append((request.start, len(reply.rows), reply.more))
-        return reply
-
-    sub = await serve(bus.nc, "shares", api.SharesRequest, counted, queue=EVERY_SUBSCRIBER)
-    try:
-        creds = Credentials(
-            url=admin.nc.connected_url.geturl(), user=roles.ADMIN, password=PASSWORDS[roles.ADMIN]
-        )
-        client = Cluster(url=creds.url, credentials=creds)
-        shown = await asyncio.to_thread(client.shares, api.SharesRequest(all_users=True))
-    finally:
-        await sub.unsubscribe()
-    assert len(pages) >= 5 and all(more for _, _, more in pages[:-1]) and not pages[-1][2]
-    assert [start for start, _, _ in pages] == [sum(n for _, n, _ in pages[:k]) for k in range(len(pages))]
+    request = api.SharesRequest(all_users=True)
+    shown, asked = await through_client(
+        buses, "shares", api.SharesRequest, live.shares, Cluster.shares, request
+    )
+    paged(asked, 5)
+    starts = [req.start for req, _ in asked]
+    assert starts == [sum(len(reply.rows) for _, reply in asked[:k]) for k in range(len(asked))]
     assert shown.rows == whole.rows and not shown.more
 
 
