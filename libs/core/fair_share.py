@@ -262,12 +262,23 @@ def level_fairshare(tree: AccountTree, usage: Usage, at: float, half_life_s: flo
 
 def level_fs(tree: AccountTree, sums: dict[str, Dyadic], key: str) -> float:
     """The Level FS of node ``key`` (not root), from the tree's ``exact_sums``: ``math.inf`` without usage."""
+    ratio = _level_ratio(tree, sums, key)
+    return math.inf if ratio is None else to_float(Fraction(*ratio))
+
+
+#: A Level FS as an exact ratio of two integers; None for infinite (no usage).
+Ratio = tuple[int, int] | None
+
+
+def _level_ratio(tree: AccountTree, sums: dict[str, Dyadic], key: str) -> Ratio:
+    """Level FS ``share * used[parent] / used[key]`` of node ``key``, exactly, with share = its shares over
+    its siblings' and used = num / 2 ** k (``exact_sums``)."""
     num, k = sums[key]
     if num == 0:
-        return math.inf
+        return None
     parent = tree.parent[key]
     pnum, pk = sums[parent]
-    return to_float(Fraction((tree.shares[key] * pnum) << k, (_shape(tree).level[parent] * num) << pk))
+    return (tree.shares[key] * pnum) << k, (_shape(tree).level[parent] * num) << pk
 
 
 def level_shares(tree: AccountTree, account: str) -> int:
@@ -328,24 +339,14 @@ def fair_tree_factors(
     factors: dict[str, float] = {}
     ranked = 0  # users ranked so far (those of skipped subtrees counted)
 
-    def level_fs(key: str) -> tuple[int, int] | None:
-        """Its Level FS ``share * used[parent] / used[key]`` as an exact ratio of two integers (None: no
-        usage, infinite), with share = shares / the siblings' shares and used = num / 2 ** k."""
-        num, k = sums[key]
-        if num == 0:
-            return None
-        parent = tree.parent[key]
-        pnum, pk = sums[parent]
-        return (tree.shares[key] * pnum) << k, (shape.level[parent] * num) << pk
-
-    def compare(a: tuple[tuple[int, int] | None, str], b: tuple[tuple[int, int] | None, str]) -> int:
+    def compare(a: tuple[Ratio, str], b: tuple[Ratio, str]) -> int:
         """Infinite Level FS first, then the higher, exactly (cross-multiplied); then by key."""
         order = _compare_lf(a[0], b[0])
         return order if order else (a[1] > b[1]) - (a[1] < b[1])
 
     def descend(siblings: list[str]) -> None:
         nonlocal ranked
-        ordered = sorted(((level_fs(key), key) for key in siblings), key=cmp_to_key(compare))
+        ordered = sorted(((_level_ratio(tree, sums, key), key) for key in siblings), key=cmp_to_key(compare))
         groups: list[list[str]] = []
         for k, (lf, key) in enumerate(ordered):
             if k and _compare_lf(ordered[k - 1][0], lf) == 0:
@@ -371,7 +372,7 @@ def fair_tree_factors(
     return {key: factors[key] for key in keys}
 
 
-def _compare_lf(a: tuple[int, int] | None, b: tuple[int, int] | None) -> int:
+def _compare_lf(a: Ratio, b: Ratio) -> int:
     """-1 if Level FS ``a`` ranks first (is higher), 1 if ``b`` does, 0 if they are equal (None: infinite)."""
     if a is None or b is None:
         return (a is not None) - (b is not None)
