@@ -108,9 +108,11 @@ class Ranking:
         )
         self.top_tier = max((p.tier for p in policy.partitions), default=1) or 1
         self.tiers = {p.name: p.tier for p in policy.partitions}
-        users = {job.user for job in pending}
-        wanted = {user_key(job.user, job.spec.account or job.user) for job in pending}
-        self.shares = fairshare_factors(state, now, policy, users, wanted)
+        self.shares: dict[str, float] = {}
+        if policy.weights.fairshare > 0:  # (the pending jobs' associations only: ``fair_share.py``, "Cost")
+            users = {job.user for job in pending}
+            wanted = {user_key(job.user, job.spec.account or job.user) for job in pending}
+            self.shares = fairshare_factors(state, now, policy, users, wanted)
 
     def steady(self, job: Job) -> Steady:
         """The job's factors that depend on its spec, the policy and the cluster's size alone."""
