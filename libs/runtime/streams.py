@@ -63,6 +63,12 @@ def feed_reader(name: str, filters: Sequence[str]) -> api.ConsumerConfig:
     return config
 
 
+#: Consumers a stream may have. nats-server 2.15 limits a stream that sets none to 1,000 (and replaces 0 or
+#: -1 with that default); Corral makes one on the work stream per node (each agent's) and one on the feed per
+#: reader (each person's ``feed-<user>``, each service account's), so a cluster's size sets the need.
+MAX_CONSUMERS = 100_000
+
+
 async def declare(
     js: JetStreamContext,
     replicas: int = 1,
@@ -83,6 +89,7 @@ async def declare(
             num_replicas=replicas,
             allow_direct=True,
             max_msg_size=8 * 1024 * 1024,
+            max_consumers=MAX_CONSUMERS,
         ),
         api.StreamConfig(
             name=subjects.WORK_STREAM,
@@ -92,6 +99,7 @@ async def declare(
             duplicate_window=DUPLICATE_WINDOW_S,
             max_age=WORK_MAX_AGE_S,
             num_replicas=replicas,
+            max_consumers=MAX_CONSUMERS,
         ),
         api.StreamConfig(
             # The job event feed (``services/feed``): kept for FEED_MAX_AGE_S, duplicates dropped (a
@@ -104,6 +112,7 @@ async def declare(
             max_age=FEED_MAX_AGE_S,
             num_replicas=replicas,
             allow_direct=True,
+            max_consumers=MAX_CONSUMERS,
         ),
         api.StreamConfig(
             name=subjects.DLQ_STREAM,
@@ -113,6 +122,7 @@ async def declare(
             duplicate_window=DUPLICATE_WINDOW_S,
             max_age=30 * 24 * 3600.0,
             num_replicas=replicas,
+            max_consumers=MAX_CONSUMERS,
         ),
     ]
     for config in streams:
