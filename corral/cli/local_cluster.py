@@ -201,9 +201,18 @@ class LocalCluster(Supervised):
 
     # start / stop --------------------------------------------------------------------------------
     def start(self, ready_timeout: float = 60.0) -> None:
-        """Start servers, declare streams, start services and agents, wait until nodes registered."""
+        """Start servers, declare streams, start services and agents, wait until nodes registered. A start
+        that fails (a service exits, the cluster is not ready in time) stops what it started first: no
+        server, service or agent of a cluster that did not come up keeps running."""
         config = self.config or self.prepare()
         up_marker.mark_up(self.state_dir)
+        try:
+            self._start(config, ready_timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, config: ClusterConfig, ready_timeout: float) -> None:
         users = self.nats_users()
         callout = self.callout()
         servers = nats_servers(self.state_dir, users, self.ha, callout)
