@@ -22,7 +22,7 @@ from corral.libs.core.state import Job
 
 #: Reservation depth of the backfill planner: none (FIFO), the first blocked job per partition (EASY), all.
 Backfill = Literal["fifo", "easy", "conservative"]
-#: How fair-share factors are computed (``fair_share.py``).
+#: How fair-share factors are computed (``share_factors.py``).
 FairShareAlgorithm = Literal["fair_tree", "classic"]
 
 

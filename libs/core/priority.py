@@ -5,7 +5,7 @@
 each factor in [0, 1]: ``age`` grows linearly to 1 at ``max_age``; ``size`` is the job's share of
 the cluster's GPUs (or CPUs for CPU jobs), inverted when ``favor_small``; ``tier`` is the
 partition's PriorityJobFactor relative to the highest; ``fairshare`` is the user association's
-fair-share factor (``fair_share.py``: Fair Tree or classic); ``qos`` is the job's QOS priority relative
+fair-share factor (``share_factors.py``: Fair Tree or classic); ``qos`` is the job's QOS priority relative
 to the highest QOS priority; ``nice`` is the job's ``--nice`` (only an admin may give a negative one),
 subtracted unweighted as in Slurm, and the result is at least 1. With every weight 0 and no nice (the
 default, like Slurm's priority/basic) all jobs have priority 1 and the queue is FIFO.
@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
-from corral.libs.core.fair_share import classic_factors, fair_tree_factors, tree_of, user_key
+from corral.libs.core.fair_share import tree_of, user_key
 from corral.libs.core.limits import qos_of
+from corral.libs.core.share_factors import classic_factors, fair_tree_factors
 from corral.libs.core.state import Job, State
 from corral.schemas.api import PriorityFactors
 
@@ -109,7 +110,8 @@ class Ranking:
         self.top_tier = max((p.tier for p in policy.partitions), default=1) or 1
         self.tiers = {p.name: p.tier for p in policy.partitions}
         self.shares: dict[str, float] = {}
-        if policy.weights.fairshare > 0:  # (the pending jobs' associations only: ``fair_share.py``, "Cost")
+        # The pending jobs' associations only (``share_factors.py``, "Cost").
+        if policy.weights.fairshare > 0:
             users = {job.user for job in pending}
             wanted = {user_key(job.user, job.spec.account or job.user) for job in pending}
             self.shares = fairshare_factors(state, now, policy, users, wanted)

@@ -1,6 +1,6 @@
 """The fair-share tree as ``sshare`` shows it, pure: one row per account and user association.
 
-Columns (Slurm's sshare, computed from ``fair_share.py``):
+Columns (Slurm's sshare, computed from ``fair_share.py`` and ``share_factors.py``):
 
 - RawShares: the association's shares; NormShares: its shares over its siblings' shares;
 - RawUsage: its usage decayed to now (TRES-seconds; an account's is the sum beneath it);
@@ -20,19 +20,9 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Iterator
 
-from corral.libs.core.fair_share import (
-    ROOT,
-    AccountTree,
-    Usage,
-    classic_factors,
-    decayed,
-    exact_sums,
-    fair_tree_factors,
-    level_fs,
-    level_shares,
-    tree_of,
-)
+from corral.libs.core.fair_share import ROOT, AccountTree, Usage, decayed, level_shares, tree_of
 from corral.libs.core.policy import Policy
+from corral.libs.core.share_factors import classic_factors, exact_sums, fair_tree_factors, level_fs
 from corral.schemas import api
 
 

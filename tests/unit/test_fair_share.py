@@ -22,12 +22,9 @@ from corral.libs.core.fair_share import (
     billing,
     build_tree,
     charge,
-    classic_factors,
     decayed,
-    fair_tree_factors,
-    level_fairshare,
-    to_float,
 )
+from corral.libs.core.share_factors import classic_factors, fair_tree_factors, level_fairshare, to_float
 
 pytestmark = pytest.mark.unit
 
