@@ -17,7 +17,7 @@ import time
 
 import msgspec
 import nats
-import nats.errors
+from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from corral.cli.client import find_cluster
@@ -65,21 +65,28 @@ async def _follow(creds: Credentials, idle_exit: float | None) -> None:
                 if idle_exit is not None and time.monotonic() - idle_since >= idle_exit:
                     return
                 await asyncio.sleep(FETCH_S)
-        while True:
-            try:
-                msgs = await sub.fetch(256, timeout=FETCH_S)
-            except nats.errors.TimeoutError:
-                if idle_exit is not None and time.monotonic() - idle_since >= idle_exit:
-                    return
-                continue
-            for msg in msgs:
-                line = msgspec.json.encode({"subject": msg.subject, **msgspec.json.decode(msg.data)})
-                sys.stdout.buffer.write(line + b"\n")
-                await msg.ack()
-            sys.stdout.flush()
-            idle_since = time.monotonic()
+        await _print(sub, idle_exit, idle_since)
     finally:
         await nc.close()
+
+
+async def _print(sub: JetStreamContext.PullSubscription, idle_exit: float | None, idle_since: float) -> None:
+    """Print and acknowledge what ``sub`` fetches until nothing came for ``idle_exit`` seconds (or ever)."""
+    while True:
+        try:
+            msgs = await sub.fetch(256, timeout=FETCH_S)
+        except TimeoutError:
+            # nats.errors.TimeoutError is one, and nats-py also raises a plain asyncio.TimeoutError when the
+            # fetch's time ran out before its waiting pull request was sent (a busy server or client).
+            if idle_exit is not None and time.monotonic() - idle_since >= idle_exit:
+                return
+            continue
+        for msg in msgs:
+            line = msgspec.json.encode({"subject": msg.subject, **msgspec.json.decode(msg.data)})
+            sys.stdout.buffer.write(line + b"\n")
+            await msg.ack()
+        sys.stdout.flush()
+        idle_since = time.monotonic()
 
 
 def _feed(argv: list[str]) -> int:
