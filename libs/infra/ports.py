@@ -1,20 +1,60 @@
 """Free TCP ports for servers we launch ourselves (tests, the embedded cluster).
 
-Asking the kernel for port 0 is the only reliable way to get an unused port; the answer is a hint, not a
-reservation, so a caller that binds later can still lose a race and must be ready to retry.
+A port found free is a hint, not a reservation: a caller that binds later can still lose a race and must be
+ready to retry. The race that matters is with the kernel itself: every outgoing connection (each service's
+to NATS and PostgreSQL, each test's) takes a local port from the ephemeral range
+(``/proc/sys/net/ipv4/ip_local_port_range``), and a port that ``bind(0)`` hands out comes from that same
+range. So a port is picked below it, where only an explicit ``bind`` can take it: CI saw a service exit at
+start, unable to bind the metrics port chosen for it a moment before.
 """
 
 from __future__ import annotations
 
+import random
 import socket
+from pathlib import Path
+
+#: Where the ephemeral range is; Linux's default when the file is missing (another system).
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+DEFAULT_EPHEMERAL = (32768, 60999)
+#: The lowest port picked: above the well-known and the usual servers' (PostgreSQL 5432, NATS 4222, ...).
+LOWEST = 10000
+#: Ports tried before falling back to one the kernel picks.
+TRIES = 64
+
+
+def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The kernel's ephemeral port range (first, last), both included."""
+    try:
+        first, last = (int(part) for part in path.read_text().split())
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL
+    return first, last
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port on `host` that nothing is bound to right now."""
+    """Return a TCP port on `host` that nothing is bound to right now, outside the ephemeral range when
+    there is room below it (else one the kernel picks)."""
+    first, _ = ephemeral_range()
+    if first - LOWEST >= TRIES:
+        for port in random.sample(range(LOWEST, first), TRIES):
+            if _bindable(port, host):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
+
+
+def _bindable(port: int, host: str) -> bool:
+    """Whether a listener can bind `host:port` now, and no connection uses it (no SO_REUSEADDR: a port with
+    connections in TIME_WAIT is passed over)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

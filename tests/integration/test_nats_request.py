@@ -23,6 +23,7 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
+from corral.libs.infra.ports import free_port
 from corral.libs.runtime.nats_request import (
     Connection,
     NatsConnectError,
@@ -68,13 +69,6 @@ def _nats_server_binary() -> str:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _wait_until_listening(server: subprocess.Popen[bytes], port: int, log: Path) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -92,7 +86,7 @@ def _wait_until_listening(server: subprocess.Popen[bytes], port: int, log: Path)
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A nats-server on a free port with the two users; yields its URL without credentials."""
     workdir = tmp_path_factory.mktemp("nats")
-    port = _free_port()
+    port = free_port()
     config = workdir / "nats.conf"
     config.write_text(SERVER_CONFIG.format(port=port, alice=ALICE_PASSWORD, svc=SVC_PASSWORD))
     log = workdir / "nats.log"
@@ -209,7 +203,7 @@ async def test_url_forms_with_credential_arguments(server_url: str, responder: N
 
 async def test_a_cluster_url_fails_over_to_the_next_server(server_url: str, responder: None) -> None:
     # A deployment's credentials name every NATS server of the cluster, comma-separated; one is down.
-    down = f"nats://127.0.0.1:{_free_port()}"
+    down = f"nats://127.0.0.1:{free_port()}"
     for url in (f"{down},{server_url}", f"{server_url}, {down}"):
         reply = await asyncio.to_thread(
             request,
@@ -255,7 +249,7 @@ async def test_wrong_password_is_a_connect_error_naming_url_and_reason(server_ur
 )
 async def test_connect_errors(url: str, reason: str) -> None:
     with pytest.raises(NatsConnectError, match=reason) as caught:
-        await asyncio.to_thread(request, url.format(closed_port=_free_port()), "svc.echo.alice", b"x")
+        await asyncio.to_thread(request, url.format(closed_port=free_port()), "svc.echo.alice", b"x")
     # Only the refused port is a server that may come back (the commands retry it: nats_retry).
     assert isinstance(caught.value, ServerUnreachable) is (reason == "refused")
 
