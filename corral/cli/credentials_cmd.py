@@ -21,8 +21,9 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import nats
@@ -38,6 +39,8 @@ from corral.schemas import subjects
 GATHER_S = 1.0
 #: Seconds a connection is tried again before the command gives up.
 CONNECT_S = 10.0
+
+T = TypeVar("T")
 
 
 async def _each_server(nc: Client, verb: str, body: dict[str, object]) -> list[dict[str, Any]]:
@@ -103,11 +106,32 @@ async def reload_servers(old: Credentials, new: Credentials) -> int:
     finally:
         with contextlib.suppress(nats.errors.Error):
             await nc.close()
-    nc = await connected(new, refused_too=True)  # refused until the servers have reloaded
-    try:
-        return len(await _each_server(nc, "STATSZ", {}))
-    finally:
-        await nc.close()
+    # Refused until the servers have reloaded; and a connection accepted while a server reloads can be
+    # closed by it a moment later (CI saw "connection closed" there): asked again on a new one.
+    answers = await on_connection(new, lambda nc: _each_server(nc, "STATSZ", {}), refused_too=True)
+    return len(answers)
+
+
+async def on_connection(
+    creds: Credentials,
+    ask: Callable[[Client], Awaitable[T]],
+    refused_too: bool = False,
+    budget_s: float = CONNECT_S,
+) -> T:
+    """``ask`` on a connection with ``creds`` (``connected``); asked again on a new connection when the
+    server closed this one meanwhile, until ``budget_s`` seconds have passed."""
+    deadline = time.monotonic() + budget_s
+    while True:
+        nc = await connected(creds, refused_too, max(0.0, deadline - time.monotonic()))
+        try:
+            return await ask(nc)
+        except nats.errors.ConnectionClosedError:
+            if time.monotonic() > deadline:
+                raise
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await nc.close()
+        await asyncio.sleep(0.2)
 
 
 async def revoke(admin: Credentials, system: Credentials, user: str, undo: bool = False) -> int:

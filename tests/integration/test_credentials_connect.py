@@ -10,9 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import nats
+import nats.aio.client
 import pytest
 
-from corral.cli.credentials_cmd import connected
+from corral.cli.credentials_cmd import connected, on_connection
 from corral.libs.infra import roles
 from corral.libs.infra.nats_server import NatsServer
 from corral.libs.runtime.credentials import Credentials
@@ -54,3 +55,35 @@ async def test_a_server_that_comes_back_within_the_budget_is_connected_to(server
     await back
     assert nc.is_connected
     await nc.close()
+
+
+async def test_a_question_whose_connection_the_server_closed_is_asked_again_on_a_new_one(
+    server: NatsServer,
+) -> None:
+    # As a reload does to a connection it accepted while reloading (CI: "nats: connection closed" after
+    # `corral credentials rotate` had connected with the new password).
+    creds = Credentials(url=server.url, user=roles.ADMIN, password="right")
+    connections: list[nats.aio.client.Client] = []
+
+    async def ask(nc: nats.aio.client.Client) -> str:
+        connections.append(nc)
+        if len(connections) == 1:
+            await asyncio.to_thread(server.stop)
+            await asyncio.to_thread(server.start)
+        sub = await nc.subscribe("answer")
+        await nc.publish("answer", b"42")
+        return (await sub.next_msg(timeout=5)).data.decode()
+
+    assert await on_connection(creds, ask, budget_s=30) == "42"
+    assert len(connections) == 2 and all(nc.is_closed for nc in connections)
+
+
+async def test_a_closed_connection_past_the_budget_is_the_error(server: NatsServer) -> None:
+    creds = Credentials(url=server.url, user=roles.ADMIN, password="right")
+
+    async def ask(nc: nats.aio.client.Client) -> None:
+        await nc.close()
+        await nc.publish("answer", b"")
+
+    with pytest.raises(nats.errors.ConnectionClosedError):
+        await on_connection(creds, ask, budget_s=1.0)
