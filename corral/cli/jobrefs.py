@@ -21,6 +21,11 @@ from corral.libs.slurm.errors import FormatError
 if TYPE_CHECKING:
     from corral.schemas.api import ArrayTasks
 
+#: Jobs one control request (cancel, signal, hold, release, requeue) names at most: the API takes up to
+#: ``MAX_CANCEL`` (10,000); fewer, so that each request ends well within the command's timeout. A command that
+#: names more (``scancel -u`` of a user with tens of thousands of jobs) sends several (``batches``).
+CONTROL_BATCH = 2000
+
 _TASKS = re.compile(r"([0-9]{1,18})_(?:([0-9]{1,9})|\[([^\]]*)\])")
 
 
@@ -115,6 +120,27 @@ def job_label(job_id: int, array_job_id: int | None, array_task_id: int | None) 
     if array_task_id is None or not array_job_id:
         return str(job_id)
     return f"{array_job_id}_{array_task_id}"
+
+
+def batches(refs: Sequence[JobRef], size: int = CONTROL_BATCH) -> list[list[JobRef]]:
+    """``refs`` in runs, in order, that each name at most ``size`` jobs (an ``A_T`` reference counts one job
+    per task, and one with more than ``size`` tasks is split)."""
+    out: list[list[JobRef]] = [[]]
+    room = size
+    for ref in refs:
+        tasks = ref.tasks
+        while tasks is not None and len(tasks) > room:  # fill this run with some of its tasks, then the next
+            if room:
+                out[-1].append(JobRef(ref.job_id, tasks[:room]))
+                tasks = tasks[room:]
+            out.append([])
+            room = size
+        if not room:
+            out.append([])
+            room = size
+        out[-1].append(ref if tasks is ref.tasks else JobRef(ref.job_id, tasks))
+        room -= 1 if tasks is None else len(tasks)
+    return [run for run in out if run]
 
 
 def split_refs(refs: Sequence[JobRef]) -> tuple[list[int], list[ArrayTasks]]:

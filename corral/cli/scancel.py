@@ -9,7 +9,8 @@ select only running jobs (a pending job has nothing to signal).
 Ids are ``N`` (a job, or every task of the array whose id it is), ``A_T`` (one array task) or ``A_[1-3]``
 (some tasks); the tasks go to the gateway by index.
 
-Filters resolve to job ids through the ``jobs`` verb first, then one ``cancel`` request carries the ids.
+Filters resolve to job ids through the ``jobs`` verb first, then ``cancel`` requests carry the ids, up to
+``jobrefs.CONTROL_BATCH`` jobs each (``scancel -u`` of tens of thousands of jobs sends several).
 Ids and filters together cancel the given jobs that match. Each job that could not be cancelled gets its
 own ``Kill job error`` line and the exit status is then 1. Without ids and without ``-u``/``--me``,
 filters apply to the caller's own jobs.
@@ -25,7 +26,7 @@ import msgspec
 
 from corral.cli.errors import EXIT_FAILURE, CliError, error_line, run_command
 from corral.cli.fields import parse_states
-from corral.cli.jobrefs import JobRef, ids_of, job_label, named, parse_job_refs, split_refs
+from corral.cli.jobrefs import JobRef, batches, ids_of, job_label, named, parse_job_refs, split_refs
 from corral.cli.options import Option as Opt
 from corral.cli.options import OptionTable, flag, unsupported, version_text
 from corral.libs.slurm import hostlist
@@ -243,12 +244,14 @@ def _scancel(argv: list[str]) -> int:
         refs = select_refs(jobs, args)
     if not refs:
         return 0
-    reply: CancelReply | ControlReply
-    if args.signals:
-        reply = cluster.call("signal", signal_request(refs, args), ControlReply)
-    else:
-        reply = cluster.call("cancel", cancel_request(refs), CancelReply)
-    failures = failure_lines(reply)
+    failures = []
+    for batch in batches(refs):  # thousands of jobs (-u of a sweep's user) in several requests
+        reply: CancelReply | ControlReply
+        if args.signals:
+            reply = cluster.call("signal", signal_request(batch, args), ControlReply)
+        else:
+            reply = cluster.call("cancel", cancel_request(batch), CancelReply)
+        failures += failure_lines(reply)
     for line in failures:
         print(line, file=sys.stderr)
     return EXIT_FAILURE if failures else 0

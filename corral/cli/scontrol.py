@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from corral.cli import scontrol_nodes, scontrol_resv, scontrol_show_job
 from corral.cli.errors import EXIT_FAILURE, CliError, error_line, run_command
-from corral.cli.jobrefs import JobRef, job_label, parse_job_refs, split_job_list, split_refs
+from corral.cli.jobrefs import JobRef, batches, job_label, parse_job_refs, split_job_list, split_refs
 from corral.cli.options import OptionTable, flag, parse_job_ids, unsupported, version_text
 from corral.libs.slurm import hostlist
 from corral.libs.slurm.timefmt import parse_time_limit
@@ -180,19 +180,25 @@ def _control(command: str, words: Sequence[str]) -> int:
     from corral.cli.client import find_cluster
     from corral.schemas.api import ControlReply, HoldRequest, ReleaseRequest, RequeueRequest
 
-    ids, tasks = split_refs(control_ids(words, command))
-    request: HoldRequest | ReleaseRequest | RequeueRequest = HoldRequest(job_ids=ids, tasks=tasks)
-    verb = command
-    if command == "release":
-        request = ReleaseRequest(job_ids=ids, tasks=tasks)
-    elif command.startswith("requeue"):
-        request, verb = RequeueRequest(job_ids=ids, tasks=tasks, hold=command == "requeuehold"), "requeue"
+    requests: list[HoldRequest | ReleaseRequest | RequeueRequest] = []
+    for batch in batches(control_ids(words, command)):
+        ids, tasks = split_refs(batch)
+        if command == "release":
+            requests.append(ReleaseRequest(job_ids=ids, tasks=tasks))
+        elif command.startswith("requeue"):
+            requests.append(RequeueRequest(job_ids=ids, tasks=tasks, hold=command == "requeuehold"))
+        else:
+            requests.append(HoldRequest(job_ids=ids, tasks=tasks))
+    verb = "requeue" if command.startswith("requeue") else command
+    if verb == "requeue":
         # A job usually requeues itself, and the requeue's kill sequence (SIGCONT+SIGTERM to every process
         # of the job, scontrol included) can arrive before this process has exited: a requeue that was
         # accepted must still be reported as such (exit 0), so SIGTERM waits until scontrol is done (the
         # KillWait SIGKILL still ends it). Slurm's scontrol, in C, exits before its kill arrives.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    return _report(find_cluster().call(verb, request, ControlReply))
+    cluster = find_cluster()
+    outcomes = [o for request in requests for o in cluster.call(verb, request, ControlReply).outcomes]
+    return _report(ControlReply(outcomes=outcomes))
 
 
 def _report(reply: ControlReply) -> int:

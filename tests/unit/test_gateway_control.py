@@ -139,3 +139,30 @@ async def test_requeue_needs_a_live_run_and_a_requeueable_job() -> None:
     assert rig.log.bodies("corral.evt.job.*.job_requeue_requested") == [
         ev.JobRequeueRequested(job_id=ev.JobId(running), user="alice", hold=False)
     ]
+
+
+async def test_a_cancel_naming_a_job_of_another_user_appends_nothing() -> None:
+    rig = Rig()
+    mine = [await rig.submit(token=f"t{k}") for k in range(3)]
+    theirs = await rig.submit(user="bob", token="b")
+    with pytest.raises(Forbidden, match=f"job {theirs} belongs to bob"):
+        await rig.gateway.cancel("alice", api.CancelRequest(job_ids=[*mine[:2], theirs, mine[2]]))
+    assert rig.log.bodies("corral.evt.job.*.job_cancel_requested") == []
+
+
+async def test_many_jobs_are_cancelled_held_and_released_each_with_its_outcome_in_request_order() -> None:
+    rig = Rig()
+    ids = [await rig.submit(token=f"t{k}") for k in range(600)]  # more than the gateway's AT_ONCE
+    theirs = await rig.submit(user="bob", token="b")
+    named = [*ids[:300], theirs, 10_000, *ids[300:]]
+    held = await rig.gateway.hold("alice", api.HoldRequest(job_ids=named))
+    assert [(o.job_id, o.error) for o in held.outcomes] == [
+        (job_id, control.DENIED if job_id == theirs else control.INVALID_JOB if job_id == 10_000 else None)
+        for job_id in named
+    ]
+    assert sorted(b.job_id for b in rig.log.bodies("corral.evt.job.*.job_hold_requested")) == ids
+    reply = await rig.gateway.cancel("alice", api.CancelRequest(job_ids=[*ids, 10_000]))
+    assert [(o.job_id, o.error) for o in reply.outcomes] == [(i, None) for i in ids] + [
+        (10_000, control.INVALID_JOB)
+    ]
+    assert sorted(b.job_id for b in rig.log.bodies("corral.evt.job.*.job_cancel_requested")) == ids

@@ -1,0 +1,133 @@
+"""Benchmark: ``scancel -u USER`` of thousands of pending jobs, the command as a user runs it.
+
+Usage: ``python bench/mass_cancel.py [--jobs 8000 20000] [--rounds 2] [--before DIR]``. Starts a local cluster
+(2 nodes; with ``--before``, a second one whose services and commands run the checkout in DIR, measured in
+turn) and, for each count, submits that many held jobs from a concurrent API client, waits until squeue shows
+them all, then times ``scancel -u USER`` (the command's wall time and exit status) and the wait until squeue
+shows none. Results are recorded in ``bench/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from api_load import Load, run_load  # bench/ is this script's directory: on sys.path
+from bench_clusters import BenchCluster, clusters
+
+from corral.cli import cmdclient
+
+HERE = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
+
+
+def command_env(bench: BenchCluster) -> dict[str, str]:
+    """The environment of a command of this cluster's user, running the cluster's checkout (its own runtime
+    directory: a command server started by one cluster's commands serves only them)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CORRAL_"))}
+    runtime = bench.cluster.state_dir / "runtime"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    env.update(
+        CORRAL_STATE_DIR=str(bench.cluster.state_dir),
+        PYTHONPATH=str(bench.tree),
+        XDG_RUNTIME_DIR=str(runtime),
+    )
+    return env
+
+
+def live(bench: BenchCluster) -> int:
+    """How many of the user's jobs squeue shows."""
+    out = subprocess.run(
+        [str(BIN / "squeue"), "-h", "-u", bench.cluster.user, "-o", "%i"],
+        env=command_env(bench),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return len(out.stdout.split())
+
+
+def wait_live(bench: BenchCluster, done: bool, count: int, timeout: float = 600.0) -> float:
+    """Seconds until squeue shows ``count`` jobs or more (``done``: none)."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        shown = live(bench)
+        if (shown == 0) if done else (shown >= count):
+            return time.monotonic() - started
+        time.sleep(0.5)
+    raise TimeoutError(f"squeue still shows {shown} jobs after {timeout:.0f} s")
+
+
+def measure(bench: BenchCluster, jobs: int) -> str:
+    """One row: submit ``jobs`` held jobs, cancel them with ``scancel -u``."""
+    result = run_load(bench.cluster.user_credentials, Load(jobs=jobs, in_flight=8, batch=100, held=True))
+    assert not result.errors, result.errors[:3]
+    wait_live(bench, False, jobs)
+    cpu = bench.cpu()
+    started = time.monotonic()
+    out = subprocess.run(
+        [str(BIN / "scancel"), "-u", bench.cluster.user],
+        env=command_env(bench),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    took = time.monotonic() - started
+    error = out.stderr.strip().splitlines()[-1][:90] if out.returncode else ""
+    gateway = bench.cpu().get("gateway", 0.0) - cpu.get("gateway", 0.0)
+    if out.returncode:
+        # Nothing was cancelled: cancel them by id in smaller requests, for the next row to start empty.
+        ids = subprocess.run(
+            [str(BIN / "squeue"), "-h", "-u", bench.cluster.user, "-o", "%i"],
+            env=command_env(bench),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        for start in range(0, len(ids), 2000):
+            subprocess.run(
+                [str(BIN / "scancel"), *ids[start : start + 2000]], env=command_env(bench), check=True
+            )
+    empty = wait_live(bench, True, 0)
+    return (
+        f"| {bench.name} | {jobs:,} | {out.returncode} | {took:.2f} | {gateway:.2f} | {took + empty:.1f} |"
+        f" {error} |"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, nargs="+", default=[8000, 20000])
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="measure each count this many times, alternating"
+    )
+    parser.add_argument(
+        "--before", type=Path, help="a checkout whose services and commands run on a second cluster"
+    )
+    args = parser.parse_args()
+    trees = {"after": HERE.parent}
+    if args.before is not None:
+        trees = {"before": args.before.resolve(), **trees}
+    lines = [
+        "| code | jobs | scancel exit | scancel wall s | gateway CPU s | until squeue shows none (s) "
+        "| error |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    with clusters(trees) as benches:
+        for r in range(args.rounds):
+            for jobs in args.jobs:
+                for bench in benches if r % 2 == 0 else list(reversed(benches)):
+                    lines.append(measure(bench, jobs))
+                    print(lines[-1], flush=True)
+        for bench in benches:
+            cmdclient.stop_servers(cmdclient.runtime_dir(command_env(bench)))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
