@@ -194,17 +194,23 @@ class Cluster(msgspec.Struct):
                 return msgspec.structs.replace(reply, jobs=rows, more=False)
             request = msgspec.structs.replace(request, after_job_id=reply.jobs[-1].job_id)
 
-    def acct(self, request: AcctRequest) -> list[AcctJob]:
+    def acct(self, request: AcctRequest, every: bool = False) -> list[AcctJob]:
         """Up to ``request.limit`` accounting records matching a sacct request, by id: the ``acct`` verb's
-        pages, as ``jobs`` reads squeue's."""
+        pages, as ``jobs`` reads squeue's. ``every``: every matching record, however many (sacct, as
+        Slurm's, has no limit: it showed the first 10,000 of 20,000 jobs, silently); ``limit`` then only
+        bounds each request."""
         out: list[AcctJob] = []
-        while True:
-            reply = self.call("acct", request, AcctReply)
-            out.extend(reply.jobs)
-            left = request.limit - len(reply.jobs)
-            if not reply.more or not reply.jobs or left <= 0:
-                return out
-            request = msgspec.structs.replace(request, after_job_id=reply.jobs[-1].job_id, limit=left)
+        while reply_jobs := (reply := self.call("acct", request, AcctReply)).jobs:
+            out.extend(reply_jobs)
+            if every:  # the next request as large: after a page the server cut, or one as long as allowed
+                left, more = request.limit, reply.more or len(reply_jobs) >= request.limit
+            else:
+                left = request.limit - len(reply_jobs)
+                more = reply.more and left > 0
+            if not more:
+                break
+            request = msgspec.structs.replace(request, after_job_id=reply_jobs[-1].job_id, limit=left)
+        return out
 
 
 class ClusterDown(nats_request.NatsRequestError):

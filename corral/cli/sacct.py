@@ -293,7 +293,7 @@ def _sacct(argv: list[str]) -> int:
 
     now = time.time()
     cluster = find_cluster()
-    found = cluster.acct(acct_request(args, cluster.user, now))
+    found = cluster.acct(acct_request(args, cluster.user, now), every=True)
     if args.json:
         from corral.cli.sacct_json import acct_json
 

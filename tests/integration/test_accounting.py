@@ -386,6 +386,9 @@ async def test_sacct_reads_a_long_history_page_by_page(rig: Rig, monkeypatch: py
     assert await asyncio.to_thread(client.acct, AcctRequest()) == EXPECTED
     assert await asyncio.to_thread(client.acct, AcctRequest(limit=3)) == EXPECTED[:3]
     assert await asyncio.to_thread(client.acct, AcctRequest(limit=2)) == EXPECTED[:2]
+    # sacct reads every record, whatever the limit of one request (it showed the first 10,000 of 20,000).
+    for limit in (1, 2, 3, 10_000):
+        assert await asyncio.to_thread(client.acct, AcctRequest(limit=limit), True) == EXPECTED
     # The byte bound cuts a page as well, after one job at least.
     monkeypatch.setattr(query, "PAGE_JOBS", 5_000)
     monkeypatch.setattr(query, "MAX_REPLY_BYTES", 10)
