@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import msgspec
@@ -86,11 +86,13 @@ class BulkReader:
         stream: str = subjects.EVENTS_STREAM,
         batch: int = BATCH,
         filter_subject: str | None = None,
+        filter_subjects: Sequence[str] = (),
     ) -> None:
         self.nc = nc  # the connection whose server and user this reader uses (and which creates consumers)
         self.stream = stream  # the stream read
         self.batch = batch  # entries per pull request
         self.filter_subject = filter_subject  # only the entries on this subject (None: all)
+        self.filter_subjects = list(filter_subjects)  # or on any of these (none overlapping)
 
     async def read(self, from_seq: int, to_seq: int) -> AsyncIterator[list[RawEntry]]:
         """The entries from ``from_seq`` to ``to_seq`` (both included; missing sequences are skipped), in
@@ -105,15 +107,18 @@ class BulkReader:
             opt_start_seq=from_seq,
             ack_policy=api.AckPolicy.NONE,
             filter_subject=self.filter_subject,
+            filter_subjects=self.filter_subjects or None,
             inactive_threshold=60.0,
             mem_storage=True,
             num_replicas=1,
         )
         try:
-            await js.add_consumer(self.stream, config)
+            info = await js.add_consumer(self.stream, config)
         except Exception as exc:
             raise BulkReadError(f"cannot create a pull consumer: {exc!r}") from None
         try:
+            if not info.num_pending:
+                return  # nothing from ``from_seq`` on (on the filtered subjects): no request would end it
             link = await _Link.open(self.nc)
             try:
                 async for batch in link.pull(f"{self.stream}.{name}", self.batch, to_seq):

@@ -10,13 +10,13 @@ entries are decoded on reading with ``ports.decode_entry``, as ``Bus`` does. The
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from corral.libs.runtime.errors import AppendConflict
 from corral.libs.runtime.ports import Appended, LogEntry, decode_entry
 from corral.schemas import subjects
-from corral.schemas.codec import encode, envelope
+from corral.schemas.codec import decode_envelope, decode_slim_envelope, encode, envelope
 from corral.schemas.events import Event
 
 
@@ -125,11 +125,20 @@ class MemLog:
                 return
             await grown.wait()
 
-    async def entries(self, subject_filters: Sequence[str]) -> AsyncIterator[LogEntry]:
-        """Entries on any of ``subject_filters`` in log order, up to the newest when it started."""
+    async def entries(
+        self,
+        subject_filters: Sequence[str],
+        wanted: Callable[[str], bool] | None = None,
+        slim: bool = False,
+    ) -> AsyncIterator[LogEntry]:
+        """Entries on any of ``subject_filters`` in log order, up to the newest when it started (``wanted``:
+        only those whose subject it accepts; ``slim``: submissions without script and environment)."""
+        decode = decode_slim_envelope if slim else decode_envelope
         for stored in self._entries[: len(self._entries)]:
-            if any(subject_matches(f, stored.subject) for f in subject_filters):
-                yield decode_entry(stored.seq, stored.subject, stored.data)
+            if any(subject_matches(f, stored.subject) for f in subject_filters) and (
+                wanted is None or wanted(stored.subject)
+            ):
+                yield decode_entry(stored.seq, stored.subject, stored.data, decode=decode)
 
     def bodies(self, subject: str = subjects.EVENTS_SUBJECTS) -> list[Event | None]:
         """The bodies on ``subject`` in log order (None for an unreadable entry): for a test's assertions."""

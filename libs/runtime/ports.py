@@ -101,9 +101,16 @@ class EventLog(Protocol):
         it; ends once the entries that were there when it started are read, unless ``follow``."""
         ...
 
-    def entries(self, subject_filters: Sequence[str]) -> AsyncIterator[LogEntry]:
+    def entries(
+        self,
+        subject_filters: Sequence[str],
+        wanted: Callable[[str], bool] | None = None,
+        slim: bool = False,
+    ) -> AsyncIterator[LogEntry]:
         """Entries on any of ``subject_filters`` (wildcards allowed, no two overlapping) in log order, up to
-        those that were there when it started: one job's, one node's history (``corral audit``)."""
+        those that were there when it started: one job's, one node's history (``corral audit``). Those whose
+        subject ``wanted`` refuses are skipped without being decoded; ``slim`` decodes submissions without
+        their script and environment (``codec.decode_slim_envelope``)."""
         ...
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import msgspec
 
@@ -54,6 +55,20 @@ MAX_CAUSE_SUBJECTS = 64
 Keep = Callable[[LogEntry], bool]
 
 
+def _everything(entry: LogEntry) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What one history reads: the subjects, which of their entries are decoded at all (``wanted``, by
+    subject; None: every one), and which of those belong to it (``keep``)."""
+
+    filters: list[str]
+    keep: Keep = _everything
+    wanted: Callable[[str], bool] | None = None
+
+
 class History:
     """Reads histories from the log for the callers allowed to see them."""
 
@@ -74,16 +89,16 @@ class History:
         if req.job_id is not None:
             found = await self._job(req.job_id, req.array_task)
             job_id = found.job_id
-            filters, keep = self._of_job(user, found)
+            reading = self._of_job(user, found)
         elif req.array_task is not None:
             raise InvalidInput("an array task index needs the array's job id", field="array_task")
         elif req.node is not None:
-            filters, keep = self._of_node(user, req.node)
+            reading = self._of_node(user, req.node)
         else:
             assert req.user is not None
-            filters, keep = self._of_user(user, req.user)
-        reply = await self._read(filters, keep, req.limit)
-        causes = await self._causes(reply.entries, set(filters))
+            reading = await self._of_user(user, req.user)
+        reply = await self._read(reading, req.limit)
+        causes = await self._causes(reply.entries, set(reading.filters))
         return msgspec.structs.replace(reply, causes=causes, job_id=job_id)
 
     async def _job(self, job_id: int, array_task: int | None) -> Found:
@@ -99,7 +114,7 @@ class History:
             raise NotFound(f"Invalid job id specified: no job {named}")
         return found
 
-    def _of_job(self, user: str, found: Found) -> tuple[list[str], Keep]:
+    def _of_job(self, user: str, found: Found) -> Reading:
         job_id = found.job_id
         if found.user != user and user not in self.readers:
             raise Forbidden(
@@ -108,14 +123,14 @@ class History:
         filters = [subjects.job_events(job_id), subjects.step_events(job_id)]
         array_id = found.submitted.job_id
         if array_id == job_id:
-            return filters, _everything
+            return Reading(filters)
         filters += [
             subjects.job_subject(array_id, "job_submitted"),
             subjects.job_subject(array_id, "job_cancel_requested"),
         ]
-        return filters, lambda entry: _of_task(entry, job_id, found)
+        return Reading(filters, lambda entry: _of_task(entry, job_id, found))
 
-    def _of_node(self, user: str, node: str) -> tuple[list[str], Keep]:
+    def _of_node(self, user: str, node: str) -> Reading:
         if not subjects.valid_token(node):
             raise InvalidInput(f"node name {node!r} is not a valid name", field="node")
         if user not in self.readers:
@@ -136,31 +151,34 @@ class History:
                 return any(a.node == node for a in body.allocations)
             return True
 
-        return filters, names_node
+        return Reading(filters, names_node)
 
-    def _of_user(self, user: str, owner: str) -> tuple[list[str], Keep]:
+    async def _of_user(self, user: str, owner: str) -> Reading:
+        """Two reads: the submissions (without scripts) for the owner's job ids, then the entries on those
+        jobs' subjects, the others skipped by their subject alone, undecoded."""
         if not subjects.valid_token(owner):
             raise InvalidInput(f"user name {owner!r} is not a valid name", field="user")
         if owner != user and user not in self.readers:
             raise Forbidden(f"Access/permission denied: the jobs of {owner} are not {user}'s: {RULE}")
-        jobs: set[int] = set()
-
-        def owned(entry: LogEntry) -> bool:
+        jobs: set[str] = set()  # their ids as their subjects spell them
+        async for entry in self.events.entries([subjects.job_subject("*", "job_submitted")], slim=True):
             body = entry.envelope.body if entry.envelope is not None else None
             if isinstance(body, ev.JobSubmitted) and body.user == owner:
                 count = 1 if body.spec.array is None else len(array_indices(body.spec.array))
-                jobs.update(range(body.job_id, body.job_id + count))
-            return body is not None and getattr(body, "job_id", None) in jobs
+                jobs.update(str(job_id) for job_id in range(body.job_id, body.job_id + count))
 
-        return ["corral.evt.job.>", "corral.evt.step.>"], owned
+        def owned(subject: str) -> bool:  # corral.evt.job.<id>.… and corral.evt.step.<id>.…
+            return subject.split(".", 4)[3] in jobs
 
-    async def _read(self, filters: list[str], keep: Keep, limit: int) -> api.HistoryReply:
+        return Reading(["corral.evt.job.>", "corral.evt.step.>"], wanted=owned)
+
+    async def _read(self, reading: Reading, limit: int) -> api.HistoryReply:
         """The newest ``limit`` kept entries within the reply's size, oldest first."""
         newest: collections.deque[api.HistoryEntry] = collections.deque(maxlen=limit)
         kept = 0
-        async for entry in self.events.entries(filters):
+        async for entry in self.events.entries(reading.filters, reading.wanted):
             # An entry that fails to decode has nothing to show (the fold skips it too).
-            if entry.envelope is not None and keep(entry):
+            if entry.envelope is not None and reading.keep(entry):
                 kept += 1
                 newest.append(api.HistoryEntry(seq=entry.seq, envelope=entry.envelope))
         chosen: list[api.HistoryEntry] = []
@@ -218,10 +236,6 @@ def _without_script(envelope: ev.Envelope) -> ev.Envelope:
         return envelope
     spec = msgspec.structs.replace(body.spec, script="", environment={})
     return msgspec.structs.replace(envelope, body=msgspec.structs.replace(body, spec=spec))
-
-
-def _everything(entry: LogEntry) -> bool:
-    return True
 
 
 def _of_task(entry: LogEntry, job_id: int, found: Found) -> bool:

@@ -227,6 +227,27 @@ async def test_entries_of_several_subjects_come_in_log_order_up_to_the_start(log
     assert [e.seq async for e in reader] == [last.seq - 1, last.seq]
 
 
+async def test_entries_skip_the_subjects_not_wanted_undecoded_and_slim_leaves_scripts_out(log: Log) -> None:
+    job, other = next(_ids), next(_ids)
+    first = await log.log.append(submitted(job))
+    await log.put(subjects.job_subject(other, "job_cancel_requested"), b"{not json")
+    await log.log.append(submitted(other))
+    last = await log.log.append(cancel(job))
+    filters = [subjects.job_events(job), subjects.job_events(other)]
+    mine = f".{job}."
+    got = [e async for e in log.log.entries(filters, wanted=lambda subject: mine in subject)]
+    assert [e.seq for e in got] == [first.seq, last.seq]
+    slim = [e async for e in log.log.entries([subjects.job_events(job)], slim=True)]
+    full = [e async for e in log.log.entries([subjects.job_events(job)])]
+    assert [e.seq for e in slim] == [e.seq for e in full] == [first.seq, last.seq]
+    assert slim[0].envelope is not None and full[0].envelope is not None
+    lean, whole = slim[0].envelope.body, full[0].envelope.body
+    assert isinstance(whole, ev.JobSubmitted) and whole.spec.script != ""
+    assert (lean.job_id, lean.user, lean.spec.script) == (job, "alice", "")  # type: ignore[union-attr]
+    assert slim[1].envelope is not None and full[1].envelope is not None
+    assert slim[1].envelope.body == full[1].envelope.body
+
+
 async def test_job_ids_come_in_blocks(log: Log) -> None:
     before = await log.ids.next_job_id()
     block = await log.ids.next_job_id(10)

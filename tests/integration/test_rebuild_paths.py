@@ -28,8 +28,8 @@ from corral.libs.runtime.bus import Bus, LogEntry
 from corral.libs.runtime.credentials import Credentials
 from corral.libs.runtime.log_reader import BulkReader
 from corral.libs.runtime.streams import connect, declare
+from corral.schemas import codec, subjects
 from corral.schemas import events as ev
-from corral.schemas import subjects
 from corral.services.scheduler import snapshot
 from corral.services.scheduler.app import Scheduler
 from corral.services.scheduler.replay import replay
@@ -346,3 +346,35 @@ async def test_a_submission_whose_environment_does_not_decode_is_folded_alike_an
     rebuilt = Scheduler(bus, CONFIG)
     await rebuilt.rebuild(use_snapshot=False)
     assert encode_state(rebuilt.state) == encode_state(live.state)
+
+
+async def test_a_filtered_read_in_bulk_gives_what_nats_py_gives_and_goes_on_through_it_when_it_must(
+    buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Bus.entries`` (a history's read) reads in bulk; where the bulk reader stops (a connection over TLS,
+    a lost connection), the rest comes through nats-py, each entry once."""
+    bus, admin = buses
+    await append_history(admin)
+    last = await admin.last_seq()
+    filters = [subjects.job_events(1), subjects.job_events(2), subjects.node_events("rb1")]
+
+    def view(entries: list[LogEntry]) -> list[tuple[int, str, str | None, bytes]]:
+        return [(e.seq, e.subject, e.error, msgspec.json.encode(e.envelope)) for e in entries]
+
+    fetched = [e async for e in bus._entries_fetched(filters, 1, last, None, codec.decode_envelope)]
+    assert len(fetched) > 10 and any(e.envelope is None for e in fetched)  # a bad entry among them
+    assert view([e async for e in bus.entries(filters)]) == view(fetched)
+    wanted = [e async for e in bus.entries(filters, wanted=lambda subject: ".rb1" in subject)]
+    assert view(wanted) == view([e for e in fetched if ".rb1" in e.subject])
+    # The bulk reader stops after a few entries: the rest through nats-py, from the next one.
+    real = BulkReader.read
+
+    async def stopping(
+        self: BulkReader, from_seq: int, to_seq: int
+    ) -> AsyncIterator[list[log_reader.RawEntry]]:
+        async for batch in real(self, from_seq, to_seq):
+            yield batch[:3]
+            raise log_reader.BulkReadError("connection lost")
+
+    monkeypatch.setattr(BulkReader, "read", stopping)
+    assert view([e async for e in bus.entries(filters)]) == view(fetched)
