@@ -67,6 +67,7 @@ class Reading:
     filters: list[str]
     keep: Keep = _everything
     wanted: Callable[[str], bool] | None = None
+    by_subject: bool = False  # ``wanted`` alone says which entries belong: count them, decode the newest
 
 
 class History:
@@ -170,13 +171,16 @@ class History:
         def owned(subject: str) -> bool:  # corral.evt.job.<id>.… and corral.evt.step.<id>.…
             return subject.split(".", 4)[3] in jobs
 
-        return Reading(["corral.evt.job.>", "corral.evt.step.>"], wanted=owned)
+        return Reading(["corral.evt.job.>", "corral.evt.step.>"], wanted=owned, by_subject=True)
 
     async def _read(self, reading: Reading, limit: int) -> api.HistoryReply:
         """The newest ``limit`` kept entries within the reply's size, oldest first."""
         newest: collections.deque[api.HistoryEntry] = collections.deque(maxlen=limit)
         kept = 0
-        async for entry in self.events.entries(reading.filters, reading.wanted):
+        wanted = reading.wanted
+        if reading.by_subject and wanted is not None:
+            wanted, kept = await self._newest(reading.filters, wanted, limit)
+        async for entry in self.events.entries(reading.filters, wanted):
             # An entry that fails to decode has nothing to show (the fold skips it too).
             if entry.envelope is not None and reading.keep(entry):
                 kept += 1
@@ -190,6 +194,34 @@ class History:
             chosen.append(item)
         chosen.reverse()
         return api.HistoryReply(entries=chosen, truncated=len(chosen) < kept)
+
+    async def _newest(
+        self, filters: list[str], wanted: Callable[[str], bool], limit: int
+    ) -> tuple[Callable[[str], bool], int]:
+        """Where ``wanted`` alone says which entries belong (a user's history: thousands of them, most of
+        every job's, each a full decode): a first read counts them undecoded; the second then decodes only
+        the newest ``limit`` (what was appended in between comes after those, the deque keeps the newest).
+        The predicate of the second read, and how many older ones it leaves out."""
+        total = 0
+
+        def counted(subject: str) -> bool:
+            nonlocal total
+            total += wanted(subject)
+            return False
+
+        async for _ in self.events.entries(filters, counted):
+            pass
+        older = max(0, total - limit)
+        ahead = older
+
+        def newest(subject: str) -> bool:
+            nonlocal ahead
+            if not wanted(subject):
+                return False
+            ahead -= 1
+            return ahead < 0
+
+        return newest, older
 
     async def _causes(self, entries: list[api.HistoryEntry], read: set[str]) -> list[api.HistoryEntry]:
         """The entries outside ``entries`` that they name as causes, ``CAUSE_DEPTH`` steps back."""

@@ -105,6 +105,42 @@ async def test_the_newest_entries_within_the_limit_are_kept_and_the_reply_says_s
     assert not whole.truncated and len(whole.entries) == 4
 
 
+async def test_a_users_history_decodes_only_the_newest_entries_within_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = Rig()
+    mine = [await rig.submit("alice", f"a{k}") for k in range(3)]
+    theirs = await rig.submit("bob", "b")
+    for job_id in (*mine, theirs, mine[0]):
+        await rig.log.append(allocated(job_id, "gpu01"))
+    decoded: list[str] = []
+    real = rig.log.entries
+
+    def counting(filters, wanted=None, slim=False):  # type: ignore[no-untyped-def]
+        def seen(subject: str) -> bool:
+            ok = wanted is None or wanted(subject)
+            if ok:
+                decoded.append(subject)
+            return ok
+
+        return real(filters, seen, slim)
+
+    monkeypatch.setattr(rig.log, "entries", counting)
+    reply = await rig.gateway.history.history("alice", api.HistoryRequest(user="alice", limit=2))
+    assert [(type(e.envelope.body).__name__, e.envelope.body.job_id) for e in reply.entries] == [
+        ("JobAllocated", mine[2]),
+        ("JobAllocated", mine[0]),
+    ]
+    assert reply.truncated
+    # The submissions (to learn whose jobs they are), then only the two newest of alice's seven entries.
+    assert [s for s in decoded if not s.endswith("job_submitted")] == [
+        f"corral.evt.job.{mine[2]}.job_allocated",
+        f"corral.evt.job.{mine[0]}.job_allocated",
+    ]
+    whole = await rig.gateway.history.history("alice", api.HistoryRequest(user="alice", limit=7))
+    assert len(whole.entries) == 7 and not whole.truncated
+
+
 @pytest.mark.parametrize(
     ("caller", "named", "refusal"),
     [
