@@ -114,8 +114,9 @@ class JobLookup:
         ]
         for named in tasks:
             array = await self.submission(named.array_job_id)
+            positions = {} if array is None else task_positions(array[0])  # once per array, not per task
             for index in named.task_ids:
-                found = None if array is None else task_of(array[0], array[1], index)
+                found = None if array is None else task_of(array[0], array[1], index, positions)
                 targets.append(Target(named.array_job_id, index, found))
         return targets
 
@@ -143,12 +144,21 @@ class JobLookup:
         return None
 
 
-def task_of(submitted: ev.JobSubmitted, envelope: ev.Envelope, index: int) -> Found | None:
-    """The task with ``index`` of the array ``submitted``; None if the array has no such index."""
+def task_positions(submitted: ev.JobSubmitted) -> dict[int, int]:
+    """Each task index of the array ``submitted`` to its position (the task's id is the array's + it)."""
+    if submitted.spec.array is None:
+        return {}
+    return {value: k for k, value in enumerate(array_indices(submitted.spec.array))}
+
+
+def task_of(
+    submitted: ev.JobSubmitted, envelope: ev.Envelope, index: int, positions: dict[int, int] | None = None
+) -> Found | None:
+    """The task with ``index`` of the array ``submitted`` (``positions``: its ``task_positions``, if known);
+    None if the array has no such index."""
     if submitted.spec.array is None:
         return None
-    indices = array_indices(submitted.spec.array)
-    position = {value: k for k, value in enumerate(indices)}.get(index)
+    position = (task_positions(submitted) if positions is None else positions).get(index)
     if position is None:
         return None
     return Found(submitted, envelope, submitted.job_id + position, task_index=index)
