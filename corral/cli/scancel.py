@@ -19,6 +19,7 @@ filters apply to the caller's own jobs.
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -190,6 +191,27 @@ def select_refs(jobs: Sequence[JobInfo], args: ScancelArgs) -> list[JobRef]:
     ]
 
 
+def whole_arrays(refs: list[JobRef], jobs: Sequence[JobInfo], args: ScancelArgs) -> list[JobRef]:
+    """The references with every task of an array that ``jobs`` holds replaced by one to the array itself:
+    one whole-array cancel (one entry in the log, as ``scancel A``) instead of one per task (a sweep's
+    ``scancel -u`` of 50 arrays of 1,001 tasks was 50,050 lookups and appends, 13.5 s). Only for a cancel
+    whose ``jobs`` hold every live job of the users: no ids, states or partitions were asked of them."""
+    if args.jobs or args.states or args.partitions or args.signals:
+        return refs
+    live = Counter(job.array_job_id for job in jobs if job.array_task_id is not None)
+    chosen = Counter(ref.job_id for ref in refs if ref.tasks is not None)
+    whole = {array for array, count in chosen.items() if count == live[array]}
+    out: list[JobRef] = []
+    sent: set[int] = set()
+    for ref in refs:
+        if ref.tasks is None or ref.job_id not in whole:
+            out.append(ref)
+        elif ref.job_id not in sent:  # the array once, where its first task was
+            out.append(JobRef(ref.job_id))
+            sent.add(ref.job_id)
+    return out
+
+
 def _job_nodes(job: JobInfo) -> list[str]:
     return hostlist.expand(job.node_list) if job.node_list else []
 
@@ -241,7 +263,7 @@ def _scancel(argv: list[str]) -> int:
     refs = args.jobs
     if args.filtered:
         jobs = cluster.jobs(jobs_request(args, cluster.user))
-        refs = select_refs(jobs, args)
+        refs = whole_arrays(select_refs(jobs, args), jobs, args)
     if not refs:
         return 0
     failures = []

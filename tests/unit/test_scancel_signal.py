@@ -84,3 +84,34 @@ def test_scancel_client_side_filters(argv: list[str], selected: list[int]) -> No
 def test_scancel_bad_nodelist() -> None:
     with pytest.raises(scancel.CliError, match="invalid --nodelist"):
         scancel.parse_args(["-w", "gpu[02-01]"])
+
+
+def task(job_id: int, array: int, index: int, **fields: object) -> JobInfo:
+    return info(job_id, array_job_id=array, array_task_id=index, state="PENDING", **fields)
+
+
+def test_scancel_u_cancels_an_array_whose_every_task_it_selected_as_the_array() -> None:
+    # Arrays 10 (tasks 10-12) and 20 (tasks 20-21, of two names), and job 30.
+    jobs = [
+        task(10, 10, 0),
+        task(11, 10, 1),
+        task(12, 10, 2),
+        task(20, 20, 0, name="a"),
+        task(21, 20, 1, name="b"),
+        info(30),
+    ]
+    args = scancel.parse_args(["-u", "alice"])
+    refs = scancel.select_refs(jobs, args)
+    assert scancel.whole_arrays(refs, jobs, args) == [JobRef(10), JobRef(20), JobRef(30)]
+    # Some tasks of array 20 only: those tasks.
+    by_name = scancel.parse_args(["-u", "alice", "-n", "a"])
+    assert scancel.whole_arrays(scancel.select_refs(jobs, by_name), jobs, by_name) == [JobRef(20, (0,))]
+    # The reply then does not hold every live task: each task named, as before.
+    for argv in (["-u", "alice", "-t", "PENDING"], ["-u", "alice", "-p", "gpu"], ["-u", "alice", "11"]):
+        args = scancel.parse_args(argv)
+        refs = scancel.select_refs(jobs, args)
+        assert scancel.whole_arrays(refs, jobs, args) == refs
+    signalled = scancel.parse_args(["-u", "alice", "-s", "USR1"])
+    assert scancel.whole_arrays(scancel.select_refs(jobs, signalled), jobs, signalled) == scancel.select_refs(
+        jobs, signalled
+    )
