@@ -48,23 +48,23 @@ def command_env(bench: BenchCluster) -> dict[str, str]:
     return env
 
 
-def live(bench: BenchCluster) -> int:
-    """How many of the user's jobs squeue shows."""
+def live(bench: BenchCluster) -> list[str]:
+    """The user's jobs squeue shows (``A_T`` for each array task)."""
     out = subprocess.run(
-        [str(BIN / "squeue"), "-h", "-u", bench.cluster.user, "-o", "%i"],
+        [str(BIN / "squeue"), "-h", "-r", "-u", bench.cluster.user, "-o", "%i"],
         env=command_env(bench),
         capture_output=True,
         text=True,
         check=True,
     )
-    return len(out.stdout.split())
+    return out.stdout.split()
 
 
 def wait_live(bench: BenchCluster, done: bool, count: int, timeout: float = 600.0) -> float:
     """Seconds until squeue shows ``count`` jobs or more (``done``: none)."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
-        shown = live(bench)
+        shown = len(live(bench))
         if (shown == 0) if done else (shown >= count):
             return time.monotonic() - started
         time.sleep(0.5)
@@ -110,13 +110,7 @@ def measure(bench: BenchCluster, jobs: int, arrays: bool = False) -> str:
     gateway = bench.cpu().get("gateway", 0.0) - cpu.get("gateway", 0.0)
     if out.returncode:
         # Nothing was cancelled: cancel them by id in smaller requests, for the next row to start empty.
-        ids = subprocess.run(
-            [str(BIN / "squeue"), "-h", "-u", bench.cluster.user, "-o", "%i"],
-            env=command_env(bench),
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
+        ids = live(bench)
         for start in range(0, len(ids), 2000):
             subprocess.run(
                 [str(BIN / "scancel"), *ids[start : start + 2000]], env=command_env(bench), check=True
@@ -150,7 +144,7 @@ def main() -> int:
     ]
     with clusters(trees) as benches:
         for r in range(args.rounds):
-            for jobs in args.jobs:
+            for jobs in (n for n in args.jobs if n):
                 for bench in benches if r % 2 == 0 else list(reversed(benches)):
                     lines.append(measure(bench, jobs))
                     print(lines[-1], flush=True)
