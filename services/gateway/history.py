@@ -155,8 +155,8 @@ class History:
         return Reading(filters, names_node)
 
     async def _of_user(self, user: str, owner: str) -> Reading:
-        """Two reads: the submissions (without scripts) for the owner's job ids, then the entries on those
-        jobs' subjects, the others skipped by their subject alone, undecoded."""
+        """The submissions read first (without scripts) for the owner's job ids; the reading then takes the
+        entries on those jobs' subjects, the others' skipped by their subject alone, undecoded (``_read``)."""
         if not subjects.valid_token(owner):
             raise InvalidInput(f"user name {owner!r} is not a valid name", field="user")
         if owner != user and user not in self.readers:
