@@ -45,11 +45,13 @@ class Supervised:
             )
 
     def check_alive(self) -> None:
-        """Raise if a service process died."""
+        """Raise if a service process died, with the end of its log (a test's state directory, and the log
+        with it, is gone by the time anyone reads the failure)."""
         for p in self.processes:
             if p.proc is not None and p.proc.poll() is not None:
+                log = self.state_dir / "logs" / f"{p.name}.log"
                 raise RuntimeError(
-                    f"{p.name} exited with status {p.proc.returncode}; see {self.state_dir}/logs/{p.name}.log"
+                    f"{p.name} exited with status {p.proc.returncode}; see {log}; it ends with:\n{_tail(log)}"
                 )
 
     def process(self, name: str) -> Process:
@@ -101,3 +103,14 @@ class Supervised:
                     p.proc.wait()
             if group and group[0].name.startswith("agent-"):
                 after_agents()
+
+
+def _tail(path: Path, lines: int = 8, limit: int = 4096) -> str:
+    """The last ``lines`` lines of a log (of its last ``limit`` bytes), or why there are none."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - limit))
+            text = log.read().decode("utf-8", "replace")
+    except OSError as exc:
+        return f"(no log: {exc})"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"

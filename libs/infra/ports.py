@@ -6,6 +6,10 @@ to NATS and PostgreSQL, each test's) takes a local port from the ephemeral range
 (``/proc/sys/net/ipv4/ip_local_port_range``), and a port that ``bind(0)`` hands out comes from that same
 range. So a port is picked below it, where only an explicit ``bind`` can take it: CI saw a service exit at
 start, unable to bind the metrics port chosen for it a moment before.
+
+A process never gets the same port twice: a local cluster picks every service's metrics port before any of
+them binds it, and two random picks among ~22,000 ports collide often enough over a CI run (a cluster's
+accounting service exited with status 2 at start, its port given to another service a moment before).
 """
 
 from __future__ import annotations
@@ -32,18 +36,29 @@ def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
     return first, last
 
 
+#: The ports this process was given (``free_port`` never gives one twice).
+_given: set[int] = set()
+#: Picks from the system's entropy: a test or library that seeds ``random`` for itself (hypothesis, a training
+#: script's seed_everything) must not make two processes, or two clusters, pick the same ports.
+_random = random.SystemRandom()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port on `host` that nothing is bound to right now, outside the ephemeral range when
-    there is room below it (else one the kernel picks)."""
+    """Return a TCP port on `host` that nothing is bound to right now and that this process was not given
+    before, outside the ephemeral range when there is room below it (else one the kernel picks)."""
     first, _ = ephemeral_range()
     if first - LOWEST >= TRIES:
-        for port in random.sample(range(LOWEST, first), TRIES):
-            if _bindable(port, host):
+        for port in _random.sample(range(LOWEST, first), TRIES):
+            if port not in _given and _bindable(port, host):
+                _given.add(port)
                 return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        chosen: int = sock.getsockname()[1]
-        return chosen
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            chosen: int = sock.getsockname()[1]
+        if chosen not in _given:
+            _given.add(chosen)
+            return chosen
 
 
 def _bindable(port: int, host: str) -> bool:

@@ -41,3 +41,29 @@ def test_a_start_that_fails_stops_its_servers_services_and_agents(
         assert [server.pid for server in started["servers"]] == [None, None]
     finally:
         cluster.stop()  # (idempotent; what the code before left running)
+
+
+def test_a_service_that_cannot_bind_its_metrics_port_fails_the_start_saying_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What two services given the same port see: the second to bind exits with status 2. The state directory
+    # of a test is gone by the time its failure is read, so the error carries the end of the service's log.
+    import socket
+
+    from corral.cli import local_cluster
+    from corral.libs.infra.ports import free_port
+
+    cluster = LocalCluster(tmp_path / "state", getpass.getuser(), nodes=1, gpus_per_node=1)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", free_port()))
+        held.listen()
+        taken = held.getsockname()[1]
+        calls = iter(range(1000))
+        # The first service spawned (auth) gets the port held here; the others get free ones.
+        monkeypatch.setattr(local_cluster, "free_port", lambda: taken if next(calls) == 0 else free_port())
+        try:
+            with pytest.raises(RuntimeError, match="exited with status 2") as failed:
+                cluster.start(ready_timeout=60)
+        finally:
+            cluster.stop()
+    assert f"cannot serve metrics on 127.0.0.1:{taken}" in str(failed.value)

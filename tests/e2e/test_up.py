@@ -44,11 +44,19 @@ def start_up(state: Path, env: dict[str, str], *flags: str) -> subprocess.Popen[
 
 
 def stop_up(proc: subprocess.Popen[str]) -> None:
-    """SIGTERM, then it must exit 0 by itself."""
+    """SIGTERM, then it must exit 0 by itself. If it does not within a minute it is killed (so that it does
+    not outlive the test: its ResourceWarning failed the next test once); the error shows what it printed."""
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 0
+    try:
+        status = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        printed = proc.communicate(timeout=30)[0]
+        stuck = f"corral up did not stop within 60 s of SIGTERM; it printed:\n{printed[-4000:]}"
+        raise AssertionError(stuck) from None
     assert proc.stdout is not None
     proc.stdout.close()
+    assert status == 0
 
 
 def processes_using(state: Path) -> list[str]:
