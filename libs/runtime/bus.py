@@ -8,7 +8,7 @@
   ``APPEND_IN_FLIGHT`` awaiting their acknowledgement (more wait for a slot), each for ``APPEND_TIMEOUT_S``.
 - ``read`` replays the log in order from a sequence, with the decoded envelope or the decode
   error of each entry (a malformed entry never stops a reader); ``entries`` reads the entries of a few
-  subjects at once (one job's or node's history) with the server doing the filtering.
+  subjects at once (one job's or node's history) with the server doing the filtering (``log_entries.py``).
 - ``consume`` runs a durable pull consumer: handler success -> ack, ``TransientError`` -> nak
   with delay, ``InvalidInput``/decode error -> term + a copy on the dead-letter subject;
 - ``dead_letter_entry`` keeps a copy of a log entry a reader skipped (a poison entry), once.
@@ -24,19 +24,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, NotFoundError
 
-from corral.libs.runtime import telemetry
+from corral.libs.runtime import log_entries, telemetry
 from corral.libs.runtime.errors import AppendConflict, InvalidInput, TransientError
 from corral.libs.runtime.id_blocks import GroupedIds
 from corral.libs.runtime.job_ids import UNAVAILABLE, NatsJobIds
-from corral.libs.runtime.log_reader import BulkReader, BulkReadError
 from corral.libs.runtime.metrics import REJECTED, SKIPPED_ENTRY, Metrics
 from corral.libs.runtime.nats_api import NatsApi as NatsApi  # re-exported: the services' ApiClient
 from corral.libs.runtime.pipeline import Pipeline
@@ -45,7 +43,7 @@ from corral.libs.runtime.ports import Appended, decode_entry
 # Re-exported: the services that read the log name its entries from here.
 from corral.libs.runtime.ports import LogEntry as LogEntry
 from corral.schemas import subjects
-from corral.schemas.codec import decode_envelope, decode_slim_envelope, encode, envelope
+from corral.schemas.codec import encode, envelope
 from corral.schemas.events import Envelope, Event
 
 #: JetStream's error code for a failed expected-last-subject-sequence check.
@@ -200,91 +198,16 @@ class Bus:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
-    async def entries(
+    def entries(
         self,
         subject_filters: Sequence[str],
         wanted: Callable[[str], bool] | None = None,
         slim: bool = False,
-    ) -> AsyncGenerator[LogEntry, None]:
+    ) -> AsyncIterator[LogEntry]:
         """Entries on any of ``subject_filters`` in log order, up to the newest there when it started; those
-        whose subject ``wanted`` refuses are skipped undecoded, and ``slim`` decodes submissions without their
-        script and environment (``codec.decode_slim_envelope``).
-
-        Read in bulk (``log_reader.BulkReader``: an ephemeral pull consumer filtered on every subject at once,
-        so the server skips the rest of the log, and no nats-py message per entry): a user's history over a
-        log of 100,000 jobs took 13 s through nats-py's fetch. Where the bulk reader cannot go on (a
-        connection over TLS), the rest is read through nats-py (``_entries_fetched``).
-        """
-        if not subject_filters:
-            return
-        decode = decode_slim_envelope if slim else decode_envelope
-        last = await self._last_seq_or_transient()
-        done = 0  # the sequence of the last entry handed out
-        reader = BulkReader(self.nc, filter_subjects=subject_filters)
-        try:
-            async for batch in reader.read(1, last):
-                for seq, subject, data in batch:
-                    done = seq
-                    if wanted is None or wanted(subject):
-                        yield decode_entry(seq, subject, bytes(data), decode=decode)
-            return
-        except BulkReadError as exc:
-            telemetry.logger().info("bulk read unavailable; reading through nats-py", reason=str(exc))
-        async for entry in self._entries_fetched(subject_filters, done + 1, last, wanted, decode):
-            yield entry
-
-    async def _last_seq_or_transient(self) -> int:
-        try:
-            return await self.last_seq()
-        except (APIError, TimeoutError, *UNAVAILABLE) as exc:
-            raise TransientError(f"reading the log's last sequence failed: {exc!r}") from exc
-
-    async def _entries_fetched(
-        self,
-        subject_filters: Sequence[str],
-        from_seq: int,
-        to_seq: int,
-        wanted: Callable[[str], bool] | None,
-        decode: Callable[[bytes], Envelope],
-    ) -> AsyncGenerator[LogEntry, None]:
-        """``entries`` from ``from_seq`` to ``to_seq`` through one nats-py pull consumer (no acks, in memory,
-        deleted at the end or by the server once idle)."""
-        name = f"history-{uuid.uuid4().hex}"
-        config = api.ConsumerConfig(
-            name=name,
-            filter_subjects=list(subject_filters),
-            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=from_seq,
-            ack_policy=api.AckPolicy.NONE,
-            inactive_threshold=60.0,
-            mem_storage=True,
-            num_replicas=1,
-        )
-        try:
-            info = await self.js.add_consumer(subjects.EVENTS_STREAM, config)
-            psub = await self.js.pull_subscribe_bind(consumer=name, stream=subjects.EVENTS_STREAM)
-        except (APIError, TimeoutError, *UNAVAILABLE) as exc:
-            raise TransientError(f"reading {', '.join(subject_filters)} failed: {exc!r}") from exc
-        try:
-            remaining = int(info.num_pending or 0)
-            while remaining > 0:
-                try:
-                    msgs = await psub.fetch(min(remaining, 512), timeout=5.0)
-                except TimeoutError as exc:
-                    raise TransientError(f"reading {', '.join(subject_filters)} timed out") from exc
-                for msg in msgs:
-                    meta = msg.metadata
-                    remaining = min(remaining - 1, meta.num_pending)
-                    seq = meta.sequence.stream
-                    if seq > to_seq:
-                        return
-                    if wanted is None or wanted(msg.subject):
-                        yield decode_entry(seq, msg.subject, msg.data, decode=decode)
-        finally:
-            with contextlib.suppress(Exception):
-                await psub.unsubscribe()
-            with contextlib.suppress(Exception):
-                await self.js.delete_consumer(subjects.EVENTS_STREAM, name)
+        whose subject ``wanted`` refuses are skipped undecoded; ``slim``: submissions without their script
+        and environment (``log_entries.filtered``: in bulk, nats-py where the bulk reader cannot go)."""
+        return log_entries.filtered(self.nc, self.js, subject_filters, wanted, slim)
 
     async def publish_order(self, subject: str, data: bytes, msg_id: str) -> int:
         """Put an order on a node's work subject; a republished order is deduplicated."""

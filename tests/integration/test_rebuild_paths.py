@@ -23,7 +23,7 @@ from corral.libs.config.policy import scheduler_state
 from corral.libs.core.fold import HANDLERS, IGNORED, apply, skip
 from corral.libs.core.state import State, encode_state
 from corral.libs.infra import NatsServer, roles
-from corral.libs.runtime import log_reader
+from corral.libs.runtime import log_entries, log_reader
 from corral.libs.runtime.bus import Bus, LogEntry
 from corral.libs.runtime.credentials import Credentials
 from corral.libs.runtime.log_reader import BulkReader
@@ -361,7 +361,7 @@ async def test_a_filtered_read_in_bulk_gives_what_nats_py_gives_and_goes_on_thro
     def view(entries: list[LogEntry]) -> list[tuple[int, str, str | None, bytes]]:
         return [(e.seq, e.subject, e.error, msgspec.json.encode(e.envelope)) for e in entries]
 
-    fetched = [e async for e in bus._entries_fetched(filters, 1, last, None, codec.decode_envelope)]
+    fetched = [e async for e in log_entries._fetched(bus.js, filters, 1, last, None, codec.decode_envelope)]
     assert len(fetched) > 10 and any(e.envelope is None for e in fetched)  # a bad entry among them
     assert view([e async for e in bus.entries(filters)]) == view(fetched)
     wanted = [e async for e in bus.entries(filters, wanted=lambda subject: ".rb1" in subject)]
