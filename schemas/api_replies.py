@@ -73,7 +73,8 @@ class JobsReply(msgspec.Struct, frozen=True, tag="jobs_reply", kw_only=True):
     thousands of jobs is more than one NATS message may carry), and says so (``more``)."""
 
     jobs: list[JobInfo]  # matches, by id
-    more: bool = False  # more match: ask again with ``after_job_id`` the last job's id here
+    more: bool = False  # more match: ask again with ``after_job_id`` = ``last_job_id`` (or the last job's id)
+    last_job_id: int = 0  # the largest id the page covers (a row may stand for tasks up to it); 0: its last's
 
 
 class LiveCountsReply(msgspec.Struct, frozen=True, tag="live_counts_reply", kw_only=True):

@@ -139,6 +139,9 @@ class JobsRequest(msgspec.Struct, frozen=True, tag="jobs", kw_only=True):
     states: list[str] = []  # only these states
     include_finished: bool = False  # also jobs that ended recently (squeue -j of a finished job)
     after_job_id: int = 0  # only jobs with a larger id: the next page, after the last job of the one before
+    # The pending tasks of an array that never ran and would show alike as one row (``JobInfo.array_tasks``):
+    # squeue without -r, -j or -S -i, which shows them as one A_[x-y] row anyway.
+    collapse_arrays: bool = False
 
 
 class LiveCountsRequest(msgspec.Struct, frozen=True, tag="live_counts", kw_only=True):

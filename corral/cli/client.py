@@ -25,7 +25,7 @@ from __future__ import annotations
 import getpass
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, Union
 
 import msgspec
@@ -151,15 +151,8 @@ class Cluster(msgspec.Struct):
         return self.call("history", request, HistoryReply)
 
     def jobs(self, request: JobsRequest) -> list[JobInfo]:
-        """Every job matching a squeue request, by id: the ``jobs`` verb's pages, each asked after the last
-        job of the one before, until a reply says there are no more."""
-        out: list[JobInfo] = []
-        while True:
-            reply = self.call("jobs", request, JobsReply)
-            out.extend(reply.jobs)
-            if not reply.more or not reply.jobs:
-                return out
-            request = msgspec.structs.replace(request, after_job_id=reply.jobs[-1].job_id)
+        """Every job matching a squeue request, by id: the ``jobs`` verb's pages (``every_page``)."""
+        return every_page(lambda req: self.call("jobs", req, JobsReply), request)
 
     def nodes(self, request: NodesRequest) -> NodesReply:
         """Every node matching a sinfo request, by name, and every partition: the ``nodes`` verb's pages, each
@@ -211,6 +204,20 @@ class Cluster(msgspec.Struct):
                 break
             request = msgspec.structs.replace(request, after_job_id=reply_jobs[-1].job_id, limit=left)
         return out
+
+
+def every_page(ask: Callable[[JobsRequest], JobsReply], request: JobsRequest) -> list[JobInfo]:
+    """Every job of the ``jobs`` verb's pages (``ask``: one call), by id: each page asked after the largest
+    id the one before covers (its ``last_job_id``: a row of an array's tasks stands for ids past its own; an
+    older scheduler's 0, its last job's), until a reply says there are no more."""
+    out: list[JobInfo] = []
+    while True:
+        reply = ask(request)
+        out.extend(reply.jobs)
+        if not reply.more or not reply.jobs:
+            return out
+        after = reply.last_job_id or reply.jobs[-1].job_id
+        request = msgspec.structs.replace(request, after_job_id=after)
 
 
 class ClusterDown(nats_request.NatsRequestError):

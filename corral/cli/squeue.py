@@ -243,6 +243,10 @@ def jobs_request(args: SqueueArgs, me: str) -> JobsRequest:
         partitions=args.partitions,
         states=states,
         include_finished=bool(args.job_ids) or args.all_states or any(s in _TERMINAL for s in states),
+        # An array's alike pending tasks as one row, which ``aggregate_arrays`` merges as it merges tasks:
+        # not for -r (a row per task), -j (which may name one task) or -S -i (a row goes where its last task
+        # would).
+        collapse_arrays=not args.expand_arrays and not args.jobs and ("i", True) not in args.sort,
     )
 
 
@@ -271,7 +275,9 @@ def aggregate_arrays(jobs: Sequence[JobInfo]) -> tuple[list[JobInfo], dict[int, 
         never_ran = job.state == "PENDING" and job.restart_count == 0
         return (job.array_job_id, job.reason) if never_ran else None
 
-    return pending_array_rows(jobs, group, lambda job: job.array_throttle)
+    return pending_array_rows(
+        jobs, group, lambda job: job.array_throttle, lambda job: job.array_tasks or (job.array_task_id or 0,)
+    )
 
 
 def render_jobs(
@@ -330,6 +336,15 @@ def _reason_list(job: JobInfo) -> str:
     return job.node_list
 
 
+def output(found: Sequence[JobInfo], args: SqueueArgs, now: float, tz: tzinfo | None = None) -> list[str]:
+    """squeue's lines for the jobs the ``jobs`` verb ``found`` for ``args``."""
+    jobs = sort_jobs(select_jobs(found, args), args.sort, now)
+    if len(args.jobs) == 1 and not jobs:
+        raise CliError("Invalid job id specified")
+    rows, labels = (jobs, {}) if args.expand_arrays else aggregate_arrays(jobs)
+    return render_jobs(rows, args.layout, header=args.header, now=now, tz=tz, labels=labels)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``squeue``."""
     return run_command(COMMAND, _squeue, argv)
@@ -343,13 +358,7 @@ def _squeue(argv: list[str]) -> int:
     from corral.cli.client import find_cluster
 
     cluster = find_cluster()
-    found = cluster.jobs(jobs_request(args, cluster.user))
-    now = time.time()
-    jobs = sort_jobs(select_jobs(found, args), args.sort, now)
-    if len(args.jobs) == 1 and not jobs:
-        raise CliError("Invalid job id specified")
-    rows, labels = (jobs, {}) if args.expand_arrays else aggregate_arrays(jobs)
-    lines = render_jobs(rows, args.layout, header=args.header, now=now, labels=labels)
+    lines = output(cluster.jobs(jobs_request(args, cluster.user)), args, time.time())
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")
     return 0

@@ -139,11 +139,15 @@ class ArrayRow(Protocol):
 
 
 def pending_array_rows(
-    jobs: Sequence[R], group: Callable[[R], Hashable | None], throttle: Callable[[R], int] = lambda job: 0
+    jobs: Sequence[R],
+    group: Callable[[R], Hashable | None],
+    throttle: Callable[[R], int] = lambda job: 0,
+    indices: Callable[[R], Sequence[int]] | None = None,
 ) -> tuple[list[R], dict[int, str]]:
     """Slurm's view of a pending array (squeue and sacct): the tasks that never ran, by ``group`` (None for a
     job that is not such a task), are one row ``A_[x-y%P]`` until they start, shown with the lowest task's
-    fields where the first of them was.
+    fields where the first of them was. ``indices``: the tasks a job stands for, when a row of ``jobs`` may
+    stand for several (squeue's ``JobInfo.array_tasks``); each job its own task otherwise.
 
     Returns the rows and the JobID of each aggregated row by its job id."""
     groups: dict[Hashable, list[R]] = {}
@@ -155,11 +159,14 @@ def pending_array_rows(
     for job in jobs:
         key = group(job) if job.array_task_id is not None else None
         members = groups.get(key) if key is not None else None
-        if members is None or len(members) == 1:
+        if members is None or (len(members) == 1 and (indices is None or len(indices(job)) < 2)):
             rows.append(job)
         elif job is members[0]:
             first = min(members, key=lambda task: task.array_task_id or 0)
-            tasks = sorted(task.array_task_id or 0 for task in members)
+            if indices is None:
+                tasks = sorted(task.array_task_id or 0 for task in members)
+            else:
+                tasks = sorted(i for task in members for i in indices(task))
             limit = f"%{throttle(first)}" if throttle(first) else ""
             labels[first.job_id] = f"{first.array_job_id}_[{format_indices(tasks)}{limit}]"
             rows.append(first)

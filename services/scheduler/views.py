@@ -28,6 +28,7 @@ from corral.libs.slurm import hostlist
 from corral.libs.slurm.constraint import format_constraint
 from corral.schemas import api
 from corral.schemas.codec import MAX_REPLY_BYTES, encode, page
+from corral.services.scheduler import array_rows
 from corral.services.scheduler.owners import Owners
 
 #: How long an ended job stays visible to squeue when the fold keeps every job (``State.min_job_age_s`` 0);
@@ -151,17 +152,23 @@ def jobs_reply(
         shown.append(job)
     shown.sort(key=_job_id)
     priorities = started_priorities(state, now, policy, [j for j in shown if j.state != "PENDING"])
-    infos = (
-        job_info(job, outlook, policy, dependency_text(state, job), priorities.get(job.job_id))
-        for job in shown
-    )
-    matching = (
-        info
-        for info in infos
-        if (not req.partitions or info.partition in req.partitions)
-        and (not req.states or info.state in req.states)
-    )
-    out, more = page(matching, MAX_REPLY_BYTES)
+
+    def info(job: Job) -> api.JobInfo:
+        return job_info(job, outlook, policy, dependency_text(state, job), priorities.get(job.job_id))
+
+    def matches(info: api.JobInfo) -> bool:
+        return (not req.partitions or info.partition in req.partitions) and (
+            not req.states or info.state in req.states
+        )
+
+    if req.collapse_arrays:  # an array's alike pending tasks as one row (``array_rows.py``)
+        units = (
+            ([i for row in unit.rows if matches(i := array_rows.info_of(row, info(row.job)))], unit.last_id)
+            for unit in array_rows.units(shown, outlook, lambda job: dependency_text(state, job))
+        )
+        out, more, last = array_rows.page_units(units, MAX_REPLY_BYTES)
+        return api.JobsReply(jobs=out, more=more, last_job_id=last)
+    out, more = page((i for i in map(info, shown) if matches(i)), MAX_REPLY_BYTES)
     return api.JobsReply(jobs=out, more=more)
 
 

@@ -17,6 +17,7 @@ import pytest
 from test_rebuild_paths import PASSWORDS, buses, server
 from test_scheduler_cycle import CONFIG, fold_new, registered, spec
 
+from corral.cli import squeue
 from corral.cli.client import Cluster
 from corral.libs.config.cluster import parse_config
 from corral.libs.core.priority import queue_order
@@ -189,3 +190,44 @@ async def test_squeue_of_a_user_shows_their_jobs_folded_before_and_after_the_reb
         assert reply == views.jobs_reply(
             live.state, live.outlook, live.policy, api.JobsRequest(users=users), time.time()
         )
+
+
+async def test_squeue_gets_arrays_pending_tasks_as_rows_page_by_page(
+    buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # squeue without -r shows an array's pending tasks as one A_[x-y] row: the scheduler (rebuilt from the
+    # log, so every task's job and spec decoded on its own) sends them so, an array's alike tasks as one row,
+    # pages ending between arrays (services/scheduler/array_rows.py); squeue shows what it showed when it
+    # was sent every task.
+    bus, admin = buses
+    await registered(admin)
+    for a in range(6):
+        array = msgspec.structs.replace(spec(f"sweep{a}"), array=parse_array("0-39"))
+        await admin.append(ev.JobSubmitted(job_id=1 + 100 * a, user="alice", spec=array))
+    await admin.append(ev.JobHeld(job_id=105, by="alice"))
+    live = Scheduler(bus, CONFIG)
+    await live.rebuild()
+    await live.cycle()  # the 12 GPUs start 12 tasks of the first array
+    await fold_new(live, bus)
+    monkeypatch.setattr(views, "MAX_REPLY_BYTES", 3000)  # about an array's rows a page
+    args = squeue.parse_args([])
+    request = squeue.jobs_request(args, "alice")
+    assert request.collapse_arrays
+    rows, asked = await through_client(buses, "jobs", api.JobsRequest, live.jobs, Cluster.jobs, request)
+    paged(asked, 3)
+    tasks, _ = await through_client(
+        buses,
+        "jobs",
+        api.JobsRequest,
+        live.jobs,
+        Cluster.jobs,
+        msgspec.structs.replace(request, collapse_arrays=False),
+    )
+    # 12 running tasks; array 1's next one (Resources), the rest of it (Priority) and its held task; a row
+    # for each other array.
+    assert len(tasks) == 240 and len(rows) == 12 + 3 + 5
+    assert sorted(i for r in rows for i in r.array_tasks or [r.array_task_id]) == sorted(
+        t.array_task_id for t in tasks
+    )
+    now = time.time()
+    assert squeue.output(rows, args, now) == squeue.output(tasks, args, now)
