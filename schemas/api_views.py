@@ -63,8 +63,9 @@ class JobInfo(msgspec.Struct, frozen=True, kw_only=True):
     array_task_id: int | None = None  # the task's index (SLURM_ARRAY_TASK_ID), None if not an array task
     array_throttle: int = 0  # the array's %P limit of running tasks, 0 = none
     # The indices of the array's pending tasks this row stands for, its own first (``collapse_arrays``: tasks
-    # that never ran and show alike but for their id); empty: this job alone.
-    array_tasks: list[int] = []
+    # that never ran and show alike but for their id); empty: this job alone. A tuple: an empty one keeps
+    # the struct out of the garbage collector's sight (a list made squeue's 50,000-job pages 40% slower).
+    array_tasks: tuple[int, ...] = ()
     qos: str = ""  # the job's QOS (squeue %q)
     nice: int = 0  # the job's nice value (scontrol show job Nice=)
     switches: int = 0  # --switches count (most topology blocks), 0 = none

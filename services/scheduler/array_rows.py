@@ -100,7 +100,7 @@ def units(shown: list[Job], outlook: Plan, dependency: Callable[[Job], str]) -> 
 def info_of(row: Row, info: JobInfo) -> JobInfo:
     """The row's ``JobInfo``: its job's, with the indices it stands for if they are more than its own."""
     if len(row.tasks) > 1:
-        return msgspec.structs.replace(info, array_tasks=row.tasks)
+        return msgspec.structs.replace(info, array_tasks=tuple(row.tasks))
     return info
 
 
