@@ -165,9 +165,8 @@ def queue_order(
     cycle computes only AGE and FAIRSHARE anew (the same values).
     """
     tiers = {p.name: p.tier for p in policy.partitions}
-    w = policy.weights
     computed: dict[int, int] = {}
-    if w.age or w.fairshare or w.job_size or w.partition or w.qos or any(map(_NICE, pending)):
+    if weighted(policy, pending):
         ranking = Ranking(state, now, policy, pending)
         if facts is None:
             computed = {job.job_id: ranking.priority(job, ranking.steady(job)) for job in pending}
@@ -185,6 +184,21 @@ def queue_order(
         ranked.append((-tier, -value, job.submit_time, job.job_id, job, value))
     ranked.sort()
     return [(r[4], r[5]) for r in ranked]
+
+
+def weighted(policy: Policy, pending: list[Job]) -> bool:
+    """Whether the pending jobs' priorities are computed: a weight counts, or one of them has a ``--nice``
+    (else every job's is 1, and the queue is FIFO)."""
+    w = policy.weights
+    return bool(w.age or w.fairshare or w.job_size or w.partition or w.qos or any(map(_NICE, pending)))
+
+
+def value(job: Job, factors: PriorityFactors, computed: bool) -> int:
+    """The priority the job is ranked with (``queue_order``'s): its admin-set one when it has one, else its
+    ``factors``' total if priorities are ``computed`` (``weighted``), else 1."""
+    if job.priority_override is not None:
+        return job.priority_override
+    return total(factors) if computed else 1
 
 
 def priority_factors(

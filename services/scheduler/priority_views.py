@@ -5,7 +5,7 @@ from __future__ import annotations
 from operator import attrgetter
 
 from corral.libs.core.policy import Policy
-from corral.libs.core.priority import priority_factors, queue_order
+from corral.libs.core.priority import Ranking, value, weighted
 from corral.libs.core.shares import share_rows
 from corral.libs.core.state import Job, State
 from corral.schemas import api
@@ -28,10 +28,11 @@ def priority_reply(state: State, policy: Policy, req: api.PriorityRequest, now: 
     The factors are those of the job's computed priority; PRIORITY is what the job is scheduled
     with: 0 while held, the admin-set value when there is one.
     """
-    # Every pending job's factors, whatever the page: the fair-share tree is that of their users.
+    # The fair-share tree is that of every pending job's users, whatever the page; the factors are computed
+    # for the page's rows only (every pending job's, for each page, took 2.3 s for 50,000 jobs).
     pending = _pending(state)
-    parts = priority_factors(state, now, policy, pending)
-    values = {job.job_id: value for job, value in queue_order(state, now, policy, pending)}
+    ranking = Ranking(state, now, policy, pending)
+    computed = weighted(policy, pending)
     tiers = {p.name: p.tier for p in policy.partitions}
     wanted = set(req.job_ids)
     users = set(req.users)
@@ -50,17 +51,18 @@ def priority_reply(state: State, policy: Policy, req: api.PriorityRequest, now: 
             user=job.user,
             account=job.spec.account or job.user,
             partition=partition,
-            priority=0 if job.held else values[job.job_id],
-            factors=parts[job.job_id],
+            priority=0 if job.held else ranked,
+            factors=factors,
             admin_set=job.priority_override is not None,
             array_job_id=job.array_job_id,
             array_task_id=job.array_task_id,
             tier=tiers.get(partition, 1),
-            queue_priority=values[job.job_id],
+            queue_priority=ranked,
             submit_time=job.submit_time,
         )
         for job in shown
-        for partition in (policy.partition_of(job),)
+        for partition, factors in ((policy.partition_of(job), ranking.factors(job)),)
+        for ranked in (value(job, factors, computed),)
     )
     out, more = page(rows, MAX_REPLY_BYTES)
     w = policy.weights
