@@ -35,6 +35,7 @@ from corral.libs.runtime import log_entries, telemetry
 from corral.libs.runtime.errors import AppendConflict, InvalidInput, TransientError
 from corral.libs.runtime.id_blocks import GroupedIds
 from corral.libs.runtime.job_ids import UNAVAILABLE, NatsJobIds
+from corral.libs.runtime.last_entries import last_entries
 from corral.libs.runtime.metrics import REJECTED, SKIPPED_ENTRY, Metrics
 from corral.libs.runtime.nats_api import NatsApi as NatsApi  # re-exported: the services' ApiClient
 from corral.libs.runtime.pipeline import Pipeline
@@ -152,6 +153,11 @@ class Bus:
         except NotFoundError:
             return None
         return decode_entry(raw.seq or 0, raw.subject or subject, raw.data or b"")
+
+    async def last_entries(self, wanted: Sequence[str]) -> dict[str, LogEntry]:
+        """The newest entry of each subject of ``wanted`` that has one, by subject: batched direct gets
+        (``last_entries.py``)."""
+        return await last_entries(self.nc, subjects.EVENTS_STREAM, wanted)
 
     async def last_seq(self) -> int:
         """Sequence of the newest entry of the log (0 if empty)."""

@@ -105,6 +105,11 @@ class MemLog:
         stored = self._last(subject)
         return None if stored is None else decode_entry(stored.seq, stored.subject, stored.data)
 
+    async def last_entries(self, wanted: Sequence[str]) -> dict[str, LogEntry]:
+        """The newest entry of each subject of ``wanted`` that has one, by subject."""
+        found = {subject: await self.last_entry(subject) for subject in wanted}
+        return {subject: entry for subject, entry in found.items() if entry is not None}
+
     async def read(
         self, from_seq: int = 1, subject: str = subjects.EVENTS_SUBJECTS, follow: bool = False
     ) -> AsyncIterator[LogEntry]:

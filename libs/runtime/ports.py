@@ -94,6 +94,11 @@ class EventLog(Protocol):
         """The newest entry on ``subject`` (a wildcard is allowed), or None if there is none."""
         ...
 
+    async def last_entries(self, wanted: Sequence[str]) -> dict[str, LogEntry]:
+        """The newest entry of each subject of ``wanted`` that has one (no wildcards), by subject: what
+        ``last_entry`` gives for each, in a few requests however many they are."""
+        ...
+
     def read(
         self, from_seq: int = 1, subject: str = subjects.EVENTS_SUBJECTS, follow: bool = False
     ) -> AsyncIterator[LogEntry]:

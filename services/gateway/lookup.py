@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from corral.libs.runtime.errors import InvalidInput
-from corral.libs.runtime.ports import EventLog, JobIds
+from corral.libs.runtime.ports import EventLog, JobIds, LogEntry
 from corral.libs.slurm.array import MAX_ARRAY_SIZE, array_indices
 from corral.schemas import events as ev
 from corral.schemas import subjects
 from corral.schemas.api import ArrayTasks
 from corral.schemas.api_requests import MAX_CANCEL
 
-#: Subjects probed at once when looking for the array a task id belongs to.
+#: Subjects read at once when looking for the array a task id belongs to (nearest first: mostly the first).
 PROBE_CHUNK = 64
 #: Jobs of one request looked up, or acted on, at once (``at_once``).
 AT_ONCE = 256
@@ -83,18 +83,22 @@ class JobLookup:
         """The submission appended on this id's own subject, or None."""
         if job_id < 1:
             return None
-        entry = await self.events.last_entry(subjects.job_subject(job_id, "job_submitted"))
-        if entry is None or entry.envelope is None or not isinstance(entry.envelope.body, ev.JobSubmitted):
-            return None
-        return entry.envelope.body, entry.envelope
+        return _submission(await self.events.last_entry(subjects.job_subject(job_id, "job_submitted")))
+
+    async def submissions(self, job_ids: Sequence[int]) -> dict[int, tuple[ev.JobSubmitted, ev.Envelope]]:
+        """The submissions appended on these ids' own subjects, by id (those that have one), read at once
+        (``EventLog.last_entries``: a few requests for thousands of ids)."""
+        wanted = {subjects.job_subject(job_id, "job_submitted"): job_id for job_id in job_ids if job_id >= 1}
+        out = {}
+        for subject, entry in (await self.events.last_entries(list(wanted))).items():
+            found = _submission(entry)
+            if found is not None and subject in wanted:
+                out[wanted[subject]] = found
+        return out
 
     async def find(self, job_id: int) -> Found | None:
         """The job with this id: a job, a whole array (its id), or an array task (its own id)."""
-        own = await self.submission(job_id)
-        if own is not None:
-            submitted, envelope = own
-            return Found(submitted, envelope, job_id, whole_array=submitted.spec.array is not None)
-        return await self._task_by_id(job_id)
+        return _own(job_id, await self.submission(job_id)) or await self._task_by_id(job_id)
 
     async def task(self, array_job_id: int, index: int) -> Found | None:
         """Task ``A_T``: the task of array ``A`` with index ``T``, or None if there is none."""
@@ -108,9 +112,12 @@ class JobLookup:
         InvalidInput past ``MAX_CANCEL`` jobs."""
         if len(job_ids) + sum(len(t.task_ids) for t in tasks) > MAX_CANCEL:
             raise InvalidInput(f"at most {MAX_CANCEL} jobs per request", field="job_ids")
+        own = await self.submissions(job_ids)  # most ids are jobs' and arrays' own: read at once
+        # The others are tasks' own ids, or no job's.
+        tasks_by_id = [i for i in dict.fromkeys(job_ids) if i not in own]
+        by_id = dict(zip(tasks_by_id, await at_once(tasks_by_id, self._task_by_id), strict=True))
         targets = [
-            Target(job_id, None, found)
-            for job_id, found in zip(job_ids, await at_once(job_ids, self.find), strict=True)
+            Target(job_id, None, _own(job_id, own.get(job_id)) or by_id.get(job_id)) for job_id in job_ids
         ]
         for named in tasks:
             array = await self.submission(named.array_job_id)
@@ -127,10 +134,8 @@ class JobLookup:
         candidates = list(range(job_id - 1, lowest - 1, -1))
         for start in range(0, len(candidates), PROBE_CHUNK):
             chunk = candidates[start : start + PROBE_CHUNK]
-            entries = await asyncio.gather(*(self.submission(c) for c in chunk))
-            for entry in entries:
-                if entry is None:
-                    continue
+            found = await self.submissions(chunk)
+            for entry in (found[c] for c in chunk if c in found):
                 # The nearest submission below decides: the id is one of its tasks, or no job at all.
                 submitted, envelope = entry
                 array = submitted.spec.array
@@ -142,6 +147,21 @@ class JobLookup:
                     return None
                 return Found(submitted, envelope, job_id, task_index=indices[offset])
         return None
+
+
+def _submission(entry: LogEntry | None) -> tuple[ev.JobSubmitted, ev.Envelope] | None:
+    """The submission ``entry`` holds, or None (none there, or unreadable)."""
+    if entry is None or entry.envelope is None or not isinstance(entry.envelope.body, ev.JobSubmitted):
+        return None
+    return entry.envelope.body, entry.envelope
+
+
+def _own(job_id: int, own: tuple[ev.JobSubmitted, ev.Envelope] | None) -> Found | None:
+    """The job or whole array whose submission ``own`` is, appended on ``job_id``'s own subject."""
+    if own is None:
+        return None
+    submitted, envelope = own
+    return Found(submitted, envelope, job_id, whole_array=submitted.spec.array is not None)
 
 
 def task_positions(submitted: ev.JobSubmitted) -> dict[int, int]:

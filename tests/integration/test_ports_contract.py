@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import pytest
 from nats.aio.msg import Msg
 
+from corral.libs.runtime import last_entries
 from corral.libs.runtime.bus import Bus, NatsApi
 from corral.libs.runtime.clock import FakeClock, SystemClock
 from corral.libs.runtime.errors import AppendConflict
@@ -87,6 +88,31 @@ async def test_appends_are_read_back_by_sequence_and_by_newest_on_a_subject(log:
     own = await log.log.last_entry(subjects.job_subject(job, "job_submitted"))
     assert own is not None and own.seq == first.seq
     assert await log.log.last_entry(subjects.job_events(next(_ids))) is None
+
+
+async def test_the_newest_entries_of_many_subjects_come_at_once(
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What last_entry gives for each subject, in a few requests however many subjects (the gateway's lookups
+    # of the jobs of an `scancel -u`): absent subjects are left out, an unreadable entry comes undecoded.
+    monkeypatch.setattr(last_entries, "CHUNK", 7)  # several requests on the real log
+    jobs = [next(_ids) for _ in range(20)]
+    for job in jobs[::2]:
+        await log.log.append(submitted(job))
+        await log.log.append(cancel(job))
+    await log.put(subjects.job_subject(jobs[1], "job_submitted"), b"not json")
+    wanted = [
+        subjects.job_subject(job, tag) for job in jobs for tag in ("job_submitted", "job_cancel_requested")
+    ]
+    got = await log.log.last_entries(wanted)
+    expected = {s: e for s in wanted if (e := await log.log.last_entry(s)) is not None}
+    assert got == expected
+    assert len(got) == 10 * 2 + 1
+    assert got[subjects.job_subject(jobs[1], "job_submitted")].envelope is None
+    body = got[subjects.job_subject(jobs[2], "job_submitted")].envelope
+    assert body is not None and body.body == submitted(jobs[2])
+    assert await log.log.last_entries([subjects.job_subject(next(_ids), "job_submitted")]) == {}
+    assert await log.log.last_entries([]) == {}
 
 
 async def test_a_star_matches_one_token_and_a_chevron_the_rest(log: Log) -> None:

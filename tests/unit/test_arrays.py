@@ -35,7 +35,7 @@ from corral.libs.slurm.errors import FormatError
 from corral.schemas import api
 from corral.schemas import events as ev
 from corral.services.agent.jobenv import job_environment, output_paths
-from corral.services.gateway.lookup import JobLookup
+from corral.services.gateway.lookup import PROBE_CHUNK, JobLookup
 from corral.services.gateway.validate import array_size
 from corral.services.scheduler import views
 from corral.services.scheduler.views import job_info, jobs_reply
@@ -534,11 +534,17 @@ class FakeBus:
 
     def __init__(self, *submissions: ev.JobSubmitted) -> None:
         self.entries = {s.job_id: LogEntry(seq, "", env(s)) for seq, s in enumerate(submissions, 1)}
-        self.gets = 0
+        self.gets = 0  # subjects read
+        self.requests = 0  # batched reads
 
     async def last_entry(self, subject: str) -> LogEntry | None:
         self.gets += 1
         return self.entries.get(int(subject.split(".")[3]))
+
+    async def last_entries(self, wanted: list[str]) -> dict[str, LogEntry]:
+        self.requests += 1
+        found = {subject: await self.last_entry(subject) for subject in wanted}
+        return {subject: entry for subject, entry in found.items() if entry is not None}
 
     async def last_job_id(self) -> int:
         return 2000
@@ -563,9 +569,31 @@ async def test_lookup_of_arrays_tasks_and_jobs() -> None:
     assert plain is not None and (plain.whole_array, plain.job_ids) == (False, [3])
     assert await lookup.find(9) is None  # below it is job 3, not an array
     assert await lookup.find(2500) is None  # above the id counter
-    bus.gets = 0
+    bus.gets = bus.requests = 0
     assert await lookup.find(1500) is None  # nothing within MaxArraySize below: a bounded search
     assert bus.gets == MAX_ARRAY_SIZE
+    assert bus.requests == -(-(MAX_ARRAY_SIZE - 1) // PROBE_CHUNK)  # the rest in chunks, each one request
+
+
+async def test_a_requests_ids_are_looked_up_in_a_few_batched_reads() -> None:
+    # scancel -u of 20,000 jobs read each job's submission with a request of its own: ~25% of the gateway's
+    # time. Their own subjects are read at once; only the ids without one (a task's own id) are searched.
+    bus = FakeBus(*(submitted(i) for i in range(1, 1501)), submitted(1600, array_job("0-9")))
+    lookup = lookup_of(bus)
+    ids = [*range(1500, 0, -1), 1600, 1605, 1700, 3]
+    targets = await lookup.targets(ids, [])
+    assert [t.found.job_id if t.found else None for t in targets] == [
+        *range(1500, 0, -1),
+        1600,
+        1605,
+        None,
+        3,
+    ]
+    assert targets[-3].found is not None and targets[-3].found.task_index == 5
+    assert targets[-4].found is not None and targets[-4].found.whole_array
+    # One batched read of every id's own subject, then the searches below 1605 (1600, in the first chunk)
+    # and below 1700 (1600 in the second chunk of 64: its array has no task 100 ids above it).
+    assert bus.requests == 1 + 1 + 2
 
 
 def test_squeue_by_id_looks_the_jobs_up_and_shows_what_a_pass_over_every_job_shows(
