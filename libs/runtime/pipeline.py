@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 
+import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
@@ -32,6 +32,8 @@ from nats.js.errors import APIError, NoStreamResponseError
 APPEND_IN_FLIGHT = 1024
 #: Seconds an append waits for a slot among those in flight, then for its acknowledgement.
 APPEND_TIMEOUT_S = 10.0
+#: An acknowledgement's JSON (``{"stream": ..., "seq": ...}`` or ``{"error": ...}``).
+_reply = msgspec.json.Decoder(dict)
 #: The status a reply carries when no stream listens on the subject.
 _NO_RESPONDERS = "503"
 
@@ -80,11 +82,19 @@ class Pipeline:
             future.set_exception(NoStreamResponseError())
             return
         try:
-            reply = json.loads(msg.data)
+            reply = _reply.decode(msg.data)
             if "error" in reply:
                 APIError.from_error(reply["error"])  # raises the error's class (unavailable, bad request ...)
-            future.set_result(api.PubAck.from_response(reply))
+            # Built from its fields (nats-py's ``PubAck.from_response`` walks the dataclass's fields for each
+            # acknowledgement: 4.1 against 0.8 us, every append of every service).
+            ack = api.PubAck(
+                stream=reply["stream"],
+                seq=reply["seq"],
+                domain=reply.get("domain"),
+                duplicate=reply.get("duplicate"),
+            )
+            future.set_result(ack)
         except APIError as exc:
             future.set_exception(exc)
-        except (ValueError, KeyError, TypeError) as exc:
+        except (msgspec.DecodeError, ValueError, KeyError, TypeError) as exc:
             future.set_exception(APIError(description=f"unreadable acknowledgement: {exc!r}"))
