@@ -16,25 +16,20 @@ import time
 from pathlib import Path
 
 from api_load import Load, run_load  # bench/ is this script's directory: on sys.path
-from bench_clusters import clusters
+from bench_clusters import add_before, clusters, trees_of
 from mass_cancel import command_env
 
 from corral.cli import cmdclient
 
-HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=100_000)
-    parser.add_argument(
-        "--before", type=Path, help="a checkout whose services and commands run on a second cluster"
-    )
+    add_before(parser)
     args = parser.parse_args()
-    trees = {"after": HERE.parent}
-    if args.before is not None:
-        trees = {"before": args.before.resolve(), **trees}
+    trees = trees_of(args)
     lines = [
         "| code | jobs in the log | command | wall s (runs) | exit | lines |",
         "|---|---|---|---|---|---|",

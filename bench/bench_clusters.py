@@ -8,6 +8,7 @@ with ``PYTHONPATH`` set to their checkout (``LocalCluster`` passes its environme
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import getpass
 import os
@@ -137,3 +138,18 @@ def clusters(
             with contextlib.suppress(Exception):
                 bench.cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def add_before(parser: argparse.ArgumentParser) -> None:
+    """The ``--before DIR`` option of a benchmark that compares two checkouts on two clusters."""
+    parser.add_argument(
+        "--before", type=Path, help="a checkout whose services and commands run on a second cluster"
+    )
+
+
+def trees_of(args: argparse.Namespace) -> dict[str, Path]:
+    """The checkouts to measure: ``--before``'s first if given, then this one."""
+    trees = {"after": Path(__file__).resolve().parents[1]}
+    if args.before is not None:
+        trees = {"before": args.before.resolve(), **trees}
+    return trees

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import msgspec
 from api_load import Load, run_load, trivial_spec  # bench/ is this script's directory: on sys.path
-from bench_clusters import BenchCluster, clusters
+from bench_clusters import BenchCluster, add_before, clusters, trees_of
 
 from corral.cli import cmdclient
 from corral.libs.runtime.credentials import read_credentials
@@ -30,7 +30,6 @@ from corral.libs.slurm.array import parse_array
 from corral.schemas import api, subjects
 from corral.schemas.codec import decode, encode
 
-HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 
 
@@ -130,13 +129,9 @@ def main() -> int:
     parser.add_argument(
         "--rounds", type=int, default=1, help="measure each count this many times, alternating"
     )
-    parser.add_argument(
-        "--before", type=Path, help="a checkout whose services and commands run on a second cluster"
-    )
+    add_before(parser)
     args = parser.parse_args()
-    trees = {"after": HERE.parent}
-    if args.before is not None:
-        trees = {"before": args.before.resolve(), **trees}
+    trees = trees_of(args)
     lines = [
         "| code | jobs | scancel exit | scancel wall s | gateway CPU s | until squeue shows none (s) "
         "| error |",

@@ -16,10 +16,9 @@ import argparse
 import statistics
 import subprocess
 import time
-from pathlib import Path
 
-from bench_clusters import BenchCluster, clusters  # bench/ is this script's directory: on sys.path
-from mass_cancel import BIN, HERE, command_env, submit_arrays, wait_live
+from bench_clusters import BenchCluster, add_before, clusters, trees_of  # bench/ is on sys.path
+from mass_cancel import BIN, command_env, submit_arrays, wait_live
 
 from corral.cli import cmdclient
 
@@ -41,13 +40,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arrays", type=int, default=50, help="arrays of 1,001 held tasks")
     parser.add_argument("--runs", type=int, default=5, help="runs of each command on each cluster")
-    parser.add_argument(
-        "--before", type=Path, help="a checkout whose services and commands run on a second cluster"
-    )
+    add_before(parser)
     args = parser.parse_args()
-    trees = {"after": HERE.parent}
-    if args.before is not None:
-        trees = {"before": args.before.resolve(), **trees}
+    trees = trees_of(args)
     commands = {"squeue": (), "squeue -r": ("-r",)}
     walls: dict[tuple[str, str], list[float]] = {}
     lines: dict[tuple[str, str], int] = {}
