@@ -63,6 +63,7 @@ class CapacityCache:
         self._names_planned: list[str] = []  # the names of ``_plans``, in its order (by name)
         self._frees: list[Free] = []  # the ``Free`` they were last given, in that order
         self._kept_views: dict[str, Kept] | None = None  # each partition's views of them (``views``)
+        self.replanned = 0  # the nodes whose plan the last ``node_plans`` built or changed (every one: new)
         self.facts = FactsCache()  # each pending job's answers that depend on its spec alone
 
     def free_capacity(self, nodes: dict[str, Node]) -> dict[str, Free]:
@@ -118,8 +119,9 @@ class CapacityCache:
             # follow; the partitions' views too.
             self._names_planned, views = names, None
             self._plans = {name: NodePlan(f, self._sorted(name)) for name, f in free.items()}
+            self.replanned = len(self._plans)
         else:
-            plans = self._plans
+            plans, self.replanned = self._plans, 0
             # The nodes whose ``Free`` is another object than last time (found in C), or whose runs changed.
             for name in dirty.union(compress(names, map(is_not, frees, self._frees))):
                 plan = plans.get(name)
@@ -137,6 +139,7 @@ class CapacityCache:
                         for partition in f.partitions:
                             views[partition].changed(plan.free, f)
                 plan.free, plan.sig = f, None
+                self.replanned += 1
                 if name in dirty:  # else its runs' releases are as they were
                     plan.releases = self._sorted(name)
         self._frees, self._kept_views = frees, views

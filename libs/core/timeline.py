@@ -182,17 +182,26 @@ class BestFit:
 
 
 def span(seconds: float, resolution: int) -> float:
-    """A duration as the plan counts it: rounded up to the resolution (so that every planned end, ``now`` + a
-    span, falls on one grid and fewer distinct times need checking); ``resolution`` 0 keeps it exact."""
+    """A duration as the plan counts it: rounded up to a multiple of the resolution (a candidate's time limit;
+    ``resolution`` 0 keeps it exact)."""
     if resolution <= 0 or seconds == INF:
         return seconds
     return math.ceil(seconds / resolution) * resolution
 
 
 def release_at(end: float, now: float, resolution: int) -> float:
-    """When the plan has a run ending at ``end`` (INF: unlimited) give its resources back: ``now`` if that
-    is past, else ``now`` + the span to it."""
-    return now + span(end - now, resolution) if end > now else now
+    """When the plan has a run ending at ``end`` (INF: unlimited) give its resources back: ``now`` if that is
+    past, else the first multiple of the resolution at or after ``end`` (``resolution`` 0: ``end`` itself).
+
+    The grid is fixed in time, as Slurm's bf_resolution map is, not counted from ``now``: a run's planned
+    release is the same in every cycle until it is past, so the nodes' plans kept across cycles
+    (``capacity.py``) stay as they are when only the clock moved, and so do the planned starts squeue shows.
+    The ends of every running job fall on a few grid points (fewer distinct times to check)."""
+    if end <= now:
+        return now
+    if resolution <= 0 or end == INF:
+        return end
+    return math.ceil(end / resolution) * resolution
 
 
 def node_state(node: NodePlan) -> NodeState:

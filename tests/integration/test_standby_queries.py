@@ -37,11 +37,6 @@ default = true
 """
 
 
-def planned(start: float | None, plan_time: float | None) -> int | None:
-    """A start as seconds after the time of the plan that made it (an actual start: after itself, 0)."""
-    return None if start is None else round(start - (plan_time or start))
-
-
 async def test_a_standby_shows_the_leaders_reasons_priorities_and_starts(bus: Bus) -> None:
     config = parse_config(CONFIG)
     leader = Scheduler(bus, config)  # no lease: always leads
@@ -81,16 +76,12 @@ async def test_a_standby_shows_the_leaders_reasons_priorities_and_starts(bus: Bu
         assert not standby.leading() and standby.state.last_seq == leader.state.last_seq
         request = api.JobsRequest(job_ids=jobs)
         shown = await leader.jobs("alice", request), await standby.jobs("alice", request)
-        # A planned start is made at the time of its plan (the plan's time plus the running job's remaining
-        # time, rounded up to the backfill resolution): the leader's cycle and the standby's answer plan
-        # moments apart, so their planned starts are compared from each plan's time (LastSchedEval), not as
-        # instants (two a few milliseconds apart round to different seconds when they straddle a half: the
-        # CI run of 2026-12-07 saw 1796608976 against 1796608977).
+        # A planned start is the running job's end on the backfill resolution's grid, which is fixed in time:
+        # the leader's cycle and the standby's answer plan moments apart and show the same instant (when the
+        # grid was counted from each plan's time they differed, and a CI run of 2026-12-07 saw 1796608976
+        # against 1796608977).
         rows = [
-            sorted(
-                (j.job_id, j.state, j.reason, j.priority, planned(j.start_time, j.last_sched_eval))
-                for j in reply.jobs
-            )
+            sorted((j.job_id, j.state, j.reason, j.priority, j.start_time) for j in reply.jobs)
             for reply in shown
         ]
         assert rows[0] == rows[1]

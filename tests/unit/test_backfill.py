@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import pytest
@@ -143,26 +144,43 @@ def _at(body: ev.Event, when: float) -> ev.Envelope:
 
 @pytest.mark.parametrize(
     ("resolution", "expected_started", "reserved_at"),
-    [(0, [], 30.0), (1, [], 30.0), (60, [3], 60.0), (7, [], 35.0)],
+    [(0, [], 30.0), (1, [], 30.0), (60, [], 39.0), (7, [3], 35.0)],
     ids=["exact", "1s", "60s", "7s"],
 )
 def test_the_backfill_resolution_plans_ends_on_a_grid(
     resolution: int, expected_started: list[int], reserved_at: float
 ) -> None:
-    """bf_resolution: run ends are rounded up to the grid from now, so a job ending within one step of a
-    reservation counts as ending with it (Slurm's accuracy-for-speed trade)."""
+    """bf_resolution: a run's end is planned at the first multiple of the resolution at or after it (a grid
+    fixed in time, as Slurm's), a candidate's time limit is rounded up to a multiple of it, so a job ending
+    within one step of a reservation may count as ending with it (Slurm's accuracy-for-speed trade).
+    Job 1 starts at 1,700,000,001 (21 s past a multiple of 60, on one of 7) and ends 30 s later: planned at
+    +39 s on the 60 s grid, +35 s on the 7 s one, where job 3 (35 s, ending 5 s after job 1) counts as ending
+    with it and starts now."""
     log = Log(*cluster(nodes=1, gpus=8))
     log.add(submitted(1, job(gpus=4, nodes=1, time_s=30)))
     log.add(allocated(1, {"gpu01": [0, 1, 2, 3]}, time_s=30), step=0.0)
     now = log.state.jobs[1].start_time or 0.0
     log.add(
         submitted(2, job(gpus=8, nodes=1, time_s=1000)),  # needs the whole node: reserved at job 1's end
-        submitted(3, job(gpus=4, nodes=1, time_s=50)),  # free GPUs now, but ends after job 1 would
+        submitted(3, job(gpus=4, nodes=1, time_s=35)),  # free GPUs now, but ends after job 1 would
         step=0.0,
     )
     out = plan(log.state, now, dataclasses.replace(EASY, backfill_resolution_s=resolution))
     assert started(out) == expected_started
     assert out.starts[2] == now + reserved_at
+
+
+def test_a_planned_start_stays_put_while_only_the_clock_moves() -> None:
+    """squeue --start: with a resolution, a blocked job's planned start is the same in every cycle until
+    something changes (the grid does not move with the time of the plan)."""
+    log = Log(*cluster(nodes=1, gpus=8))
+    log.add(submitted(1, job(gpus=8, nodes=1, time_s=3600)))
+    log.add(allocated(1, {"gpu01": list(range(8))}, time_s=3600), step=0.0)
+    log.add(submitted(2, job(gpus=8, nodes=1, time_s=600)))
+    start = log.state.jobs[1].start_time or 0.0
+    pol = dataclasses.replace(EASY, backfill_resolution_s=60)
+    planned = {plan(log.state, start + dt, pol).starts[2] for dt in (2.0, 7.0, 30.0, 61.0, 900.0)}
+    assert planned == {math.ceil((start + 3600) / 60) * 60}
 
 
 # --- property: a cycle's shortcut for requests already refused decides as the full path does ------------
