@@ -97,7 +97,7 @@ class Planner:
     def running(self, allocation: list[NodeAllocation], end: float) -> None:
         """A run that holds ``allocation`` until ``end`` (INF if unlimited)."""
         self._settle()
-        when = release_at(end, self.now, self.resolution)
+        when = release_at(end, self.resolution)
         for alloc in allocation:
             node = self.nodes.get(alloc.node)
             if node is not None:

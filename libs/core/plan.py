@@ -66,7 +66,7 @@ from corral.libs.core.policy import Backfill, Policy
 from corral.libs.core.priority import queue_order
 from corral.libs.core.reasons import MAINTENANCE, PendingReason, text, unavailable
 from corral.libs.core.state import Job, State
-from corral.libs.core.timeline import INF, release_at
+from corral.libs.core.timeline import DUE, INF, release_at
 from corral.libs.core.topology import in_force, switch_deadline
 from corral.libs.slurm import hostlist
 from corral.schemas import events as ev
@@ -343,7 +343,7 @@ def _capacity(
             if job.start_time is not None:
                 run_limit = job.time_limit_s
                 end = INF if run_limit is None else job.start_time + run_limit
-                when = release_at(preempt.expected_end(job, end), now, resolution)
+                when = release_at(preempt.expected_end(job, end), resolution)
                 runs[job.job_id] = (when, job.allocations)
             continue
         # A run whose exit is concluded in this cycle frees its resources now: the conclusion is
@@ -356,7 +356,7 @@ def _capacity(
                 give_back(node, alloc)
     for orphan in state.orphans:
         alloc = ev.NodeAllocation(node=orphan.node, gpus=orphan.gpus, cpus=orphan.cpus, mem_mb=orphan.mem_mb)
-        runs[(orphan.job_id, orphan.attempt, orphan.node)] = (now, [alloc])
+        runs[(orphan.job_id, orphan.attempt, orphan.node)] = (DUE, [alloc])  # given back now, in every cycle
     nodes = (cache or CapacityCache()).node_plans(free, runs)
     views = None if cache is None else cache.views()  # the partitions' views of ``nodes``, kept too
     planner = Planner(free, now, policy.blocks, resolution, nodes, cache is not None, views)

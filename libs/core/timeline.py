@@ -14,6 +14,8 @@ from corral.libs.core.placement import Amount, Free, Request, need
 from corral.schemas.events import NodeAllocation
 
 INF = math.inf
+#: A release time before any plan's ``now``: given back now (an orphan's, expected gone at any moment).
+DUE = 0.0
 
 
 class Release(msgspec.Struct, frozen=True, gc=False, order=True):
@@ -189,16 +191,17 @@ def span(seconds: float, resolution: int) -> float:
     return math.ceil(seconds / resolution) * resolution
 
 
-def release_at(end: float, now: float, resolution: int) -> float:
-    """When the plan has a run ending at ``end`` (INF: unlimited) give its resources back: ``now`` if that is
-    past, else the first multiple of the resolution at or after ``end`` (``resolution`` 0: ``end`` itself).
+def release_at(end: float, resolution: int) -> float:
+    """When the plan has a run ending at ``end`` (INF: unlimited) give its resources back: the first multiple
+    of the resolution at or after ``end`` (``resolution`` 0: ``end`` itself). A release at or before the
+    plan's ``now`` counts as given back now (``NodePlan``'s checks never look before ``now``): an overdue run
+    (past its limit, not yet seen to end) is expected to end at any moment.
 
-    The grid is fixed in time, as Slurm's bf_resolution map is, not counted from ``now``: a run's planned
-    release is the same in every cycle until it is past, so the nodes' plans kept across cycles
-    (``capacity.py``) stay as they are when only the clock moved, and so do the planned starts squeue shows.
-    The ends of every running job fall on a few grid points (fewer distinct times to check)."""
-    if end <= now:
-        return now
+    The grid is fixed in time, as Slurm's bf_resolution map is, not counted from ``now``, and an overdue run's
+    release is not moved to ``now``: a run's planned release is the same in every cycle, so the nodes' plans
+    kept across cycles (``capacity.py``) stay as they are when only the clock moved, and so do the planned
+    starts squeue shows. The ends of every running job fall on a few grid points (fewer distinct times to
+    check)."""
     if resolution <= 0 or end == INF:
         return end
     return math.ceil(end / resolution) * resolution

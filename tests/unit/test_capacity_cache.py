@@ -150,8 +150,9 @@ def _assert_views_as_built(cache: CapacityCache, nodes: dict[str, Node]) -> None
 @pytest.mark.parametrize("resolution", [0, 60])
 def test_a_cycle_that_only_the_clock_moved_builds_no_node_plan_again(resolution: int) -> None:
     """The nodes' plans are kept across cycles: a cycle seconds after the last, with nothing folded between
-    them, builds none of them again; one after an exit builds only the nodes of that run (with a
-    resolution too: the runs' ends are planned on a grid fixed in time, not counted from the plan's time)."""
+    them, builds none of them again, also once the runs are past their time limit and not yet seen to end; one
+    after an exit builds only the nodes of that run (with a resolution too: the runs' ends are planned on a
+    grid fixed in time, not counted from the plan's time)."""
     log = Log(*cluster(nodes=4, gpus=4))
     for job_id in range(1, 5):
         log.add(submitted(job_id, job(gpus=4, nodes=1, time_s=3600)))
@@ -160,10 +161,10 @@ def test_a_cycle_that_only_the_clock_moved_builds_no_node_plan_again(resolution:
     cache = CapacityCache()
     plan(log.state, log.at, pol, cache=cache)
     assert cache.replanned == 4  # the first cycle builds every node's
-    for dt in (1.0, 7.0, 45.0):
+    for dt in (1.0, 7.0, 45.0, 4000.0, 4001.0):  # the runs' limit is an hour
         plan(log.state, log.at + dt, pol, cache=cache)
         assert cache.replanned == 0
     gone = log.state.jobs[2].allocations[0].node
     log.add(exited(2, gone))
-    plan(log.state, log.at + 50, pol, cache=cache)
+    plan(log.state, log.at + 4002, pol, cache=cache)
     assert cache.replanned == 1
