@@ -204,7 +204,7 @@ def release_at(end: float, resolution: int) -> float:
     check)."""
     if resolution <= 0 or end == INF:
         return end
-    return math.ceil(end / resolution) * resolution
+    return float(math.ceil(end / resolution) * resolution)
 
 
 def node_state(node: NodePlan) -> NodeState:

@@ -181,6 +181,7 @@ def test_a_planned_start_stays_put_while_only_the_clock_moves() -> None:
     pol = dataclasses.replace(EASY, backfill_resolution_s=60)
     planned = {plan(log.state, start + dt, pol).starts[2] for dt in (2.0, 7.0, 30.0, 61.0, 900.0)}
     assert planned == {math.ceil((start + 3600) / 60) * 60}
+    assert all(type(t) is float for t in planned)  # a time, as every other the plan gives (encoded as one)
 
 
 # --- property: a cycle's shortcut for requests already refused decides as the full path does ------------
