@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
+from paused import pause
 
 from corral.libs.core import lease
 from corral.libs.infra import NatsServer, roles
@@ -128,16 +129,6 @@ async def test_two_takers_of_one_lapsed_lease_one_wins(schedulers: list[Client])
         await r.stopped()
 
 
-async def stopped(pid: int) -> None:
-    """SIGSTOP ``pid`` and wait until it is stopped: the signal is not at once (nats-server was still running
-    for a read sent right after it, in a third of the runs, and answered it)."""
-    os.kill(pid, signal.SIGSTOP)
-    deadline = time.monotonic() + 5
-    while Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "T":
-        assert time.monotonic() < deadline, f"process {pid} did not stop"
-        await asyncio.sleep(0.001)
-
-
 async def test_a_read_or_write_whose_reply_does_not_come_is_given_up_after_a_third_of_the_lease(
     server: NatsServer, schedulers: list[Client]
 ) -> None:
@@ -148,7 +139,7 @@ async def test_a_read_or_write_whose_reply_does_not_come_is_given_up_after_a_thi
     await leadership.read()  # (the bucket found)
     pid = server.pid
     assert pid is not None
-    await stopped(pid)
+    pause(pid)
     try:
         for operation in (leadership.read, lambda: leadership.write(1)):
             started = time.monotonic()

@@ -13,6 +13,7 @@ from pathlib import Path
 import nats
 import pytest
 from nats.aio.msg import Msg
+from paused import pause
 
 from corral.libs.infra import NatsServer, NatsUser
 from corral.libs.runtime import nats_link
@@ -41,8 +42,7 @@ async def test_a_round_trip_that_timed_out_on_a_paused_server_leaves_the_connect
     await nc.subscribe("probe.test", cb=on_msg)
     try:
         assert await nats_link.flush(nc, 1)
-        os.kill(own_nats.pid, signal.SIGSTOP)
-        await asyncio.sleep(0.2)  # stopped for sure
+        pause(own_nats.pid)
         try:
             assert not await nats_link.flush(nc, 1)
         finally:

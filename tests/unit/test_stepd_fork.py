@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from paused import pause
 from test_stepd import task
 
 from corral.services.agent import killseq, procstat, supervisor
@@ -171,7 +172,7 @@ async def test_a_launch_the_server_cannot_answer_gets_a_new_interpreter(
     assert server is not None
     await first.wait(30)
     monkeypatch.setattr(supervisor, "FORK_ANSWER_S", 0.5)
-    os.kill(server, signal.SIGSTOP)  # stuck
+    pause(server)  # stuck
     try:
         proc, line = await start(supervisors, step(tmp_path, 1), [until(tmp_path / "go") + "; exit 4"])
         assert line == "ok"
@@ -196,7 +197,7 @@ async def test_a_launch_cancelled_while_the_server_answers_does_not_hand_its_ans
     server = supervisors.server_pid
     assert server is not None
     await first.wait(30)
-    os.kill(server, signal.SIGSTOP)  # the request goes out, its answer cannot come yet
+    pause(server)  # the request goes out, its answer cannot come yet
     try:
         cancelled = asyncio.ensure_future(start(supervisors, step(tmp_path, 1), [until(tmp_path / "go")]))
         await asyncio.sleep(0.3)
