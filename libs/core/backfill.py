@@ -12,8 +12,9 @@ One loop serves FIFO, EASY and conservative backfill; only the reservation depth
 The plan works per node on counts (CPUs, GPUs, memory): a running job or a job started in this
 cycle gives its resources back at ``start + time limit`` (never, if unlimited); a reservation holds
 resources over ``[start, start + limit)``. Exact GPU indices are chosen only when a job starts now.
-With a resolution (Slurm's bf_resolution) every planned duration is rounded up to its grid, so ends fall
-on a few distinct times from ``now``.
+With a resolution (Slurm's bf_resolution) a running job's end is planned at the next point of a grid fixed
+in time (``timeline.release_at``) and a candidate's time limit is rounded up to a multiple of it, so ends
+fall on a few distinct times.
 
 Advance reservations (``reservations.py``) are holds too, kept apart in ``NodePlan.resv`` with their name:
 every job sees them except the members of that reservation (``exempt``), which ``start_in`` places on
@@ -72,7 +73,7 @@ class Planner:
         kept: dict[str, Kept] | None = None,
     ) -> None:
         self.now = now
-        self.resolution = resolution  # bf_resolution: ends are planned on this grid from ``now`` (0: exact)
+        self.resolution = resolution  # bf_resolution: run ends are planned on this grid (0: exact)
         self.topology = Topology.of(blocks or {})  # node -> block (``topology.py``)
         # Each node's plan: given (``capacity.CapacityCache.node_plans``), or built from ``free`` with no
         # releases. With ``undo`` (plans kept across cycles) the cycle's changes to them are undone by
