@@ -150,13 +150,13 @@ class Cycle:
         self.spared = set(_decided_jobs(out.decisions))
         self.facts = FactsCache() if cache is None else cache.facts  # each job's ``Facts``
         self.facts.keep(len(state.active))
-        # (partition, request, planned duration) of a job that could not start now, once its partition is
-        # blocked and has no reservation left to give: a later job asking the same in the cycle waits for
-        # ``Priority`` without the calls. Capacity only shrinks and holds only grow as a cycle goes on, so it
-        # could not start either; it is not its partition's first to wait (no preemption, no maintenance
-        # reason), and gets no reservation. Not for a request of no CPU (``start_now`` puts deferred holds on
-        # for it) nor one with ``--switches`` (its wake time).
-        self.refused: set[tuple[str, Request, float]] = set()
+        # (partition, request, planned duration, exact limit) of a job that could not start now, once its
+        # partition is blocked and has no reservation left to give: a later job asking the same in the cycle
+        # waits for ``Priority`` without the calls. Capacity only shrinks and holds only grow as a cycle goes
+        # on, so it could not start either; it is not its partition's first to wait (no preemption, no
+        # maintenance reason), and gets no reservation. Not for a request of no CPU (``start_now`` puts
+        # deferred holds on for it) nor one with ``--switches`` (its wake time).
+        self.refused: set[tuple[str, Request, float, int | None]] = set()
 
     def consider(self, job: Job, priority: int) -> None:
         """One pending job, in queue order: the gates (the first that stops it gives its reason; it then
@@ -187,10 +187,11 @@ class Cycle:
         if job.spec.reservation is not None:
             self.start_in_reservation(job, partition, req, limit_s, limit)
             return
-        if shape in self.refused:
+        refusal = (*shape, limit_s)  # the planned duration, and the exact limit a start ends by
+        if refusal in self.refused:
             self.out.reasons[job.job_id] = "Priority"  # what ``start``, ``block`` and ``reserve`` would say
             return
-        if self.start(job, partition, req, limit_s, limit):
+        if self.start(job, partition, req, limit_s):
             return
         first = self.block(job, partition, req)
         if first and self.preempt(job, partition, req):
@@ -198,7 +199,7 @@ class Cycle:
         self.reserve(job, partition, req, limit)
         exhausted = self.depth is not None and self.reserved.get(partition, 0) >= self.depth
         if exhausted and req.cpus >= 1 and req.switches is None:
-            self.refused.add(shape)
+            self.refused.add(refusal)
 
     # --- gates: each returns the reason that stops the job now, or None ---------------------------------
 
@@ -245,7 +246,10 @@ class Cycle:
         self, job: Job, partition: str, req: Request, limit_s: int | None, limit: float
     ) -> None:
         """A member of an advance reservation starts inside it, or waits without blocking anyone."""
-        placed = reservations.start_member(self.planner, self.state, job, partition, req, limit, self.now)
+        exact = INF if limit_s is None else float(limit_s)
+        placed = reservations.start_member(
+            self.planner, self.state, job, partition, req, limit, self.now, exact
+        )
         if not isinstance(placed, str):
             self.allocate(job, partition, placed, limit_s)
             return
@@ -254,9 +258,10 @@ class Cycle:
         if placed == "Reservation" and resv is not None and resv.start_time > self.now:
             self.out.wake(resv.start_time)  # plan again when its window opens
 
-    def start(self, job: Job, partition: str, req: Request, limit_s: int | None, limit: float) -> bool:
-        """Start the job now if it fits without delaying a job with a reservation (``backfill.py``)."""
-        allocation = self.planner.start_now(partition, req, limit)
+    def start(self, job: Job, partition: str, req: Request, limit_s: int | None) -> bool:
+        """Start the job now if it fits without delaying a job with a reservation (``backfill.py``), planned
+        to end at its exact limit on the grid (``Planner.ends``)."""
+        allocation = self.planner.start_now(partition, req, INF if limit_s is None else float(limit_s))
         if allocation is None:
             return False
         self.allocate(job, partition, allocation, limit_s)

@@ -184,8 +184,8 @@ class BestFit:
 
 
 def span(seconds: float, resolution: int) -> float:
-    """A duration as the plan counts it: rounded up to a multiple of the resolution (a candidate's time limit;
-    ``resolution`` 0 keeps it exact)."""
+    """A duration as the plan counts it: rounded up to a multiple of the resolution (a reservation's time
+    limit; ``resolution`` 0 keeps it exact)."""
     if resolution <= 0 or seconds == INF:
         return seconds
     return math.ceil(seconds / resolution) * resolution

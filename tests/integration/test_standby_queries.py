@@ -4,6 +4,7 @@ of its own made for the answer (it decides nothing), so no command waits for the
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 from test_scheduler_replay import settle
@@ -35,6 +36,11 @@ name = "others"
 nodes = "sq2"
 default = true
 """
+
+
+def grid(t: float) -> float:
+    """``t`` on the default backfill resolution's grid (60 s): the first multiple at or after it."""
+    return math.ceil(t / 60) * 60.0
 
 
 async def test_a_standby_shows_the_leaders_reasons_priorities_and_starts(bus: Bus) -> None:
@@ -76,18 +82,23 @@ async def test_a_standby_shows_the_leaders_reasons_priorities_and_starts(bus: Bu
         assert not standby.leading() and standby.state.last_seq == leader.state.last_seq
         request = api.JobsRequest(job_ids=jobs)
         shown = await leader.jobs("alice", request), await standby.jobs("alice", request)
-        # A planned start is the running job's end on the backfill resolution's grid, which is fixed in time:
-        # the leader's cycle and the standby's answer plan moments apart and show the same instant (when the
+        # A planned start is the running job's end on the backfill resolution's grid (60 s here), a grid fixed
+        # in time, and the cycle that started the job planned its end the same way: the leader's answer (its
+        # last cycle's) and the standby's (a plan of its own, moments later) show the same instant (when the
         # grid was counted from each plan's time they differed, and a CI run of 2026-12-07 saw 1796608976
-        # against 1796608977).
-        rows = [
-            sorted((j.job_id, j.state, j.reason, j.priority, j.start_time) for j in reply.jobs)
-            for reply in shown
-        ]
+        # against 1796608977). The one exception: a grid point between the leader's plan and the allocation's
+        # time, milliseconds later, which the run's end (from the allocation's time) then passes.
+        rows = [sorted((j.job_id, j.state, j.reason, j.priority) for j in reply.jobs) for reply in shown]
         assert rows[0] == rows[1]
+        starts = [{j.job_id: j.start_time for j in reply.jobs} for reply in shown]
+        run_start = leader.state.jobs[running].start_time
+        assert run_start is not None and leader.outlook.at is not None
+        ends = {grid(run_start + 600), grid(leader.outlook.at + 600)}  # one instant, but in that exception
+        first = jobs[1] if running == jobs[0] else jobs[0]  # the first pending job: it waits for the running
+        assert starts[1][first] == grid(run_start + 600)
+        assert starts[0][first] in ends
         assert [r[1] for r in rows[0]] == ["RUNNING", "PENDING", "PENDING", "PENDING"]
         assert [r[2] for r in rows[0][1:]] == ["Resources", "Priority", "Priority"]
-        assert rows[0][1][4] is not None  # the first pending job has its planned start (squeue --start)
         # The standby decided nothing: every decision in the log is the leader's (epoch 0, one allocation).
         allocations = [
             e async for e in bus.read(1) if isinstance(getattr(e.envelope, "body", None), ev.JobAllocated)

@@ -144,18 +144,18 @@ def _at(body: ev.Event, when: float) -> ev.Envelope:
 
 @pytest.mark.parametrize(
     ("resolution", "expected_started", "reserved_at"),
-    [(0, [], 30.0), (1, [], 30.0), (60, [], 39.0), (7, [3], 35.0)],
+    [(0, [], 30.0), (1, [], 30.0), (60, [3], 39.0), (7, [3], 35.0)],
     ids=["exact", "1s", "60s", "7s"],
 )
 def test_the_backfill_resolution_plans_ends_on_a_grid(
     resolution: int, expected_started: list[int], reserved_at: float
 ) -> None:
-    """bf_resolution: a run's end is planned at the first multiple of the resolution at or after it (a grid
-    fixed in time, as Slurm's), a candidate's time limit is rounded up to a multiple of it, so a job ending
-    within one step of a reservation may count as ending with it (Slurm's accuracy-for-speed trade).
-    Job 1 starts at 1,700,000,001 (21 s past a multiple of 60, on one of 7) and ends 30 s later: planned at
-    +39 s on the 60 s grid, +35 s on the 7 s one, where job 3 (35 s, ending 5 s after job 1) counts as ending
-    with it and starts now."""
+    """bf_resolution: a run's end, and a job's started now, is planned at the first multiple of the
+    resolution at or after it (a grid fixed in time, as Slurm's), so a job ending in the same step as a
+    reservation's start counts as ending with it (Slurm's accuracy-for-speed trade). Job 1 starts at
+    1,700,000,001 (21 s past a multiple of 60, on one of 7) and ends 30 s later: planned at +39 s on the 60 s
+    grid, +35 s on the 7 s one, where job 3 (35 s, ending 5 s after job 1) counts as ending with it and
+    starts now."""
     log = Log(*cluster(nodes=1, gpus=8))
     log.add(submitted(1, job(gpus=4, nodes=1, time_s=30)))
     log.add(allocated(1, {"gpu01": [0, 1, 2, 3]}, time_s=30), step=0.0)
@@ -232,3 +232,23 @@ def test_a_request_refused_earlier_in_the_cycle_decides_as_the_full_path(
         patch.setattr(plan_module, "Cycle", _FullPath)
         full = plan(log.state, log.state.now, pol)
     assert shortcut == full
+
+
+@pytest.mark.parametrize("resolution", [0, 60, 7])
+def test_a_job_started_in_a_cycle_is_planned_to_end_where_the_next_cycles_plan_its_run(
+    resolution: int,
+) -> None:
+    """The cycle that starts a job plans its end as every later cycle plans the running job's (its exact
+    end on the resolution's grid): the planned start of the job waiting for it is the same in both (squeue
+    --start shows the leader's cycle's; a standby's answer, planned later, showed another)."""
+    log = Log(*cluster(nodes=1, gpus=8))
+    log.add(submitted(1, job(gpus=8, nodes=1, time_s=610)))  # 610 s: not a multiple of the resolutions
+    log.add(submitted(2, job(gpus=8, nodes=1, time_s=600)))
+    pol = dataclasses.replace(EASY, backfill_resolution_s=resolution)
+    now = log.at  # 22 s past a multiple of 60, 1 past one of 7
+    first = plan(log.state, now, pol)
+    assert started(first) == [1]
+    log.add(*first.decisions, step=0.0)  # allocated at the plan's time
+    later = plan(log.state, now + 5, pol)
+    end = now + 610 if not resolution else math.ceil((now + 610) / resolution) * resolution
+    assert first.starts[2] == later.starts[2] == end
