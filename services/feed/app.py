@@ -10,9 +10,16 @@ The cycle:
 2. read: the log from its first entry, in order (an ordered consumer, ``Bus.read``), each entry folded by
    the projector (``project.Projector``: the scheduler's fold), so that its state at any entry is the one
    every other consumer has there;
-3. publish: from that last projected entry on, the messages each entry makes, each with its message id and
-   an acknowledgement from the stream before the next (retried until it is taken), so the feed's order is the
-   log's; the consumer ``feed-<user>`` of each user it meets is created first, filtered on that user's jobs.
+3. publish: from that last projected entry on, the messages each entry makes, each with its message id, in
+   the log's order; the consumer ``feed-<user>`` of each user it meets is created first, filtered on that
+   user's jobs. Up to ``WINDOW`` messages are out at once, each but the first naming the one before it
+   (``Nats-Expected-Last-Msg-Id``): the stream takes a message only right after its predecessor, so what it
+   holds is always the feed's messages in order, with none missing. When one is not taken (refused, or its
+   acknowledgement did not come), the window is waited out and its messages from that one on are published
+   again one at a time, each acknowledged before the next (retried until it is taken; those the stream
+   already has are dropped by id). The window's messages are acknowledged before the service waits for the
+   next log entry. (One at a time, as before 2026-12-07, a message cost ~150 us of the service's CPU, its
+   round trip; ``bench/RESULTS.md``.)
 
 Exactly once, in order: a crash between two messages of one entry publishes that entry's messages again at
 the restart, and the stream drops the ones it has (``Nats-Msg-Id`` within ``DUPLICATE_WINDOW_S``); two
@@ -25,8 +32,10 @@ The cost of a start is a pass over the whole log (the fold); the scheduler's sna
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 
+from nats.js import api
 from nats.js.errors import APIError, NotFoundError
 
 from corral.libs.infra import roles
@@ -41,6 +50,13 @@ from corral.services.feed.project import Projector, Published
 
 #: Seconds between two tries of a publish the stream did not take.
 RETRY_S = 0.5
+#: Messages out at once, awaiting their acknowledgement (step 3).
+WINDOW = 64
+#: What the stream refuses, or what keeps its answer from coming: the window is then published again.
+NOT_TAKEN = (APIError, TimeoutError, *UNAVAILABLE)
+
+#: A message out: what it is, its bytes, and its acknowledgement to come.
+Out = tuple[Published, bytes, "asyncio.Future[api.PubAck]"]
 
 
 class FeedService:
@@ -50,6 +66,7 @@ class FeedService:
         self.bus = bus
         self.projector = Projector(min_job_age_s)  # (forgets ended jobs at the scheduler's MinJobAge)
         self.readers: set[str] = set()  # users whose feed consumer this process has made sure of
+        self.window: collections.deque[Out] = collections.deque()  # messages out, oldest first
         self.log = logger(service="feed")
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -80,7 +97,12 @@ class FeedService:
                 if entry.seq >= start:
                     for item in published:
                         await self.publish(item, stop)
+                if entry.pending == 0:
+                    await self.settle(stop)  # caught up: every message out is taken before the wait
         finally:
+            for _, _, future in self.window:
+                future.cancel()  # the stream holds an unbroken prefix of them: a restart goes on from it
+            self.window.clear()
             await entries.aclose()
 
     async def last_projected(self) -> int:
@@ -99,16 +121,46 @@ class FeedService:
             return 0
 
     async def publish(self, item: Published, stop: asyncio.Event) -> None:
-        """Step 3 for one message: until the stream has it (or ``stop``)."""
+        """Step 3 for one message: out in the window, after the one before it (the oldest is waited for
+        once the window is full)."""
         event = item.message.event
         if not isinstance(event, feed.FeedNode) and event.user not in self.readers:
             await self._reader(event.user, stop)
         data = encode(item.message)
+        headers = {"Nats-Msg-Id": item.msg_id}
+        if self.window:  # the one before it is out: the stream takes this one only right after it
+            headers["Nats-Expected-Last-Msg-Id"] = self.window[-1][0].msg_id
+        publish = self.bus.pipeline.publish(item.subject, data, headers)
+        self.window.append((item, data, asyncio.ensure_future(publish)))
+        if len(self.window) >= WINDOW:
+            await self.settle(stop, WINDOW // 2)
+
+    async def settle(self, stop: asyncio.Event, keep: int = 0) -> None:
+        """Wait for the window's oldest messages until at most ``keep`` are out; from the first one not taken,
+        every message of the window is published again in order, one at a time (``publish_one``)."""
+        while len(self.window) > keep:
+            item, _, future = self.window[0]
+            try:
+                await future
+            except NOT_TAKEN as exc:
+                self.log.warning("feed publish failed; again in order", subject=item.subject, error=repr(exc))
+                again = list(self.window)
+                self.window.clear()
+                for _, _, out in again:  # each settled (taken, refused or timed out) before any is sent again
+                    with contextlib.suppress(*NOT_TAKEN):
+                        await out
+                for message, message_data, _ in again:
+                    await self.publish_one(message, message_data, stop)
+                return
+            self.window.popleft()
+
+    async def publish_one(self, item: Published, data: bytes, stop: asyncio.Event) -> None:
+        """One message, acknowledged before anything follows it: until the stream has it (or ``stop``)."""
         while not stop.is_set():
             try:
-                await self.bus.js.publish(item.subject, data, headers={"Nats-Msg-Id": item.msg_id})
+                await self.bus.pipeline.publish(item.subject, data, {"Nats-Msg-Id": item.msg_id})
                 return
-            except (APIError, TimeoutError, *UNAVAILABLE) as exc:
+            except NOT_TAKEN as exc:
                 self.log.warning("feed publish failed; retrying", subject=item.subject, error=repr(exc))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), RETRY_S)

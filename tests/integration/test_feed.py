@@ -25,6 +25,7 @@ from nats.js.errors import NotFoundError
 from corral.libs.infra import NatsServer, roles
 from corral.libs.runtime.bus import Bus
 from corral.libs.runtime.credentials import Credentials
+from corral.libs.runtime.pipeline import Pipeline
 from corral.libs.runtime.streams import connect, declare
 from corral.schemas import codec, feed, subjects
 from corral.schemas import events as ev
@@ -259,3 +260,29 @@ async def test_alice_cannot_read_bob_s_feed_nor_make_a_consumer(server: NatsServ
         ).state.consumer_count == 2  # auditor's, bob's
     finally:
         await nc.close()
+
+
+async def test_a_message_the_stream_does_not_take_mid_window_keeps_the_feed_in_log_order(
+    server: NatsServer, admin: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Messages go out many at once, each naming the one before it: when one is refused (the second job's
+    submission, once), the stream takes none after it, and the window is published again from it in order;
+    the feed holds every message once, in the log's order."""
+    for job_id in range(1, 6):
+        await lifecycle(admin, job_id, "alice")
+    real = Pipeline.publish
+    refused: list[str] = []
+
+    async def flaky(self: Pipeline, subject: str, data: bytes, headers: dict[str, str]) -> api.PubAck:
+        if headers["Nats-Msg-Id"] == "feed:5:0" and not refused:  # job 2's submission (log entry 5)
+            refused.append(subject)
+            raise TimeoutError("no acknowledgement came")
+        return await real(self, subject, data, headers)
+
+    monkeypatch.setattr(Pipeline, "publish", flaky)
+    async with feed_services(server, 1):
+        messages = await feed_messages(admin, 15)
+    assert refused  # the refusal happened, with later messages of the window out behind it
+    kinds = [(m.event.job_id, type(m.event).__struct_config__.tag) for _, m in messages]  # type: ignore[union-attr]
+    assert kinds == [(j, tag) for j in range(1, 6) for tag in ("submitted", "started", "ended")]
+    assert [m.log_seq for _, m in messages] == sorted(m.log_seq for _, m in messages)
