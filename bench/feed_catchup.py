@@ -108,9 +108,9 @@ def main() -> int:
     if args.child:
         asyncio.run(feed_child(args.child))
         return 0
-    trees = {"after": HERE.parent}
-    if args.before is not None:
-        trees = {"before": args.before.resolve(), **trees}
+    from bench_clusters import trees_of  # (here: the child measuring the before's code does not load it)
+
+    trees = trees_of(args)
     print(f"feed catching up on {args.jobs:,} job lifecycles")
     for name, tree in trees.items():
         print(f"{name}: {asyncio.run(measure(args.jobs, tree))}", flush=True)

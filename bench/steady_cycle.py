@@ -120,9 +120,9 @@ def main() -> int:
     if args.one:
         print("\n".join(measure(args.nodes, args.pending, args.cycles, args.resolution)))
         return 0
-    trees = {"after": HERE.parent}
-    if args.before is not None:
-        trees = {"before": args.before.resolve(), **trees}
+    from bench_clusters import trees_of  # (here: the child measuring the before's code does not load it)
+
+    trees = trees_of(args)
     for name, tree in trees.items():
         env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{HERE}"}
         argv = [sys.executable, str(HERE / "steady_cycle.py"), "--one", "--nodes", str(args.nodes)]
