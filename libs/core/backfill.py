@@ -13,7 +13,7 @@ The plan works per node on counts (CPUs, GPUs, memory): a running job or a job s
 cycle gives its resources back at ``start + time limit`` (never, if unlimited); a reservation holds
 resources over ``[start, start + limit)``. Exact GPU indices are chosen only when a job starts now.
 With a resolution (Slurm's bf_resolution) a job's end, running or started now, is planned at the next point
-of a grid fixed in time (``timeline.release_at``, ``Planner.ends``) and a reservation's time limit is rounded
+of a grid fixed in time (``timeline.release_at``) and a reservation's time limit is rounded
 up to a multiple of it, so ends fall on a few distinct times.
 
 Advance reservations (``reservations.py``) are holds too, kept apart in ``NodePlan.resv`` with their name:
@@ -120,7 +120,7 @@ class Planner:
     def start_now(self, partition: str, req: Request, limit: float) -> list[NodeAllocation] | None:
         """Allocate ``req`` now if it fits without breaking a reservation; None otherwise. ``limit``: its
         exact time limit (INF: none); it is planned to end where every later cycle plans its run's end
-        (``ends``)."""
+        (``release_at``), so the planned starts behind it do not move once it runs."""
         if req.cpus < 1:
             self._settle()  # it could start on a node with no CPU free: that node's holds count
         totals = self.totals(partition)
@@ -129,7 +129,7 @@ class Planner:
         shape = (partition, msgspec.structs.replace(req, nodes=0))
         if self._fitting.get(shape, req.nodes) < req.nodes:
             return None
-        end = self.ends(limit)
+        end = release_at(self.now + limit, self.resolution)
         if any(end >= e and req.nodes >= n for e, n in self._blocked.get(shape, ())):
             return None
         if self._indexed(req):
@@ -220,13 +220,6 @@ class Planner:
             self.views.forget(partitions, held)
         return out
 
-    def ends(self, limit: float) -> float:
-        """When a job started now with the exact time limit ``limit`` (INF: none) is planned to end: its end
-        on the resolution's grid (``release_at``), where every later cycle plans its run's, so that the
-        planned starts behind it do not move once it runs (a duration rounded up from ``now`` ended
-        elsewhere on the grid)."""
-        return release_at(self.now + limit, self.resolution)
-
     def started_in(self, resv: str, node: str) -> int:
         """GPUs the members of reservation ``resv`` took on ``node`` in this cycle."""
         return self._member_gpus.get((resv, node), 0)
@@ -241,7 +234,7 @@ class Planner:
         take on each node, and what it takes comes off that reservation's hold for outsiders.
         """
         self._settle()
-        end = self.ends(limit)
+        end = release_at(self.now + limit, self.resolution)
         fit = [
             self.nodes[n]
             for n in nodes

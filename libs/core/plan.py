@@ -260,7 +260,7 @@ class Cycle:
 
     def start(self, job: Job, partition: str, req: Request, limit_s: int | None) -> bool:
         """Start the job now if it fits without delaying a job with a reservation (``backfill.py``), planned
-        to end at its exact limit on the grid (``Planner.ends``)."""
+        to end at its exact limit on the grid (``timeline.release_at``)."""
         allocation = self.planner.start_now(partition, req, INF if limit_s is None else float(limit_s))
         if allocation is None:
             return False

@@ -314,11 +314,11 @@ def start_member(
     req: Request,
     limit: float,
     now: float,
-    exact: float | None = None,
+    exact: float,
 ) -> list[ev.NodeAllocation] | PendingReason:
     """Start a job that asks for a reservation, inside it: its allocation, or the reason it waits. ``limit``:
     its time limit as the plan counts it (it must end before the reservation does); ``exact``: as it is
-    (``Planner.start_in``'s; None: ``limit``)."""
+    (``Planner.start_in``'s)."""
     name = job.spec.reservation
     resv = state.reservations.get(name or "")
     if resv is None or resv.end_time <= now:
@@ -334,5 +334,5 @@ def start_member(
             n: g - used.get(n, 0) - planner.started_in(resv.name, n)
             for n, g in zip(resv.nodes, resv.gpus, strict=True)
         }
-    allocation = planner.start_in(resv.name, nodes, req, limit if exact is None else exact, caps)
+    allocation = planner.start_in(resv.name, nodes, req, exact, caps)
     return allocation if allocation is not None else "Resources"
