@@ -23,6 +23,7 @@ the same, so the live state and the replayed state stay equal.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -64,7 +65,36 @@ def fold(entries: list[tuple[int, ev.Envelope]], state: State | None = None) -> 
 
 
 def apply(state: State, seq: int, env: ev.Envelope) -> Outcome:
-    """Apply one log entry; entries at or below ``state.last_seq`` were applied already."""
+    """Apply one log entry; entries at or below ``state.last_seq`` were applied already. For a state someone
+    follows (``changes.py``), note what the entry may have changed: the job it names, and the node it names
+    or else the nodes of that job's run before and after it."""
+    journal = state.__dict__.get("changes")
+    if journal is None:
+        return _apply(state, seq, env)
+    body = env.body
+    job_id = getattr(body, "job_id", None)
+    node = getattr(body, "node", None)
+    if node is not None:
+        try:
+            return _apply(state, seq, env)
+        finally:
+            journal.touched(job_id, (node,))
+    job = state.jobs.get(job_id) if job_id is not None else None
+    before = job.allocations if job is not None else ()
+    try:
+        return _apply(state, seq, env)
+    finally:
+        job = state.jobs.get(job_id) if job_id is not None else None
+        after = job.allocations if job is not None else ()
+        journal.touched(job_id, map(_node_of, before if after is before else [*before, *after]))
+
+
+#: An allocation's node (in C).
+_node_of = attrgetter("node")
+
+
+def _apply(state: State, seq: int, env: ev.Envelope) -> Outcome:
+    """``apply``, without the notes."""
     if seq <= state.last_seq:
         return ignored("replayed")
     state.last_seq = seq

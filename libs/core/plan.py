@@ -48,7 +48,6 @@ The per-node work the state still needs (launches, kills, signals) is derived ap
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -56,17 +55,17 @@ import msgspec
 
 from corral.libs.core import preempt, reservations
 from corral.libs.core.backfill import Planner
-from corral.libs.core.capacity import CapacityCache, Runs
+from corral.libs.core.capacity import CapacityCache
 from corral.libs.core.conclude import conclude
 from corral.libs.core.eligibility import Singletons, needs_check, pending_reason
 from corral.libs.core.job_facts import FactsCache
 from corral.libs.core.limits import Limits, concluded_runs
-from corral.libs.core.placement import Request, free_capacity, give_back, unavailable_nodes
+from corral.libs.core.placement import Request, unavailable_nodes
 from corral.libs.core.policy import Backfill, Policy
 from corral.libs.core.priority import queue_order
 from corral.libs.core.reasons import MAINTENANCE, PendingReason, text, unavailable
 from corral.libs.core.state import Job, State
-from corral.libs.core.timeline import DUE, INF, release_at
+from corral.libs.core.timeline import INF
 from corral.libs.core.topology import in_force, switch_deadline
 from corral.libs.slurm import hostlist
 from corral.schemas import events as ev
@@ -339,30 +338,9 @@ def _capacity(
     cache: CapacityCache | None = None,
 ) -> Planner:
     """Step 3: the planner over the nodes that are up, with what is free now, when each run gives its
-    resources back, and the holds of the live advance reservations."""
-    free = free_capacity(state.nodes) if cache is None else cache.free_capacity(state.nodes)
+    resources back, and the holds of the live advance reservations (``capacity.CapacityCache.capacity``)."""
     resolution = policy.backfill_resolution_s
-    runs: Runs = {}
-    for job in running:
-        if job.run_exit is None:
-            if job.start_time is not None:
-                run_limit = job.time_limit_s
-                end = INF if run_limit is None else job.start_time + run_limit
-                when = release_at(preempt.expected_end(job, end), resolution)
-                runs[job.job_id] = (when, job.allocations)
-            continue
-        # A run whose exit is concluded in this cycle frees its resources now: the conclusion is
-        # appended before any allocation that uses them (and the fold refuses the allocation if not).
-        # Only on the nodes whose agents reported the run's processes gone: the others stay held (fold).
-        for alloc in job.allocations:
-            node = free.get(alloc.node)
-            if node is not None and alloc.node in job.exited_nodes:
-                free[alloc.node] = node = copy.copy(node)  # it may be shared (``capacity.py``)
-                give_back(node, alloc)
-    for orphan in state.orphans:
-        alloc = ev.NodeAllocation(node=orphan.node, gpus=orphan.gpus, cpus=orphan.cpus, mem_mb=orphan.mem_mb)
-        runs[(orphan.job_id, orphan.attempt, orphan.node)] = (DUE, [alloc])  # given back now, in every cycle
-    nodes = (cache or CapacityCache()).node_plans(free, runs)
+    free, nodes = (cache or CapacityCache(follow=False)).capacity(state, running, resolution)
     views = None if cache is None else cache.views()  # the partitions' views of ``nodes``, kept too
     planner = Planner(free, now, policy.blocks, resolution, nodes, cache is not None, views)
     reservations.hold(planner, state, live)

@@ -175,8 +175,9 @@ class UsagePolicy(msgspec.Struct, frozen=True, kw_only=True):
     weights: TresWeights = TresWeights(cpu=0.0, gpu=1.0)  # usage in GPU-seconds by default
 
 
-class State(msgspec.Struct, kw_only=True):
-    """Everything the scheduler decides from."""
+class State(msgspec.Struct, kw_only=True, dict=True):
+    """Everything the scheduler decides from. (``dict``: a consumer's journal of what the fold changed rides
+    on the object without being part of it: ``changes.py``.)"""
 
     jobs: dict[int, Job] = {}  # every job ever submitted, by id
     active: dict[int, bool] = {}  # ids of the jobs that are PENDING or RUNNING, in submit order
