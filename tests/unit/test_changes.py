@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import random
+from collections.abc import Iterator
 
 import pytest
 from builders import Log, cluster, exited, job, policy, registered, submitted
@@ -65,20 +66,25 @@ def _event(rng: random.Random, log: Log, next_id: int) -> list[ev.Event]:
     return [registered(name, gpus=4, cpus=64, partitions=partitions)]
 
 
+def _happenings(rng: random.Random, log: Log, steps: int) -> Iterator[int]:
+    """``steps`` random happenings folded into ``log``, seconds or a minute apart; yields after each."""
+    next_id = 1
+    for step in range(steps):
+        bodies = _event(rng, log, next_id)
+        next_id += isinstance(bodies[0], ev.JobSubmitted)
+        log.add(*bodies, step=rng.choice([1.0, 30.0, 60.0]))
+        yield step
+
+
 @pytest.mark.parametrize("resolution", [0, 60])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_cache_that_reads_the_folds_notes_builds_what_comparing_everything_builds(
     seed: int, resolution: int
 ) -> None:
-    rng = random.Random(seed)
     log = Log(*cluster(nodes=6, gpus=4))
     following = CapacityCache()
     pol = policy()
-    next_id = 1
-    for step in range(400):
-        bodies = _event(rng, log, next_id)
-        next_id += isinstance(bodies[0], ev.JobSubmitted)
-        log.add(*bodies, step=rng.choice([1.0, 30.0]))
+    for step in _happenings(random.Random(seed), log, 400):
         if step % 3 == 0:
             log.decide(plan(log.state, log.at, pol).decisions)  # starts and conclusions
         assert _capacity(following, log.state, resolution) == _capacity(
@@ -91,15 +97,10 @@ def test_a_cache_that_reads_the_folds_notes_builds_what_comparing_everything_bui
 
 def test_plans_with_a_following_cache_equal_plans_without_it() -> None:
     """Whole cycles, decisions applied between them: a following cache decides as no cache does."""
-    rng = random.Random(5)
     log = Log(*cluster(nodes=5, gpus=4))
     cache = CapacityCache()
     pol = policy()
-    next_id = 1
-    for _ in range(300):
-        bodies = _event(rng, log, next_id)
-        next_id += isinstance(bodies[0], ev.JobSubmitted)
-        log.add(*bodies, step=rng.choice([1.0, 45.0]))
+    for _ in _happenings(random.Random(5), log, 300):
         fresh = plan(log.state, log.at, pol)
         assert plan(log.state, log.at, pol, cache=cache) == fresh
         log.decide(fresh.decisions)
