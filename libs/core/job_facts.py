@@ -43,6 +43,9 @@ class Facts(msgspec.Struct, gc=False):
     limit_s: int | None = None  # its effective time limit (``Policy.time_limit``), once ``req`` is set
     # (partition, req, the time limit as the plan counts it: ``timeline.span``), once ``req`` is set
     shape: tuple[str, Request, float] | None = None
+    # ``shape`` with ``limit_s``: the key of ``plan.Cycle.refused`` (once ``req`` is set; None for a job with
+    # ``--switches``, whose request changes as its wait goes on, or one that asks for an advance reservation)
+    refusal: tuple[str, Request, float, int | None] | None = None
     steady: Steady | None = None  # its priority factors that do not move (``priority.Ranking.steady``)
     size: ClusterSize | None = None  # the cluster's size ``steady`` was computed for (JOBSIZE depends on it)
 
@@ -53,6 +56,8 @@ class Facts(msgspec.Struct, gc=False):
             self.req, self.limit_s = request_of(job), policy.time_limit(job)
             limit = INF if self.limit_s is None else span(float(self.limit_s), policy.backfill_resolution_s)
             self.shape = (self.partition, self.req, limit)
+            if self.req.switches is None and job.spec.reservation is None:
+                self.refusal = (*self.shape, self.limit_s)
         return self.shape
 
 

@@ -164,6 +164,9 @@ class Cycle:
         facts = self.facts.of(job, self.policy)  # what depends on its spec alone (``job_facts.py``)
         partition = facts.partition
         if facts.plain and not job.held and self.limits is None:
+            if facts.refusal in self.refused:  # (known once its request was: ``refused`` below), at once
+                self.out.reasons[job.job_id] = "Priority"
+                return
             reason = self.behind_blocked(job, partition)  # every other gate lets a plain job through
         else:
             reason = (

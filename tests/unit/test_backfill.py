@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.libs.core import plan as plan_module
+from corral.libs.core.capacity import CapacityCache
+from corral.libs.core.job_facts import Facts
 from corral.libs.core.plan import Plan, plan
 from corral.libs.core.policy import Policy
 from corral.schemas import events as ev
@@ -228,10 +230,39 @@ def test_a_request_refused_earlier_in_the_cycle_decides_as_the_full_path(
         if held:
             log.add(ev.JobHoldRequested(job_id=k, user="alice"), ev.JobHeld(job_id=k, by="alice"), step=0.0)
     shortcut = plan(log.state, log.state.now, pol)
+    cache = CapacityCache()
+    plan(log.state, log.state.now, pol, cache=cache)  # the jobs' facts kept, their refusal keys known
+    kept = plan(log.state, log.state.now, pol, cache=cache)  # (a refused job then skips every call)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(plan_module, "Cycle", _FullPath)
         full = plan(log.state, log.state.now, pol)
-    assert shortcut == full
+    assert shortcut == full == kept
+
+
+def test_a_job_whose_request_the_cycle_refused_is_not_asked_again_once_its_facts_are_kept() -> None:
+    """A deep queue of alike jobs on a full cluster: in a cycle with the jobs' facts kept, only the job that
+    gets the reservation is asked for its request; every later one, refused by then, waits for ``Priority``
+    at once."""
+    log = Log(*cluster(nodes=1, gpus=8))
+    log.add(submitted(1, job(gpus=8, nodes=1, time_s=600)))
+    log.add(*plan(log.state, log.state.now, EASY).decisions)
+    for job_id in range(2, 52):
+        log.add(submitted(job_id, job(gpus=8, nodes=1, time_s=600)), step=0.0)
+    cache = CapacityCache()
+    first = plan(log.state, log.state.now, EASY, cache=cache)
+    asked: list[int] = []
+    placed = Facts.placed
+
+    def counting(facts: Facts, job: Any, policy: Policy) -> Any:
+        asked.append(job.job_id)
+        return placed(facts, job, policy)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Facts, "placed", counting)
+        again = plan(log.state, log.state.now, EASY, cache=cache)
+    assert again == first
+    assert again.reasons[2] == "Resources" and again.reasons[3] == again.reasons[51] == "Priority"
+    assert asked == [2]  # the head (its reservation); the 49 alike jobs behind it wait at once
 
 
 @pytest.mark.parametrize("resolution", [0, 60, 7])
