@@ -6,7 +6,7 @@ import dataclasses
 import random
 
 import pytest
-from builders import Log, allocated, cluster, exited, job, policy, registered, submitted
+from builders import Log, allocated, cluster, env, exited, job, policy, registered, submitted
 
 from corral.libs.config.cluster import ConfigError, parse_config
 from corral.libs.core.fair_share import Account, UserAssoc
@@ -156,3 +156,25 @@ def test_priorities_kept_across_cycles_are_those_computed_afresh() -> None:
         for decision in plan(log.state, now, pol, cache=None).decisions:
             log.add(decision, step=0.0)
     assert job_id > 80 and len(facts._facts) > 20
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_with_equal_priorities_the_queue_is_in_submit_time_then_id_order(seed: int) -> None:
+    # With every weight 0, no --nice and one tier, every job's priority is 1 and the order is its submit
+    # time, then its id (the ids need not follow the times: several gateways, clocks a little apart); an
+    # admin-set priority on one job ranks it by that value first.
+    rng = random.Random(seed)
+    log = Log(*cluster(nodes=1, gpus=8))
+    ids = rng.sample(range(1, 200), 40)
+    for job_id in ids:
+        log.append(env(submitted(job_id, job(gpus=1)), at=float(rng.choice([10, 11, 12, 13]))))
+    pending = [log.state.jobs[i] for i in log.state.active]
+    rng.shuffle(pending)
+    order = queue_order(log.state, 100.0, policy(), pending)
+    assert order == [(j, 1) for j in sorted(pending, key=lambda j: (j.submit_time, j.job_id))]
+    boosted = rng.choice(pending)
+    log.add(ev.JobUpdated(job_id=boosted.job_id, by="root", time_limit_s=None, partition=None, priority=5))
+    order = queue_order(log.state, 100.0, policy(), pending)
+    assert order[0] == (boosted, 5)
+    rest = sorted((j for j in pending if j is not boosted), key=lambda j: (j.submit_time, j.job_id))
+    assert order[1:] == [(j, 1) for j in rest]
