@@ -42,7 +42,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from corral.libs.runtime import metrics as metricsmod
-from corral.libs.runtime import telemetry
+from corral.libs.runtime import nats_link, telemetry
 from corral.libs.runtime.errors import CorralError, Forbidden, InvalidInput, NotFound, TransientError
 from corral.libs.runtime.telemetry import logger
 from corral.schemas import api, subjects
@@ -154,8 +154,7 @@ async def _subscribed(
     that is away returns at once: nats-py sends its subscriptions again when it is back."""
     sub = await nc.subscribe(subject, queue=queue, cb=cb)
     if nc.is_connected:
-        with contextlib.suppress(Exception):  # lost meanwhile, or slow: the same as away
-            await nc.flush(timeout=SUBSCRIBED_S)
+        await nats_link.flush(nc, SUBSCRIBED_S)  # lost meanwhile, or slow: the same as away
     return sub
 
 

@@ -15,11 +15,18 @@ each, into the JSON logs. ``Link``'s callbacks replace it (``streams.connect`` i
 
 A watcher is a plain function of one boolean (connected or not), called in the event loop.
 
-``flush(nc, timeout)`` is the round trip (PING/PONG) to use instead of ``nc.flush``: in nats-py (2.x) a
-flush that times out leaves its cancelled future in the client's queue of PONG waiters, and the late PONG
-(a server paused with SIGSTOP, then resumed) raises ``InvalidStateError`` in the read loop, which dies: the
-connection then receives nothing until its pings time out minutes later, and every later ``flush``
-returns at once without a round trip.
+``flush(nc, timeout)`` is the round trip (PING/PONG) to use instead of ``nc.flush``, for two nats-py (2.x)
+bugs:
+
+- a flush that times out leaves its cancelled future in the client's queue of PONG waiters, and the late
+  PONG (a server paused with SIGSTOP, then resumed) raises ``InvalidStateError`` in the read loop, which dies:
+  the connection then receives nothing until its pings time out minutes later, and every later ``flush``
+  returns at once without a round trip;
+- ``nc.flush`` writes its PING straight to the socket while the commands before it (a SUB, a PUB) wait in
+  the client's buffer for its flusher task, which writes them after the PING: the PONG can come before the
+  server has them. A subscriber "flushed" could miss the next message published to it (1 in ~40 fresh
+  connections here; ``test_step_io_roles`` failed so in CI), a service "ready once its verbs are subscribed"
+  could answer no one. ``flush`` has the buffered commands written first (the flusher, waited for).
 """
 
 from __future__ import annotations
@@ -72,12 +79,14 @@ class Link:
 
 
 async def flush(nc: Client, timeout: int) -> bool:
-    """A PING/PONG round trip with the server within ``timeout`` seconds: True if it was answered.
+    """A PING/PONG round trip with the server within ``timeout`` seconds, after everything sent before it:
+    True if it was answered.
 
     On a timeout the PONG waiter nats-py cancelled is replaced by a fresh one, so that the late PONG it was
     waiting for is matched to it harmlessly (PONGs answer PINGs in order), not to a later round trip and
     not to the cancelled future (which would end the read loop)."""
     try:
+        await nc._flush_pending(force_flush=True)  # the commands before this round trip go out before it
         await nc.flush(timeout=timeout)
     except nats.errors.FlushTimeoutError:
         waiters = nc._pongs  # nats-py's private queue of PONG waiters: the bug above

@@ -1,6 +1,8 @@
 """A step's I/O subjects name the node of the task (``steps.io_subject``), and the agent role pins that token:
 an agent speaks only for its own node's tasks and hears only its own node's stdin, so a compromised agent can
-neither write into another node's tasks' output nor read another user's stdin sent to another node."""
+neither write into another node's tasks' output nor read another user's stdin sent to another node. (Each
+round trip is ``nats_link.flush``: nats-py's ``flush`` may be answered before the SUB or PUB sent before it
+reaches the server, and a message published right after was then missed, 1 run in ~40.)"""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 from nats.aio.client import Client
 
 from corral.libs.infra import NatsServer, roles
+from corral.libs.runtime import nats_link
 from corral.schemas.steps import io_source, io_subject
 
 pytestmark = pytest.mark.integration
@@ -56,14 +59,14 @@ async def conns(tmp_path: Path) -> AsyncIterator[dict[str, Conn]]:
 
 async def test_an_agent_writes_output_only_for_its_own_nodes_tasks(conns: dict[str, Conn]) -> None:
     alice = await conns["alice"].nc.subscribe("corral.io.alice.k1.>")
-    await conns["alice"].nc.flush()
+    assert await nats_link.flush(conns["alice"].nc, 5)
     node1 = conns["node1"].nc
     await node1.publish(io_subject("alice", "k1", "out", 0, "node2"), b"forged\n")
     await node1.publish(io_subject("alice", "k1", "exit", 1, "node2"), b"{}")
-    await node1.flush()
+    assert await nats_link.flush(node1, 5)
     assert "permissions violation for publish" in await conns["node1"].violation()
     await node1.publish(io_subject("alice", "k1", "out", 0, "node1"), b"mine\n")
-    await node1.flush()
+    assert await nats_link.flush(node1, 5)
     msg = await alice.next_msg(timeout=5)
     assert (msg.subject, msg.data) == (io_subject("alice", "k1", "out", 0, "node1"), b"mine\n")
     with pytest.raises(nats.errors.TimeoutError):
@@ -73,22 +76,22 @@ async def test_an_agent_writes_output_only_for_its_own_nodes_tasks(conns: dict[s
 async def test_an_agent_hears_only_its_own_nodes_stdin(conns: dict[str, Conn]) -> None:
     node1 = conns["node1"].nc
     await node1.subscribe(io_subject("*", "*", "in", None, "node2"))
-    await node1.flush()
+    assert await nats_link.flush(node1, 5)
     assert "permissions violation for subscription" in await conns["node1"].violation()
     mine = await node1.subscribe(io_subject("*", "*", "in", None, "node1"))
-    await node1.flush()
+    assert await nats_link.flush(node1, 5)
     await conns["alice"].nc.publish(io_subject("alice", "k1", "in", None, "node1"), b"secret")
-    await conns["alice"].nc.flush()
+    assert await nats_link.flush(conns["alice"].nc, 5)
     assert (await mine.next_msg(timeout=5)).data == b"secret"
 
 
 async def test_a_user_neither_reads_nor_feeds_another_users_step(conns: dict[str, Conn]) -> None:
     bob = conns["bob"].nc
     await bob.subscribe("corral.io.alice.>")
-    await bob.flush()
+    assert await nats_link.flush(bob, 5)
     assert "permissions violation for subscription" in await conns["bob"].violation()
     await bob.publish(io_subject("alice", "k1", "in", None, "node1"), b"x")
-    await bob.flush()
+    assert await nats_link.flush(bob, 5)
     assert "permissions violation for publish" in await conns["bob"].violation()
 
 
