@@ -93,6 +93,12 @@ class BenchCluster:
         return used
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a live process has used so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def process_stats() -> dict[int, list[str]]:
     """Every live process's ``/proc/<pid>/stat`` fields after the command (state first)."""
     stats = {}

@@ -26,12 +26,6 @@ HERE = Path(__file__).resolve().parent
 PASSWORD = "bench-pw"
 
 
-def cpu_of(pid: int) -> float:
-    """CPU seconds of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def feed_child(url: str) -> None:
     """The feed service until it is killed (the child process's life)."""
     from corral.libs.infra import roles
@@ -45,6 +39,8 @@ async def feed_child(url: str) -> None:
 
 
 async def measure(jobs: int, tree: Path) -> str:
+    from bench_clusters import cpu_seconds  # (here: the feed's child process does not load it)
+
     from corral.libs.infra import roles
     from corral.libs.infra.nats_server import NatsServer
     from corral.libs.runtime.bus import Bus
@@ -86,7 +82,7 @@ async def measure(jobs: int, tree: Path) -> str:
                     assert child.poll() is None, "the feed service ended"
                     await asyncio.sleep(0.05)
                 wall = time.perf_counter() - started
-                used = cpu_of(child.pid)
+                used = cpu_seconds(child.pid)
             finally:
                 child.kill()
                 child.wait()

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_clusters import cpu_seconds  # bench/ is this script's directory: on sys.path
+
 from corral.libs.infra import NatsServer, roles
 from corral.libs.runtime.credentials import Credentials
 from corral.libs.runtime.streams import connect, declare, feed_reader
@@ -35,12 +37,6 @@ def resident_mib(pid: int) -> float:
     return 0.0
 
 
-def cpu_s(pid: int) -> float:
-    """The process's user + system CPU seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def measure(readers: int, messages: int) -> str:
     """One row of the table, on a fresh server."""
     users = [roles.service_user(roles.ADMIN, PASSWORD)]
@@ -50,14 +46,14 @@ async def measure(readers: int, messages: int) -> str:
         await declare(js)
         pid = server.pid
         assert pid is not None
-        before, started, cpu = resident_mib(pid), time.perf_counter(), cpu_s(pid)
+        before, started, cpu = resident_mib(pid), time.perf_counter(), cpu_seconds(pid)
         for k in range(readers):
             name = f"user{k}"
             await js.add_consumer(
                 subjects.FEED_STREAM, feed_reader(name, roles.FeedScope(users=(name,)).filters())
             )
-        made, made_cpu, after = time.perf_counter() - started, cpu_s(pid) - cpu, resident_mib(pid)
-        started, cpu = time.perf_counter(), cpu_s(pid)
+        made, made_cpu, after = time.perf_counter() - started, cpu_seconds(pid) - cpu, resident_mib(pid)
+        started, cpu = time.perf_counter(), cpu_seconds(pid)
         pending = []
         for i in range(messages):
             user = f"user{i % max(readers, 1)}"
@@ -66,7 +62,7 @@ async def measure(readers: int, messages: int) -> str:
                 await asyncio.gather(*pending)
                 pending = []
         await asyncio.gather(*pending)
-        took, publish_cpu = time.perf_counter() - started, cpu_s(pid) - cpu
+        took, publish_cpu = time.perf_counter() - started, cpu_seconds(pid) - cpu
         await nc.close()
     return (
         f"| {readers:,} | {made:.1f} | {made_cpu:.1f} | {before:.0f} -> {after:.0f} | "

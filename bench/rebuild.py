@@ -233,7 +233,8 @@ def server_steps(
 ) -> tuple[list[Any], dict[str, Any]]:
     """(c) append to a real log, read it, then restart from it and from a snapshot (before and after);
     the rows and the after's log rebuild's result."""
-    from rebuild_steps import load, read_steps, server_cpu
+    from bench_clusters import cpu_seconds
+    from rebuild_steps import load, read_steps
 
     password = secrets.token_hex(16)
     tmp = Path(tempfile.mkdtemp(prefix="corral-bench-rebuild-"))
@@ -257,7 +258,7 @@ def server_steps(
             first = reversed(runs) if mode == "log" else runs
             for label, checkout in reversed(list(first)) if r % 2 else first:
                 print(f"  child {mode} ({label}, round {r + 1})", file=sys.stderr, flush=True)
-                cpu = server_cpu(server.pid)
+                cpu = cpu_seconds(server.pid)
                 res = run_child(
                     mode,
                     server.url,
@@ -267,7 +268,7 @@ def server_steps(
                     args.child_timeout,
                     checkout,
                 )
-                cpu = server_cpu(server.pid) - cpu
+                cpu = cpu_seconds(server.pid) - cpu
                 step = f"(c) {label}: rebuild from the {mode}"
                 step += f" (round {r + 1})" if args.rounds > 1 else ""
                 if "error" in res:

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench_clusters import cpu_seconds  # bench/ is this script's directory: on sys.path
+
 from corral.libs.core.fold import fold
 from corral.libs.runtime.bus import Bus
 from corral.libs.runtime.credentials import Credentials
@@ -97,12 +99,6 @@ def fold_steps(entries: list[Entry]) -> list[Row]:
     return rows
 
 
-def server_cpu(pid: int) -> float:
-    """CPU seconds of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def read_steps(creds: Credentials, n: int, pid: int) -> list[Row]:
     """(c): the log read three ways, each wall, this process's CPU and the server's."""
     nc = await connect(creds, name="bench-read")
@@ -129,13 +125,13 @@ async def read_steps(creds: Credentials, n: int, pid: int) -> list[Row]:
         for label, step in steps:
             gc.collect()
             gc.disable()
-            cpu, server, started = time.process_time(), server_cpu(pid), time.perf_counter()
+            cpu, server, started = time.process_time(), cpu_seconds(pid), time.perf_counter()
             try:
                 count = await step()
             finally:
                 gc.enable()
             wall = time.perf_counter() - started
-            mine, theirs = time.process_time() - cpu, server_cpu(pid) - server
+            mine, theirs = time.process_time() - cpu, cpu_seconds(pid) - server
             note = f"CPU: this process {mine:.2f} s, nats-server {theirs:.2f} s"
             print(f"  {label}: {wall:.2f} s, {note}, {load()}", file=sys.stderr, flush=True)
             assert count == n, f"{label} read {count} entries, not {n}"

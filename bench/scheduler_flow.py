@@ -84,16 +84,12 @@ def child(url: str, config_path: str) -> None:
     asyncio.run(run())
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a live process."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def flow(
     server: NatsServer, tree: Path, jobs: int, nodes: int, cpus: int, work: Path
 ) -> dict[str, float]:
     """One flow on a fresh log: the scheduler of ``tree`` in its own process; the measures."""
+    from bench_clusters import cpu_seconds  # (here: the scheduler's child process does not load it)
+
     admin_nc = await connect(
         Credentials(url=server.url, user=roles.ADMIN, password=PASSWORDS[roles.ADMIN]), name="bench-flow"
     )

@@ -4,9 +4,10 @@
 to build again it can compare every node and every run with a copy of it (by value: right whatever changed
 them, and however), but that costs a pass over every node and every run in every cycle, most of them
 unchanged. Instead the fold says what its entries touched: ``fold.apply`` notes, for each entry, the job it
-names, the node it names and the nodes of that job's run before and after it (``touched``). Every change the
-fold makes to a node's capacity or a run's nodes, limit or end is made by an entry about that job or node
-(``tests/unit/test_changes.py`` checks it on random logs), so a consumer need only look again at those.
+names, and the node it names or else the nodes of that job's run before and after it (``touched``). Every
+change the fold makes to a node's capacity or a run's nodes, limit or end is made by an entry about that job
+or node (``tests/unit/test_changes.py`` checks it on random logs), so a consumer need only look again at
+those.
 
 The notes are kept only for a state someone follows (``follow``): a state nobody follows (a rebuild, a
 query's copy) pays nothing. They are a journal of keys (a job id, or a node name) that a consumer reads from
