@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from operator import itemgetter
 
 import msgspec
 
@@ -14,6 +15,8 @@ from corral.libs.core.placement import Amount, Free, Request, need
 from corral.schemas.events import NodeAllocation
 
 INF = math.inf
+#: A change's time (``Profile``), in C.
+_time = itemgetter(0)
 #: A release time before any plan's ``now``: given back now (an orphan's, expected gone at any moment).
 DUE = 0.0
 
@@ -98,8 +101,9 @@ class NodePlan(msgspec.Struct, gc=False):
                 return False
         return True
 
-    def earliest(self, req: Request, now: float, limit: float) -> float:
-        """The earliest time from ``now`` this node can host one node of ``req`` for ``limit`` seconds."""
+    def earliest(self, req: Request, now: float, limit: float, profile: Profile | None = None) -> float:
+        """The earliest time from ``now`` this node can host one node of ``req`` for ``limit`` seconds.
+        ``profile``: this node's ``Profile`` from ``now``, if the caller keeps them (built here if not)."""
         if not self.holds and not self.resv:
             # Without holds free capacity only grows: walk the releases once.
             want = need(self.free, req)
@@ -111,17 +115,7 @@ class NodePlan(msgspec.Struct, gc=False):
                 if cpus >= want.cpus and gpus >= want.gpus and mem >= want.mem_mb:
                     return max(r.when, now)
             return INF
-        candidates = sorted(
-            {
-                now,
-                *(r.when for r in self.releases if r.when > now),
-                *(h.end for h in self._holds(None) if now < h.end < INF),
-            }
-        )
-        for t in candidates:
-            if self.fits_during(req, t, t + limit):
-                return t
-        return INF
+        return (profile or Profile(self, now)).earliest(need(self.free, req), limit)
 
     def fills_hole(self, end: float) -> bool:
         """A job ending at ``end`` uses capacity reserved after it (rather than unreserved capacity)."""
@@ -143,6 +137,78 @@ class NodePlan(msgspec.Struct, gc=False):
             releases = list(self.releases)
             bisect.insort(releases, Release(when, alloc.cpus, len(alloc.gpus), alloc.mem_mb))
             self.releases = releases
+
+
+class Profile:
+    """A held node's free capacity from ``now`` on, as a step function of time (what ``NodePlan.earliest``
+    reads for a node with holds): the capacity from each time it changes, and whether that time is one
+    a start may be planned at (``now``, a release, a hold's end: the times it grows). It depends on nothing
+    but what ``node_state`` holds and ``now``, so the planner keeps one per node state and cycle
+    (``Planner.reserve``: conservative backfill asks every node for each of thousands of reservations)."""
+
+    __slots__ = ("caps", "starts", "times")
+
+    def __init__(self, node: NodePlan, now: float) -> None:
+        free = node.free
+        cpus, gpus, mem = free.cpus, len(free.gpus), free.mem_mb
+        # (time, CPUs, GPUs, MiB it adds, whether a start may be planned then): what changes after ``now``.
+        changes: list[tuple[float, int, int, int, bool]] = []
+        for r in node.releases:
+            if r.when > now:
+                changes.append((r.when, r.cpus, r.gpus, r.mem_mb, True))
+            else:
+                cpus, gpus, mem = cpus + r.cpus, gpus + r.gpus, mem + r.mem_mb
+        for h in node._holds(None):
+            if h.end <= now:
+                continue  # over before now: it holds nothing from now on
+            if h.start <= now:
+                cpus, gpus, mem = cpus - h.cpus, gpus - h.gpus, mem - h.mem_mb
+            else:
+                changes.append((h.start, -h.cpus, -h.gpus, -h.mem_mb, False))
+            if h.end < INF:
+                changes.append((h.end, h.cpus, h.gpus, h.mem_mb, True))
+        changes.sort(key=_time)
+        self.times: list[float] = [now]  # each distinct time the capacity changes, ascending
+        self.caps: list[tuple[int, int, int]] = [(cpus, gpus, mem)]  # (CPUs, GPUs, MiB) free from then on
+        self.starts: list[bool] = [True]  # whether a start may be planned then
+        times, caps, starts = self.times, self.caps, self.starts
+        for when, c, g, m, start in changes:
+            cpus, gpus, mem = cpus + c, gpus + g, mem + m
+            if when == times[-1]:
+                caps[-1] = (cpus, gpus, mem)
+                starts[-1] = starts[-1] or start
+            else:
+                times.append(when)
+                caps.append((cpus, gpus, mem))
+                starts.append(start)
+
+    def earliest(self, want: Amount, limit: float) -> float:
+        """The first time a start may be planned at from which ``want`` fits for ``limit`` seconds, as
+        ``NodePlan.fits_during`` says (INF: none).
+
+        The least of the capacity over ``[t, t + limit)`` is at ``t`` or at a time in the window (where a
+        hold starts, as ``fits_during`` checks; elsewhere it only grows), so checking every time in the
+        window answers as ``fits_during``. A time that fails a window fails every candidate before it too
+        (their windows hold it): the next candidate tried is after it."""
+        times, caps, starts = self.times, self.caps, self.starts
+        wc, wg, wm = want.cpus, want.gpus, want.mem_mb
+        n, i = len(times), 0
+        while i < n:
+            if not starts[i]:
+                i += 1
+                continue
+            t = times[i]
+            end = t + limit
+            j = i
+            while j < n and (j == i or times[j] < end):
+                c, g, m = caps[j]
+                if c < wc or g < wg or m < wm:
+                    break
+                j += 1
+            else:
+                return t
+            i = j + 1  # every candidate up to the time that failed fails on it too
+        return INF
 
 
 class BestFit:
