@@ -65,7 +65,7 @@ from corral.services.scheduler import snapshot
 from corral.services.scheduler.leadership import Leadership
 from corral.services.scheduler.metrics import SchedulerMetrics
 from corral.services.scheduler.owners import Owners
-from corral.services.scheduler.planning import cycle_span, gc_paused, plan_paused
+from corral.services.scheduler.planning import aside, cycle_span, gc_paused, plan_paused
 from corral.services.scheduler.queries import QueryVerbs
 from corral.services.scheduler.replay import replay, slim_verdict
 from corral.services.scheduler.sending import Sending, every
@@ -120,6 +120,9 @@ class Scheduler(QueryVerbs, Sending):
         # state keeps slim specs. Older ones are read back from the log (one direct get per launch).
         self.recent_specs: OrderedDict[int, ev.JobSpec] = OrderedDict()
         self.lock = asyncio.Lock()
+        # Set while no plan runs in the planning thread: one that does reads the state, so nothing folds.
+        self.idle = asyncio.Event()
+        self.idle.set()
         self.log = telemetry.logger()
         self.caught_up = asyncio.Event()
         self.rearm = asyncio.Event()  # set when a cycle moved the next begin time: the ticker re-times
@@ -262,6 +265,8 @@ class Scheduler(QueryVerbs, Sending):
         self.caught_up.set()
         await self.cycle()
         async for entry in self.bus.read(self.state.last_seq + 1, follow=True):
+            if not self.idle.is_set():
+                await self.idle.wait()  # a plan reads the state in its thread (a full pass's)
             self.apply(entry)
             if self.poison:
                 await self.report_poison()
@@ -337,7 +342,13 @@ class Scheduler(QueryVerbs, Sending):
         """Steps 3 and 4: plan, then append the decisions and the reasons that changed."""
         started = time.perf_counter()
         began_ns = time.time_ns()
-        decided = plan_paused(self.state, time.time(), self.policy, self.epoch, self.capacity)
+        # In the planning thread, the loop going on (the lease's renewals above all): the fold waits.
+        self.idle.clear()
+        try:
+            now = time.time()
+            decided = await aside(plan_paused, self.state, now, self.policy, self.epoch, self.capacity)
+        finally:
+            self.idle.set()
         changes = reason_changes(self.state, decided.reasons, decided.details, self.epoch)
         if decided.wake_at != self.outlook.wake_at:
             self.rearm.set()

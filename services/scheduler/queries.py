@@ -5,6 +5,7 @@ answer (``view``: the same pure plan on the same log, at most once per log posit
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from corral.libs.config.cluster import ClusterConfig
@@ -32,6 +33,7 @@ class QueryVerbs:
     will_run_policy: Policy
     outlook: planner.Plan
     capacity: CapacityCache
+    idle: asyncio.Event  # set while no plan runs in the planning thread
     leader: Leadership | None
     _standby_view: tuple[int, int, planner.Plan] | None
     owners: Owners
@@ -51,7 +53,10 @@ class QueryVerbs:
             return self.outlook
         key = (self.state.last_seq, int(now))
         if self._standby_view is None or self._standby_view[:2] != key:
-            self._standby_view = (*key, plan_paused(self.state, now, self.policy, self.epoch, self.capacity))
+            # The kept capacity is the planning thread's while a plan of its runs (a leader whose lease
+            # lapsed as it planned): this one then builds its own.
+            cache = self.capacity if self.idle.is_set() else None
+            self._standby_view = (*key, plan_paused(self.state, now, self.policy, self.epoch, cache))
         return self._standby_view[2]
 
     async def jobs(self, user: str, req: api.JobsRequest) -> api.JobsReply:
