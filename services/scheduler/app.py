@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 from collections import OrderedDict
 
@@ -74,6 +75,12 @@ from corral.services.scheduler.sending import Sending, every
 RECENT_SPECS = 4096
 #: Period of the full scheduling pass when nothing happens.
 FULL_PASS_S = 5.0
+#: A plan runs on the event loop after one that took less than this, else in the planning thread
+#: (``planning.aside``: the loop, and the lease's renewals, go on meanwhile). Handing a plan to the thread and
+#: back costs a short plan ~10% of the scheduler's rate (``bench/scheduler_flow.py``), and a plan that grows
+#: from under this to more than a lease (0.5 s at least) in one cycle is at most one cycle refused: the next
+#: one runs in the thread.
+INLINE_PLAN_S = 0.05
 #: A full pass or a takeover sends nothing from a state this far behind the log's newest entry (trails_log).
 ORDER_LAG_S = 60.0
 #: The scheduler's dead letters (``corral.dlq.scheduler``): log entries its fold skipped.
@@ -123,6 +130,7 @@ class Scheduler(QueryVerbs, Sending):
         # Set while no plan runs in the planning thread: one that does reads the state, so nothing folds.
         self.idle = asyncio.Event()
         self.idle.set()
+        self.last_plan_s = math.inf  # how long the last plan took (``INLINE_PLAN_S``; none yet: a long one)
         self.log = telemetry.logger()
         self.caught_up = asyncio.Event()
         self.rearm = asyncio.Event()  # set when a cycle moved the next begin time: the ticker re-times
@@ -342,13 +350,17 @@ class Scheduler(QueryVerbs, Sending):
         """Steps 3 and 4: plan, then append the decisions and the reasons that changed."""
         started = time.perf_counter()
         began_ns = time.time_ns()
-        # In the planning thread, the loop going on (the lease's renewals above all): the fold waits.
-        self.idle.clear()
-        try:
-            now = time.time()
-            decided = await aside(plan_paused, self.state, now, self.policy, self.epoch, self.capacity)
-        finally:
-            self.idle.set()
+        now = time.time()
+        if self.last_plan_s < INLINE_PLAN_S:
+            decided = plan_paused(self.state, now, self.policy, self.epoch, self.capacity)
+        else:
+            # In the planning thread, the loop going on (the lease's renewals above all): the fold waits.
+            self.idle.clear()
+            try:
+                decided = await aside(plan_paused, self.state, now, self.policy, self.epoch, self.capacity)
+            finally:
+                self.idle.set()
+        self.last_plan_s = time.perf_counter() - started
         changes = reason_changes(self.state, decided.reasons, decided.details, self.epoch)
         if decided.wake_at != self.outlook.wake_at:
             self.rearm.set()

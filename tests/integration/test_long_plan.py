@@ -10,9 +10,11 @@ cycle planned as long again: nothing was ever decided."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
 import types
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -36,18 +38,55 @@ TTL_S = 0.5
 PLAN_S = 4 * TTL_S
 
 
-def slower(plan: Callable[..., Any], planning: list[float]) -> Callable[..., Any]:
-    """The real plan, after ``PLAN_S`` seconds of Python on the CPU (holding the interpreter as a long plan's
-    own work does)."""
+class Slower:
+    """The real plan, after ``extra`` seconds of Python on the CPU (holding the interpreter as a long plan's
+    own work does); each plan's (seconds, thread) recorded."""
 
-    def slow(*args: Any, **kwargs: Any) -> Any:
+    def __init__(self, plan: Callable[..., Any], extra: float) -> None:
+        self.plan, self.extra = plan, extra
+        self.plans: list[tuple[float, str]] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         began = time.monotonic()
-        while time.monotonic() - began < PLAN_S:
+        while time.monotonic() - began < self.extra:
             pass
-        planning.append(time.monotonic() - began)
-        return plan(*args, **kwargs)
+        self.plans.append((time.monotonic() - began, threading.current_thread().name))
+        return self.plan(*args, **kwargs)
 
-    return slow
+
+async def running(live: Scheduler, jobs: tuple[int, ...], within: float) -> set[int]:
+    """The leader's epochs seen until ``jobs`` run (or ``within`` seconds passed)."""
+    assert live.leader is not None
+    epochs: set[int] = set()
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if live.leader.epoch:  # (0: before it first took the lease)
+            epochs.add(live.leader.epoch)
+        if all(j in live.state.jobs and live.state.jobs[j].state == "RUNNING" for j in jobs):
+            break
+        await asyncio.sleep(0.05)
+    return epochs
+
+
+@contextlib.asynccontextmanager
+async def loops(live: Scheduler) -> AsyncIterator[None]:
+    """The scheduler's loops as ``process.py`` runs them."""
+    live.leader = Leadership(live.bus.js, "long-planner", TTL_S, lambda: live.state.epoch)
+    await live.rebuild()
+    stop = asyncio.Event()
+    tasks = [
+        asyncio.create_task(live.follow(stop)),
+        asyncio.create_task(live.ticker(stop)),
+        asyncio.create_task(live.leader.run(stop)),
+        asyncio.create_task(plan_on_takeover(types.SimpleNamespace(stop=stop), live)),  # type: ignore[arg-type]
+    ]
+    try:
+        yield
+    finally:
+        stop.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def test_a_plan_longer_than_the_lease_decides_and_the_leader_keeps_its_lease(
@@ -57,34 +96,42 @@ async def test_a_plan_longer_than_the_lease_decides_and_the_leader_keeps_its_lea
     await registered(admin)
     for job_id in (1, 2, 3):
         await admin.append(ev.JobSubmitted(job_id=job_id, user="alice", spec=spec(f"j{job_id}")))
-    planning: list[float] = []
-    monkeypatch.setattr(app, "plan_paused", slower(app.plan_paused, planning))
+    slow = Slower(app.plan_paused, PLAN_S)
+    monkeypatch.setattr(app, "plan_paused", slow)
     live = Scheduler(bus, CONFIG)
-    live.leader = Leadership(bus.js, "long-planner", TTL_S, lambda: live.state.epoch)
-    await live.rebuild()
-    stop = asyncio.Event()
-    loops = [
-        asyncio.create_task(live.follow(stop)),
-        asyncio.create_task(live.ticker(stop)),
-        asyncio.create_task(live.leader.run(stop)),
-        asyncio.create_task(plan_on_takeover(types.SimpleNamespace(stop=stop), live)),  # type: ignore[arg-type]
-    ]
-    epochs: set[int] = set()
-    try:
-        deadline = time.monotonic() + 8 * PLAN_S
-        while time.monotonic() < deadline:
-            if live.leader.epoch:  # (0: before it first took the lease)
-                epochs.add(live.leader.epoch)
-            if all(live.state.jobs[j].state == "RUNNING" for j in (1, 2, 3)):
-                break
-            await asyncio.sleep(0.05)
-        states = {j: live.state.jobs[j].state for j in (1, 2, 3)}
-        assert states == {1: "RUNNING", 2: "RUNNING", 3: "RUNNING"}, (states, planning)
-        # One leader throughout: its lease never lapsed (a lapse is a takeover with the next epoch).
-        assert epochs == {1}, epochs
-        assert planning and min(planning) >= PLAN_S
-    finally:
-        stop.set()
-        for task in loops:
-            task.cancel()
-        await asyncio.gather(*loops, return_exceptions=True)
+    async with loops(live):
+        epochs = await running(live, (1, 2, 3), 8 * PLAN_S)
+    states = {j: live.state.jobs[j].state for j in (1, 2, 3)}
+    assert states == {1: "RUNNING", 2: "RUNNING", 3: "RUNNING"}, (states, slow.plans)
+    # One leader throughout: its lease never lapsed (a lapse is a takeover with the next epoch).
+    assert epochs == {1}, epochs
+    assert slow.plans and all(s >= PLAN_S and thread.startswith("scheduler-plan") for s, thread in slow.plans)
+
+
+async def test_a_plan_that_grows_past_the_lease_is_refused_once_then_planned_aside(
+    buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Short plans run on the loop (handing them to the thread costs more than they do); one that grows past
+    the lease in one cycle has its decisions refused, and the next plan runs in the thread and decides."""
+    bus, admin = buses
+    await registered(admin)
+    await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
+    slow = Slower(app.plan_paused, 0.0)
+    monkeypatch.setattr(app, "plan_paused", slow)
+    live = Scheduler(bus, CONFIG)
+    async with loops(live):
+        await running(live, (1,), 10.0)
+        assert live.state.jobs[1].state == "RUNNING"
+        await admin.append(ev.JobSubmitted(job_id=2, user="alice", spec=spec("j2")))
+        await running(live, (2,), 10.0)  # short plans: on the loop
+        assert live.state.jobs[2].state == "RUNNING"
+        short = len(slow.plans)
+        slow.extra = PLAN_S
+        await admin.append(ev.JobSubmitted(job_id=3, user="alice", spec=spec("j3")))
+        await running(live, (3,), 8 * PLAN_S)
+    assert live.state.jobs[3].state == "RUNNING", slow.plans
+    threads = [thread for _, thread in slow.plans]
+    assert threads[0].startswith("scheduler-plan")  # the first plan: none measured yet
+    assert "MainThread" in threads[1:short]
+    grown = threads[short:]
+    assert grown[0] == "MainThread" and any(t.startswith("scheduler-plan") for t in grown[1:]), grown
