@@ -2,14 +2,17 @@
 
 Pure, like ``plan``: the answer is what the next cycle would decide with the hypothetical job in the queue
 at its own priority, planned with conservative backfill (every pending job gets its reservation) so that a
-job behind the top of its partition still gets a start time. The job is added to the state for the one
-call and removed again, whatever happens: the state is the same object afterwards, and nothing is
-appended.
+job behind the top of its partition still gets a start time. The job is planned in a copy of the state
+with it added (the job tables copied, everything else shared): the state itself is only read, so the
+scheduler can answer in a thread while its loop reads the same state (``QueryVerbs.will_run``), and
+nothing is appended.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+
+import msgspec
 
 from corral.libs.core.fold import slim_spec
 from corral.libs.core.placement import request_of
@@ -36,18 +39,12 @@ def will_run(state: State, now: float, policy: Policy, user: str, spec: ev.JobSp
     job = Job(
         job_id=job_id, user=user, spec=slim_spec(spec), submit_time=now, held="user" if spec.held else ""
     )
-    state.jobs[job_id] = job
-    state.active[job_id] = True
-    try:
-        # The caller may pass a conservative policy it keeps (its cached properties survive the call).
-        conservative = (
-            policy if policy.backfill == "conservative" else replace(policy, backfill="conservative")
-        )
-        outlook = plan(state, now, conservative)
-    finally:
-        del state.jobs[job_id]
-        del state.active[job_id]
-    return _estimate(outlook, job, now)
+    hypothetical = msgspec.structs.replace(
+        state, jobs={**state.jobs, job_id: job}, active={**state.active, job_id: True}
+    )
+    # The caller may pass a conservative policy it keeps (its cached properties survive the call).
+    conservative = policy if policy.backfill == "conservative" else replace(policy, backfill="conservative")
+    return _estimate(plan(hypothetical, now, conservative), job, now)
 
 
 def _estimate(outlook: Plan, job: Job, now: float) -> WillRun:

@@ -47,6 +47,8 @@ import dataclasses
 import math
 import time
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import TypeVar
 
 from corral.libs.config.cluster import ClusterConfig
 from corral.libs.config.policy import policy_of, scheduler_state
@@ -71,6 +73,7 @@ from corral.services.scheduler.queries import QueryVerbs
 from corral.services.scheduler.replay import replay, slim_verdict
 from corral.services.scheduler.sending import Sending, every
 
+T = TypeVar("T")
 #: Full specs of this many recent submissions are kept for their launch orders.
 RECENT_SPECS = 4096
 #: Period of the full scheduling pass when nothing happens.
@@ -127,9 +130,10 @@ class Scheduler(QueryVerbs, Sending):
         # state keeps slim specs. Older ones are read back from the log (one direct get per launch).
         self.recent_specs: OrderedDict[int, ev.JobSpec] = OrderedDict()
         self.lock = asyncio.Lock()
-        # Set while no plan runs in the planning thread: one that does reads the state, so nothing folds.
+        # Set while nothing runs in the planning thread (``aside``): what does reads the state: nothing folds.
         self.idle = asyncio.Event()
         self.idle.set()
+        self._aside = 0  # calls in (or waiting for) the planning thread
         self.last_plan_s = math.inf  # how long the last plan took (``INLINE_PLAN_S``; none yet: a long one)
         self.log = telemetry.logger()
         self.caught_up = asyncio.Event()
@@ -146,6 +150,18 @@ class Scheduler(QueryVerbs, Sending):
     def leading(self) -> bool:
         """True while this process may decide (it holds the lease, by its own clock)."""
         return self.leader is None or self.leader.leading()
+
+    async def aside(self, fn: Callable[..., T], *args: object) -> T:
+        """``fn(*args)``, which reads the state, in the planning thread (``planning.aside``): the loop goes on
+        meanwhile (the lease's renewals above all), and the fold waits until it returns (``idle``)."""
+        self._aside += 1
+        self.idle.clear()
+        try:
+            return await aside(fn, *args)
+        finally:
+            self._aside -= 1
+            if not self._aside:
+                self.idle.set()
 
     # 1 + 2 -------------------------------------------------------------------------------------
     def apply(self, entry: LogEntry) -> None:
@@ -354,12 +370,7 @@ class Scheduler(QueryVerbs, Sending):
         if self.last_plan_s < INLINE_PLAN_S:
             decided = plan_paused(self.state, now, self.policy, self.epoch, self.capacity)
         else:
-            # In the planning thread, the loop going on (the lease's renewals above all): the fold waits.
-            self.idle.clear()
-            try:
-                decided = await aside(plan_paused, self.state, now, self.policy, self.epoch, self.capacity)
-            finally:
-                self.idle.set()
+            decided = await self.aside(plan_paused, self.state, now, self.policy, self.epoch, self.capacity)
         self.last_plan_s = time.perf_counter() - started
         changes = reason_changes(self.state, decided.reasons, decided.details, self.epoch)
         if decided.wake_at != self.outlook.wake_at:

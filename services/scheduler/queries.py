@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from corral.libs.config.cluster import ClusterConfig
 from corral.libs.core import plan as planner
@@ -22,6 +24,8 @@ from corral.services.scheduler import priority_views, views
 from corral.services.scheduler.leadership import Leadership
 from corral.services.scheduler.owners import Owners
 from corral.services.scheduler.planning import plan_paused
+
+T = TypeVar("T")
 
 
 class QueryVerbs:
@@ -43,6 +47,9 @@ class QueryVerbs:
         raise NotImplementedError  # the Scheduler's
 
     def leading(self) -> bool:
+        raise NotImplementedError  # the Scheduler's
+
+    async def aside(self, fn: Callable[..., T], *args: object) -> T:
         raise NotImplementedError  # the Scheduler's
 
     def view(self, now: float) -> planner.Plan:
@@ -68,7 +75,8 @@ class QueryVerbs:
         """sbatch --test-only, asked by the gateway once it validated the job: plan it hypothetically."""
         if user != roles.GATEWAY:
             raise Forbidden("Access/permission denied: use sbatch --test-only")
-        got = will_run(self.state, time.time(), self.will_run_policy, req.user, req.spec)
+        # A conservative plan of the whole queue (seconds on a big cluster): off the loop, as the leader's.
+        got = await self.aside(will_run, self.state, time.time(), self.will_run_policy, req.user, req.spec)
         return api.WillRunReply(
             job_id=got.job_id,
             start=got.start,

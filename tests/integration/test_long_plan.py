@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import threading
 import time
 import types
@@ -21,9 +22,11 @@ import pytest
 from test_rebuild_paths import buses, server
 from test_scheduler_cycle import CONFIG, registered, spec
 
+from corral.libs.infra import roles
 from corral.libs.runtime.bus import Bus
+from corral.schemas import api
 from corral.schemas import events as ev
-from corral.services.scheduler import app
+from corral.services.scheduler import app, queries
 from corral.services.scheduler.app import Scheduler
 from corral.services.scheduler.leadership import Leadership
 from corral.services.scheduler.process import plan_on_takeover
@@ -135,3 +138,36 @@ async def test_a_plan_that_grows_past_the_lease_is_refused_once_then_planned_asi
     assert "MainThread" in threads[1:short]
     grown = threads[short:]
     assert grown[0] == "MainThread" and any(t.startswith("scheduler-plan") for t in grown[1:]), grown
+
+
+async def test_a_long_will_run_holds_neither_the_loop_nor_the_lease(
+    buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sbatch --test-only`` plans the whole queue conservatively (seconds on a big cluster): it runs in the
+    planning thread too, the loop going on (here a ticker every 50 ms), and answers as before."""
+    bus, admin = buses
+    await registered(admin)
+    await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
+    slow = Slower(queries.will_run, PLAN_S)
+    monkeypatch.setattr(queries, "will_run", slow)
+    live = Scheduler(bus, CONFIG)
+    async with loops(live):
+        await running(live, (1,), 10.0)
+        ticks = [time.monotonic()]
+
+        async def tick() -> None:
+            while True:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.05)
+
+        ticker = asyncio.create_task(tick())
+        try:
+            got = await live.will_run(roles.GATEWAY, api.WillRunRequest(user="bob", spec=spec("what-if")))
+        finally:
+            ticker.cancel()
+            ticks.append(time.monotonic())
+    assert got.job_id == 2 and got.start is not None and len(got.nodes) == 1, got
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert max(gaps) < PLAN_S / 2, max(gaps)  # on the loop, one gap was the whole 2 s
+    assert slow.plans and slow.plans[0][1].startswith("scheduler-plan")
+    assert 2 not in live.state.jobs  # the hypothetical job was never in the state
