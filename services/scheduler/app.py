@@ -277,7 +277,7 @@ class Scheduler(QueryVerbs, Sending):
         ):
             return
         try:
-            size = await snapshot.save(self.bus, self.state)
+            size = await snapshot.save(self.bus, self.state, self.aside)
         except Exception as exc:
             self.log.warning("snapshot failed", error=repr(exc))
             return

@@ -29,7 +29,7 @@ import contextlib
 import io
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
@@ -56,6 +56,8 @@ OLD_NAMES = tuple(f"scheduler-state-v{n}" for n in range(2, FORMAT))
 SEGMENT_JOBS = 1 << 16
 
 _LENGTH = struct.Struct(">I")
+#: Runs a function that reads the state away from the loop, the fold held back (``Scheduler.aside``).
+Aside = Callable[..., Awaitable[list[bytes]]]
 
 
 class Header(msgspec.Struct, kw_only=True):
@@ -147,13 +149,16 @@ def decode(data: bytes | memoryview) -> Snapshot:
     return Snapshot(format=header.format, event_id=header.event_id, state=header.state)
 
 
-async def save(bus: Bus, state: State) -> int:
-    """Write a snapshot of ``state``; returns its size in bytes."""
+async def save(bus: Bus, state: State, aside: Aside | None = None) -> int:
+    """Write a snapshot of ``state``; returns its size in bytes. ``aside``: where to encode it, the fold held
+    back meanwhile (``Scheduler.aside``: the planning thread; a million jobs take ~1 s, which on the loop
+    would hold back the leader's lease renewals); None: here."""
     entry = await bus.entry(state.last_seq)
     if entry.envelope is None:
         raise TransientError(f"no decodable entry at {state.last_seq} to anchor a snapshot")
-    # Encoding holds the GIL (so it sees one state); compressing does not, so it runs beside the loop.
-    documents = encode(Snapshot(format=FORMAT, event_id=entry.envelope.meta.event_id, state=state))
+    snap = Snapshot(format=FORMAT, event_id=entry.envelope.meta.event_id, state=state)
+    documents = encode(snap) if aside is None else await aside(encode, snap)
+    # Compressing reads no state and releases the GIL: it runs beside the loop, the fold going on.
     data = await asyncio.to_thread(compress, documents)
     store = await bus.js.object_store(subjects.SNAPSHOT_BUCKET)
     await store.put(NAME, data)

@@ -26,7 +26,7 @@ from corral.libs.infra import roles
 from corral.libs.runtime.bus import Bus
 from corral.schemas import api
 from corral.schemas import events as ev
-from corral.services.scheduler import app, queries
+from corral.services.scheduler import app, queries, snapshot
 from corral.services.scheduler.app import Scheduler
 from corral.services.scheduler.leadership import Leadership
 from corral.services.scheduler.process import plan_on_takeover
@@ -171,3 +171,38 @@ async def test_a_long_will_run_holds_neither_the_loop_nor_the_lease(
     assert max(gaps) < PLAN_S / 2, max(gaps)  # on the loop, one gap was the whole 2 s
     assert slow.plans and slow.plans[0][1].startswith("scheduler-plan")
     assert 2 not in live.state.jobs  # the hypothetical job was never in the state
+
+
+async def test_a_long_snapshot_encode_holds_neither_the_loop_nor_the_lease(
+    buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader's snapshot (a million jobs: ~1 s to encode) is encoded in the planning thread, the fold held
+    back, and compressed beside the loop: the loop goes on, and the snapshot is the state's."""
+    bus, admin = buses
+    await registered(admin)
+    await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
+    slow = Slower(snapshot.encode, PLAN_S)
+    monkeypatch.setattr(snapshot, "encode", slow)
+    live = Scheduler(bus, CONFIG)
+    async with loops(live):
+        await running(live, (1,), 10.0)
+        live.snapshot_every = 1
+        ticks = [time.monotonic()]
+
+        async def tick() -> None:
+            while True:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.05)
+
+        ticker = asyncio.create_task(tick())
+        try:
+            await live.maybe_snapshot()
+        finally:
+            ticker.cancel()
+            ticks.append(time.monotonic())
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert max(gaps) < PLAN_S / 2, max(gaps)  # on the loop, one gap was the whole 2 s
+    assert slow.plans and slow.plans[0][1].startswith("scheduler-plan")
+    assert live.snapshot_seq == live.state.last_seq
+    loaded, _ = await snapshot.load(bus)
+    assert loaded is not None and loaded.jobs[1].state == "RUNNING"
