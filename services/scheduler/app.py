@@ -64,7 +64,7 @@ from corral.libs.runtime.log_reader import BulkReader, BulkReadError
 from corral.libs.runtime.service import either
 from corral.schemas import events as ev
 from corral.schemas.events import Event
-from corral.services.scheduler import snapshot
+from corral.services.scheduler import snapshot, views
 from corral.services.scheduler.leadership import Leadership
 from corral.services.scheduler.metrics import SchedulerMetrics
 from corral.services.scheduler.owners import Owners
@@ -141,6 +141,7 @@ class Scheduler(QueryVerbs, Sending):
         self.poison: list[tuple[LogEntry, str]] = []  # entries the fold skipped, with the reason, to report
         self.bulk = BulkReader(bus.nc)  # reads the log in bulk for a rebuild
         self.owners = Owners()  # each user's jobs, for the queries that name users
+        self.order = views.JobOrder()  # the state's job ids in order, for squeue's pages
 
     @property
     def epoch(self) -> int:

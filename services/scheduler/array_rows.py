@@ -23,7 +23,7 @@ covers (``JobsReply.last_job_id``), from which the next page starts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 
 import msgspec
 
@@ -58,22 +58,28 @@ class Unit(msgspec.Struct):
     last_id: int  # the largest job id they stand for
 
 
-def units(shown: list[Job], outlook: Plan, dependency: Callable[[Job], str]) -> list[Unit]:
+def units(shown: Iterable[Job], outlook: Plan, dependency: Callable[[Job], str]) -> Iterator[Unit]:
     """``shown`` (by id) as rows, in units a page does not split: an array's rows together, every other job
-    a unit of its own. Tasks that never ran and are alike (the module docstring) share a row."""
-    out: list[Unit] = []
-    array = -1  # the array whose unit is the last one
+    a unit of its own. Tasks that never ran and are alike (the module docstring) share a row. Each unit as
+    soon as it is whole (an array's once a job of another comes), so that a page takes only what it shows."""
+    unit: Unit | None = None  # the array's unit being filled
+    array = -1  # its array
     groups: dict[Hashable, list[tuple[Job, Row]]] = {}  # the array's rows of alike tasks, by what they show
     for job in shown:
         job_id = job.job_id
         if not job.array_job_id:
-            out.append(Unit([Row(job, [])], job_id))
+            if unit is not None:
+                yield unit
+                unit = None
+            yield Unit([Row(job, [])], job_id)
             array = -1
             continue
         if job.array_job_id != array:
+            if unit is not None:
+                yield unit
             array, groups = job.array_job_id, {}
-            out.append(Unit([], job_id))
-        unit = out[-1]
+            unit = Unit([], job_id)
+        assert unit is not None
         unit.last_id = job_id
         if job.state != "PENDING" or job.restart_count:
             unit.rows.append(Row(job, []))
@@ -94,7 +100,8 @@ def units(shown: list[Job], outlook: Plan, dependency: Callable[[Job], str]) -> 
             row = Row(job, [job.array_task_id or 0])
             candidates.append((blank, row))
             unit.rows.append(row)
-    return out
+    if unit is not None:
+        yield unit
 
 
 def info_of(row: Row, info: JobInfo) -> JobInfo:

@@ -41,6 +41,7 @@ class QueryVerbs:
     leader: Leadership | None
     _standby_view: tuple[int, int, planner.Plan] | None
     owners: Owners
+    order: views.JobOrder  # the state's job ids in order, for squeue's pages
 
     @property
     def epoch(self) -> int:
@@ -69,7 +70,7 @@ class QueryVerbs:
     async def jobs(self, user: str, req: api.JobsRequest) -> api.JobsReply:
         """squeue."""
         now = time.time()
-        return views.jobs_reply(self.state, self.view(now), self.policy, req, now, self.owners)
+        return views.jobs_reply(self.state, self.view(now), self.policy, req, now, self.owners, self.order)
 
     async def will_run(self, user: str, req: api.WillRunRequest) -> api.WillRunReply:
         """sbatch --test-only, asked by the gateway once it validated the job: plan it hypothetically."""

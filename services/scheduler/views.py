@@ -126,32 +126,44 @@ def jobs_reply(
     req: api.JobsRequest,
     now: float,
     owners: Owners | None = None,
+    order: JobOrder | None = None,
 ) -> api.JobsReply:
     """The jobs matching a squeue request: live ones, and recently ended ones when asked by id; by id, from
     ``req.after_job_id`` on, as many as ``MAX_REPLY_BYTES`` hold (``more`` if some are left: at least one a
     page, so that paging always ends).
 
     An array's id asks for every task of the array, as in Slurm. ``owners``: each user's jobs, for a request
-    that names users (``owners.py``; without, a pass over every job).
+    that names users (``owners.py``; without, a pass over every job). ``order``: the state's job ids in
+    order, kept by the caller for a request that names neither jobs nor users (without, a pass over every
+    job and a sort, for each page).
     """
     wanted = set(req.job_ids)
     window = state.min_job_age_s or MIN_JOB_AGE_S
     after = req.after_job_id
-    shown = []
-    for job in _candidates(state, wanted, req.users, owners):
-        if job.job_id <= after:
-            continue
+
+    def kept(job: Job) -> bool:
         if wanted and job.job_id not in wanted and job.array_job_id not in wanted:
-            continue
+            return False
         live = job.state in ("PENDING", "RUNNING")
         recent = job.end_time is not None and now - job.end_time <= window
         if not live and not ((wanted or req.include_finished) and recent):
-            continue
-        if req.users and job.user not in req.users:
-            continue
-        shown.append(job)
-    shown.sort(key=_job_id)
-    priorities = started_priorities(state, now, policy, [j for j in shown if j.state != "PENDING"])
+            return False
+        return not req.users or job.user in req.users
+
+    shown: Iterable[Job]
+    if order is not None and not wanted and not req.users:
+        # Every job: by id from the page's first, taken as the page needs them (``JobOrder``).
+        ids, not_pending = order.of(state)
+        jobs = state.jobs
+        first = bisect.bisect_right(ids, after)
+        shown = filter(kept, map(jobs.__getitem__, itertools.islice(ids, first, None)))
+        first = bisect.bisect_right(not_pending, after, key=_job_id)
+        started = [j for j in itertools.islice(not_pending, first, None) if kept(j)]
+    else:
+        candidates = _candidates(state, wanted, req.users, owners)
+        shown = sorted((j for j in candidates if j.job_id > after and kept(j)), key=_job_id)
+        started = [j for j in shown if j.state != "PENDING"]
+    priorities = started_priorities(state, now, policy, started)
 
     def info(job: Job) -> api.JobInfo:
         return job_info(job, outlook, policy, dependency_text(state, job), priorities.get(job.job_id))
@@ -170,6 +182,29 @@ def jobs_reply(
         return api.JobsReply(jobs=out, more=more, last_job_id=last)
     out, more = page((i for i in map(info, shown) if matches(i)), MAX_REPLY_BYTES)
     return api.JobsReply(jobs=out, more=more)
+
+
+class JobOrder:
+    """The state's job ids in order, and its jobs that are not pending by id, for one log position: the pages
+    of a listing of every job (``squeue``) each start where the last ended, instead of each passing over
+    every job and sorting what is left (quadratic in the jobs: 400,000 pending took 8.7 s of pages, a
+    million about a minute, on every scheduler). Built again once the state moved (another object, entry or
+    job count)."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, int, int] | None = None
+        self._ids: list[int] = []
+        self._not_pending: list[Job] = []
+
+    def of(self, state: State) -> tuple[list[int], list[Job]]:
+        """(every job id, in order; the jobs not pending, by id)."""
+        key = (id(state), state.last_seq, len(state.jobs))
+        if key != self._key:
+            jobs = state.jobs
+            self._ids = sorted(jobs)
+            self._not_pending = sorted((j for j in jobs.values() if j.state != "PENDING"), key=_job_id)
+            self._key = key
+        return self._ids, self._not_pending
 
 
 def _candidates(

@@ -138,3 +138,60 @@ def test_a_page_never_splits_an_array(monkeypatch: pytest.MonkeyPatch) -> None:
             assert [len({info.array_job_id for info in page.jobs}) for page in pages] == [1] * 40
         assert squeue.output(found, squeue.parse_args([]), log.state.now, UTC) == every
         assert len(pages) > 1
+
+
+@pytest.mark.parametrize("bound", [10, 2_000, 3 << 20])
+@pytest.mark.parametrize("collapse", [True, False])
+def test_pages_from_the_kept_job_order_are_the_pages_of_a_pass_over_every_job(
+    bound: int, collapse: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing of every job (squeue without -j or -u) pages through the ids kept in order for the log
+    position (``views.JobOrder``) instead of passing over every job and sorting for each page: the same pages,
+    for every filter and page size, and after the state moved between two pages."""
+    monkeypatch.setattr(views, "MAX_REPLY_BYTES", bound)
+    log, out = sweep()
+    log.add(*plan(log.state, log.state.now, POLICY).decisions)
+    running = next(j for j in log.state.jobs.values() if j.state == "RUNNING")
+    log.add(ev.RunExited(job_id=running.job_id, attempt=0, node="gpu01", exit_code=0))
+    log.add(*plan(log.state, log.state.now, POLICY).decisions)  # an ended job, for include_finished
+    assert any(j.state == "COMPLETED" for j in log.state.jobs.values())
+    requests = [
+        api.JobsRequest(collapse_arrays=collapse),
+        api.JobsRequest(collapse_arrays=collapse, include_finished=True),
+        api.JobsRequest(collapse_arrays=collapse, states=["PD"]),
+        api.JobsRequest(collapse_arrays=collapse, partitions=["gpu"], states=["R"]),
+    ]
+    order = views.JobOrder()
+    for request in requests:
+        kept = [
+            views.jobs_reply(log.state, out, POLICY, req, log.state.now, None, order)
+            for req in _pages(log, out, request, order)
+        ]
+        passed = [
+            views.jobs_reply(log.state, out, POLICY, req, log.state.now) for req in _pages(log, out, request)
+        ]
+        assert kept == passed, request
+        assert len(kept) > 1 or bound > 2_000 or request.states, request  # (small pages: several)
+    # The state moves between two pages: the next page is the one a pass over every job gives.
+    first = views.jobs_reply(log.state, out, POLICY, requests[0], log.state.now, None, order)
+    log.add(submitted(400, job(nodes=1, gpus=1, name="late")))
+    after = msgspec.structs.replace(requests[0], after_job_id=_last(first, collapse))
+    assert views.jobs_reply(log.state, out, POLICY, after, log.state.now, None, order) == views.jobs_reply(
+        log.state, out, POLICY, after, log.state.now
+    )
+
+
+def _last(reply: api.JobsReply, collapse: bool) -> int:
+    return reply.last_job_id if collapse else reply.jobs[-1].job_id
+
+
+def _pages(
+    log: Log, out: Plan, request: api.JobsRequest, order: views.JobOrder | None = None
+) -> list[api.JobsRequest]:
+    """The requests of every page of ``request`` (each after the last job of the one before)."""
+    asked = [request]
+    while True:
+        reply = views.jobs_reply(log.state, out, POLICY, asked[-1], log.state.now, None, order)
+        if not reply.more:
+            return asked
+        asked.append(msgspec.structs.replace(request, after_job_id=_last(reply, request.collapse_arrays)))
