@@ -72,6 +72,40 @@ async def running(live: Scheduler, jobs: tuple[int, ...], within: float) -> set[
 
 
 @contextlib.asynccontextmanager
+async def one_running(buses: tuple[Bus, Bus]) -> AsyncIterator[Scheduler]:
+    """A leader running its loops, with job 1 running."""
+    bus, admin = buses
+    await registered(admin)
+    await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
+    live = Scheduler(bus, CONFIG)
+    async with loops(live):
+        await running(live, (1,), 10.0)
+        assert live.state.jobs[1].state == "RUNNING"
+        yield live
+
+
+@contextlib.asynccontextmanager
+async def ticking() -> AsyncIterator[list[float]]:
+    """A task on the loop every 50 ms while the block runs: the gaps between its turns (from the block's
+    start to its end), filled in once the block is done."""
+    ticks = [time.monotonic()]
+
+    async def tick() -> None:
+        while True:
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.05)
+
+    gaps: list[float] = []
+    ticker = asyncio.create_task(tick())
+    try:
+        yield gaps
+    finally:
+        ticker.cancel()
+        ticks.append(time.monotonic())
+        gaps.extend(b - a for a, b in itertools.pairwise(ticks))
+
+
+@contextlib.asynccontextmanager
 async def loops(live: Scheduler) -> AsyncIterator[None]:
     """The scheduler's loops as ``process.py`` runs them."""
     live.leader = Leadership(live.bus.js, "long-planner", TTL_S, lambda: live.state.epoch)
@@ -145,29 +179,11 @@ async def test_a_long_will_run_holds_neither_the_loop_nor_the_lease(
 ) -> None:
     """``sbatch --test-only`` plans the whole queue conservatively (seconds on a big cluster): it runs in the
     planning thread too, the loop going on (here a ticker every 50 ms), and answers as before."""
-    bus, admin = buses
-    await registered(admin)
-    await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
     slow = Slower(queries.will_run, PLAN_S)
     monkeypatch.setattr(queries, "will_run", slow)
-    live = Scheduler(bus, CONFIG)
-    async with loops(live):
-        await running(live, (1,), 10.0)
-        ticks = [time.monotonic()]
-
-        async def tick() -> None:
-            while True:
-                ticks.append(time.monotonic())
-                await asyncio.sleep(0.05)
-
-        ticker = asyncio.create_task(tick())
-        try:
-            got = await live.will_run(roles.GATEWAY, api.WillRunRequest(user="bob", spec=spec("what-if")))
-        finally:
-            ticker.cancel()
-            ticks.append(time.monotonic())
+    async with one_running(buses) as live, ticking() as gaps:
+        got = await live.will_run(roles.GATEWAY, api.WillRunRequest(user="bob", spec=spec("what-if")))
     assert got.job_id == 2 and got.start is not None and len(got.nodes) == 1, got
-    gaps = [b - a for a, b in itertools.pairwise(ticks)]
     assert max(gaps) < PLAN_S / 2, max(gaps)  # on the loop, one gap was the whole 2 s
     assert slow.plans and slow.plans[0][1].startswith("scheduler-plan")
     assert 2 not in live.state.jobs  # the hypothetical job was never in the state
@@ -178,31 +194,14 @@ async def test_a_long_snapshot_encode_holds_neither_the_loop_nor_the_lease(
 ) -> None:
     """The leader's snapshot (a million jobs: ~1 s to encode) is encoded in the planning thread, the fold held
     back, and compressed beside the loop: the loop goes on, and the snapshot is the state's."""
-    bus, admin = buses
-    await registered(admin)
-    await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
     slow = Slower(snapshot.encode, PLAN_S)
     monkeypatch.setattr(snapshot, "encode", slow)
-    live = Scheduler(bus, CONFIG)
-    async with loops(live):
-        await running(live, (1,), 10.0)
+    async with one_running(buses) as live:
         live.snapshot_every = 1
-        ticks = [time.monotonic()]
-
-        async def tick() -> None:
-            while True:
-                ticks.append(time.monotonic())
-                await asyncio.sleep(0.05)
-
-        ticker = asyncio.create_task(tick())
-        try:
+        async with ticking() as gaps:
             await live.maybe_snapshot()
-        finally:
-            ticker.cancel()
-            ticks.append(time.monotonic())
-    gaps = [b - a for a, b in itertools.pairwise(ticks)]
     assert max(gaps) < PLAN_S / 2, max(gaps)  # on the loop, one gap was the whole 2 s
     assert slow.plans and slow.plans[0][1].startswith("scheduler-plan")
     assert live.snapshot_seq == live.state.last_seq
-    loaded, _ = await snapshot.load(bus)
+    loaded, _ = await snapshot.load(live.bus)
     assert loaded is not None and loaded.jobs[1].state == "RUNNING"
