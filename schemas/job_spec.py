@@ -99,7 +99,7 @@ class WarnSignal(msgspec.Struct, frozen=True, kw_only=True):
     batch_only: bool = False  # B: only the batch shell gets it; else the tasks of the job's steps
 
 
-class _ReadOnlyDict(dict[str, str]):
+class ReadOnlyDict(dict[str, str]):
     """A dict that refuses changes: one instance can be the default of every struct (msgspec copies a ``{}``
     default into each instance, and cannot encode a ``MappingProxyType``)."""
 
@@ -114,7 +114,7 @@ class _ReadOnlyDict(dict[str, str]):
 #: The default of ``JobSpec.environment``: one read-only empty mapping shared by every spec without one. With
 #: ``()`` as the list fields' default, a spec that has none of them allocates nothing for them: the scheduler
 #: keeps a million slim specs, whose environment is never decoded (``bench/rebuild.py``).
-NO_ENVIRONMENT: Mapping[str, str] = _ReadOnlyDict()
+NO_ENVIRONMENT: Mapping[str, str] = ReadOnlyDict()
 
 
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

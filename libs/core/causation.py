@@ -36,12 +36,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.libs.core.state import Job, State, array_tasks
+from corral.libs.core.state import NO_CAUSES, Job, State, array_tasks
 from corral.schemas import events as ev
 
-#: The key of ``Job.causes`` for what put the job in the queue as it is (see the module docstring).
-QUEUED = "queued"
-#: The entries that put a job in the queue as it is.
+#: The entries that put a job in the queue as it is (kept in ``Job.queued_by``, apart from the other causes:
+#: a pending job has no other, and so no dict of its own).
 _QUEUEING = (ev.JobSubmitted, ev.JobRequeued, ev.JobReleased, ev.JobUpdated)
 #: Entries kept by their tag, the newest applied one.
 _BY_TAG = (
@@ -92,27 +91,27 @@ def record(state: State, env: ev.Envelope) -> None:
         # The first cancel that marked a job is the one it is cancelled by (``fold._cancel_requested``).
         targets = array_tasks(state, job.job_id) if body.whole_array else [job]
         for target in targets:
-            if target.cancel_by is not None and target.state in ("PENDING", "RUNNING"):
-                target.causes.setdefault(_CANCEL, event_id)
+            live = target.cancel_by is not None and target.state in ("PENDING", "RUNNING")
+            if live and _CANCEL not in target.causes:
+                target.causes = {**target.causes, _CANCEL: event_id}
     elif job.state not in ("PENDING", "RUNNING"):
-        job.causes = {}  # an ended job decides nothing more
+        job.causes, job.queued_by = NO_CAUSES, ""  # an ended job decides nothing more
     elif kind == _SUBMITTED:
         if not job.array_job_id:
-            job.causes = {QUEUED: event_id}
+            job.causes, job.queued_by = NO_CAUSES, event_id
             return
         for task in array_tasks(state, job.job_id) or [job]:
-            task.causes = {QUEUED: event_id}
+            task.causes, task.queued_by = NO_CAUSES, event_id
     elif kind == _QUEUED:
-        job.causes[QUEUED] = event_id
+        job.queued_by = event_id
     elif kind == ALLOCATED:
         # A new run: what the previous one's conclusion was caused by is of no use any more.
-        queued = job.causes.get(QUEUED)
-        job.causes = {ALLOCATED: event_id} if queued is None else {QUEUED: queued, ALLOCATED: event_id}
+        job.causes = {ALLOCATED: event_id}
     elif kind == _RUN_EXITED:
         if job.allocations and body.node == job.allocations[0].node and body.attempt == job.restart_count:
-            job.causes[_RUN_EXITED] = event_id
+            job.causes = {**job.causes, _RUN_EXITED: event_id}
     elif kind == _BY_TAG_KIND:
-        job.causes[_tag(type(body))] = event_id
+        job.causes = {**job.causes, _tag(type(body)): event_id}
 
 
 # What ``record`` does with an entry, by the body's type: decided once per type (by the rules above, in
@@ -152,10 +151,10 @@ def cause_of(state: State, decision: ev.Event) -> str | None:
         return None
     causes = job.causes
     if isinstance(decision, ev.JobAllocated):
-        return causes.get(QUEUED)
+        return job.queued_by or None
     if isinstance(decision, ev.JobPreempted):
         preemptor = state.jobs.get(decision.by_job)
-        return preemptor.causes.get(QUEUED) if preemptor is not None else None
+        return (preemptor.queued_by or None) if preemptor is not None else None
     if isinstance(decision, ev.JobCancelled):
         return causes.get(_CANCEL)
     if isinstance(decision, ev.JobRequeued | ev.JobFailed):

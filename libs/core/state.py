@@ -18,13 +18,14 @@ submission and whole-array cancel are on the first task's subject only, so the o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
 from corral.libs.core.fair_share import TresWeights, Usage
 from corral.libs.slurm.array import array_indices
 from corral.schemas import events as ev
+from corral.schemas.job_spec import ReadOnlyDict
 from corral.schemas.lifecycle import JobState
 from corral.schemas.slim import SlimJobSpec
 
@@ -82,6 +83,10 @@ class LoggedReason(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     detail: str = ""  # its detail (squeue's text after the reason)
 
 
+#: ``Job.causes`` of a job with no cause kept but its ``queued_by``: one read-only empty mapping for all.
+NO_CAUSES: Mapping[str, str] = ReadOnlyDict()
+
+
 class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One job as the scheduler knows it."""
 
@@ -119,9 +124,13 @@ class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
     requeue_by: str | None = None  # the user who asked to requeue the current run (scontrol requeue)
     requeue_hold: bool = False  # ... with requeuehold: held once PENDING again
     signals: Sequence[PendingSignal] = ()  # signal requests for the current run (scancel -s), in log order
-    # Event ids of the entries the job's next decisions may name as their cause, by kind (``causation.py``);
-    # emptied once the job ended.
-    causes: dict[str, str] = {}
+    # Event id of the entry that put the job in the queue as it is (its submission, or its latest requeue,
+    # release or update: what its allocation names as its cause, ``causation.py``); "" once the job ended.
+    queued_by: str = ""
+    # Event ids of the other entries the job's next decisions may name as their cause, by kind
+    # (``causation.py``); emptied once the job ended. A pending job mostly has none: one shared read-only
+    # empty mapping (``NO_CAUSES``), replaced by a new dict on every change, never changed in place.
+    causes: Mapping[str, str] = NO_CAUSES
     logged_reason: LoggedReason | None = None  # the pending reason last logged for it (JobReasonChanged)
 
 

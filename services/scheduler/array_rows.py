@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 import msgspec
 
 from corral.libs.core.plan import Plan
-from corral.libs.core.state import Job
+from corral.libs.core.state import NO_CAUSES, Job
 from corral.schemas.api import JobInfo
 
 #: A task's own fields that ``job_info`` does not show: its id and index, its log positions, trace and the
@@ -39,7 +39,8 @@ _OWN: dict[str, object] = {
     "last_seq": 0,
     "submit_seq": 0,
     "traceparent": None,
-    "causes": {},
+    "causes": NO_CAUSES,
+    "queued_by": "",
     "logged_reason": None,
 }
 

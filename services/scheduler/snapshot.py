@@ -48,7 +48,9 @@ from corral.schemas import subjects
 #:    ``SlimJobSpec`` (no script or environment key).
 #: 5: the state keeps what forgets ended jobs (``libs/core/retention.py``): a format-4 state has no queue of
 #:    ended jobs, so they would never be forgotten.
-FORMAT = 5
+#: 6: a job's queueing cause is ``Job.queued_by``, no longer in ``Job.causes`` (a format-5 job's allocation
+#:    would name no cause).
+FORMAT = 6
 NAME = f"scheduler-state-v{FORMAT}"
 #: The names of the formats before, deleted by the first save of this one.
 OLD_NAMES = tuple(f"scheduler-state-v{n}" for n in range(2, FORMAT))
