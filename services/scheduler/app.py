@@ -68,7 +68,7 @@ from corral.services.scheduler import snapshot, views
 from corral.services.scheduler.leadership import Leadership
 from corral.services.scheduler.metrics import SchedulerMetrics
 from corral.services.scheduler.owners import Owners
-from corral.services.scheduler.planning import aside, cycle_span, gc_paused, plan_paused
+from corral.services.scheduler.planning import FoldGate, cycle_span, gc_paused, plan_paused
 from corral.services.scheduler.queries import QueryVerbs
 from corral.services.scheduler.replay import replay, slim_verdict
 from corral.services.scheduler.sending import Sending, every
@@ -130,10 +130,7 @@ class Scheduler(QueryVerbs, Sending):
         # state keeps slim specs. Older ones are read back from the log (one direct get per launch).
         self.recent_specs: OrderedDict[int, ev.JobSpec] = OrderedDict()
         self.lock = asyncio.Lock()
-        # Set while nothing runs in the planning thread (``aside``): what does reads the state: nothing folds.
-        self.idle = asyncio.Event()
-        self.idle.set()
-        self._aside = 0  # calls in (or waiting for) the planning thread
+        self.gate = FoldGate()  # what reads the state in the planning thread holds the fold back
         self.last_plan_s = math.inf  # how long the last plan took (``INLINE_PLAN_S``; none yet: a long one)
         self.log = telemetry.logger()
         self.caught_up = asyncio.Event()
@@ -153,16 +150,9 @@ class Scheduler(QueryVerbs, Sending):
         return self.leader is None or self.leader.leading()
 
     async def aside(self, fn: Callable[..., T], *args: object) -> T:
-        """``fn(*args)``, which reads the state, in the planning thread (``planning.aside``): the loop goes on
-        meanwhile (the lease's renewals above all), and the fold waits until it returns (``idle``)."""
-        self._aside += 1
-        self.idle.clear()
-        try:
-            return await aside(fn, *args)
-        finally:
-            self._aside -= 1
-            if not self._aside:
-                self.idle.set()
+        """``fn(*args)``, which reads the state, in the planning thread (``planning.FoldGate``): the loop goes
+        on meanwhile (the lease's renewals above all), and the fold waits until it returns."""
+        return await self.gate.run(fn, *args)
 
     # 1 + 2 -------------------------------------------------------------------------------------
     def apply(self, entry: LogEntry) -> None:
@@ -289,17 +279,20 @@ class Scheduler(QueryVerbs, Sending):
         """Apply new entries; decide whenever caught up."""
         self.caught_up.set()
         await self.cycle()
-        async for entry in self.bus.read(self.state.last_seq + 1, follow=True):
-            if not self.idle.is_set():
-                await self.idle.wait()  # a plan reads the state in its thread (a full pass's)
-            self.apply(entry)
-            if self.poison:
-                await self.report_poison()
-            if entry.pending == 0:
-                await self.cycle()
-                await self.maybe_snapshot()
-            if stop.is_set():
-                return
+        try:
+            async for entry in self.bus.read(self.state.last_seq + 1, follow=True):
+                await self.gate.fold_turn()  # (what reads the state in the planning thread first)
+                self.apply(entry)
+                if self.poison:
+                    await self.report_poison()
+                if entry.pending == 0:
+                    self.gate.caught_up()
+                    await self.cycle()
+                    await self.maybe_snapshot()
+                if stop.is_set():
+                    return
+        finally:
+            self.gate.caught_up()
 
     # 3 + 4 -------------------------------------------------------------------------------------
     async def cycle(self, full: bool = False) -> None:
@@ -368,18 +361,24 @@ class Scheduler(QueryVerbs, Sending):
         started = time.perf_counter()
         began_ns = time.time_ns()
         now = time.time()
+        release: Callable[[], None] = _nothing  # the fold gate, held by a plan in the thread until its sends
         if self.last_plan_s < INLINE_PLAN_S:
             decided = plan_paused(self.state, now, self.policy, self.epoch, self.capacity)
         else:
-            decided = await self.aside(plan_paused, self.state, now, self.policy, self.epoch, self.capacity)
+            args = (self.state, now, self.policy, self.epoch, self.capacity)
+            decided, release = await self.gate.held(plan_paused, *args)
         self.last_plan_s = time.perf_counter() - started
-        changes = reason_changes(self.state, decided.reasons, decided.details, self.epoch)
-        if decided.wake_at != self.outlook.wake_at:
-            self.rearm.set()
-        self.outlook = decided
-        with cycle_span(began_ns, decided, changes):
-            await every(self.publish(decision) for decision in decided.decisions)
-            await every(self.publish(change) for change in changes)
+        try:
+            changes = reason_changes(self.state, decided.reasons, decided.details, self.epoch)
+            if decided.wake_at != self.outlook.wake_at:
+                self.rearm.set()
+            self.outlook = decided
+            with cycle_span(began_ns, decided, changes):
+                # The sends read their jobs' sequences as they start, before any entry folded since the plan.
+                await every((self.publish(decision) for decision in decided.decisions), started=release)
+                await every(self.publish(change) for change in changes)
+        finally:
+            release()
         if self.metrics is not None:
             self.metrics.cycled(self.state, decided, self.policy, time.perf_counter() - started)
 
@@ -409,3 +408,7 @@ def replans(body: Event, applied: bool, epoch: int) -> bool:
     if type(body) is ev.RunStarted:
         return False
     return not (applied and isinstance(body, PLANNED) and body.epoch == epoch)
+
+
+def _nothing() -> None:
+    return None

@@ -8,8 +8,9 @@
   and tens of thousands of pending jobs: seconds to minutes); on the loop it held every renewal back, the
   leader's lease lapsed by its own clock while it planned, its decisions were refused, and the next cycle
   planned as long again: nothing was ever decided. The interpreter lets the loop run every few
-  milliseconds of the plan's. Nothing may change the state while the thread reads it: the caller holds the
-  fold back until the plan returns (``Scheduler.follow``).
+  milliseconds of the plan's. Nothing may change the state while the thread reads it: ``FoldGate`` holds
+  the fold back (``Scheduler.follow``) until what runs there returns, and the leader's plan until its
+  decisions' sends have started.
 - The ``scheduling cycle`` span of a cycle that appends something.
 """
 
@@ -62,14 +63,80 @@ def plan_paused(
 
 
 async def aside(fn: Callable[..., T], *args: object) -> T:
-    """``fn(*args)`` in the planning thread, the loop running meanwhile. Cancelled, it still returns only
-    once the thread is done with its arguments (the caller's state must not change under it)."""
+    """``fn(*args)`` in the planning thread, the loop running meanwhile. Cancelled (even again), it still
+    returns only once the thread is done with its arguments (the caller's state must not change under it)."""
     done = asyncio.get_running_loop().run_in_executor(_PLANNER, fn, *args)
     try:
         return await asyncio.shield(done)
     except asyncio.CancelledError:
-        await asyncio.wait([done])
+        while not done.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([done])
         raise
+
+
+class FoldGate:
+    """When the fold may change the state, given what reads it in the planning thread (``aside``).
+
+    - ``run(fn, *args)``: ``fn`` in the thread; the fold waits until it returns. ``held`` returns with the
+      gate still held, for the caller to ``release`` (once) later: the leader's plan holds it until its
+      decisions' sends have started, since they read the jobs' sequences the plan saw (an entry folded
+      first, a hold request, would let a decision taken before it through the conditional append).
+    - ``fold_turn()``, awaited by the fold before each entry: while something holds the gate, it waits, and
+      new callers wait behind it until the fold has caught up with the log (``caught_up``): steady work in
+      the thread (``sbatch --test-only`` from many users, each a plan of the whole queue) cannot starve it.
+    """
+
+    def __init__(self) -> None:
+        self.idle = asyncio.Event()  # set while nothing holds the gate
+        self.idle.set()
+        self._holders = 0
+        self._fold_first = asyncio.Event()  # cleared while the fold waits, until it caught up
+        self._fold_first.set()
+
+    async def run(self, fn: Callable[..., T], *args: object) -> T:
+        """``fn(*args)`` in the thread, the fold waiting until it returns."""
+        result, release = await self.held(fn, *args)
+        release()
+        return result
+
+    async def held(self, fn: Callable[..., T], *args: object) -> tuple[T, Callable[[], None]]:
+        """``fn(*args)`` in the thread, and the release of the gate it leaves held (idempotent)."""
+        await _set(self._fold_first)
+        self._holders += 1
+        self.idle.clear()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._holders -= 1
+                if not self._holders:
+                    self.idle.set()
+
+        try:
+            return await aside(fn, *args), release
+        except BaseException:
+            release()
+            raise
+
+    async def fold_turn(self) -> None:
+        """Wait until the fold may change the state; from then on, until ``caught_up``, it goes first."""
+        if not self.idle.is_set():
+            self._fold_first.clear()
+            await _set(self.idle)
+
+    def caught_up(self) -> None:
+        """The fold read the log's end (or stopped): the thread's callers may go."""
+        self._fold_first.set()
+
+
+async def _set(event: asyncio.Event) -> None:
+    """Wait until ``event`` is set when this task runs again (``wait`` returns once it was set, even if it
+    was cleared again before the waiter ran)."""
+    while not event.is_set():
+        await event.wait()
 
 
 def cycle_span(

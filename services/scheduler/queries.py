@@ -5,7 +5,6 @@ answer (``view``: the same pure plan on the same log, at most once per log posit
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -23,7 +22,7 @@ from corral.schemas import api
 from corral.services.scheduler import priority_views, views
 from corral.services.scheduler.leadership import Leadership
 from corral.services.scheduler.owners import Owners
-from corral.services.scheduler.planning import plan_paused
+from corral.services.scheduler.planning import FoldGate, plan_paused
 
 T = TypeVar("T")
 
@@ -37,7 +36,7 @@ class QueryVerbs:
     will_run_policy: Policy
     outlook: planner.Plan
     capacity: CapacityCache
-    idle: asyncio.Event  # set while no plan runs in the planning thread
+    gate: FoldGate  # what reads the state in the planning thread holds the fold back
     leader: Leadership | None
     _standby_view: tuple[int, int, planner.Plan] | None
     owners: Owners
@@ -63,7 +62,7 @@ class QueryVerbs:
         if self._standby_view is None or self._standby_view[:2] != key:
             # The kept capacity is the planning thread's while a plan of its runs (a leader whose lease
             # lapsed as it planned): this one then builds its own.
-            cache = self.capacity if self.idle.is_set() else None
+            cache = self.capacity if self.gate.idle.is_set() else None
             self._standby_view = (*key, plan_paused(self.state, now, self.policy, self.epoch, cache))
         return self._standby_view[2]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -176,10 +176,14 @@ class Sending:
         await self.publish(failed)
 
 
-async def every(sends: Iterable[Awaitable[None]]) -> None:
+async def every(sends: Iterable[Awaitable[None]], started: Callable[[], None] | None = None) -> None:
     """Await ``sends`` together, then raise the first one's failure, if any. They are started in their order,
     and each publishes before it first waits, so one connection carries them to the server in that order
-    (one write and one round trip for all: ``Pipeline``): of two decisions on one job the first still wins."""
-    for outcome in await asyncio.gather(*sends, return_exceptions=True):
+    (one write and one round trip for all: ``Pipeline``): of two decisions on one job the first still wins.
+    ``started``: called once they are scheduled, so that what it wakes runs after their first steps."""
+    gathered = asyncio.gather(*sends, return_exceptions=True)
+    if started is not None:
+        started()
+    for outcome in await gathered:
         if isinstance(outcome, BaseException):
             raise outcome

@@ -48,8 +48,10 @@ class Slower:
     def __init__(self, plan: Callable[..., Any], extra: float) -> None:
         self.plan, self.extra = plan, extra
         self.plans: list[tuple[float, str]] = []
+        self.began = threading.Event()  # set as a call begins
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.began.set()
         began = time.monotonic()
         while time.monotonic() - began < self.extra:
             pass
@@ -205,3 +207,53 @@ async def test_a_long_snapshot_encode_holds_neither_the_loop_nor_the_lease(
     assert live.snapshot_seq == live.state.last_seq
     loaded, _ = await snapshot.load(live.bus)
     assert loaded is not None and loaded.jobs[1].state == "RUNNING"
+
+
+async def test_a_request_folded_after_a_plan_in_the_thread_is_not_overtaken_by_its_decisions(
+    buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hold requested while the plan that starts the job runs in the thread: the allocation, taken before
+    the hold, must not pass the conditional append (its job's sequence is the one the plan saw), and the
+    next plan answers the hold."""
+    bus, admin = buses
+    await registered(admin)
+    await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
+    slow = Slower(app.plan_paused, PLAN_S)
+    monkeypatch.setattr(app, "plan_paused", slow)
+    live = Scheduler(bus, CONFIG)
+    async with loops(live):
+        while not slow.began.is_set():
+            await asyncio.sleep(0.01)
+        await admin.append(ev.JobHoldRequested(job_id=1, user="alice"))
+        deadline = time.monotonic() + 8 * PLAN_S
+        while time.monotonic() < deadline and live.state.jobs[1].held != "user":
+            await asyncio.sleep(0.05)
+    job = live.state.jobs[1]
+    assert (job.state, job.held) == ("PENDING", "user"), (job.state, job.held, job.control)
+
+
+async def test_steady_work_in_the_thread_does_not_starve_the_fold(
+    buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ``sbatch --test-only`` in the thread at all times (each 1 s of planning here): the fold still
+    gets its turn between them, catches up, and a job submitted meanwhile starts."""
+    slow = Slower(queries.will_run, PLAN_S / 2)
+    monkeypatch.setattr(queries, "will_run", slow)
+    async with one_running(buses) as live:
+        asked = api.WillRunRequest(user="bob", spec=spec("what-if"))
+        stop = asyncio.Event()
+
+        async def asking() -> None:
+            while not stop.is_set():
+                await live.will_run(roles.GATEWAY, asked)
+
+        askers = [asyncio.create_task(asking()) for _ in range(2)]
+        try:
+            while len(slow.plans) < 2:  # both in the thread's queue, one after the other
+                await asyncio.sleep(0.05)
+            await buses[1].append(ev.JobSubmitted(job_id=2, user="alice", spec=spec("j2")))
+            await running(live, (2,), 6 * PLAN_S)
+        finally:
+            stop.set()
+            await asyncio.gather(*askers, return_exceptions=True)
+        assert live.state.jobs[2].state == "RUNNING", len(slow.plans)
