@@ -362,7 +362,7 @@ class Scheduler(QueryVerbs, Sending):
         began_ns = time.time_ns()
         now = time.time()
         release: Callable[[], None] = _nothing  # the fold gate, held by a plan in the thread until its sends
-        if self.last_plan_s < INLINE_PLAN_S:
+        if self.last_plan_s < INLINE_PLAN_S and self.gate.idle.is_set():  # (else after what the thread runs)
             decided = plan_paused(self.state, now, self.policy, self.epoch, self.capacity)
         else:
             args = (self.state, now, self.policy, self.epoch, self.capacity)

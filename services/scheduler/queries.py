@@ -22,7 +22,7 @@ from corral.schemas import api
 from corral.services.scheduler import priority_views, views
 from corral.services.scheduler.leadership import Leadership
 from corral.services.scheduler.owners import Owners
-from corral.services.scheduler.planning import FoldGate, plan_paused
+from corral.services.scheduler.planning import plan_paused
 
 T = TypeVar("T")
 
@@ -36,7 +36,6 @@ class QueryVerbs:
     will_run_policy: Policy
     outlook: planner.Plan
     capacity: CapacityCache
-    gate: FoldGate  # what reads the state in the planning thread holds the fold back
     leader: Leadership | None
     _standby_view: tuple[int, int, planner.Plan] | None
     owners: Owners
@@ -52,24 +51,25 @@ class QueryVerbs:
     async def aside(self, fn: Callable[..., T], *args: object) -> T:
         raise NotImplementedError  # the Scheduler's
 
-    def view(self, now: float) -> planner.Plan:
+    async def view(self, now: float) -> planner.Plan:
         """The reasons, priorities and planned starts a query shows: the leader's latest cycle; on a
         standby (which makes no cycle) a plan of the state made now, kept for the same log position and
-        second. It decides nothing: nothing of it is published."""
+        second. It decides nothing: nothing of it is published. The standby's plan runs in the planning
+        thread, as the leader's does (seconds for a deep queue: its loop, its lease polls among them, goes
+        on); that one thread also keeps the kept capacity to one plan at a time."""
         if self.leading():
             return self.outlook
         key = (self.state.last_seq, int(now))
         if self._standby_view is None or self._standby_view[:2] != key:
-            # The kept capacity is the planning thread's while a plan of its runs (a leader whose lease
-            # lapsed as it planned): this one then builds its own.
-            cache = self.capacity if self.gate.idle.is_set() else None
-            self._standby_view = (*key, plan_paused(self.state, now, self.policy, self.epoch, cache))
+            args = (self.state, now, self.policy, self.epoch, self.capacity)
+            self._standby_view = (*key, await self.aside(plan_paused, *args))
         return self._standby_view[2]
 
     async def jobs(self, user: str, req: api.JobsRequest) -> api.JobsReply:
         """squeue."""
         now = time.time()
-        return views.jobs_reply(self.state, self.view(now), self.policy, req, now, self.owners, self.order)
+        outlook = await self.view(now)
+        return views.jobs_reply(self.state, outlook, self.policy, req, now, self.owners, self.order)
 
     async def will_run(self, user: str, req: api.WillRunRequest) -> api.WillRunReply:
         """sbatch --test-only, asked by the gateway once it validated the job: plan it hypothetically."""

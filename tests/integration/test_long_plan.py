@@ -73,6 +73,15 @@ async def running(live: Scheduler, jobs: tuple[int, ...], within: float) -> set[
     return epochs
 
 
+async def slowed(buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch, module: types.ModuleType) -> Slower:
+    """The nodes and job 1 in the log; ``module``'s plan ``PLAN_S`` longer."""
+    await registered(buses[1])
+    await buses[1].append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
+    slow = Slower(module.plan_paused, PLAN_S)
+    monkeypatch.setattr(module, "plan_paused", slow)
+    return slow
+
+
 @contextlib.asynccontextmanager
 async def one_running(buses: tuple[Bus, Bus]) -> AsyncIterator[Scheduler]:
     """A leader running its loops, with job 1 running."""
@@ -215,16 +224,12 @@ async def test_a_request_folded_after_a_plan_in_the_thread_is_not_overtaken_by_i
     """A hold requested while the plan that starts the job runs in the thread: the allocation, taken before
     the hold, must not pass the conditional append (its job's sequence is the one the plan saw), and the
     next plan answers the hold."""
-    bus, admin = buses
-    await registered(admin)
-    await admin.append(ev.JobSubmitted(job_id=1, user="alice", spec=spec("j1")))
-    slow = Slower(app.plan_paused, PLAN_S)
-    monkeypatch.setattr(app, "plan_paused", slow)
-    live = Scheduler(bus, CONFIG)
+    slow = await slowed(buses, monkeypatch, app)
+    live = Scheduler(buses[0], CONFIG)
     async with loops(live):
         while not slow.began.is_set():
             await asyncio.sleep(0.01)
-        await admin.append(ev.JobHoldRequested(job_id=1, user="alice"))
+        await buses[1].append(ev.JobHoldRequested(job_id=1, user="alice"))
         deadline = time.monotonic() + 8 * PLAN_S
         while time.monotonic() < deadline and live.state.jobs[1].held != "user":
             await asyncio.sleep(0.05)
@@ -257,3 +262,19 @@ async def test_steady_work_in_the_thread_does_not_starve_the_fold(
             stop.set()
             await asyncio.gather(*askers, return_exceptions=True)
         assert live.state.jobs[2].state == "RUNNING", len(slow.plans)
+
+
+async def test_a_standbys_plan_for_a_query_leaves_its_loop_going(
+    buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standby answers squeue from a plan of its own (``Scheduler.view``): a deep queue's takes seconds, in
+    the planning thread as the leader's does, so its loop (its lease polls, its other answers) goes on."""
+    slow = await slowed(buses, monkeypatch, queries)
+    standby = Scheduler(buses[0], CONFIG)
+    standby.leader = Leadership(buses[0].js, "standby", TTL_S, lambda: 0)  # never run: it stands by
+    await standby.rebuild()
+    async with ticking() as gaps:
+        reply = await standby.jobs("alice", api.JobsRequest())
+    assert [(j.job_id, j.state) for j in reply.jobs] == [(1, "PENDING")]
+    assert max(gaps) < PLAN_S / 2, max(gaps)  # on the loop, one gap was the whole 2 s
+    assert slow.plans and slow.plans[0][1].startswith("scheduler-plan")
