@@ -42,8 +42,7 @@ from corral.libs.core.timeline import (
     BestFit,
     Hold,
     NodePlan,
-    NodeState,
-    Profile,
+    Profiles,
     Release,
     Signature,
     node_state,
@@ -96,9 +95,7 @@ class Planner:
         # shape ending no earlier and wanting no fewer nodes cannot fit either.
         self._blocked: dict[tuple[str, Request], list[tuple[float, int]]] = {}
         self._member_gpus: dict[tuple[str, str], int] = {}  # (reservation, node) -> GPUs its members took
-        # Each held node state's free capacity over time from ``now`` (``reserve``): a state is a value, so
-        # a node that changes has another one, and its profile stays right for every node in that state.
-        self._profiles: dict[NodeState, Profile] = {}
+        self._profiles = Profiles(now)  # each held node state's free capacity over time (``reserve``)
 
     def running(self, allocation: list[NodeAllocation], end: float) -> None:
         """A run that holds ``allocation`` until ``end`` (INF if unlimited)."""
@@ -279,13 +276,7 @@ class Planner:
         for nodes in self._groups(partition, req):
             first = nodes[0]
             if eligible(first.free, req):
-                profile = None
-                if first.held():  # its free capacity over time, kept by node state (``Profile``)
-                    sig = node_state(first)
-                    profile = profiles.get(sig)
-                    if profile is None:
-                        profile = profiles[sig] = Profile(first, now)
-                t = first.earliest(req, now, limit, profile)
+                t = first.earliest(req, now, limit, profiles.of(first))
                 if t <= horizon:
                     starts.append((t, nodes))
         starts.sort(key=_first)

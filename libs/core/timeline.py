@@ -211,6 +211,25 @@ class Profile:
         return INF
 
 
+class Profiles:
+    """The ``Profile`` of each held node state from ``now``, built on first use, for one cycle: a state is a
+    value, so a node that changes has another one, and a profile is right for every node in its state."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self._by_state: dict[NodeState, Profile] = {}
+
+    def of(self, node: NodePlan) -> Profile | None:
+        """The node's profile if it is held (None if not: ``NodePlan.earliest`` needs none then)."""
+        if not node.held():
+            return None
+        sig = node_state(node)
+        profile = self._by_state.get(sig)
+        if profile is None:
+            profile = self._by_state[sig] = Profile(node, self.now)
+        return profile
+
+
 class BestFit:
     """The nodes of one partition as ``Planner.start_now`` scans them: those without holds in best-fit order
     (free GPUs, free CPUs, name: the ones that can fit a request follow its GPU and CPU counts), the few

@@ -78,12 +78,6 @@ T = TypeVar("T")
 RECENT_SPECS = 4096
 #: Period of the full scheduling pass when nothing happens.
 FULL_PASS_S = 5.0
-#: A plan runs on the event loop after one that took less than this, else in the planning thread
-#: (``planning.aside``: the loop, and the lease's renewals, go on meanwhile). Handing a plan to the thread and
-#: back costs a short plan ~10% of the scheduler's rate (``bench/scheduler_flow.py``), and a plan that grows
-#: from under this to more than a lease (0.5 s at least) in one cycle is at most one cycle refused: the next
-#: one runs in the thread.
-INLINE_PLAN_S = 0.05
 #: A full pass or a takeover sends nothing from a state this far behind the log's newest entry (trails_log).
 ORDER_LAG_S = 60.0
 #: The scheduler's dead letters (``corral.dlq.scheduler``): log entries its fold skipped.
@@ -131,7 +125,7 @@ class Scheduler(QueryVerbs, Sending):
         self.recent_specs: OrderedDict[int, ev.JobSpec] = OrderedDict()
         self.lock = asyncio.Lock()
         self.gate = FoldGate()  # what reads the state in the planning thread holds the fold back
-        self.last_plan_s = math.inf  # how long the last plan took (``INLINE_PLAN_S``; none yet: a long one)
+        self.last_plan_s = math.inf  # how long the last plan took (``FoldGate.plan``; none yet: a long one)
         self.log = telemetry.logger()
         self.caught_up = asyncio.Event()
         self.rearm = asyncio.Event()  # set when a cycle moved the next begin time: the ticker re-times
@@ -360,13 +354,8 @@ class Scheduler(QueryVerbs, Sending):
         """Steps 3 and 4: plan, then append the decisions and the reasons that changed."""
         started = time.perf_counter()
         began_ns = time.time_ns()
-        now = time.time()
-        release: Callable[[], None] = _nothing  # the fold gate, held by a plan in the thread until its sends
-        if self.last_plan_s < INLINE_PLAN_S and self.gate.idle.is_set():  # (else after what the thread runs)
-            decided = plan_paused(self.state, now, self.policy, self.epoch, self.capacity)
-        else:
-            args = (self.state, now, self.policy, self.epoch, self.capacity)
-            decided, release = await self.gate.held(plan_paused, *args)
+        args = (self.state, time.time(), self.policy, self.epoch, self.capacity)
+        decided, release = await self.gate.plan(self.last_plan_s, plan_paused, *args)  # (on the loop, or not)
         self.last_plan_s = time.perf_counter() - started
         try:
             changes = reason_changes(self.state, decided.reasons, decided.details, self.epoch)
@@ -408,7 +397,3 @@ def replans(body: Event, applied: bool, epoch: int) -> bool:
     if type(body) is ev.RunStarted:
         return False
     return not (applied and isinstance(body, PLANNED) and body.epoch == epoch)
-
-
-def _nothing() -> None:
-    return None

@@ -34,6 +34,11 @@ from corral.libs.runtime import telemetry
 from corral.schemas import events as ev
 
 _tracer = telemetry.tracer(__name__)
+#: A plan runs on the event loop after one that took less than this (and nothing runs in the thread), else in
+#: the planning thread. Handing a plan to the thread and back costs a short plan ~10% of the scheduler's rate
+#: (``bench/scheduler_flow.py``), and a plan that grows from under this to more than a lease (0.5 s at least)
+#: in one cycle is at most one cycle refused: the next one runs in the thread.
+INLINE_PLAN_S = 0.05
 T = TypeVar("T")
 #: The thread the leader's plans run in (one: a cycle plans once, under the cycle's lock).
 _PLANNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scheduler-plan")
@@ -121,6 +126,14 @@ class FoldGate:
             release()
             raise
 
+    async def plan(self, last_s: float, fn: Callable[..., T], *args: object) -> tuple[T, Callable[[], None]]:
+        """A plan ``fn(*args)``: on the loop if the last one took less than ``INLINE_PLAN_S`` (``last_s``) and
+        nothing runs in the thread (the kept capacity is one plan's at a time), else as ``held``; and the
+        release of the gate (nothing to release for a plan on the loop)."""
+        if last_s < INLINE_PLAN_S and self.idle.is_set():
+            return fn(*args), _nothing
+        return await self.held(fn, *args)
+
     async def fold_turn(self) -> None:
         """Wait until the fold may change the state; from then on, until ``caught_up``, it goes first."""
         if not self.idle.is_set():
@@ -159,3 +172,7 @@ def cycle_span(
         },
     )
     return trace.use_span(span, end_on_exit=True)
+
+
+def _nothing() -> None:
+    return None

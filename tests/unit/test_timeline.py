@@ -100,7 +100,7 @@ class _Forgetful(dict):  # type: ignore[type-arg]
 class _Unkept(Planner):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._profiles = _Forgetful()
+        self._profiles._by_state = _Forgetful()
 
 
 @settings(max_examples=40, deadline=None)
