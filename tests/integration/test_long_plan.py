@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import threading
 import time
 import types
@@ -97,23 +96,21 @@ async def one_running(buses: tuple[Bus, Bus]) -> AsyncIterator[Scheduler]:
 
 @contextlib.asynccontextmanager
 async def ticking() -> AsyncIterator[list[float]]:
-    """A task on the loop every 50 ms while the block runs: the gaps between its turns (from the block's
-    start to its end), filled in once the block is done."""
-    ticks = [time.monotonic()]
+    """A task asking for a turn of the loop every 50 ms while the block runs: the times it got one. A block
+    that holds the loop for its 2 s gives it none (or the one or two of an await before); one that leaves the
+    loop going, about 40."""
+    turns: list[float] = []
 
     async def tick() -> None:
         while True:
-            ticks.append(time.monotonic())
+            turns.append(time.monotonic())
             await asyncio.sleep(0.05)
 
-    gaps: list[float] = []
     ticker = asyncio.create_task(tick())
     try:
-        yield gaps
+        yield turns
     finally:
         ticker.cancel()
-        ticks.append(time.monotonic())
-        gaps.extend(b - a for a, b in itertools.pairwise(ticks))
 
 
 @contextlib.asynccontextmanager
@@ -192,10 +189,10 @@ async def test_a_long_will_run_holds_neither_the_loop_nor_the_lease(
     planning thread too, the loop going on (here a ticker every 50 ms), and answers as before."""
     slow = Slower(queries.will_run, PLAN_S)
     monkeypatch.setattr(queries, "will_run", slow)
-    async with one_running(buses) as live, ticking() as gaps:
+    async with one_running(buses) as live, ticking() as turns:
         got = await live.will_run(roles.GATEWAY, api.WillRunRequest(user="bob", spec=spec("what-if")))
     assert got.job_id == 2 and got.start is not None and len(got.nodes) == 1, got
-    assert max(gaps) < PLAN_S / 2, max(gaps)  # on the loop, one gap was the whole 2 s
+    assert len(turns) >= 10, turns  # the loop went on (a count of turns, not a time: none on the loop)
     assert slow.plans and slow.plans[0][1].startswith("scheduler-plan")
     assert 2 not in live.state.jobs  # the hypothetical job was never in the state
 
@@ -209,9 +206,9 @@ async def test_a_long_snapshot_encode_holds_neither_the_loop_nor_the_lease(
     monkeypatch.setattr(snapshot, "encode", slow)
     async with one_running(buses) as live:
         live.snapshot_every = 1
-        async with ticking() as gaps:
+        async with ticking() as turns:
             await live.maybe_snapshot()
-    assert max(gaps) < PLAN_S / 2, max(gaps)  # on the loop, one gap was the whole 2 s
+    assert len(turns) >= 10, turns  # the loop went on (a count of turns, not a time: none on the loop)
     assert slow.plans and slow.plans[0][1].startswith("scheduler-plan")
     assert live.snapshot_seq == live.state.last_seq
     loaded, _ = await snapshot.load(live.bus)
@@ -273,8 +270,8 @@ async def test_a_standbys_plan_for_a_query_leaves_its_loop_going(
     standby = Scheduler(buses[0], CONFIG)
     standby.leader = Leadership(buses[0].js, "standby", TTL_S, lambda: 0)  # never run: it stands by
     await standby.rebuild()
-    async with ticking() as gaps:
+    async with ticking() as turns:
         reply = await standby.jobs("alice", api.JobsRequest())
     assert [(j.job_id, j.state) for j in reply.jobs] == [(1, "PENDING")]
-    assert max(gaps) < PLAN_S / 2, max(gaps)  # on the loop, one gap was the whole 2 s
+    assert len(turns) >= 10, turns  # the loop went on (a count of turns, not a time: none on the loop)
     assert slow.plans and slow.plans[0][1].startswith("scheduler-plan")
