@@ -7,9 +7,10 @@ node registrations, running jobs (``JobSubmitted`` + ``JobAllocated``, about 80%
 single-node jobs of 1-8 GPUs and whole-node jobs of 2-64 nodes, time limits 10 min - 2 days) and
 100,000 pending jobs (``--small``: 10,000) of the same kinds, all with deterministic ids and times.
 Then it times the fold of that log and one ``plan()`` call per backfill policy (EASY, the default,
-then conservative and FIFO), profiles the EASY pass (cProfile, top functions by cumulative and own
-time) and prints Markdown tables with the machine. A finished pass's row ends with the digest of what it
-decided (``digest``): a refactoring of the core must leave the digests unchanged.
+then textbook conservative (every blocked job reserved) and FIFO, then conservative at the configuration's
+``backfill_depth``, Slurm's bf_max_job_test), profiles the EASY pass (cProfile, top functions by cumulative
+and own time) and prints Markdown tables with the machine. A finished pass's row ends with the digest of
+what it decided (``digest``): a refactoring of the core must leave the digests unchanged.
 
 Issue target: one full-depth backfill pass on 10,000 nodes x 8 GPUs with 100,000 pending jobs <= 1 s.
 
@@ -60,7 +61,16 @@ from corral.schemas.events import NodeAllocation
 from corral.services.scheduler.planning import plan_paused
 from corral.services.scheduler.views import policy_of
 
-POLICIES: tuple[Backfill, ...] = ("easy", "conservative", "fifo")
+#: The passes timed: (row label, backfill mode, conservative's ``backfill_depth``: None is textbook
+#: conservative, every blocked job reserved; ``CONFIGURED``, the configuration's default, Slurm's
+#: bf_max_job_test).
+CONFIGURED = -1
+POLICIES: tuple[tuple[str, Backfill, int | None], ...] = (
+    ("easy", "easy", None),
+    ("conservative", "conservative", None),
+    ("fifo", "fifo", None),
+    ("conservative, configured depth", "conservative", CONFIGURED),
+)
 
 
 class OutOfTime(Exception):
@@ -102,7 +112,7 @@ class CountingPlanner(Planner):
 class PassResult:
     """One timed ``plan()`` call."""
 
-    policy: str  # backfill policy
+    policy: str  # the pass's label (the backfill policy)
     wall: float  # seconds (or seconds until stopped)
     finished: bool  # False: stopped at the budget
     considered: int  # jobs planned (start_now calls)
@@ -111,7 +121,7 @@ class PassResult:
 
 
 def timed_pass(
-    state: State, policy: Policy, budget_s: float, profiler: cProfile.Profile | None = None
+    state: State, policy: Policy, budget_s: float, profiler: cProfile.Profile | None = None, label: str = ""
 ) -> PassResult:
     """Time one plan() call, stopping it after ``budget_s``."""
     CountingPlanner.considered = CountingPlanner.reservations = 0
@@ -130,7 +140,7 @@ def timed_pass(
         pass
     wall = time.perf_counter() - started
     return PassResult(
-        policy.backfill,
+        label or policy.backfill,
         wall,
         result is not None,
         CountingPlanner.considered,
@@ -238,9 +248,13 @@ def main() -> int:
 
     policy = policy_of(parse_config(config_text(n_nodes)))
     results = {}
-    for name in POLICIES:
-        results[name] = timed_pass(state, dataclasses.replace(policy, backfill=name), args.budget)
-        rows.append(pass_row(results[name], n_pending))
+    for label, mode, depth in POLICIES:
+        depth = policy.backfill_depth if depth == CONFIGURED else depth
+        if depth is not None:
+            label = f"{label} ({depth})"
+        chosen = dataclasses.replace(policy, backfill=mode, backfill_depth=depth)
+        results[label] = timed_pass(state, chosen, args.budget, label=label)
+        rows.append(pass_row(results[label], n_pending))
         print(rows[-1], file=sys.stderr, flush=True)
 
     profiler = cProfile.Profile()

@@ -58,6 +58,7 @@ def policy_of(config: ClusterConfig) -> Policy:
         backfill=cast(Backfill, sched.backfill),
         backfill_window_s=sched.backfill_window_s,
         backfill_resolution_s=sched.backfill_resolution_s,
+        backfill_depth=sched.backfill_depth,
         accounts=tuple(Account(a.name, a.parent, a.shares) for a in config.accounts),
         associations=tuple(UserAssoc(u, a.name) for a in config.accounts for u in a.users),
         fairshare=cast(FairShareAlgorithm, sched.fairshare),

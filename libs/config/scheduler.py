@@ -12,6 +12,9 @@ from corral.libs.config.values import ConfigError
 from corral.libs.core.lease import DEFAULT_TTL_S
 from corral.libs.core.qos import NORMAL
 
+#: ``backfill_depth``'s default, Slurm's bf_max_job_test default.
+DEFAULT_DEPTH = 500
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -20,6 +23,7 @@ class SchedulerConfig:
     backfill: str = "easy"  # fifo | easy | conservative
     backfill_window_s: int | None = 86400  # bf_window: how far ahead reservations are planned
     backfill_resolution_s: int = 60  # bf_resolution: run ends are planned on a grid of this many seconds
+    backfill_depth: int | None = DEFAULT_DEPTH  # conservative: planned starts a partition (None: all)
     weight_age: int = 0  # PriorityWeightAge
     weight_job_size: int = 0  # PriorityWeightJobSize
     weight_partition: int = 0  # PriorityWeightPartition
@@ -66,6 +70,7 @@ def parse_scheduler(raw: Any) -> SchedulerConfig:
         backfill=backfill,
         backfill_window_s=window,
         backfill_resolution_s=resolution,
+        backfill_depth=_depth(table.get("backfill_depth", DEFAULT_DEPTH)),
         weight_age=weights["priority_weight_age"],
         weight_job_size=weights["priority_weight_job_size"],
         weight_partition=weights["priority_weight_partition"],
@@ -92,6 +97,17 @@ def parse_scheduler(raw: Any) -> SchedulerConfig:
             "must be a duration, not UNLIMITED (0 keeps every job)",
         ),
     )
+
+
+def _depth(value: Any) -> int | None:
+    """Conservative backfill's planned starts per partition and cycle: a whole number >= 1, or UNLIMITED."""
+    if value == "UNLIMITED":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f'scheduler.backfill_depth: expected a whole number >= 1 or "UNLIMITED", got {value!r}'
+        )
+    return value
 
 
 def _max_switch_wait(value: Any) -> int:

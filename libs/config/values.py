@@ -60,6 +60,7 @@ KEYS = {
         "backfill",
         "backfill_window",
         "backfill_resolution",
+        "backfill_depth",
         "priority_weight_age",
         "priority_weight_job_size",
         "priority_weight_partition",

@@ -41,7 +41,8 @@ come back through the log and ``state.apply`` folds them. One cycle (``plan``), 
      minimal set of runs it may preempt (``JobPreempted``) if that makes it fit now; a run being
      preempted is concluded (requeued, or PREEMPTED) once its exit is reported;
    - ``reserve``: the blocked job gets its planned start (``Plan.starts``) while its partition has
-     reservations left: none with FIFO, one with EASY, every blocked job's with conservative backfill.
+     reservations left: none with FIFO, one with EASY, with conservative backfill every blocked job's up
+     to the policy's ``backfill_depth`` (``depth_of``).
 
 The per-node work the state still needs (launches, kills, signals) is derived apart, in ``orders.py``.
 """
@@ -137,7 +138,7 @@ class Cycle:
         self.planner = _capacity(state, now, policy, live, running, cache)
         self.maint = reservations.maint_nodes(live, now)  # nodes a MAINT reservation holds now
         self.window = INF if policy.backfill_window_s is None else float(policy.backfill_window_s)
-        self.depth = DEPTH[policy.backfill]  # reservations per partition (None: every blocked job)
+        self.depth = depth_of(policy)  # reservations per partition (None: every blocked job)
         self.blocked: set[str] = set()  # partitions with a job that could not start (FIFO stops there)
         self.reserved: dict[str, int] = {}  # reservations planned per partition (preemptions count)
         self.singletons = Singletons(state)  # for ``singleton`` dependencies (built on first use)
@@ -318,7 +319,8 @@ class Cycle:
 
     def reserve(self, job: Job, partition: str, req: Request, limit: float) -> None:
         """Plan the blocked job's earliest start within the window (``Plan.starts``), while its partition
-        has reservations left: none with FIFO, one with EASY, every blocked job's with conservative."""
+        has reservations left (``depth_of``): none with FIFO, one with EASY, the policy's ``backfill_depth``
+        with conservative."""
         count = self.reserved.get(partition, 0)
         if self.depth is not None and count >= self.depth:
             return
@@ -328,8 +330,19 @@ class Cycle:
             self.out.starts[job.job_id] = start
 
 
-#: Reservations per partition of each backfill policy (None: no bound).
+#: Reservations per partition of each backfill policy (None: no bound; conservative's is the policy's).
 DEPTH: dict[Backfill, int | None] = {"fifo": 0, "easy": 1, "conservative": None}
+
+
+def depth_of(policy: Policy) -> int | None:
+    """Reservations per partition and cycle: none with FIFO, one with EASY; with conservative, the policy's
+    ``backfill_depth`` (Slurm bounds its pass by bf_max_job_test; each reservation asks every node state,
+    so on thousands of nodes an unbounded pass over a deep queue takes minutes). Past it, a blocked job
+    waits for ``Priority`` without a planned start, and later jobs start now only where they delay none of
+    the reserved ones, as under EASY (N reservations instead of one)."""
+    if policy.backfill == "conservative":
+        return policy.backfill_depth
+    return DEPTH[policy.backfill]
 
 
 def _capacity(

@@ -51,6 +51,9 @@ class Policy:
     backfill: Backfill = "easy"  # fifo | easy | conservative
     backfill_window_s: int | None = 86400  # how far ahead reservations are planned (Slurm bf_window)
     backfill_resolution_s: int = 0  # bf_resolution: plan run ends on this grid of seconds (0: exact)
+    # Conservative backfill: the blocked jobs of a partition given a planned start per cycle, in queue order
+    # (``plan.depth_of``); None: every one, as the textbook algorithm (the configuration's default: 500).
+    backfill_depth: int | None = None
     accounts: tuple[Account, ...] = ()  # the fair-share account tree (empty: every user its own account)
     associations: tuple[UserAssoc, ...] = ()  # users' associations with accounts
     fairshare: FairShareAlgorithm = "fair_tree"  # fair_tree | classic

@@ -1,7 +1,8 @@
 """When would a job start if it were submitted now? (``sbatch --test-only``, Slurm's will-run test.)
 
 Pure, like ``plan``: the answer is what the next cycle would decide with the hypothetical job in the queue
-at its own priority, planned with conservative backfill (every pending job gets its reservation) so that a
+at its own priority, planned with conservative backfill (every pending job gets its reservation, however
+deep the queue: no ``backfill_depth``) so that a
 job behind the top of its partition still gets a start time. The job is planned in a copy of the state
 with it added (the job tables copied, everything else shared): the state itself is only read, so the
 scheduler can answer in a thread while its loop reads the same state (``QueryVerbs.will_run``), and
@@ -42,8 +43,10 @@ def will_run(state: State, now: float, policy: Policy, user: str, spec: ev.JobSp
     hypothetical = msgspec.structs.replace(
         state, jobs={**state.jobs, job_id: job}, active={**state.active, job_id: True}
     )
-    # The caller may pass a conservative policy it keeps (its cached properties survive the call).
-    conservative = policy if policy.backfill == "conservative" else replace(policy, backfill="conservative")
+    # Every job ahead of it gets its reservation (no ``backfill_depth``), so that it gets its start however
+    # deep it is. The caller may pass such a policy it keeps (its cached properties survive the call).
+    whole = policy.backfill == "conservative" and policy.backfill_depth is None
+    conservative = policy if whole else replace(policy, backfill="conservative", backfill_depth=None)
     return _estimate(plan(hypothetical, now, conservative), job, now)
 
 

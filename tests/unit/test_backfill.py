@@ -84,6 +84,30 @@ def test_easy_lets_a_job_delay_the_second_blocked_job_but_conservative_does_not(
         assert (3 in out.starts) == (pol.backfill == "conservative")
 
 
+@pytest.mark.parametrize(("depth", "expected"), [(1, [4]), (2, []), (None, [])], ids=["1", "2", "unbounded"])
+def test_conservative_reserves_for_its_depths_first_blocked_jobs_and_backfills_around_them(
+    depth: int | None, expected: list[int]
+) -> None:
+    """``backfill_depth`` (Slurm's bf_max_job_test): the first ``depth`` blocked jobs of a partition get
+    their planned start; a later one waits for ``Priority`` without one, and a job may start now that
+    delays it but none of the reserved ones."""
+    log = Log(*cluster(nodes=2, gpus=8))
+    log.add(submitted(1, job(gpus=8, nodes=1, time_s=100)), submitted(9, job(gpus=4, nodes=1, time_s=300)))
+    log.add(
+        allocated(1, {"gpu01": list(range(8))}, time_s=100),
+        allocated(9, {"gpu02": [0, 1, 2, 3]}, time_s=300),
+    )
+    log.add(
+        submitted(2, job(gpus=8, nodes=1, time_s=1000)),  # blocked: reserved on gpu01 when job 1 ends
+        submitted(3, job(gpus=8, nodes=2, time_s=10)),  # second blocked: both nodes once job 2 ends
+        submitted(4, job(gpus=4, nodes=1, time_s=2000)),  # fits gpu02 now; delays job 3, not job 2
+    )
+    out = run(log, dataclasses.replace(CONSERVATIVE, backfill_depth=depth))
+    assert started(out) == expected
+    assert sorted(out.starts) == {1: [2], 2: [2, 3], None: [2, 3, 4]}[depth]
+    assert (out.reasons[2], out.reasons[3]) == ("Resources", "Priority")
+
+
 def test_a_finished_job_frees_its_reservation_holder_to_start() -> None:
     log, _ = busy_cluster()
     log.add(submitted(2, job(gpus=8, nodes=2, time_s=1000)))
@@ -136,6 +160,31 @@ def test_reservations_are_never_delayed(jobs: list[tuple[int, int, int]], mode: 
         for alloc in soonest.allocations:
             log.append(_at(exited(soonest.job_id, alloc.node, attempt=soonest.restart_count), end))
     assert all(j.state == "COMPLETED" for j in log.state.jobs.values())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 2), st.sampled_from([1, 2, 4, 8]), st.integers(5, 400)), max_size=4),
+    st.lists(st.tuples(st.integers(1, 2), st.sampled_from([1, 2, 4, 8]), st.integers(5, 400)), max_size=12),
+)
+def test_conservative_of_depth_one_is_easy_and_of_the_queues_depth_is_unbounded(
+    running: list[tuple[int, int, int]], queue: list[tuple[int, int, int]]
+) -> None:
+    """One reservation a partition is EASY's plan, every decision, reason and planned start alike; a depth
+    of at least the queue's length plans as textbook conservative (no bound)."""
+    log = Log(*cluster(nodes=2, gpus=8))
+    for i, (nodes, gpus, limit) in enumerate(running, start=1):
+        log.add(submitted(i, job(gpus=gpus, nodes=nodes, time_s=limit)), step=0.0)
+        log.add(*plan(log.state, log.state.now, EASY).decisions, step=0.0)
+    log.add(step=5.0)
+    for k, (nodes, gpus, limit) in enumerate(queue, start=100):
+        log.add(submitted(k, job(gpus=gpus, nodes=nodes, time_s=limit)), step=0.0)
+    now = log.state.now
+    one = plan(log.state, now, dataclasses.replace(CONSERVATIVE, backfill_depth=1))
+    assert one == plan(log.state, now, EASY)
+    pending = sum(j.state == "PENDING" for j in log.state.jobs.values())
+    deep = plan(log.state, now, dataclasses.replace(CONSERVATIVE, backfill_depth=max(pending, 1)))
+    assert deep == plan(log.state, now, CONSERVATIVE)
 
 
 def _at(body: ev.Event, when: float) -> ev.Envelope:

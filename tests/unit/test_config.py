@@ -16,6 +16,7 @@ from corral.libs.config.cluster import (
     local_config_text,
     parse_config,
 )
+from corral.libs.config.policy import policy_of
 
 pytestmark = pytest.mark.unit
 
@@ -403,12 +404,25 @@ def test_scheduler_policy_keys() -> None:
         ("[scheduler]\npriority_weight_age = -1\n", "scheduler.priority_weight_age"),
         ('[scheduler]\nbackfill_window = "soon"\n', "scheduler.backfill_window"),
         ("[scheduler]\nbogus = 1\n", "scheduler: unknown key 'bogus'"),
+        ("[scheduler]\nbackfill_depth = 0\n", "scheduler.backfill_depth: expected a whole number >= 1"),
+        ('[scheduler]\nbackfill_depth = "all"\n', "or \"UNLIMITED\", got 'all'"),
+        ("[scheduler]\nbackfill_depth = 1.5\n", "scheduler.backfill_depth"),
     ],
-    ids=["unknown-mode", "negative-weight", "bad-window", "unknown-key"],
+    ids=["unknown-mode", "minus-weight", "bad-window", "unknown-key", "depth-0", "depth-str", "depth-1.5"],
 )
 def test_bad_scheduler_policy_is_named(text: str, key: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(key)):
         parse_config(text + NODE)
+
+
+@pytest.mark.parametrize(("value", "depth"), [(None, 500), ("20", 20), ('"UNLIMITED"', None)])
+def test_conservative_backfills_depth_is_slurms_bf_max_job_test_by_default(
+    value: str | None, depth: int | None
+) -> None:
+    text = FULL + ("" if value is None else f"\n[scheduler]\nbackfill_depth = {value}\n")
+    config = parse_config(text)
+    assert config.scheduler.backfill_depth == depth
+    assert policy_of(config).backfill_depth == depth
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from builders import Log, allocated, cluster, job, policy, submitted
 
@@ -45,6 +47,18 @@ def test_the_estimate_is_what_the_next_cycle_would_decide(
     expected = now if starts_in == 0.0 else t1 + starts_in
     assert got.start == pytest.approx(expected)
     assert (got.nodes, got.reason) == (nodes, reason)
+
+
+@pytest.mark.parametrize("backfill", ["easy", "conservative"])
+def test_a_job_behind_the_policys_backfill_depth_still_gets_its_start(backfill: str) -> None:
+    """The cycles reserve for the first ``backfill_depth`` blocked jobs (here one), but the estimate plans
+    every job ahead of the asked one."""
+    log, t1 = busy()
+    log.add(submitted(3, job(gpus=8, nodes=2, time_s=500)))  # blocked behind job 2's reservation
+    shallow = dataclasses.replace(policy(), backfill=backfill, backfill_depth=1)
+    got = will_run(log.state, log.state.now, shallow, "bob", job(gpus=8, nodes=2, time_s=10))
+    assert got.start == pytest.approx(t1 + 1600.0)  # after job 2 (1,000 s), then job 3 (500 s)
+    assert got.reason == "Priority"
 
 
 def test_a_job_that_would_wait_reports_the_cpus_the_placement_would_take() -> None:
