@@ -42,7 +42,7 @@ come back through the log and ``state.apply`` folds them. One cycle (``plan``), 
      preempted is concluded (requeued, or PREEMPTED) once its exit is reported;
    - ``reserve``: the blocked job gets its planned start (``Plan.starts``) while its partition has
      reservations left: none with FIFO, one with EASY, with conservative backfill every blocked job's up
-     to the policy's ``backfill_depth`` (``depth_of``).
+     to the policy's ``backfill_depth`` (``Policy.depth``).
 
 The per-node work the state still needs (launches, kills, signals) is derived apart, in ``orders.py``.
 """
@@ -62,7 +62,7 @@ from corral.libs.core.eligibility import Singletons, needs_check, pending_reason
 from corral.libs.core.job_facts import FactsCache
 from corral.libs.core.limits import Limits, concluded_runs
 from corral.libs.core.placement import Request, unavailable_nodes
-from corral.libs.core.policy import Backfill, Policy
+from corral.libs.core.policy import Policy
 from corral.libs.core.priority import queue_order
 from corral.libs.core.reasons import MAINTENANCE, PendingReason, text, unavailable
 from corral.libs.core.state import Job, State
@@ -95,18 +95,34 @@ class Plan:
 
 
 def plan(
-    state: State, now: float, policy: Policy, epoch: int = 0, cache: CapacityCache | None = None
+    state: State,
+    now: float,
+    policy: Policy,
+    epoch: int = 0,
+    cache: CapacityCache | None = None,
+    until: int | None = None,
 ) -> Plan:
     """Decide what happens next. Deterministic in (state, now, policy, epoch); ``cache``, kept by the caller
-    from one cycle to the next, only saves building the capacity of the nodes that did not change."""
+    from one cycle to the next, only saves building the capacity of the nodes that did not change.
+
+    ``until``, for an estimate (``will_run``): the queue is planned up to that job, which gets its planned
+    start whatever the reservation depth (``Cycle.last``); the jobs after it are not considered."""
     out = Plan(at=now)
     pending, running = conclude(state, out.decisions)
     if state.resv_requests:
         out.decisions.extend(reservations.answer_requests(state, now, policy.default_partition))
     cycle = Cycle(state, now, policy, out, epoch, running, cache)
     try:
-        for job, priority in queue_order(state, now, policy, pending, cycle.facts):
-            cycle.consider(job, priority)
+        order = queue_order(state, now, policy, pending, cycle.facts)
+        if until is None:
+            for job, priority in order:
+                cycle.consider(job, priority)
+        else:
+            for job, priority in order:
+                if job.job_id == until:
+                    cycle.last(job, priority)
+                    break
+                cycle.consider(job, priority)
     finally:
         cycle.planner.restore()  # the nodes' plans are the cache's: the next cycle starts from the state's
     # Every decision carries the leader's epoch (the folds' fence, ``lifecycle.DECISIONS``), stamped once.
@@ -138,7 +154,7 @@ class Cycle:
         self.planner = _capacity(state, now, policy, live, running, cache)
         self.maint = reservations.maint_nodes(live, now)  # nodes a MAINT reservation holds now
         self.window = INF if policy.backfill_window_s is None else float(policy.backfill_window_s)
-        self.depth = depth_of(policy)  # reservations per partition (None: every blocked job)
+        self.depth = policy.depth  # reservations per partition (None: every blocked job)
         self.blocked: set[str] = set()  # partitions with a job that could not start (FIFO stops there)
         self.reserved: dict[str, int] = {}  # reservations planned per partition (preemptions count)
         self.singletons = Singletons(state)  # for ``singleton`` dependencies (built on first use)
@@ -203,6 +219,13 @@ class Cycle:
         exhausted = self.depth is not None and self.reserved.get(partition, 0) >= self.depth
         if exhausted and req.cpus >= 1 and req.switches is None:
             self.refused.add(refusal)
+
+    def last(self, job: Job, priority: int) -> None:
+        """The last job a plan considers (``plan``'s ``until``): as ``consider``, but it gets its planned
+        start even past its partition's reservation depth (a request refused earlier is asked again)."""
+        self.depth = None
+        self.refused = set()
+        self.consider(job, priority)
 
     # --- gates: each returns the reason that stops the job now, or None ---------------------------------
 
@@ -319,8 +342,8 @@ class Cycle:
 
     def reserve(self, job: Job, partition: str, req: Request, limit: float) -> None:
         """Plan the blocked job's earliest start within the window (``Plan.starts``), while its partition
-        has reservations left (``depth_of``): none with FIFO, one with EASY, the policy's ``backfill_depth``
-        with conservative."""
+        has reservations left (``Policy.depth``): none with FIFO, one with EASY, ``backfill_depth`` with
+        conservative."""
         count = self.reserved.get(partition, 0)
         if self.depth is not None and count >= self.depth:
             return
@@ -328,21 +351,6 @@ class Cycle:
         start = self.planner.reserve(partition, req, limit, self.window)
         if start is not None:
             self.out.starts[job.job_id] = start
-
-
-#: Reservations per partition of each backfill policy (None: no bound; conservative's is the policy's).
-DEPTH: dict[Backfill, int | None] = {"fifo": 0, "easy": 1, "conservative": None}
-
-
-def depth_of(policy: Policy) -> int | None:
-    """Reservations per partition and cycle: none with FIFO, one with EASY; with conservative, the policy's
-    ``backfill_depth`` (Slurm bounds its pass by bf_max_job_test; each reservation asks every node state,
-    so on thousands of nodes an unbounded pass over a deep queue takes minutes). Past it, a blocked job
-    waits for ``Priority`` without a planned start, and later jobs start now only where they delay none of
-    the reserved ones, as under EASY (N reservations instead of one)."""
-    if policy.backfill == "conservative":
-        return policy.backfill_depth
-    return DEPTH[policy.backfill]
 
 
 def _capacity(

@@ -52,7 +52,7 @@ class Policy:
     backfill_window_s: int | None = 86400  # how far ahead reservations are planned (Slurm bf_window)
     backfill_resolution_s: int = 0  # bf_resolution: plan run ends on this grid of seconds (0: exact)
     # Conservative backfill: the blocked jobs of a partition given a planned start per cycle, in queue order
-    # (``plan.depth_of``); None: every one, as the textbook algorithm (the configuration's default: 500).
+    # (``depth``); None: every one, as the textbook algorithm (the configuration's default: 500).
     backfill_depth: int | None = None
     accounts: tuple[Account, ...] = ()  # the fair-share account tree (empty: every user its own account)
     associations: tuple[UserAssoc, ...] = ()  # users' associations with accounts
@@ -69,6 +69,15 @@ class Policy:
 
     blocks: dict[str, str] = field(default_factory=dict)  # topology: node -> block ([[blocks]])
     max_switch_wait_s: int = 300  # max_switch_wait: the longest --switches binds a pending job
+
+    @cached_property
+    def depth(self) -> int | None:
+        """Reservations per partition and cycle (None: no bound): none with FIFO, one with EASY; with
+        conservative, ``backfill_depth`` (Slurm bounds its pass by bf_max_job_test: each reservation asks
+        every node state, so on thousands of nodes an unbounded pass over a deep queue takes minutes). Past
+        it a blocked job waits for ``Priority`` without a planned start, and later jobs start now only where
+        they delay none of the reserved ones, as under EASY (``plan.Cycle.reserve``)."""
+        return {"fifo": 0, "easy": 1}.get(self.backfill, self.backfill_depth)
 
     @cached_property
     def qos_by_name(self) -> dict[str, QosPolicy]:

@@ -107,7 +107,7 @@ class Scheduler(QueryVerbs, Sending):
         self.config = config
         self.policy = policy_of(config)
         # sbatch --test-only plans conservatively (every pending job gets its start); built once.
-        self.will_run_policy = dataclasses.replace(self.policy, backfill="conservative", backfill_depth=None)
+        self.will_run_policy = dataclasses.replace(self.policy, backfill="conservative")
         self.state = scheduler_state(config)
         self.leader = leader  # the lease (None: always the leader, with ``epoch``)
         self._epoch = epoch

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 from builders import Log, allocated, cluster, job, policy, submitted
 
+from corral.libs.core import plan as plan_module
 from corral.libs.core.state import encode_state
 from corral.libs.core.will_run import will_run
 
@@ -50,15 +51,37 @@ def test_the_estimate_is_what_the_next_cycle_would_decide(
 
 
 @pytest.mark.parametrize("backfill", ["easy", "conservative"])
-def test_a_job_behind_the_policys_backfill_depth_still_gets_its_start(backfill: str) -> None:
-    """The cycles reserve for the first ``backfill_depth`` blocked jobs (here one), but the estimate plans
-    every job ahead of the asked one."""
+@pytest.mark.parametrize(("depth", "starts_in"), [(1, 1100.0), (2, 1600.0), (None, 1600.0)])
+def test_a_job_past_the_backfill_depth_gets_its_start_after_the_reserved_ones(
+    backfill: str, depth: int | None, starts_in: float
+) -> None:
+    """The first ``backfill_depth`` blocked jobs ahead get their reservations, as in the cycles, and so does
+    the asked job however deep it is; a blocked job ahead past the depth has none to wait for."""
     log, t1 = busy()
-    log.add(submitted(3, job(gpus=8, nodes=2, time_s=500)))  # blocked behind job 2's reservation
-    shallow = dataclasses.replace(policy(), backfill=backfill, backfill_depth=1)
+    log.add(submitted(3, job(gpus=8, nodes=2, time_s=500)))  # blocked behind job 2
+    shallow = dataclasses.replace(policy(), backfill=backfill, backfill_depth=depth)
     got = will_run(log.state, log.state.now, shallow, "bob", job(gpus=8, nodes=2, time_s=10))
-    assert got.start == pytest.approx(t1 + 1600.0)  # after job 2 (1,000 s), then job 3 (500 s)
+    assert got.start == pytest.approx(t1 + starts_in)  # after job 2 (1,000 s), and job 3 (500 s) if reserved
     assert got.reason == "Priority"
+
+
+def test_a_job_asking_what_a_job_past_the_depth_asked_still_gets_its_start() -> None:
+    """The cycle remembers a request refused once the depth is used up (later jobs asking the same wait
+    without the planner's calls); the asked job is planned anyway."""
+    log, t1 = busy()
+    log.add(submitted(3, job(gpus=8, nodes=2, time_s=500)))  # past the depth: its request is refused
+    shallow = dataclasses.replace(policy(), backfill="conservative", backfill_depth=1)
+    got = will_run(log.state, log.state.now, shallow, "bob", job(gpus=8, nodes=2, time_s=500))
+    assert got.start == pytest.approx(t1 + 1100.0)
+
+
+def test_a_plan_until_a_job_stops_at_it() -> None:
+    """Jobs behind the asked one cannot change its estimate: ``plan(until=...)`` considers none of them."""
+    log, t1 = busy()
+    log.add(submitted(3, job(gpus=4, nodes=1, time_s=50)))  # would backfill now on gpu02
+    outlook = plan_module.plan(log.state, log.state.now, policy(), until=2)
+    assert set(outlook.priorities) == {2} and outlook.decisions == []
+    assert outlook.starts == {2: pytest.approx(t1 + 100.0)}
 
 
 def test_a_job_that_would_wait_reports_the_cpus_the_placement_would_take() -> None:
