@@ -8,7 +8,8 @@ single-node jobs of 1-8 GPUs and whole-node jobs of 2-64 nodes, time limits 10 m
 100,000 pending jobs (``--small``: 10,000) of the same kinds, all with deterministic ids and times.
 Then it times the fold of that log and one ``plan()`` call per backfill policy (EASY, the default,
 then textbook conservative (every blocked job reserved) and FIFO, then conservative at the configuration's
-``backfill_depth``, Slurm's bf_max_job_test), profiles the EASY pass (cProfile, top functions by cumulative
+``backfill_depth``, Slurm's bf_max_job_test), then ``sbatch --test-only`` of a new job (``will_run``, as
+the scheduler answers it), profiles the EASY pass (cProfile, top functions by cumulative
 and own time) and prints Markdown tables with the machine. A finished pass's row ends with the digest of
 what it decided (``digest``): a refactoring of the core must leave the digests unchanged.
 
@@ -46,6 +47,7 @@ from cluster_workload import (
     NOW,
     build_log,
     config_text,
+    job_spec,
 )
 
 from corral.libs.config.cluster import parse_config
@@ -56,6 +58,7 @@ from corral.libs.core.placement import Request
 from corral.libs.core.plan import Plan
 from corral.libs.core.policy import Backfill, Policy
 from corral.libs.core.state import State
+from corral.libs.core.will_run import will_run
 from corral.schemas import events as ev
 from corral.schemas.events import NodeAllocation
 from corral.services.scheduler.planning import plan_paused
@@ -203,6 +206,29 @@ def pass_row(res: PassResult, pending: int) -> str:
     return row(f"plan {res.policy}", f"> {res.wall:.0f}", f"{done / res.wall:,.0f} jobs/s", note)
 
 
+WILL_RUN = "sbatch --test-only (will_run)"
+
+
+def will_run_row(state: State, policy: Policy, budget_s: float) -> str:
+    """``sbatch --test-only`` of a 2-node 8-GPU job in the default partition, as the scheduler answers it
+    (``will_run`` with the policy made conservative, ``Scheduler.will_run_policy``), stopped at the budget."""
+    spec = job_spec(0, "bench", None, 2, GPUS_PER_NODE, 3600, None, {})
+    conservative = dataclasses.replace(policy, backfill="conservative")
+    CountingPlanner.considered = CountingPlanner.reservations = 0
+    started = time.perf_counter()
+    try:
+        with budget(budget_s):
+            got = will_run(state, NOW, conservative, "bench", spec)
+    except OutOfTime:
+        wall = time.perf_counter() - started
+        counts = f"{CountingPlanner.considered:,} jobs ({CountingPlanner.reservations:,} reservations)"
+        return row(WILL_RUN, f"> {wall:.0f}", "-", f"stopped at the budget after {counts}")
+    wall = time.perf_counter() - started
+    start = "none" if got.start is None else f"in {got.start - NOW:,.0f} s"
+    counts = f"{CountingPlanner.considered:,} jobs planned, {CountingPlanner.reservations:,} reservations"
+    return row(WILL_RUN, f"{wall:.2f}", "-", f"{counts}; start {start}")
+
+
 def main() -> int:
     """Build the cluster, fold it, time the passes and print the results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -256,6 +282,9 @@ def main() -> int:
         results[label] = timed_pass(state, chosen, args.budget, label=label)
         rows.append(pass_row(results[label], n_pending))
         print(rows[-1], file=sys.stderr, flush=True)
+
+    rows.append(will_run_row(state, policy, args.budget))
+    print(rows[-1], file=sys.stderr, flush=True)
 
     profiler = cProfile.Profile()
     profiled = timed_pass(state, policy, args.profile_budget, profiler)

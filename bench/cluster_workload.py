@@ -70,7 +70,7 @@ def config_text(n_nodes: int) -> str:
     """The cluster configuration (TOML) of the benchmark cluster."""
     parts = "".join(
         f'[[partitions]]\nname = "{p.name}"\nnodes = "{hostlist_of(p.first, p.last)}"\n'
-        f"default = {'true' if p.default else 'false'}\nmax_time = {p.max_time_s // 60}\n\n"
+        f"default = {'true' if p.default else 'false'}\nmax_time = {p.max_time_s}\n\n"
         for p in layout(n_nodes)
     )
     return (
