@@ -101,7 +101,7 @@ def parse_scheduler(raw: Any) -> SchedulerConfig:
 
 def _depth(value: Any) -> int | None:
     """Conservative backfill's planned starts per partition and cycle: a whole number >= 1, or UNLIMITED."""
-    if value == "UNLIMITED":
+    if isinstance(value, str) and value.upper() == "UNLIMITED":
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(

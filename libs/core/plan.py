@@ -155,6 +155,7 @@ class Cycle:
         self.maint = reservations.maint_nodes(live, now)  # nodes a MAINT reservation holds now
         self.window = INF if policy.backfill_window_s is None else float(policy.backfill_window_s)
         self.depth = policy.depth  # reservations per partition (None: every blocked job)
+        self.fifo = self.depth == 0  # the first blocked job of a partition stops the ones behind it
         self.blocked: set[str] = set()  # partitions with a job that could not start (FIFO stops there)
         self.reserved: dict[str, int] = {}  # reservations planned per partition (preemptions count)
         self.singletons = Singletons(state)  # for ``singleton`` dependencies (built on first use)
@@ -221,8 +222,9 @@ class Cycle:
             self.refused.add(refusal)
 
     def last(self, job: Job, priority: int) -> None:
-        """The last job a plan considers (``plan``'s ``until``): as ``consider``, but it gets its planned
-        start even past its partition's reservation depth (a request refused earlier is asked again)."""
+        """The last job a plan considers (``plan``'s ``until``): as ``consider``, but if it gets as far as a
+        reservation it gets its planned start even past its partition's reservation depth (a request refused
+        earlier is asked again); the gates, FIFO's among them, stop it as in the cycle."""
         self.depth = None
         self.refused = set()
         self.consider(job, priority)
@@ -262,7 +264,7 @@ class Cycle:
     def behind_blocked(self, job: Job, partition: str) -> PendingReason | None:
         """FIFO: a job behind the first of its partition that could not start (a reservation's member
         is placed inside its reservation, so nobody outside blocks it)."""
-        if self.depth == 0 and partition in self.blocked and job.spec.reservation is None:
+        if self.fifo and partition in self.blocked and job.spec.reservation is None:
             return "Priority"
         return None
 

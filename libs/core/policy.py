@@ -70,6 +70,10 @@ class Policy:
     blocks: dict[str, str] = field(default_factory=dict)  # topology: node -> block ([[blocks]])
     max_switch_wait_s: int = 300  # max_switch_wait: the longest --switches binds a pending job
 
+    def __post_init__(self) -> None:
+        if self.backfill_depth is not None and self.backfill_depth < 1:
+            raise ValueError(f"backfill_depth must be None or at least 1, not {self.backfill_depth}")
+
     @cached_property
     def depth(self) -> int | None:
         """Reservations per partition and cycle (None: no bound): none with FIFO, one with EASY; with
@@ -77,7 +81,7 @@ class Policy:
         every node state, so on thousands of nodes an unbounded pass over a deep queue takes minutes). Past
         it a blocked job waits for ``Priority`` without a planned start, and later jobs start now only where
         they delay none of the reserved ones, as under EASY (``plan.Cycle.reserve``)."""
-        return {"fifo": 0, "easy": 1}.get(self.backfill, self.backfill_depth)
+        return {"fifo": 0, "easy": 1, "conservative": self.backfill_depth}[self.backfill]
 
     @cached_property
     def qos_by_name(self) -> dict[str, QosPolicy]:

@@ -106,7 +106,8 @@ class Scheduler(QueryVerbs, Sending):
         self.bus = bus
         self.config = config
         self.policy = policy_of(config)
-        # sbatch --test-only plans conservatively (every pending job gets its start); built once.
+        # sbatch --test-only plans conservatively (a job behind the top of its partition gets its start too,
+        # the first ``backfill_depth`` blocked ones ahead of it counted); built once.
         self.will_run_policy = dataclasses.replace(self.policy, backfill="conservative")
         self.state = scheduler_state(config)
         self.leader = leader  # the lease (None: always the leader, with ``epoch``)

@@ -75,7 +75,8 @@ class QueryVerbs:
         """sbatch --test-only, asked by the gateway once it validated the job: plan it hypothetically."""
         if user != roles.GATEWAY:
             raise Forbidden("Access/permission denied: use sbatch --test-only")
-        # A conservative plan of the whole queue (seconds on a big cluster): off the loop, as the leader's.
+        # A conservative plan of the queue up to the job (seconds on a big cluster): off the loop, as the
+        # leader's.
         got = await self.aside(will_run, self.state, time.time(), self.will_run_policy, req.user, req.spec)
         return api.WillRunReply(
             job_id=got.job_id,

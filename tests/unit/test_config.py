@@ -407,15 +407,21 @@ def test_scheduler_policy_keys() -> None:
         ("[scheduler]\nbackfill_depth = 0\n", "scheduler.backfill_depth: expected a whole number >= 1"),
         ('[scheduler]\nbackfill_depth = "all"\n', "or \"UNLIMITED\", got 'all'"),
         ("[scheduler]\nbackfill_depth = 1.5\n", "scheduler.backfill_depth"),
+        ("[scheduler]\nbackfill_depth = true\n", "scheduler.backfill_depth: expected a whole number"),
     ],
-    ids=["unknown-mode", "minus-weight", "bad-window", "unknown-key", "depth-0", "depth-str", "depth-1.5"],
+    ids=[
+        *("unknown-mode", "minus-weight", "bad-window", "unknown-key"),
+        *("depth-0", "depth-str", "depth-1.5", "depth-bool"),
+    ],
 )
 def test_bad_scheduler_policy_is_named(text: str, key: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(key)):
         parse_config(text + NODE)
 
 
-@pytest.mark.parametrize(("value", "depth"), [(None, 500), ("20", 20), ('"UNLIMITED"', None)])
+@pytest.mark.parametrize(
+    ("value", "depth"), [(None, 500), ("20", 20), ('"UNLIMITED"', None), ('"unlimited"', None)]
+)
 def test_conservative_backfills_depth_is_slurms_bf_max_job_test_by_default(
     value: str | None, depth: int | None
 ) -> None:

@@ -46,7 +46,7 @@ def test_the_estimate_is_what_the_next_cycle_would_decide(
     assert encode_state(log.state) == before  # the state is left as it was
     assert got.job_id == 3
     expected = now if starts_in == 0.0 else t1 + starts_in
-    assert got.start == pytest.approx(expected)
+    assert got.start is not None and got.start - expected == pytest.approx(0.0, abs=1e-6)
     assert (got.nodes, got.reason) == (nodes, reason)
 
 
@@ -61,7 +61,8 @@ def test_a_job_past_the_backfill_depth_gets_its_start_after_the_reserved_ones(
     log.add(submitted(3, job(gpus=8, nodes=2, time_s=500)))  # blocked behind job 2
     shallow = dataclasses.replace(policy(), backfill=backfill, backfill_depth=depth)
     got = will_run(log.state, log.state.now, shallow, "bob", job(gpus=8, nodes=2, time_s=10))
-    assert got.start == pytest.approx(t1 + starts_in)  # after job 2 (1,000 s), and job 3 (500 s) if reserved
+    assert got.start is not None
+    assert got.start - t1 == pytest.approx(starts_in)  # after job 2 (1,000 s), and job 3 (500 s) if reserved
     assert got.reason == "Priority"
 
 
@@ -72,7 +73,16 @@ def test_a_job_asking_what_a_job_past_the_depth_asked_still_gets_its_start() -> 
     log.add(submitted(3, job(gpus=8, nodes=2, time_s=500)))  # past the depth: its request is refused
     shallow = dataclasses.replace(policy(), backfill="conservative", backfill_depth=1)
     got = will_run(log.state, log.state.now, shallow, "bob", job(gpus=8, nodes=2, time_s=500))
-    assert got.start == pytest.approx(t1 + 1100.0)
+    assert got.start is not None and got.start - t1 == pytest.approx(1100.0)
+
+
+def test_a_plan_until_a_job_under_fifo_does_not_start_it_behind_a_blocked_one() -> None:
+    """``until`` lifts the reservation bound only: FIFO's first blocked job still stops the ones behind."""
+    log, _ = busy()
+    log.add(submitted(3, job(gpus=4, nodes=1, time_s=50)))  # fits gpu02 now, behind blocked job 2
+    fifo = dataclasses.replace(policy(), backfill="fifo")
+    outlook = plan_module.plan(log.state, log.state.now, fifo, until=3)
+    assert outlook.decisions == [] and outlook.reasons[3] == "Priority"
 
 
 def test_a_plan_until_a_job_stops_at_it() -> None:
@@ -81,7 +91,7 @@ def test_a_plan_until_a_job_stops_at_it() -> None:
     log.add(submitted(3, job(gpus=4, nodes=1, time_s=50)))  # would backfill now on gpu02
     outlook = plan_module.plan(log.state, log.state.now, policy(), until=2)
     assert set(outlook.priorities) == {2} and outlook.decisions == []
-    assert outlook.starts == {2: pytest.approx(t1 + 100.0)}
+    assert [(job_id, start - t1) for job_id, start in outlook.starts.items()] == [(2, pytest.approx(100.0))]
 
 
 def test_a_job_that_would_wait_reports_the_cpus_the_placement_would_take() -> None:
