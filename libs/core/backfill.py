@@ -37,7 +37,7 @@ from operator import attrgetter, itemgetter
 import msgspec
 
 from corral.libs.core.partitions import Kept, Partitions, Totals
-from corral.libs.core.placement import Free, Request, eligible, need, node_fits, take
+from corral.libs.core.placement import Free, Request, need, node_fits, take
 from corral.libs.core.timeline import (
     BestFit,
     Hold,
@@ -46,6 +46,7 @@ from corral.libs.core.timeline import (
     Release,
     Signature,
     node_state,
+    openings,
     release_at,
 )
 from corral.libs.core.topology import Blocks, Topology, choose
@@ -263,29 +264,17 @@ class Planner:
     def reserve(self, partition: str, req: Request, limit: float, window: float) -> float | None:
         """Reserve the earliest start of ``req`` within ``window``; its time, or None if none is found.
 
-        The nodes are tried by (busy now first, name) at each candidate time, a group of nodes in the same
-        state at a time (``_groups``: the checks give each of its nodes the same answer). A node without
-        holds needs no check beyond its earliest start: its free capacity only grows with time, so it fits
-        over any window from that start on, and it fits now only if its earliest start is now.
+        At each time a window opens (``timeline.openings``), the nodes are tried by (busy now first, name), a
+        group of nodes in the same state at a time (``_groups``: the checks give each of its nodes the same
+        answer). A node without holds needs no check beyond its earliest start: its free capacity only grows
+        with time, so it fits over any window from that start on, and it fits now only if its earliest
+        start is now.
         """
         self._settle()
         now = self.now
-        horizon = now + window
-        starts: list[tuple[float, list[NodePlan]]] = []  # (earliest start, the group's nodes)
-        profiles = self._profiles
-        for nodes in self._groups(partition, req):
-            first = nodes[0]
-            if eligible(first.free, req):
-                t = first.earliest(req, now, limit, profiles.of(first))
-                if t <= horizon:
-                    starts.append((t, nodes))
-        starts.sort(key=_first)
-        times, count = set(), 0  # the times at which at least ``req.nodes`` nodes could start
-        for t, nodes in starts:
-            count += len(nodes)
-            if count >= req.nodes:
-                times.add(t)
-        for t in sorted(times):
+        groups = self._groups(partition, req)
+        starts, times = openings(groups, req, now, limit, now + window, self._profiles)
+        for t in times:
             busy: list[NodePlan] = []  # busy now: first, so that what is free now stays for backfill
             idle: list[NodePlan] = []
             for s, nodes in starts:

@@ -11,7 +11,7 @@ from operator import itemgetter
 
 import msgspec
 
-from corral.libs.core.placement import Amount, Free, Request, need
+from corral.libs.core.placement import Amount, Free, Request, eligible, need
 from corral.schemas.events import NodeAllocation
 
 INF = math.inf
@@ -182,6 +182,31 @@ class Profile:
                 caps.append((cpus, gpus, mem))
                 starts.append(start)
 
+    def reopens(self, want: Amount, limit: float, after: float, horizon: float) -> list[float]:
+        """The times after ``after`` (the earliest start), up to ``horizon``, at which the windows ``want``
+        fits for ``limit`` seconds open again after a hold closed them: ``want`` fits from the time on, and
+        did not fit just before it (the capacity was short then). Every time a window opens is the earliest
+        or one of these (``Planner.reserve`` tries them all)."""
+        times, caps, starts = self.times, self.caps, self.starts
+        wc, wg, wm = want.cpus, want.gpus, want.mem_mb
+        out: list[float] = []
+        for i in range(bisect.bisect_right(times, after), len(times)):
+            t = times[i]
+            if t > horizon:
+                break
+            c, g, m = caps[i - 1]  # just before ``t``
+            if not starts[i] or (c >= wc and g >= wg and m >= wm):
+                continue
+            end, j = t + limit, i
+            while j < len(times) and (j == i or times[j] < end):
+                c, g, m = caps[j]
+                if c < wc or g < wg or m < wm:
+                    break
+                j += 1
+            else:
+                out.append(t)
+        return out
+
     def earliest(self, want: Amount, limit: float) -> float:
         """The first time a start may be planned at from which ``want`` fits for ``limit`` seconds, as
         ``NodePlan.fits_during`` says (INF: none).
@@ -228,6 +253,38 @@ class Profiles:
         if profile is None:
             profile = self._by_state[sig] = Profile(node, self.now)
         return profile
+
+
+def openings(
+    groups: list[list[NodePlan]], req: Request, now: float, limit: float, horizon: float, profiles: Profiles
+) -> tuple[list[tuple[float, list[NodePlan]]], list[float]]:
+    """Where one node each of ``req`` could start on groups of nodes (each in one state) for ``limit``
+    seconds, up to ``horizon`` (``Planner.reserve``): each eligible group's earliest start with the group,
+    in order; and the times a start may be planned at, in order. Those are the times a window opens, from
+    the first by which ``req.nodes`` nodes could start: every earliest start, and every time a held group's
+    window, closed by a hold after its earliest start, opens again (``Profile.reopens``). With the earliest
+    starts alone, a node held for a while after its earliest start was missed at every later time, and a
+    job that needed it once the others were free got no start at all."""
+    starts: list[tuple[float, list[NodePlan]]] = []
+    reopen: list[float] = []
+    for nodes in groups:
+        first = nodes[0]
+        if eligible(first.free, req):
+            profile = profiles.of(first)
+            t = first.earliest(req, now, limit, profile)
+            if t <= horizon:
+                starts.append((t, nodes))
+                if profile is not None:
+                    reopen += profile.reopens(need(first.free, req), limit, t, horizon)
+    starts.sort(key=_time)
+    count = 0
+    for t, nodes in starts:
+        count += len(nodes)
+        if count >= req.nodes:
+            times = {s for s, _ in starts if s >= t}
+            times.update(s for s in reopen if s > t)
+            return starts, sorted(times)
+    return starts, []
 
 
 class BestFit:

@@ -108,6 +108,56 @@ def test_conservative_reserves_for_its_depths_first_blocked_jobs_and_backfills_a
     assert (out.reasons[2], out.reasons[3]) == ("Resources", "Priority")
 
 
+def test_a_reservation_waits_for_a_node_whose_window_closes_and_opens_again() -> None:
+    """A node free now but held from +30 to +200 by a planned start fits a short job now, not from +30 on,
+    and again from +200: a job needing it, and a node busy until +150, starts at +200 (the node's window
+    opens again after the last of the others opened), not never."""
+    log = Log(*cluster(nodes=3, gpus=8))
+    log.add(
+        submitted(1, job(gpus=8, nodes=1, time_s=150)),
+        submitted(2, job(gpus=4, nodes=1, time_s=30)),
+        submitted(3, job(gpus=4, nodes=1, time_s=40)),
+        step=0.0,
+    )
+    log.add(
+        allocated(1, {"gpu01": list(range(8))}, time_s=150),
+        allocated(2, {"gpu02": [0, 1, 2, 3]}, time_s=30),
+        allocated(3, {"gpu03": [0, 1, 2, 3]}, time_s=40),
+        step=0.0,
+    )
+    t0 = log.state.now
+    log.add(
+        submitted(10, job(gpus=8, nodes=1, time_s=170)),  # reserved on gpu02 at +30, until +200
+        submitted(11, job(gpus=4, nodes=3, time_s=20)),  # gpu01 from +150, gpu02 up to +10 and from +200
+        step=0.0,
+    )
+    out = plan(log.state, t0, CONSERVATIVE)
+    assert started(out) == []
+    assert {job_id: start - t0 for job_id, start in out.starts.items()} == {10: 30.0, 11: 200.0}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 3), st.sampled_from([1, 2, 4, 8]), st.integers(5, 400)), max_size=5),
+    st.lists(st.tuples(st.integers(1, 3), st.sampled_from([1, 2, 4, 8]), st.integers(5, 400)), max_size=14),
+)
+def test_conservative_without_a_window_plans_a_start_for_every_blocked_job(
+    running: list[tuple[int, int, int]], queue: list[tuple[int, int, int]]
+) -> None:
+    """Every job fits the idle cluster and every run and reservation ends: with no window, each job that
+    does not start now has a planned start."""
+    log = Log(*cluster(nodes=3, gpus=8))
+    for i, (nodes, gpus, limit) in enumerate(running, start=1):
+        log.add(submitted(i, job(gpus=gpus, nodes=nodes, time_s=limit)), step=0.0)
+        log.add(*plan(log.state, log.state.now, EASY).decisions, step=0.0)
+    log.add(step=5.0)
+    for k, (nodes, gpus, limit) in enumerate(queue, start=100):
+        log.add(submitted(k, job(gpus=gpus, nodes=nodes, time_s=limit)), step=0.0)
+    out = plan(log.state, log.state.now, dataclasses.replace(CONSERVATIVE, backfill_window_s=None))
+    pending = {j.job_id for j in log.state.jobs.values() if j.state == "PENDING"}
+    assert pending - set(started(out)) == set(out.starts)
+
+
 def test_a_finished_job_frees_its_reservation_holder_to_start() -> None:
     log, _ = busy_cluster()
     log.add(submitted(2, job(gpus=8, nodes=2, time_s=1000)))

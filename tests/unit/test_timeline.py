@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from corral.libs.core import plan as plan_module
 from corral.libs.core.backfill import Planner
-from corral.libs.core.placement import Free, Request
+from corral.libs.core.placement import Free, Request, need
 from corral.libs.core.plan import plan
-from corral.libs.core.timeline import INF, Hold, NodePlan, Release
+from corral.libs.core.timeline import INF, Hold, NodePlan, Profile, Release
 
 pytestmark = pytest.mark.unit
 
@@ -75,6 +75,37 @@ def test_the_earliest_start_on_a_held_node_is_the_first_time_it_fits(
 ) -> None:
     req = Request(nodes=1, gpus=want[1], gpu_type=None, cpus=want[0], mem_mb=want[2] * 100)
     assert node.earliest(req, NOW, limit) == defined_earliest(node, req, NOW, limit)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    node=node_plans(),
+    want=amounts,
+    limit=st.one_of(st.just(INF), st.just(0.0), st.integers(1, 1000).map(float)),
+    horizon=st.one_of(st.just(INF), times),
+)
+def test_a_held_nodes_windows_open_again_where_the_definition_says(
+    node: NodePlan, want: tuple[int, int, int], limit: float, horizon: float
+) -> None:
+    """After the earliest start, a window opens again at a time the node fits from, having not fitted just
+    before it (on this grid, half a second before)."""
+    req = Request(nodes=1, gpus=want[1], gpu_type=None, cpus=want[0], mem_mb=want[2] * 100)
+    first = defined_earliest(node, req, NOW, limit)
+    candidates = sorted(
+        {
+            *(r.when for r in node.releases if r.when > first),
+            *(h.end for h in node.holds + node.resv if first < h.end < INF),
+        }
+    )
+    defined = [
+        t
+        for t in candidates
+        if t <= horizon
+        and node.fits_during(req, t, t + limit)
+        and not node.fits_during(req, t - 0.5, t - 0.5 + limit)
+    ]
+    profile = Profile(node, NOW)
+    assert profile.reopens(need(node.free, req), limit, first, horizon) == defined
 
 
 def test_a_hold_that_ends_later_moves_the_start_past_it_and_one_over_before_now_does_not() -> None:
