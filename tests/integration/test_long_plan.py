@@ -23,6 +23,7 @@ from test_scheduler_cycle import CONFIG, registered, spec
 
 from corral.libs.infra import roles
 from corral.libs.runtime.bus import Bus
+from corral.libs.runtime.errors import TransientError
 from corral.schemas import api
 from corral.schemas import events as ev
 from corral.services.scheduler import app, queries, snapshot
@@ -247,7 +248,10 @@ async def test_steady_work_in_the_thread_does_not_starve_the_fold(
 
         async def asking() -> None:
             while not stop.is_set():
-                await live.will_run(roles.GATEWAY, asked)
+                try:
+                    await live.will_run(roles.GATEWAY, asked)
+                except TransientError:  # the other asker's is being planned: one at a time
+                    await asyncio.sleep(0.01)
 
         askers = [asyncio.create_task(asking()) for _ in range(2)]
         try:
@@ -259,6 +263,27 @@ async def test_steady_work_in_the_thread_does_not_starve_the_fold(
             stop.set()
             await asyncio.gather(*askers, return_exceptions=True)
         assert live.state.jobs[2].state == "RUNNING", len(slow.plans)
+
+
+async def test_a_second_will_run_meanwhile_is_refused_not_queued(
+    buses: tuple[Bus, Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While one ``sbatch --test-only`` is planned (2 s here), another is refused at once, retryable, instead
+    of queueing behind it (queued ones would hold the fold and the leader's next plan back for as long as
+    they all take); the first answers, and one asked after it is planned."""
+    slow = Slower(queries.will_run, PLAN_S)
+    monkeypatch.setattr(queries, "will_run", slow)
+    asked = api.WillRunRequest(user="bob", spec=spec("what-if"))
+    async with one_running(buses) as live:
+        first = asyncio.create_task(live.will_run(roles.GATEWAY, asked))
+        while not slow.began.is_set():
+            await asyncio.sleep(0.01)
+        with pytest.raises(TransientError, match="another sbatch --test-only") as refused:
+            await live.will_run(roles.GATEWAY, asked)
+        assert refused.value.retryable
+        assert (await first).start is not None and len(slow.plans) == 1
+        assert (await live.will_run(roles.GATEWAY, asked)).start is not None
+    assert len(slow.plans) == 2
 
 
 async def test_a_standbys_plan_for_a_query_leaves_its_loop_going(
