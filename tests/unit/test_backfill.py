@@ -64,33 +64,9 @@ def test_a_short_job_slips_into_idle_gpus_while_the_big_job_waits(
         assert out.starts[2] == t1 + 100  # the big run's reservation: when job 1's limit ends
 
 
-def test_easy_lets_a_job_delay_the_second_blocked_job_but_conservative_does_not() -> None:
-    for pol, expected in ((EASY, [4]), (CONSERVATIVE, [])):
-        log = Log(*cluster(nodes=2, gpus=8))
-        log.add(
-            submitted(1, job(gpus=8, nodes=1, time_s=100)), submitted(9, job(gpus=4, nodes=1, time_s=300))
-        )
-        log.add(
-            allocated(1, {"gpu01": list(range(8))}, time_s=100),
-            allocated(9, {"gpu02": [0, 1, 2, 3]}, time_s=300),
-        )
-        log.add(
-            submitted(2, job(gpus=8, nodes=1, time_s=1000)),  # blocked: reserved on gpu01 when job 1 ends
-            submitted(3, job(gpus=8, nodes=2, time_s=10)),  # second blocked: both nodes once job 2 ends
-            submitted(4, job(gpus=4, nodes=1, time_s=2000)),  # fits gpu02 now; delays job 3, not job 2
-        )
-        out = run(log, pol)
-        assert started(out) == expected, pol.backfill
-        assert (3 in out.starts) == (pol.backfill == "conservative")
-
-
-@pytest.mark.parametrize(("depth", "expected"), [(1, [4]), (2, []), (None, [])], ids=["1", "2", "unbounded"])
-def test_conservative_reserves_for_its_depths_first_blocked_jobs_and_backfills_around_them(
-    depth: int | None, expected: list[int]
-) -> None:
-    """``backfill_depth`` (Slurm's bf_max_job_test): the first ``depth`` blocked jobs of a partition get
-    their planned start; a later one waits for ``Priority`` without one, and a job may start now that
-    delays it but none of the reserved ones."""
+def two_blocked() -> Log:
+    """gpu01 busy until +100, half of gpu02 until +300; job 2 (gpu01's 8 GPUs) and job 3 (both nodes) wait,
+    job 4 fits gpu02 now but would delay job 3 (not job 2)."""
     log = Log(*cluster(nodes=2, gpus=8))
     log.add(submitted(1, job(gpus=8, nodes=1, time_s=100)), submitted(9, job(gpus=4, nodes=1, time_s=300)))
     log.add(
@@ -102,7 +78,24 @@ def test_conservative_reserves_for_its_depths_first_blocked_jobs_and_backfills_a
         submitted(3, job(gpus=8, nodes=2, time_s=10)),  # second blocked: both nodes once job 2 ends
         submitted(4, job(gpus=4, nodes=1, time_s=2000)),  # fits gpu02 now; delays job 3, not job 2
     )
-    out = run(log, dataclasses.replace(CONSERVATIVE, backfill_depth=depth))
+    return log
+
+
+def test_easy_lets_a_job_delay_the_second_blocked_job_but_conservative_does_not() -> None:
+    for pol, expected in ((EASY, [4]), (CONSERVATIVE, [])):
+        out = run(two_blocked(), pol)
+        assert started(out) == expected, pol.backfill
+        assert (3 in out.starts) == (pol.backfill == "conservative")
+
+
+@pytest.mark.parametrize(("depth", "expected"), [(1, [4]), (2, []), (None, [])], ids=["1", "2", "unbounded"])
+def test_conservative_reserves_for_its_depths_first_blocked_jobs_and_backfills_around_them(
+    depth: int | None, expected: list[int]
+) -> None:
+    """``backfill_depth`` (Slurm's bf_max_job_test): the first ``depth`` blocked jobs of a partition get
+    their planned start; a later one waits for ``Priority`` without one, and a job may start now that
+    delays it but none of the reserved ones."""
+    out = run(two_blocked(), dataclasses.replace(CONSERVATIVE, backfill_depth=depth))
     assert started(out) == expected
     assert sorted(out.starts) == {1: [2], 2: [2, 3], None: [2, 3, 4]}[depth]
     assert (out.reasons[2], out.reasons[3]) == ("Resources", "Priority")
@@ -136,23 +129,37 @@ def test_a_reservation_waits_for_a_node_whose_window_closes_and_opens_again() ->
     assert {job_id: start - t0 for job_id, start in out.starts.items()} == {10: 30.0, 11: 200.0}
 
 
+#: Jobs as (nodes, GPUs per node, time limit).
+Shapes = list[tuple[int, int, int]]
+
+
+def queued(nodes: int, running: Shapes, queue: Shapes) -> Log:
+    """``nodes`` 8-GPU nodes; jobs 1... submitted and each started if it fits (EASY), then 5 s later the
+    queue, jobs 100...: a random busy cluster."""
+    log = Log(*cluster(nodes=nodes, gpus=8))
+    for i, (width, gpus, limit) in enumerate(running, start=1):
+        log.add(submitted(i, job(gpus=gpus, nodes=width, time_s=limit)), step=0.0)
+        log.add(*plan(log.state, log.state.now, EASY).decisions, step=0.0)
+    log.add(step=5.0)
+    for k, (width, gpus, limit) in enumerate(queue, start=100):
+        log.add(submitted(k, job(gpus=gpus, nodes=width, time_s=limit)), step=0.0)
+    return log
+
+
+def shapes(widest: int, most: int) -> st.SearchStrategy[Shapes]:
+    """Up to ``most`` jobs of 1 to ``widest`` nodes."""
+    shape = st.tuples(st.integers(1, widest), st.sampled_from([1, 2, 4, 8]), st.integers(5, 400))
+    return st.lists(shape, max_size=most)
+
+
 @settings(max_examples=150, deadline=None)
-@given(
-    st.lists(st.tuples(st.integers(1, 3), st.sampled_from([1, 2, 4, 8]), st.integers(5, 400)), max_size=5),
-    st.lists(st.tuples(st.integers(1, 3), st.sampled_from([1, 2, 4, 8]), st.integers(5, 400)), max_size=14),
-)
+@given(shapes(3, 5), shapes(3, 14))
 def test_conservative_without_a_window_plans_a_start_for_every_blocked_job(
-    running: list[tuple[int, int, int]], queue: list[tuple[int, int, int]]
+    running: Shapes, queue: Shapes
 ) -> None:
     """Every job fits the idle cluster and every run and reservation ends: with no window, each job that
     does not start now has a planned start."""
-    log = Log(*cluster(nodes=3, gpus=8))
-    for i, (nodes, gpus, limit) in enumerate(running, start=1):
-        log.add(submitted(i, job(gpus=gpus, nodes=nodes, time_s=limit)), step=0.0)
-        log.add(*plan(log.state, log.state.now, EASY).decisions, step=0.0)
-    log.add(step=5.0)
-    for k, (nodes, gpus, limit) in enumerate(queue, start=100):
-        log.add(submitted(k, job(gpus=gpus, nodes=nodes, time_s=limit)), step=0.0)
+    log = queued(3, running, queue)
     out = plan(log.state, log.state.now, dataclasses.replace(CONSERVATIVE, backfill_window_s=None))
     pending = {j.job_id for j in log.state.jobs.values() if j.state == "PENDING"}
     assert pending - set(started(out)) == set(out.starts)
@@ -213,22 +220,13 @@ def test_reservations_are_never_delayed(jobs: list[tuple[int, int, int]], mode: 
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    st.lists(st.tuples(st.integers(1, 2), st.sampled_from([1, 2, 4, 8]), st.integers(5, 400)), max_size=4),
-    st.lists(st.tuples(st.integers(1, 2), st.sampled_from([1, 2, 4, 8]), st.integers(5, 400)), max_size=12),
-)
+@given(shapes(2, 4), shapes(2, 12))
 def test_conservative_of_depth_one_is_easy_and_of_the_queues_depth_is_unbounded(
-    running: list[tuple[int, int, int]], queue: list[tuple[int, int, int]]
+    running: Shapes, queue: Shapes
 ) -> None:
     """One reservation a partition is EASY's plan, every decision, reason and planned start alike; a depth
     of at least the queue's length plans as textbook conservative (no bound)."""
-    log = Log(*cluster(nodes=2, gpus=8))
-    for i, (nodes, gpus, limit) in enumerate(running, start=1):
-        log.add(submitted(i, job(gpus=gpus, nodes=nodes, time_s=limit)), step=0.0)
-        log.add(*plan(log.state, log.state.now, EASY).decisions, step=0.0)
-    log.add(step=5.0)
-    for k, (nodes, gpus, limit) in enumerate(queue, start=100):
-        log.add(submitted(k, job(gpus=gpus, nodes=nodes, time_s=limit)), step=0.0)
+    log = queued(2, running, queue)
     now = log.state.now
     one = plan(log.state, now, dataclasses.replace(CONSERVATIVE, backfill_depth=1))
     assert one == plan(log.state, now, EASY)
