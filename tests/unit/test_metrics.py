@@ -7,6 +7,7 @@ import asyncio
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -277,3 +278,30 @@ async def test_the_queue_gauges_are_counted_at_most_once_a_refresh_period_and_th
     assert pending_gauge(metrics) == 6  # the state as it is when the timer fires
     counts = [s.value for s in metrics.cycle_seconds.collect()[0].samples if s.name.endswith("_count")]
     assert counts == [1]  # (every planning cycle is observed at once)
+
+
+async def test_a_long_count_of_the_queue_puts_the_next_one_further_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A million pending jobs take ~0.4 s to count: counted every second, that was 40% of the loop. A count
+    that took ``d`` is followed by none for ``d / REFRESH_SHARE`` (here 1 s: 20 s), then counts again."""
+    now = [100.0]
+    counted = scheduler_metrics.pending_samples
+
+    def slow_count(*args: Any) -> dict[tuple[str, ...], float]:
+        now[0] += 1.0  # (the count takes a second, by the metrics' clock)
+        return counted(*args)
+
+    monkeypatch.setattr(scheduler_metrics, "pending_samples", slow_count)
+    metrics = SchedulerMetrics(CollectorRegistry())
+    metrics.clock = lambda: now[0]
+    log = busy_cluster()
+    metrics.cycled(log.state, plan(log.state, log.state.now, POLICY), POLICY, 0.01)
+    assert pending_gauge(metrics) == 3
+    log.add(submitted(5, job(gpus=1, nodes=1)))
+    now[0] = 100.0 + 19.0  # past REFRESH_S, not past 20 s
+    metrics.cycled(log.state, plan(log.state, log.state.now, POLICY), POLICY, None)
+    assert pending_gauge(metrics) == 3
+    now[0] = 100.0 + 20.5
+    metrics.cycled(log.state, plan(log.state, log.state.now, POLICY), POLICY, None)
+    assert pending_gauge(metrics) == 4
