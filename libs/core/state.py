@@ -85,6 +85,9 @@ class LoggedReason(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
 
 #: ``Job.causes`` of a job with no cause kept but its ``queued_by``: one read-only empty mapping for all.
 NO_CAUSES: Mapping[str, str] = ReadOnlyDict()
+#: What a job array's task that shares its spec with the task before it is stored with in a snapshot, until
+#: the decode gives it that spec (``services/scheduler/snapshot.py``); never in a folded state.
+NO_SPEC = SlimJobSpec(name="", script="", workdir="/")
 
 
 class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -92,7 +95,7 @@ class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     job_id: int  # id
     user: str  # owner
-    spec: SlimJobSpec  # as submitted, without the script and the environment (``fold.slim_spec``)
+    spec: SlimJobSpec = NO_SPEC  # as submitted, without the script and the environment (``fold.slim_spec``)
     submit_time: float  # when it was submitted (from the event)
     state: JobState = "PENDING"  # PENDING | RUNNING | a terminal state (``schemas.lifecycle``)
     restart_count: int = 0  # runs before the current one = number of the next/current attempt
