@@ -233,8 +233,13 @@ def encode_state(state: State) -> bytes:
 
 
 def decode_state(data: bytes) -> State:
-    """Inverse of encode_state (for snapshots)."""
-    return msgspec.json.decode(data, type=State)
+    """Inverse of encode_state (tests and tools compare states by it). A job without its spec is refused:
+    ``Job.spec``'s default is only the scheduler's snapshot's mark (``NO_SPEC``)."""
+    state = msgspec.json.decode(data, type=State)
+    for job in state.jobs.values():
+        if job.spec is NO_SPEC:
+            raise msgspec.ValidationError(f"job {job.job_id} has no spec")
+    return state
 
 
 def drained(node: Node) -> bool:

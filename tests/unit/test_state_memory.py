@@ -15,8 +15,8 @@ import pytest
 from builders import Log, allocated, cluster, env, exited, job, submitted
 
 from corral.libs.core.fold import fold
-from corral.libs.core.state import Job, State, encode_state
-from corral.schemas import api
+from corral.libs.core.state import Job, State, decode_state, encode_state
+from corral.schemas import api, codec
 from corral.schemas import events as ev
 from corral.schemas.codec import decode, decode_slim_envelope, encode
 from corral.schemas.job_spec import NO_ENVIRONMENT, ArrayRange, ArraySpec
@@ -107,14 +107,30 @@ def round_trip(state: State) -> State:
     return snapshot.decode(snapshot.compress(snapshot.encode(snap))).state
 
 
+def traced(body: ev.Event, k: int) -> ev.Envelope:
+    """A submission as the gateway appends it: with a trace context of its own (``k``)."""
+    parent = f"00-{k:032x}-{k:016x}-01"
+    return codec.envelope(body, actor="test", occurred_at=float(k), event_id=f"{k:032x}", traceparent=parent)
+
+
 def array_log(tasks: int = 5) -> Log:
-    """Two job arrays of ``tasks`` tasks (ids 1.. and 101..), and a job between them."""
+    """Two job arrays of ``tasks`` tasks (ids 1.. and 101..) and a job between them, each traced."""
     log = Log(*cluster(nodes=1, gpus=8))
     sweep = ArraySpec(ranges=[ArrayRange(start=0, end=tasks - 1)])
-    log.add(submitted(1, msgspec.structs.replace(job(gpus=1), array=sweep)), step=0.0)
-    log.add(submitted(50, job(gpus=2), user="bob"), step=0.0)
-    log.add(submitted(101, msgspec.structs.replace(job(gpus=4), array=sweep), user="carol"), step=0.0)
+    log.append(traced(submitted(1, msgspec.structs.replace(job(gpus=1), array=sweep)), 1))
+    log.append(traced(submitted(50, job(gpus=2), user="bob"), 2))
+    log.append(traced(submitted(101, msgspec.structs.replace(job(gpus=4), array=sweep), user="carol"), 3))
     return log
+
+
+def assert_arrays_shared(decoded: State, firsts: tuple[int, ...], tasks: int) -> None:
+    """Each array's tasks have one spec, user and trace context (a trace context, not None)."""
+    for first in firsts:
+        group = [decoded.jobs[first + k] for k in range(tasks)]
+        assert group[0].traceparent is not None
+        first = group[0]
+        for t in group:
+            assert t.spec is first.spec and t.user is first.user and t.traceparent is first.traceparent
 
 
 def test_a_job_arrays_tasks_decoded_from_a_snapshot_share_one_spec_user_and_trace_context() -> None:
@@ -123,12 +139,31 @@ def test_a_job_arrays_tasks_decoded_from_a_snapshot_share_one_spec_user_and_trac
     log = array_log()
     decoded = round_trip(log.state)
     assert encode_state(decoded) == encode_state(log.state)
-    for first in (1, 101):
-        tasks = [decoded.jobs[first + k] for k in range(5)]
-        assert all(t.spec is tasks[0].spec and t.user is tasks[0].user for t in tasks)
-        assert all(t.traceparent is tasks[0].traceparent for t in tasks)
+    assert_arrays_shared(decoded, (1, 101), 5)
     assert decoded.jobs[1].spec is not decoded.jobs[101].spec  # (each array its own)
+    assert decoded.jobs[1].traceparent != decoded.jobs[101].traceparent
     assert decoded.jobs[50].spec.gpus_per_node == 2
+
+
+def test_an_array_across_segments_stays_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(snapshot, "SEGMENT_JOBS", 2)
+    log = array_log(7)
+    decoded = round_trip(log.state)
+    assert encode_state(decoded) == encode_state(log.state)
+    assert_arrays_shared(decoded, (1, 101), 7)
+
+
+def test_tasks_that_share_their_spec_but_not_their_user_or_trace_context_keep_their_own() -> None:
+    """Only a task that shares all three with the task before it is stored without them."""
+    log = array_log()
+    state = log.state
+    jobs = state.jobs
+    jobs[2] = msgspec.structs.replace(jobs[2], traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01")
+    jobs[4] = msgspec.structs.replace(jobs[4], user="dave")
+    decoded = round_trip(state)
+    assert encode_state(decoded) == encode_state(state)
+    assert (decoded.jobs[2].traceparent, decoded.jobs[4].user) == (jobs[2].traceparent, "dave")
+    assert decoded.jobs[3].traceparent == jobs[3].traceparent != jobs[2].traceparent
 
 
 def test_a_task_updated_on_its_own_keeps_its_own_spec_through_a_snapshot() -> None:
@@ -142,14 +177,27 @@ def test_a_task_updated_on_its_own_keeps_its_own_spec_through_a_snapshot() -> No
     assert decoded.jobs[5].spec is decoded.jobs[4].spec == decoded.jobs[2].spec
 
 
-def test_a_task_stored_without_a_spec_and_no_task_before_it_does_not_decode() -> None:
-    """A snapshot cut between an array's tasks (or written wrong) is refused (a full replay follows)."""
+@pytest.mark.parametrize("dropped", [1, 50], ids=["array-task", "single-job"])
+def test_a_job_stored_without_a_spec_it_cannot_be_given_does_not_decode(dropped: int) -> None:
+    """A task stored without its spec whose task before it is missing, or a job outside an array stored
+    without one (a snapshot written wrong): refused, and a full replay follows."""
     log = array_log()
     documents = snapshot.encode(snapshot.Snapshot(format=snapshot.FORMAT, event_id="e", state=log.state))
-    header = msgspec.msgpack.decode(documents[0])
+    assert len(documents) == 2  # the header, one segment
     jobs = msgspec.msgpack.decode(documents[1])
-    jobs = [j for j in jobs if j["job_id"] != 1]  # the array's first task, the one stored with the spec
+    if dropped == 1:  # the array's first task, the one stored with the spec
+        jobs = [j for j in jobs if j["job_id"] != 1]
+    else:
+        next(j for j in jobs if j["job_id"] == 50).pop("spec")
     cut = [documents[0], msgspec.msgpack.encode(jobs)]
-    assert header["segments"] == 1
-    with pytest.raises(msgspec.DecodeError, match="job 2 is stored without a spec"):
+    expected = "job 2 is stored without a spec" if dropped == 1 else "job 50 is stored without a spec"
+    with pytest.raises(msgspec.DecodeError, match=expected):
         snapshot.decode(snapshot.compress(cut))
+
+
+def test_a_state_decoded_from_json_without_a_spec_is_refused() -> None:
+    data = encode_state(array_log().state)
+    whole = msgspec.json.decode(data)
+    whole["jobs"]["50"].pop("spec")
+    with pytest.raises(msgspec.ValidationError, match="job 50 has no spec"):
+        decode_state(msgspec.json.encode(whole))
