@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import bisect
 import copy
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 
 import msgspec
 
@@ -273,7 +273,7 @@ class Planner:
         self._settle()
         now = self.now
         groups = self._groups(partition, req)
-        starts, times = openings(groups, req, now, limit, now + window, self._profiles)
+        starts, times = openings(groups, req, limit, now + window, self._profiles)
         for t in times:
             busy: list[NodePlan] = []  # busy now: first, so that what is free now stays for backfill
             idle: list[NodePlan] = []
@@ -385,5 +385,5 @@ class Planner:
         node.sig = None
 
 
-#: Key functions, in C (reservations sort tens of nodes by them): a plan's ``Free``, an entry's time, a name.
-_free, _first, _name = attrgetter("free"), itemgetter(0), attrgetter("free.name")
+#: Key functions, in C (reservations sort tens of nodes by them): a plan's ``Free``, a name.
+_free, _name = attrgetter("free"), attrgetter("free.name")

@@ -256,15 +256,17 @@ class Profiles:
 
 
 def openings(
-    groups: list[list[NodePlan]], req: Request, now: float, limit: float, horizon: float, profiles: Profiles
+    groups: list[list[NodePlan]], req: Request, limit: float, horizon: float, profiles: Profiles
 ) -> tuple[list[tuple[float, list[NodePlan]]], list[float]]:
     """Where one node each of ``req`` could start on groups of nodes (each in one state) for ``limit``
-    seconds, up to ``horizon`` (``Planner.reserve``): each eligible group's earliest start with the group,
-    in order; and the times a start may be planned at, in order. Those are the times a window opens, from
-    the first by which ``req.nodes`` nodes could start: every earliest start, and every time a held group's
-    window, closed by a hold after its earliest start, opens again (``Profile.reopens``). With the earliest
-    starts alone, a node held for a while after its earliest start was missed at every later time, and a
-    job that needed it once the others were free got no start at all."""
+    seconds, from the profiles' ``now`` up to ``horizon`` (``Planner.reserve``): each eligible group's
+    earliest start with the group, in order; and the times a start may be planned at, in order. Those are
+    the times a window opens, from the first by which ``req.nodes`` nodes could start: every earliest start,
+    and every time a held group's window, closed by a hold after its earliest start, opens again
+    (``Profile.reopens``). With the earliest starts alone, a node held for a while after its earliest start
+    was missed at every later time, and a job that needed it once the others were free got no start at
+    all."""
+    now = profiles.now
     starts: list[tuple[float, list[NodePlan]]] = []
     reopen: list[float] = []
     for nodes in groups:
